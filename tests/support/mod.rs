@@ -1,0 +1,88 @@
+//! Integration-test harness: real `redis-server` processes, a fault-injecting TCP proxy, and
+//! helpers for tests that run several OS processes.
+//!
+//! Every integration test binary declares `mod support;` and then uses what it needs:
+//!
+//! ```ignore
+//! mod support;
+//! use support::{FaultProxy, RedisServer};
+//!
+//! #[test]
+//! fn survives_a_slow_network() {
+//!     let server = RedisServer::start();
+//!     let proxy = FaultProxy::start(server.port());
+//!     proxy.set_delay(std::time::Duration::from_millis(20));
+//!     // ... point the code under test at proxy.url(), assert on server.get(..) ...
+//! }
+//! ```
+//!
+//! Rules the harness keeps so that tests stay trustworthy on a slow shared machine:
+//! - nothing waits without a bound; a wait that runs out panics and says what did not happen;
+//! - every process and thread the harness starts is stopped when its owner is dropped;
+//! - servers never persist anything, so a restart always comes back empty.
+
+// Each test binary compiles this module on its own and uses only part of it, so without this
+// every binary would warn about the helpers *it* happens not to call.
+#![allow(dead_code)]
+
+pub mod process;
+pub mod proxy;
+pub mod server;
+
+// Short paths for what tests use most (`support::RedisServer`). A binary that uses none of a
+// re-export would get an unused-import warning, which `dead_code` does not cover.
+#[allow(unused_imports)]
+pub use process::{free_port, send_signal, spawn_self, wait_all};
+#[allow(unused_imports)]
+pub use proxy::FaultProxy;
+#[allow(unused_imports)]
+pub use server::RedisServer;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Polls `condition` every 10 ms until it returns `true`, panicking after `timeout` with
+/// "timed out after {timeout:?} waiting for {what}".
+///
+/// Use it instead of a fixed `sleep` whenever a test waits for something that happens
+/// asynchronously (a key expiring, a worker connecting): it returns as soon as the condition
+/// holds, and the bound can be generous without slowing the common case.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Creates a new, empty directory under the system temp dir, unique to this process and call
+/// (`distlock-<label>-<pid>-<n>-<nanos>`); the caller removes it.
+///
+/// `create_dir` (not `create_dir_all`) fails if the name already exists, so two tests can never
+/// share a directory even when they run in parallel in several processes.
+pub fn unique_temp_dir(label: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    for _ in 0..100 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-{label}-{}-{n}-{nanos}",
+            std::process::id()
+        ));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
+        }
+    }
+    panic!("could not create a unique temp dir for {label} after 100 attempts");
+}
