@@ -90,6 +90,27 @@ fn server_has_no_persistence_and_takes_extra_args() {
 }
 
 #[test]
+fn bad_server_args_panic_with_the_log() {
+    let outcome = std::panic::catch_unwind(|| RedisServer::start_with(&["--no-such-option", "1"]));
+    let message = match outcome {
+        Ok(server) => panic!("a server started with a bad option: {server:?}"),
+        Err(payload) => payload.downcast::<String>().map(|s| *s).unwrap_or_default(),
+    };
+    assert!(message.contains("exited"), "panic message: {message}");
+    assert!(
+        message.contains("no-such-option"),
+        "the log is missing: {message}"
+    );
+}
+
+#[test]
+fn harness_types_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RedisServer>();
+    assert_send_sync::<FaultProxy>();
+}
+
+#[test]
 fn key_helpers_see_ttl_and_scan() {
     let server = RedisServer::start();
     let mut conn = server.conn();

@@ -37,6 +37,11 @@ const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it \
 /// All methods take `&self`, so one server can be shared by threads and tasks (e.g. in an
 /// `Arc`) while one of them injects faults.
 ///
+/// Every method is synchronous. From an async test that is fine for the helpers (a local
+/// round trip), but `start`, `restart` and `kill` block for as long as the process takes, so
+/// in a `current_thread` runtime call them where no task needs to make progress meanwhile
+/// (or via `tokio::task::spawn_blocking`).
+///
 /// The assertion helpers (`get`, `keys`, ...) connect as the default user without a password:
 /// a test that locks the default user out via [`start_with`] must use its own connection.
 ///
@@ -388,16 +393,18 @@ fn launch(
     timeout: Duration,
 ) -> Result<Running, LaunchError> {
     let log_path = dir.join("redis.log");
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", log_path.display()));
+    let open_log = || {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let log_err = log.try_clone()?;
+        Ok::<_, std::io::Error>((log, log_err))
+    };
+    let (log, log_err) = open_log()
+        .map_err(|e| LaunchError::Failed(format!("cannot open {}: {e}", log_path.display())))?;
     // Only this launch's part of the (appended) log tells why this launch failed.
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
-    let log_err = log
-        .try_clone()
-        .unwrap_or_else(|e| panic!("cannot clone the log file handle: {e}"));
 
     let port_arg = port.to_string();
     let mut child = match Command::new("redis-server")
@@ -412,8 +419,14 @@ fn launch(
         .spawn()
     {
         Ok(child) => child,
-        Err(e) if e.kind() == ErrorKind::NotFound => panic!("{NOT_FOUND_MESSAGE}"),
-        Err(e) => panic!("cannot spawn redis-server: {e}"),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(LaunchError::Failed(NOT_FOUND_MESSAGE.to_string()))
+        }
+        Err(e) => {
+            return Err(LaunchError::Failed(format!(
+                "cannot spawn redis-server: {e}"
+            )))
+        }
     };
 
     let deadline = Instant::now() + timeout;
