@@ -1,0 +1,89 @@
+//! [`LockError`]: everything that can go wrong, each message saying what to do about it.
+
+use std::time::Duration;
+
+/// The error type of every fallible distlock operation.
+///
+/// Every message says what happened and what to do. The lock attribute hands it to the caller
+/// as `E::from(LockError)`, so give your error type a `From<LockError>` impl (or use
+/// `std::io::Error`, `Box<dyn Error + Send + Sync>` or `anyhow::Error`, which already have one).
+///
+/// ```
+/// use distlock::LockError;
+/// use std::time::Duration;
+///
+/// let error = LockError::Timeout { key: "lock:trace:1".into(), waited: Duration::from_secs(10) };
+/// assert!(error.to_string().contains("lock:trace:1"));
+/// let io: std::io::Error = error.into();
+/// assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// A locked function ran before the global client was installed.
+    #[error(
+        "distlock is not initialized: call `distlock::init(\"redis://host:port\").await` once at \
+         startup, before any `#[distributed_lock]` function runs"
+    )]
+    NotInitialized,
+
+    /// `init` or `init_with` was called when a global client was already installed.
+    #[error(
+        "distlock is already initialized: call `distlock::init` once at startup; to talk to \
+         another Redis, build a `LockManager` and use it directly"
+    )]
+    AlreadyInitialized,
+
+    /// The lock was still held by someone else when the `timeout` ran out.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{key}`: another worker holds it; raise \
+         `timeout`, or retry later"
+    )]
+    Timeout {
+        /// The full Redis key of the lock.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lock expired or was taken by another worker before its holder was done with it.
+    #[error(
+        "lock `{key}` was lost: it expired or another worker took it before this holder was \
+         done; raise `ttl`, call `extend` in time, or use `auto_extend = true`"
+    )]
+    Lost {
+        /// The full Redis key of the lock.
+        key: String,
+    },
+
+    /// Redis could not be reached or answered with an error.
+    #[error("Redis error: {0}; check that Redis is running and reachable at the configured URL")]
+    Redis(#[from] redis::RedisError),
+
+    /// A setting is out of range or malformed (URL, ttl, timeout, ...).
+    #[error("invalid distlock configuration: {0}")]
+    Config(String),
+}
+
+impl From<LockError> for std::io::Error {
+    fn from(error: LockError) -> Self {
+        use std::io::ErrorKind;
+        let kind = match &error {
+            LockError::Timeout { .. } => ErrorKind::TimedOut,
+            LockError::Config(_) => ErrorKind::InvalidInput,
+            LockError::Redis(redis) if redis.is_timeout() => ErrorKind::TimedOut,
+            LockError::Redis(redis) if redis.is_connection_refusal() => {
+                ErrorKind::ConnectionRefused
+            }
+            _ => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, error)
+    }
+}
+
+impl LockError {
+    /// A [`LockError::Config`] with the given explanation.
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        LockError::Config(message.into())
+    }
+}

@@ -1,0 +1,304 @@
+//! [`LockGuard`]: a held lock — extend it, check it, release it, or drop it.
+
+use std::fmt;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::keys::LockKeys;
+use crate::queue::Turn;
+use crate::{options, LockError, LockManager};
+
+/// A held lock.
+///
+/// Release it with [`release`](LockGuard::release) to learn whether it was still yours; if you
+/// just drop it (early return, panic, a cancelled future) it is released in the background,
+/// still with the atomic compare-and-delete, so a guard never deletes a lock that has since
+/// passed to someone else.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), distlock::LockError> {
+/// use distlock::{LockManager, LockOptions};
+/// use std::time::Duration;
+///
+/// let manager = LockManager::connect("redis://127.0.0.1:6379").await?;
+/// let guard = manager.acquire("invoice:42", &LockOptions::new()).await?;
+/// assert_eq!(guard.key(), "lock:invoice:42");
+/// // ... work ...
+/// guard.extend(Duration::from_secs(30)).await?; // more time, only if still ours
+/// // ... more work ...
+/// guard.release().await?; // Err(LockError::Lost) if it expired meanwhile
+/// # Ok(())
+/// # }
+/// ```
+pub struct LockGuard {
+    held: Arc<Held>,
+    /// This process's turn on the key; handed to the next local waiter after the release.
+    turn: Option<Turn>,
+    watchdog: Option<JoinHandle<()>>,
+    released: bool,
+}
+
+/// What the guard and its watchdog share.
+pub(crate) struct Held {
+    pub(crate) manager: LockManager,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: String,
+    fence: Option<u64>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+}
+
+impl Held {
+    /// Records that the lock is no longer ours and wakes whoever awaits [`LockGuard::lost`].
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
+    async fn unlock(&self) -> Result<(), LockError> {
+        let ours = self
+            .manager
+            .backend()
+            .unlock(&self.keys, &self.token)
+            .await?;
+        if ours {
+            tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
+            Ok(())
+        } else {
+            self.mark_lost("it was no longer ours at release");
+            Err(LockError::Lost {
+                key: self.keys.lock.clone(),
+            })
+        }
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        manager: LockManager,
+        keys: Arc<LockKeys>,
+        token: String,
+        fence: Option<u64>,
+        turn: Turn,
+    ) -> Self {
+        LockGuard {
+            held: Arc::new(Held {
+                manager,
+                keys,
+                token,
+                fence,
+                lost: AtomicBool::new(false),
+                lost_notify: Notify::new(),
+            }),
+            turn: Some(turn),
+            watchdog: None,
+            released: false,
+        }
+    }
+
+    /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
+    pub(crate) fn start_watchdog(&mut self, ttl: Duration, acquired_at: tokio::time::Instant) {
+        let held = Arc::clone(&self.held);
+        self.watchdog = Some(tokio::spawn(crate::watchdog::run(held, ttl, acquired_at)));
+    }
+
+    /// The full Redis key of the lock (`key_prefix + name`).
+    ///
+    /// ```no_run
+    /// # async fn example(guard: distlock::LockGuard) {
+    /// println!("holding {}", guard.key()); // e.g. "lock:trace:abc"
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.held.keys.lock
+    }
+
+    /// The token stored in the lock key: a fresh UUID v4 for every acquisition.
+    ///
+    /// ```no_run
+    /// # async fn example(guard: distlock::LockGuard) {
+    /// assert_eq!(guard.token().len(), 36);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn token(&self) -> &str {
+        &self.held.token
+    }
+
+    /// The fencing token of this acquisition when it was taken with
+    /// [`fencing(true)`](crate::LockOptions::fencing): strictly greater than that of every
+    /// earlier acquisition of the same key, by any client. Pass it along with every write the
+    /// lock protects, and have the storage reject writes with a smaller token than it has seen.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// let options = distlock::LockOptions::new().fencing(true);
+    /// let guard = manager.acquire("ledger", &options).await?;
+    /// let token: u64 = guard.fencing_token().expect("asked for one");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.held.fence
+    }
+
+    /// Sets the lock's remaining time to live to `ttl`, if the lock is still ours.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] if the lock expired or belongs to someone else now (nothing is
+    /// touched then), [`LockError::Config`] for a ttl outside 1 ms ..= 365 days,
+    /// [`LockError::Redis`] if Redis could not be asked.
+    ///
+    /// ```no_run
+    /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {
+    /// guard.extend(std::time::Duration::from_secs(30)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        let ttl_millis = options::ttl_millis(ttl)?;
+        let held = &self.held;
+        if held
+            .manager
+            .backend()
+            .extend(&held.keys, &held.token, ttl_millis)
+            .await?
+        {
+            tracing::debug!(target: "distlock", key = %held.keys.lock, ttl_ms = ttl_millis, "extended");
+            Ok(())
+        } else {
+            held.mark_lost("it was no longer ours when extending");
+            Err(LockError::Lost {
+                key: held.keys.lock.clone(),
+            })
+        }
+    }
+
+    /// Asks Redis whether the lock is still ours.
+    ///
+    /// # Errors
+    /// [`LockError::Redis`] if Redis could not be asked.
+    ///
+    /// ```no_run
+    /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {
+    /// if !guard.is_held().await? {
+    ///     eprintln!("{} expired: stop writing", guard.key());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn is_held(&self) -> Result<bool, LockError> {
+        let holder = self.held.manager.backend().holder(&self.held.keys).await?;
+        Ok(holder.as_deref() == Some(self.held.token.as_str()))
+    }
+
+    /// Completes when the guard learns that the lock is lost: when the auto-extension watchdog
+    /// finds it gone or cannot reach Redis before it would expire, or when
+    /// [`extend`](LockGuard::extend) or [`release`](LockGuard::release) found it no longer
+    /// ours. Without `auto_extend` nothing checks in the background, so race your work against
+    /// this only with `auto_extend` on.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// let options = distlock::LockOptions::new().auto_extend(true);
+    /// let guard = manager.acquire("report", &options).await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => return Err(distlock::LockError::Lost { key: guard.key().into() }),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(90)) => {} // long work
+    /// }
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub async fn lost(&self) {
+        loop {
+            let mut notified = pin!(self.held.lost_notify.notified());
+            notified.as_mut().enable();
+            if self.held.lost.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether the guard already knows the lock is lost (no Redis call; see [`lost`](Self::lost)).
+    ///
+    /// ```no_run
+    /// # fn example(guard: &distlock::LockGuard) {
+    /// if guard.is_lost() { /* stop */ }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.held.lost.load(Ordering::Acquire)
+    }
+
+    /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] if the lock was no longer ours (it expired, and maybe someone else
+    /// holds it now — their lock is left untouched); [`LockError::Redis`] if Redis could not be
+    /// reached, in which case the lock expires at the end of its ttl.
+    ///
+    /// ```no_run
+    /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.stop_watchdog();
+        let result = self.held.unlock().await;
+        // Only now: if this future is dropped mid-call, `Drop` still releases in the background.
+        self.released = true;
+        drop(self.turn.take());
+        result
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        if self.released {
+            return;
+        }
+        let held = Arc::clone(&self.held);
+        let turn = self.turn.take();
+        // The caller's runtime may be shutting down (a cancelled task at the end of a test),
+        // or there may be none: release on the background runtime, which is always there.
+        crate::background::spawn(async move {
+            if let Err(error) = held.unlock().await {
+                if !matches!(error, LockError::Lost { .. }) {
+                    tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "release after drop failed; the lock expires at the end of its ttl");
+                }
+            }
+            drop(turn);
+        });
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key())
+            .field("token", &self.token())
+            .field("fencing_token", &self.held.fence)
+            .field("auto_extend", &self.watchdog.is_some())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

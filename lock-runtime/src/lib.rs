@@ -1,0 +1,40 @@
+//! The runtime of [distlock](https://docs.rs/distlock): the Redis lock manager, its guards, and
+//! the global client behind `#[distributed_lock]`. Use it through the `distlock` crate, which
+//! re-exports everything here.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), lock_runtime::LockError> {
+//! use lock_runtime::{LockManager, LockOptions};
+//!
+//! let manager = LockManager::connect("redis://127.0.0.1:6379").await?;
+//! let guard = manager.acquire("trace:abc", &LockOptions::new()).await?;
+//! // ... only one holder of lock:trace:abc at a time, fleet-wide ...
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+#[doc(hidden)]
+pub mod attribute;
+mod backend;
+mod background;
+mod connection;
+mod error;
+mod finish;
+mod global;
+mod guard;
+mod keys;
+mod manager;
+mod options;
+mod queue;
+mod scripts;
+mod wake;
+mod watchdog;
+
+pub use error::LockError;
+pub use global::{global, init, init_with};
+pub use guard::LockGuard;
+#[doc(hidden)]
+pub use manager::ResourceCounts;
+pub use manager::{LockManager, LockManagerBuilder};
+pub use options::LockOptions;

@@ -1,0 +1,479 @@
+//! [`LockManager`]: connects to Redis and takes locks.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::hash::{BuildHasher, Hasher};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Attempt, Backend};
+use crate::connection::Timeouts;
+use crate::finish::FinishOnDrop;
+use crate::keys::LockKeys;
+use crate::queue::LocalQueues;
+use crate::{LockError, LockGuard, LockOptions};
+
+/// Waiters that are not subscribed to wake-ups (the subscription failed) retry at least this
+/// often, so a missed release costs them at most this much.
+const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(200);
+/// Spread of the retries of waiters that wake at the same moment (a ttl running out).
+const RETRY_JITTER: Duration = Duration::from_millis(2);
+/// Backoff after a Redis error while acquiring: from the first to the last value, doubling.
+const ERROR_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(500));
+
+/// Takes and releases locks on one Redis deployment.
+///
+/// Cheap to clone (an `Arc` inside); clones share connections, wake-up subscriptions and the
+/// in-process queue of each key. Usable from any tokio runtime: each runtime that uses it gets
+/// its own multiplexed connection, so one global manager serves every `#[tokio::test]`.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), distlock::LockError> {
+/// use distlock::{LockManager, LockOptions};
+/// use std::time::Duration;
+///
+/// let manager = LockManager::builder("redis://127.0.0.1:6379")
+///     .key_prefix("myapp:lock:")
+///     .response_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// let options = LockOptions::new().ttl(Duration::from_secs(60));
+/// if let Some(guard) = manager.try_acquire("nightly-report", &options).await? {
+///     // ... only one worker gets here ...
+///     guard.release().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LockManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    key_prefix: String,
+    queues: Arc<LocalQueues>,
+    url: String,
+}
+
+/// Builds a [`LockManager`]: `LockManager::builder(url)`, options, then `.connect().await`.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379")
+///     .key_prefix("lock:")                          // the default
+///     .connect_timeout(Duration::from_secs(2))     // the default
+///     .response_timeout(Duration::from_secs(1))    // the default
+///     .connect()
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `.connect().await`"]
+pub struct LockManagerBuilder {
+    url: String,
+    key_prefix: String,
+    timeouts: Timeouts,
+}
+
+impl LockManagerBuilder {
+    /// Prefix of every lock key: the lock named `trace:1` lives at `key_prefix + "trace:1"`.
+    /// Default `"lock:"`.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::builder("redis://127.0.0.1").key_prefix("app1:lock:");
+    /// ```
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// How long to wait for a TCP connection (and Redis handshake). Default 2 s.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::builder("redis://127.0.0.1")
+    ///     .connect_timeout(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// How long to wait for the answer to any one Redis command before failing it. Default 1 s.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::builder("redis://127.0.0.1")
+    ///     .response_timeout(std::time::Duration::from_millis(250));
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.response = timeout;
+        self
+    }
+
+    /// Connects and checks with a `PING` that Redis answers.
+    ///
+    /// # Errors
+    /// [`LockError::Config`] for a malformed URL or timeout, [`LockError::Redis`] when Redis
+    /// cannot be reached within the timeouts or does not answer like Redis.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), distlock::LockError> {
+    /// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379").connect().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self) -> Result<LockManager, LockError> {
+        for (name, value) in [
+            ("connect_timeout", self.timeouts.connect),
+            ("response_timeout", self.timeouts.response),
+        ] {
+            if value.is_zero() || value > crate::options::MAX_DURATION {
+                return Err(LockError::config(format!(
+                    "{name} {value:?} is out of range; use a duration between 1 ms and 365 days"
+                )));
+            }
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(|error| {
+            LockError::config(format!(
+                "`{}` is not a Redis URL ({error}); write it as redis://[user:password@]host[:port][/db]",
+                redact(&self.url)
+            ))
+        })?;
+        let manager = LockManager {
+            inner: Arc::new(Inner {
+                backend: Backend::standalone(client, self.timeouts),
+                key_prefix: self.key_prefix,
+                queues: Arc::new(LocalQueues::default()),
+                url: redact(&self.url),
+            }),
+        };
+        manager.inner.backend.ping().await?;
+        Ok(manager)
+    }
+}
+
+impl LockManager {
+    /// Connects with the default settings (see [`LockManager::builder`]).
+    ///
+    /// # Errors
+    /// As [`LockManagerBuilder::connect`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), distlock::LockError> {
+    /// let manager = distlock::LockManager::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: &str) -> Result<LockManager, LockError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Starts building a manager for the standalone Redis at `url`
+    /// (`redis://[user:password@]host[:port][/db]`).
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::builder("redis://127.0.0.1:6379");
+    /// ```
+    pub fn builder(url: impl Into<String>) -> LockManagerBuilder {
+        LockManagerBuilder {
+            url: url.into(),
+            key_prefix: "lock:".to_owned(),
+            timeouts: Timeouts {
+                connect: Duration::from_secs(2),
+                response: Duration::from_secs(1),
+            },
+        }
+    }
+
+    /// The prefix of every lock key.
+    ///
+    /// ```no_run
+    /// # fn example(manager: distlock::LockManager) {
+    /// assert_eq!(manager.key_prefix(), "lock:");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.key_prefix
+    }
+
+    /// Takes the lock `name` (Redis key `key_prefix + name`), waiting up to
+    /// `options.timeout` while someone else holds it.
+    ///
+    /// Waiting costs no polling: a waiter is woken by the holder's release, or retries when the
+    /// holder's ttl runs out. Tasks of this process that wait for the same lock are served first
+    /// come, first served. Cancel-safe: if this future is dropped, nothing is left held — not
+    /// even a lock that Redis granted just as the caller gave up.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] if the lock was still held when the timeout ran out,
+    /// [`LockError::Redis`] if Redis failed until the deadline (with the last cause),
+    /// [`LockError::Config`] for an out-of-range ttl or timeout.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// let options = distlock::LockOptions::new().timeout(std::time::Duration::from_secs(2));
+    /// let guard = manager.acquire("trace:abc", &options).await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        let ttl_millis = options.validate()?;
+        let keys = Arc::new(self.keys(name));
+        let started = Instant::now();
+        let deadline = started + options.timeout_duration();
+        let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
+        let Ok(turn) = tokio::time::timeout_at(deadline, self.inner.queues.wait_turn(&queue_key)).await else {
+            return Err(timeout(&keys, started));
+        };
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut watch = None;
+        let mut contended = false;
+        let mut backoff = ERROR_BACKOFF.0;
+        loop {
+            // Listen before asking: a release published while the attempt is in flight must
+            // still wake us.
+            let mut wake_up = watch
+                .as_ref()
+                .map(|watch: &crate::wake::Watch| Box::pin(Arc::clone(watch.notify()).notified_owned()));
+            if let Some(wake_up) = wake_up.as_mut() {
+                wake_up.as_mut().enable();
+            }
+            let sent = Instant::now();
+            let attempt = self.attempt(&keys, &token, ttl_millis, options.fencing_enabled(), watch.is_some()).await;
+            let pause = match attempt {
+                Ok(Attempt::Acquired { fence }) => {
+                    let waited = started.elapsed();
+                    tracing::debug!(target: "distlock", key = %keys.lock, waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX), fence, "acquired");
+                    let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
+                    if options.auto_extend_enabled() {
+                        guard.start_watchdog(options.ttl_duration(), sent);
+                    }
+                    return Ok(guard);
+                }
+                Ok(Attempt::Held { remaining }) => {
+                    if !contended {
+                        contended = true;
+                        tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)), "contended; waiting");
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(timeout(&keys, started));
+                    }
+                    if watch.is_none() {
+                        match self.inner.backend.watch(&keys).await {
+                            // Subscribed: ask again at once, now marked as waiting.
+                            Ok(subscribed) => {
+                                watch = Some(subscribed);
+                                continue;
+                            }
+                            Err(error) => tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling"),
+                        }
+                    }
+                    let until_expiry = remaining.unwrap_or(UNSUBSCRIBED_POLL).max(Duration::from_millis(1));
+                    let pause = if watch.is_some() { until_expiry } else { until_expiry.min(UNSUBSCRIBED_POLL) };
+                    pause + jitter(RETRY_JITTER)
+                }
+                Err(error) => {
+                    if Instant::now() >= deadline {
+                        return Err(LockError::Redis(error));
+                    }
+                    tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
+                    let pause = backoff + jitter(backoff / 2);
+                    backoff = (backoff * 2).min(ERROR_BACKOFF.1);
+                    pause
+                }
+            };
+            let mut sleep = pin!(tokio::time::sleep_until((Instant::now() + pause).min(deadline)));
+            poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                match wake_up.as_mut() {
+                    Some(wake_up) => wake_up.as_mut().poll(cx),
+                    None => Poll::Pending,
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Takes the lock `name` if it is free now: one attempt, no waiting.
+    ///
+    /// Returns `Ok(None)` when someone else holds it — in Redis, or a task of this process that
+    /// holds or waits for it.
+    ///
+    /// # Errors
+    /// [`LockError::Redis`] if Redis could not be asked, [`LockError::Config`] for an
+    /// out-of-range ttl.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// match manager.try_acquire("cron:cleanup", &distlock::LockOptions::new()).await? {
+    ///     Some(guard) => guard.release().await?,
+    ///     None => println!("another worker is on it"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let ttl_millis = options.validate()?;
+        let keys = Arc::new(self.keys(name));
+        let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
+        let Some(turn) = self.inner.queues.try_turn(&queue_key) else {
+            return Ok(None);
+        };
+        let token = uuid::Uuid::new_v4().to_string();
+        let sent = Instant::now();
+        match self.attempt(&keys, &token, ttl_millis, options.fencing_enabled(), false).await? {
+            Attempt::Acquired { fence } => {
+                tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
+                let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
+                if options.auto_extend_enabled() {
+                    guard.start_watchdog(options.ttl_duration(), sent);
+                }
+                Ok(Some(guard))
+            }
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Counts of the manager's internal resources, for tests that check nothing leaks.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn resource_counts(&self) -> ResourceCounts {
+        let (connections, watched_channels) = self.inner.backend.resource_counts();
+        ResourceCounts {
+            queued_keys: self.inner.queues.len(),
+            watched_channels,
+            connections,
+        }
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    fn keys(&self, name: &str) -> LockKeys {
+        let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
+        lock.push_str(&self.inner.key_prefix);
+        lock.push_str(name);
+        LockKeys::new(lock)
+    }
+
+    /// One attempt to take the lock. If the caller stops waiting while the command is in
+    /// flight, the attempt still completes, and a lock it turns out to have won is released.
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        ttl_millis: u64,
+        fencing: bool,
+        will_wait: bool,
+    ) -> redis::RedisResult<Attempt> {
+        let connection = self.inner.backend.connection().await?;
+        let (request_keys, request_token) = (Arc::clone(keys), token.to_owned());
+        let request = async move {
+            Backend::try_lock(connection, &request_keys, &request_token, ttl_millis, fencing, will_wait).await
+        };
+        let (manager, keys, token) = (self.clone(), Arc::clone(keys), token.to_owned());
+        FinishOnDrop::new(request, move |outcome| async move {
+            if let Ok(Attempt::Acquired { .. }) = outcome {
+                tracing::debug!(target: "distlock", key = %keys.lock, "releasing a lock granted to a cancelled acquire");
+                let _ = manager.inner.backend.unlock(&keys, &token).await;
+            }
+        })
+        .await
+    }
+}
+
+/// Counts of a manager's internal resources (see `LockManager::resource_counts`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceCounts {
+    /// Keys with an in-process queue (held or awaited by a task of this process).
+    pub queued_keys: usize,
+    /// Wake-up channels subscribed to.
+    pub watched_channels: usize,
+    /// Runtimes with a connection.
+    pub connections: usize,
+}
+
+impl fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManager")
+            .field("url", &self.inner.url)
+            .field("key_prefix", &self.inner.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn timeout(keys: &LockKeys, started: Instant) -> LockError {
+    LockError::Timeout {
+        key: keys.lock.clone(),
+        waited: started.elapsed(),
+    }
+}
+
+/// A random duration in `0..=max`: spreads retries of waiters that woke together.
+fn jitter(max: Duration) -> Duration {
+    let max_micros = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    if max_micros == 0 {
+        return Duration::ZERO;
+    }
+    // RandomState is seeded randomly per thread and stepped per instance: cheap randomness
+    // without another dependency.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    Duration::from_micros(random % (max_micros + 1))
+}
+
+/// The URL with any password replaced, for messages and logs.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let hidden = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
+            format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("redis://app:s3cret@host:6379/0"), "redis://app:***@host:6379/0");
+        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound() {
+        for _ in 0..1000 {
+            assert!(jitter(Duration::from_millis(2)) <= Duration::from_millis(2));
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+}

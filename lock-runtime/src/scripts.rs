@@ -1,0 +1,75 @@
+//! The Lua scripts. Each runs atomically on the Redis server, is sent once per connection by
+//! `SCRIPT LOAD` (through `redis::Script`'s NOSCRIPT fallback) and afterwards invoked by SHA.
+//! Keys always travel in `KEYS`, values in `ARGV`: nothing is ever spliced into the script text.
+
+use once_cell::sync::Lazy;
+use redis::Script;
+
+/// Try to take the lock; on failure report how long the holder may still hold it.
+///
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wait flag, `KEYS[3]` its fencing counter.
+/// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` to issue a fencing
+///   token, `ARGV[4]` `"1"` when the caller is subscribed to the wake-up channel and will wait.
+/// - Returns `{1, fence}` when acquired (`fence` is 0 unless asked for), `{0, pttl}` when someone
+///   else holds it (`pttl` as `PTTL` returns it: milliseconds left, or -1 for a key without expiry).
+///
+/// The wait flag tells the releasing script that someone waits, so a release publishes a wake-up
+/// only then. The flag outlives the holder's current ttl by a second; a waiter renews it on each
+/// failed attempt, and every waiter attempts again at the latest when that ttl runs out.
+pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '1' then
+    return {1, redis.call('INCR', KEYS[3])}
+  end
+  return {1, 0}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[4] == '1' then
+  local keep = pttl
+  if keep < 0 then keep = tonumber(ARGV[2]) end
+  redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
+end
+return {0, pttl}
+",
+    )
+});
+
+/// Delete the lock if it is still ours, and wake the waiters if there are any.
+///
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wait flag; `ARGV[1]` the token, `ARGV[2]` the
+///   wake-up channel.
+/// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (expired, or
+///   another holder's) and nothing was touched.
+///
+/// One `DEL` removes the lock and the wait flag together: it returns 2 exactly when someone
+/// waits, so an uncontended release costs the same two commands as a plain compare-and-delete.
+pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  end
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Set the lock's remaining ttl if it is still ours.
+///
+/// - `KEYS[1]` the lock key; `ARGV[1]` the token, `ARGV[2]` the new ttl in milliseconds.
+/// - Returns 1 when extended, 0 when the lock was not ours (nothing touched).
+pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+",
+    )
+});

@@ -1,0 +1,255 @@
+//! Wake-ups on release: waiters sleep until the holder's release, not until a timer.
+//!
+//! Each lock manager has one pub/sub connection, driven by one task on the background runtime.
+//! The task subscribes to a lock's wake-up channel while some task of this process waits for the
+//! lock, and wakes that lock's local waiters when a release publishes on it. Subscribe and
+//! unsubscribe requests go through the same ordered queue, so a quick unsubscribe/subscribe pair
+//! can never leave a channel unsubscribed that someone still watches.
+//!
+//! Wake-ups are an optimisation, never a requirement: a waiter also retries when the holder's
+//! ttl runs out, so a lost message (reconnect, expiry instead of release) costs at most that.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use redis::{Client, RedisResult};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::connection::Timeouts;
+
+/// The wake-up subscriptions of one lock manager.
+pub(crate) struct WakeHub {
+    requests: mpsc::UnboundedSender<Request>,
+    channels: Arc<Channels>,
+    timeouts: Timeouts,
+}
+
+/// Channel name → the local watchers of that channel.
+type Channels = Mutex<HashMap<String, Channel>>;
+
+struct Channel {
+    watchers: usize,
+    notify: Arc<Notify>,
+}
+
+enum Request {
+    Subscribe {
+        channel: String,
+        done: oneshot::Sender<RedisResult<()>>,
+    },
+    Unsubscribe {
+        channel: String,
+    },
+}
+
+/// A task's interest in one channel; the channel stays subscribed while any `Watch` of it lives.
+pub(crate) struct Watch {
+    hub_requests: mpsc::UnboundedSender<Request>,
+    channels: Arc<Channels>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl WakeHub {
+    pub(crate) fn new(client: Client, timeouts: Timeouts) -> Self {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let channels = Arc::new(Mutex::new(HashMap::new()));
+        crate::background::spawn(run(client, timeouts, receiver, Arc::clone(&channels)));
+        WakeHub {
+            requests,
+            channels,
+            timeouts,
+        }
+    }
+
+    /// Watches `channel`: returns once the subscription is confirmed by Redis, so that any
+    /// release published after this returns wakes the watcher.
+    pub(crate) async fn watch(&self, channel: &str) -> RedisResult<Watch> {
+        let (notify, first) = {
+            let mut channels = lock(&self.channels);
+            let entry = channels.entry(channel.to_owned()).or_insert_with(|| Channel {
+                watchers: 0,
+                notify: Arc::new(Notify::new()),
+            });
+            entry.watchers += 1;
+            (Arc::clone(&entry.notify), entry.watchers == 1)
+        };
+        // Built before any await, so a cancelled `watch` still unsubscribes.
+        let watch = Watch {
+            hub_requests: self.requests.clone(),
+            channels: Arc::clone(&self.channels),
+            channel: channel.to_owned(),
+            notify,
+        };
+        if first {
+            let (done, confirmed) = oneshot::channel();
+            let request = Request::Subscribe {
+                channel: channel.to_owned(),
+                done,
+            };
+            if self.requests.send(request).is_err() {
+                return Err(hub_gone());
+            }
+            let limit = self.timeouts.connect + self.timeouts.response;
+            match tokio::time::timeout(limit, confirmed).await {
+                Ok(Ok(result)) => result?,
+                Ok(Err(_)) => return Err(hub_gone()),
+                Err(_) => return Err(subscribe_timed_out(limit)),
+            }
+        }
+        Ok(watch)
+    }
+
+    /// How many channels are watched now (for leak tests).
+    pub(crate) fn watched_channels(&self) -> usize {
+        lock(&self.channels).len()
+    }
+}
+
+impl Watch {
+    /// The notifier that a release on this channel triggers.
+    pub(crate) fn notify(&self) -> &Arc<Notify> {
+        &self.notify
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut channels = lock(&self.channels);
+        let Some(entry) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        entry.watchers -= 1;
+        if entry.watchers == 0 {
+            channels.remove(&self.channel);
+            // Sent under the map's lock: ordered before any later subscribe to the same channel.
+            let _ = self.hub_requests.send(Request::Unsubscribe {
+                channel: std::mem::take(&mut self.channel),
+            });
+        }
+    }
+}
+
+fn lock(channels: &Channels) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+    channels.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn hub_gone() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "distlock wake-up task has stopped",
+    ))
+}
+
+fn subscribe_timed_out(limit: Duration) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("SUBSCRIBE was not confirmed within {limit:?}"),
+    ))
+}
+
+/// The hub's task: owns the pub/sub connection, serves (un)subscribe requests in order, and
+/// dispatches published releases to the local watchers. Ends when the manager is dropped.
+async fn run(
+    client: Client,
+    timeouts: Timeouts,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    channels: Arc<Channels>,
+) {
+    let mut connection: Option<(PubSubSink, PubSubStream)> = None;
+    loop {
+        let message = async {
+            match connection.as_mut() {
+                Some((_, stream)) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            request = requests.recv() => {
+                let Some(request) = request else { return };
+                serve(request, &client, timeouts, &mut connection, &channels).await;
+            }
+            message = message => match message {
+                Some(message) => {
+                    let channel = message.get_channel_name();
+                    if let Some(entry) = lock(&channels).get(channel) {
+                        entry.notify.notify_waiters();
+                    }
+                }
+                None => {
+                    tracing::debug!(target: "distlock", "wake-up connection lost; waiters fall back to ttl timers until the next subscribe reconnects");
+                    connection = None;
+                    // Whoever watches now would miss releases until a reconnect: wake them so
+                    // they retry (and resubscribe) at once instead of at their ttl.
+                    for entry in lock(&channels).values() {
+                        entry.notify.notify_waiters();
+                    }
+                }
+            },
+        }
+    }
+}
+
+async fn serve(
+    request: Request,
+    client: &Client,
+    timeouts: Timeouts,
+    connection: &mut Option<(PubSubSink, PubSubStream)>,
+    channels: &Channels,
+) {
+    match request {
+        Request::Subscribe { channel, done } => {
+            let result = subscribe(client, timeouts, connection, channels, &channel).await;
+            if result.is_err() {
+                *connection = None;
+            }
+            let _ = done.send(result);
+        }
+        Request::Unsubscribe { channel } => {
+            if let Some((sink, _)) = connection.as_mut() {
+                let unsubscribe = tokio::time::timeout(timeouts.response, sink.unsubscribe(&channel));
+                if !matches!(unsubscribe.await, Ok(Ok(()))) {
+                    *connection = None;
+                }
+            }
+        }
+    }
+}
+
+/// Subscribes to `channel`, connecting first (and resubscribing every watched channel) when
+/// there is no connection.
+async fn subscribe(
+    client: &Client,
+    timeouts: Timeouts,
+    connection: &mut Option<(PubSubSink, PubSubStream)>,
+    channels: &Channels,
+    channel: &str,
+) -> RedisResult<()> {
+    if connection.is_none() {
+        let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
+            .await
+            .map_err(|_| connect_timed_out(timeouts.connect))??;
+        let (mut sink, stream) = pubsub.split();
+        let watched: Vec<String> = lock(channels).keys().cloned().collect();
+        if !watched.is_empty() {
+            tokio::time::timeout(timeouts.response, sink.subscribe(&watched))
+                .await
+                .map_err(|_| subscribe_timed_out(timeouts.response))??;
+        }
+        *connection = Some((sink, stream));
+    }
+    let (sink, _) = connection.as_mut().expect("connected above");
+    tokio::time::timeout(timeouts.response, sink.subscribe(channel))
+        .await
+        .map_err(|_| subscribe_timed_out(timeouts.response))?
+}
+
+fn connect_timed_out(limit: Duration) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("could not connect for wake-ups within {limit:?}"),
+    ))
+}

@@ -1,0 +1,55 @@
+//! # distlock — distributed mutual exclusion on Redis in one attribute
+//!
+//! Many workers, on many machines, process tasks concurrently; for a given resource only one may
+//! work at a time. Put `#[distributed_lock]` on the `async fn` that does the work:
+//!
+//! ```no_run
+//! use distlock::distributed_lock;
+//!
+//! #[derive(Debug)]
+//! struct AppError(String);
+//!
+//! impl From<distlock::LockError> for AppError {
+//!     fn from(error: distlock::LockError) -> Self {
+//!         AppError(error.to_string())
+//!     }
+//! }
+//!
+//! #[distributed_lock(key = "trace:{trace_id}", ttl = 60)]
+//! async fn process_trace(trace_id: &str) -> Result<(), AppError> {
+//!     // only one worker in the whole fleet runs this block for a given trace_id
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     distlock::init("redis://127.0.0.1:6379").await?; // global client, once, at startup
+//!     process_trace("abc").await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The attribute takes the lock `lock:trace:abc` before the body runs (waiting up to `timeout`)
+//! and releases it with an atomic compare-and-delete after the body ends — by `return`, by `?`, by
+//! panic, or because the caller dropped the future. The lock expires by itself after `ttl`, so a
+//! crashed worker never deadlocks the fleet.
+//!
+//! The same locks are available without the attribute through [`LockManager`]:
+//! [`LockManager::acquire`] returns a [`LockGuard`] that releases on [`LockGuard::release`] or
+//! on drop.
+//!
+//! See the README for every option of the attribute and for the behaviour under failure.
+
+pub use lock_macros::distributed_lock;
+pub use lock_runtime::{
+    global, init, init_with, LockError, LockGuard, LockManager, LockManagerBuilder, LockOptions,
+};
+
+/// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in
+/// any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use core::time::Duration;
+    pub use lock_runtime::attribute::{acquire, release, run};
+    pub use lock_runtime::{LockError, LockGuard, LockOptions};
+}
