@@ -90,6 +90,37 @@ fn server_has_no_persistence_and_takes_extra_args() {
 }
 
 #[test]
+fn acl_users_from_start_with_apply() {
+    let server = RedisServer::start_with(&["--user", "app", "on", ">secret", "~app:*", "+@all"]);
+    let app_url = format!("redis://app:secret@127.0.0.1:{}/", server.port());
+    let mut app = connect(&app_url, Duration::from_secs(5));
+    let _: () = redis::cmd("SET")
+        .arg("app:x")
+        .arg("1")
+        .query(&mut app)
+        .unwrap();
+    let denied: redis::RedisResult<()> = redis::cmd("SET").arg("other:x").arg("1").query(&mut app);
+    assert!(denied.is_err(), "the ACL key pattern was not applied");
+    // The default user is untouched, so the helpers still work.
+    assert_eq!(server.get("app:x").as_deref(), Some("1"));
+}
+
+#[test]
+fn a_password_protected_server_counts_as_started() {
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    let unauthenticated = server.try_conn().and_then(|mut conn| ping(&mut conn));
+    assert!(
+        unauthenticated.is_err(),
+        "no password needed: {unauthenticated:?}"
+    );
+    let url = format!("redis://:pw@127.0.0.1:{}/", server.port());
+    assert_eq!(
+        ping(&mut connect(&url, Duration::from_secs(5))).unwrap(),
+        "PONG"
+    );
+}
+
+#[test]
 fn bad_server_args_panic_with_the_log() {
     let outcome = std::panic::catch_unwind(|| RedisServer::start_with(&["--no-such-option", "1"]));
     let message = match outcome {
