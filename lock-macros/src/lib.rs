@@ -1,0 +1,211 @@
+//! The `#[distributed_lock]` attribute of [distlock](https://docs.rs/distlock).
+//!
+//! Use it through the `distlock` crate (`use distlock::distributed_lock;`): the code it generates
+//! calls `::distlock::__private`, not this crate.
+//!
+//! The crate is split the way `thiserror` splits its macros: [`args`] parses the attribute's
+//! arguments into one typed struct, [`key`] scans and validates the key template, and [`expand`]
+//! validates the function and generates its new body. This file only wires them together.
+
+use proc_macro::TokenStream;
+use syn::ItemFn;
+
+mod args;
+mod expand;
+mod key;
+
+/// Runs the body of an `async fn` while holding a distributed lock on Redis.
+///
+/// ```ignore
+/// use distlock::distributed_lock;
+///
+/// #[distributed_lock(key = "trace:{trace_id}", ttl = 60)]
+/// async fn process_trace(trace_id: &str) -> Result<(), AppError> {
+///     // only one worker in the whole fleet runs this block for a given trace_id
+///     Ok(())
+/// }
+/// ```
+///
+/// Before the body runs, the function acquires the lock `key` from the global lock manager
+/// (`distlock::init(url)` at startup), waiting up to `timeout`. After the body — whether it ends
+/// normally, by `return`, by `?` or by an error — it releases the lock, and awaits the release
+/// before returning. If the future is dropped mid-body or the body panics, the guard releases the
+/// lock in the background; the lock also expires by itself after `ttl`, so a crashed worker never
+/// blocks the fleet.
+///
+/// The signature and the other attributes of the function are kept as written; only the body is
+/// wrapped, so `return` and `?` keep their meaning, and the returned future is `Send` whenever the
+/// body's is.
+///
+/// # Errors reach the caller through `From<LockError>`
+///
+/// The function must return a `Result` (any type path whose last segment ends with `Result`:
+/// `Result<T, E>`, `std::io::Result<T>`, `anyhow::Result<T>`, an alias like `AppResult<T>`).
+/// When the lock cannot be taken in time (or Redis fails, or the global manager is not
+/// initialised) the function returns `Err(E::from(distlock::LockError))` without running the body,
+/// so the error type needs `impl From<distlock::LockError>`. `std::io::Error`, `anyhow::Error` and
+/// `Box<dyn Error + Send + Sync>` have one already.
+///
+/// ```ignore
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(distlock::LockError),
+///     // ...
+/// }
+///
+/// impl From<distlock::LockError> for AppError {
+///     fn from(error: distlock::LockError) -> Self {
+///         AppError::Lock(error)
+///     }
+/// }
+/// ```
+///
+/// # Options
+///
+/// Options are `name = value`, separated by commas, in any order; each may be given once.
+///
+/// ## `key = "<template>"` (required)
+///
+/// The name of the lock (the Redis key is the manager's prefix, `lock:` by default, followed by
+/// it). Placeholders interpolate the `Display` of arguments, evaluated by reference before the
+/// lock is taken:
+///
+/// | written | means |
+/// |---|---|
+/// | `{param}` or `<param>` | the argument `param` |
+/// | `{param.field.sub}` or `<param.field>` | a field of it (tuple fields too: `{pair.0}`) |
+/// | `{self.id}` | a field of the receiver, in a method with `self` / `&self` / `&mut self` |
+/// | `{{` and `}}` | a literal `{` and `}` |
+///
+/// A `<` that does not open `<ident>` or `<ident.field..>` is literal text, so `"a<b"` and
+/// `"x < 3"` need no escaping. A placeholder must name a parameter bound to a plain name (`x` or
+/// `mut x`, not a pattern like `(a, b)`) or `self`.
+///
+/// ```ignore
+/// #[distributed_lock(key = "order:{order.id}:<region>")]
+/// async fn ship(order: &Order, region: Region) -> Result<(), AppError> { Ok(()) }
+///
+/// impl Account {
+///     #[distributed_lock(key = "account:{self.id}")]
+///     async fn withdraw(&mut self, amount: u64) -> Result<(), AppError> { Ok(()) }
+/// }
+/// ```
+///
+/// ## `ttl = <duration>` (default 30 s)
+///
+/// How long the lock lives in Redis if it is not released or extended: seconds as a number
+/// (`ttl = 60`, `ttl = 0.5`) or a string with a unit: `"500ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"1h"`.
+/// It must be at least 1 ms and a whole number of milliseconds (Redis `PX`).
+///
+/// ## `timeout = <duration>` (default 10 s)
+///
+/// How long to wait for the lock when another worker holds it, in the same forms as `ttl`.
+/// `timeout = 0` makes a single attempt. When it runs out the function returns
+/// `Err(E::from(LockError::Timeout { .. }))`.
+///
+/// ```ignore
+/// #[distributed_lock(key = "report:{day}", ttl = "5m", timeout = 0)]
+/// async fn build_report(day: u32) -> Result<(), AppError> { Ok(()) }
+/// ```
+///
+/// ## `guard = <name>`
+///
+/// Binds the held lock as `name: &distlock::LockGuard` in the body, to extend it during long
+/// work or read its key, token or fencing token:
+///
+/// ```ignore
+/// #[distributed_lock(key = "import:{file}", ttl = 30, guard = lock)]
+/// async fn import(file: &str) -> Result<(), AppError> {
+///     for chunk in chunks(file) {
+///         load(chunk).await?;
+///         lock.extend(std::time::Duration::from_secs(30)).await?;
+///     }
+///     tracing::info!(key = lock.key(), token = lock.token(), "imported");
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `auto_extend = true | false` (default false)
+///
+/// A watchdog extends the lock every `ttl / 3` while the body runs. If the lock is lost anyway
+/// (Redis unreachable for longer than the TTL, taken over), the body is cancelled at its next
+/// `.await` and the function returns `Err(E::from(LockError::Lost { .. }))`.
+///
+/// ## `fencing = true | false` (default false)
+///
+/// Acquisition also draws a fencing token, strictly increasing per key across all clients; read
+/// it with `guard.fencing_token()` (with `guard = ...`) and pass it to the storage you protect so
+/// it can reject writes from a holder whose lock has expired.
+///
+/// ```ignore
+/// #[distributed_lock(key = "ledger:{account}", auto_extend = true, fencing = true, guard = lock)]
+/// async fn post(account: u64, store: &Store) -> Result<(), AppError> {
+///     store.write(account, lock.fencing_token()).await
+/// }
+/// ```
+///
+/// ## `crate = "<path>"` (default `"::distlock"`)
+///
+/// The path of the `distlock` crate, for code that renames the dependency or re-exports it:
+///
+/// ```ignore
+/// use distlock as dl;
+///
+/// #[dl::distributed_lock(key = "job", crate = "dl")]
+/// async fn job() -> Result<(), dl::LockError> { Ok(()) }
+/// ```
+///
+/// # Where it applies
+///
+/// Any `async fn` with a body: free functions, inherent methods and trait-impl methods with any
+/// receiver (`self`, `&self`, `&mut self`, `self: Box<Self>`), with generics, `where` clauses,
+/// lifetimes and `impl Trait` arguments.
+///
+/// # Compile-time errors
+///
+/// Every mistake is reported where it is written, saying what to write instead: a missing or
+/// empty `key`; an unclosed `{`, stray `}` or empty `{}` in the key; a placeholder that names no
+/// parameter (the message lists the parameters there are); an unknown or repeated option; a
+/// zero, negative, sub-millisecond or unparsable duration; a value of the wrong kind; a function
+/// that is not `async` or does not return a `Result`. If the error type has no
+/// `From<LockError>`, rustc points at the return type.
+///
+/// When the attribute's arguments or the function are wrong, the function is still emitted as
+/// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let args = syn::parse::<args::Args>(args);
+    let function = syn::parse::<ItemFn>(item.clone()).map_err(|_| {
+        syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
+             method in an `impl` block",
+        )
+    });
+
+    let expanded = match (args, function) {
+        (Ok(args), Ok(function)) => expand::expand(&args, &function),
+        (Err(mut errors), Ok(function)) => {
+            // Report the function's own problems in the same run.
+            if let Err(more) = expand::check_signature(&function.sig) {
+                errors.combine(more);
+            }
+            Err(errors)
+        }
+        (Ok(_), Err(error)) => Err(error),
+        (Err(mut errors), Err(error)) => {
+            errors.combine(error);
+            Err(errors)
+        }
+    };
+
+    match expanded {
+        Ok(tokens) => tokens.into(),
+        Err(errors) => {
+            // Like tokio-macros: keep the item so that the rest of the crate still sees it.
+            let mut tokens = item;
+            tokens.extend(TokenStream::from(errors.to_compile_error()));
+            tokens
+        }
+    }
+}
