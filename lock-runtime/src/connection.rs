@@ -54,7 +54,8 @@ impl Connections {
         if let Some(connection) = self.find(id) {
             return Ok(connection);
         }
-        let connection = ConnectionManager::new_with_config(self.client.clone(), self.config()).await?;
+        let connection =
+            ConnectionManager::new_with_config(self.client.clone(), self.config()).await?;
         let alive = Arc::new(());
         let runtime_alive = Arc::downgrade(&alive);
         // Parks forever; dropped (with `alive`) when the runtime shuts down.
@@ -62,7 +63,10 @@ impl Connections {
             let _alive = alive;
             std::future::pending::<()>().await;
         }));
-        let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         slots.retain(|slot| slot.runtime_alive.strong_count() > 0);
         // Another task of this runtime may have connected meanwhile: keep one connection.
         if let Some(slot) = slots.iter().find(|slot| slot.runtime == id) {
@@ -77,7 +81,10 @@ impl Connections {
     }
 
     fn find(&self, id: Id) -> Option<ConnectionManager> {
-        let slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         slots
             .iter()
             .find(|slot| slot.runtime == id)
@@ -86,7 +93,10 @@ impl Connections {
 
     /// How many runtimes currently have a connection (for leak tests).
     pub(crate) fn len(&self) -> usize {
-        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     fn config(&self) -> ConnectionManagerConfig {

@@ -232,7 +232,9 @@ impl LockManager {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
-        let Ok(turn) = tokio::time::timeout_at(deadline, self.inner.queues.wait_turn(&queue_key)).await else {
+        let Ok(turn) =
+            tokio::time::timeout_at(deadline, self.inner.queues.wait_turn(&queue_key)).await
+        else {
             return Err(timeout(&keys, started));
         };
         let token = uuid::Uuid::new_v4().to_string();
@@ -242,14 +244,22 @@ impl LockManager {
         loop {
             // Listen before asking: a release published while the attempt is in flight must
             // still wake us.
-            let mut wake_up = watch
-                .as_ref()
-                .map(|watch: &crate::wake::Watch| Box::pin(Arc::clone(watch.notify()).notified_owned()));
+            let mut wake_up = watch.as_ref().map(|watch: &crate::wake::Watch| {
+                Box::pin(Arc::clone(watch.notify()).notified_owned())
+            });
             if let Some(wake_up) = wake_up.as_mut() {
                 wake_up.as_mut().enable();
             }
             let sent = Instant::now();
-            let attempt = self.attempt(&keys, &token, ttl_millis, options.fencing_enabled(), watch.is_some()).await;
+            let attempt = self
+                .attempt(
+                    &keys,
+                    &token,
+                    ttl_millis,
+                    options.fencing_enabled(),
+                    watch.is_some(),
+                )
+                .await;
             let pause = match attempt {
                 Ok(Attempt::Acquired { fence }) => {
                     let waited = started.elapsed();
@@ -275,11 +285,19 @@ impl LockManager {
                                 watch = Some(subscribed);
                                 continue;
                             }
-                            Err(error) => tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling"),
+                            Err(error) => {
+                                tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling")
+                            }
                         }
                     }
-                    let until_expiry = remaining.unwrap_or(UNSUBSCRIBED_POLL).max(Duration::from_millis(1));
-                    let pause = if watch.is_some() { until_expiry } else { until_expiry.min(UNSUBSCRIBED_POLL) };
+                    let until_expiry = remaining
+                        .unwrap_or(UNSUBSCRIBED_POLL)
+                        .max(Duration::from_millis(1));
+                    let pause = if watch.is_some() {
+                        until_expiry
+                    } else {
+                        until_expiry.min(UNSUBSCRIBED_POLL)
+                    };
                     pause + jitter(RETRY_JITTER)
                 }
                 Err(error) => {
@@ -292,7 +310,9 @@ impl LockManager {
                     pause
                 }
             };
-            let mut sleep = pin!(tokio::time::sleep_until((Instant::now() + pause).min(deadline)));
+            let mut sleep = pin!(tokio::time::sleep_until(
+                (Instant::now() + pause).min(deadline)
+            ));
             poll_fn(|cx| {
                 if sleep.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(());
@@ -337,7 +357,10 @@ impl LockManager {
         };
         let token = uuid::Uuid::new_v4().to_string();
         let sent = Instant::now();
-        match self.attempt(&keys, &token, ttl_millis, options.fencing_enabled(), false).await? {
+        match self
+            .attempt(&keys, &token, ttl_millis, options.fencing_enabled(), false)
+            .await?
+        {
             Attempt::Acquired { fence } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
                 let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
@@ -386,7 +409,15 @@ impl LockManager {
         let connection = self.inner.backend.connection().await?;
         let (request_keys, request_token) = (Arc::clone(keys), token.to_owned());
         let request = async move {
-            Backend::try_lock(connection, &request_keys, &request_token, ttl_millis, fencing, will_wait).await
+            Backend::try_lock(
+                connection,
+                &request_keys,
+                &request_token,
+                ttl_millis,
+                fencing,
+                will_wait,
+            )
+            .await
         };
         let (manager, keys, token) = (self.clone(), Arc::clone(keys), token.to_owned());
         FinishOnDrop::new(request, move |outcome| async move {
@@ -435,7 +466,9 @@ fn jitter(max: Duration) -> Duration {
     }
     // RandomState is seeded randomly per thread and stepped per instance: cheap randomness
     // without another dependency.
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     Duration::from_micros(random % (max_micros + 1))
 }
 
@@ -450,7 +483,11 @@ fn redact(url: &str) -> String {
         Some(at) => {
             let userinfo = &rest[..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            let hidden = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
             format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
         }
         None => url.to_owned(),
@@ -463,7 +500,10 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(redact("redis://app:s3cret@host:6379/0"), "redis://app:***@host:6379/0");
+        assert_eq!(
+            redact("redis://app:s3cret@host:6379/0"),
+            "redis://app:***@host:6379/0"
+        );
         assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
         assert_eq!(redact("not a url"), "not a url");

@@ -188,7 +188,10 @@ mod tests {
             let error = LockOptions::new().ttl(ttl).validate().unwrap_err();
             assert!(matches!(error, LockError::Config(_)), "{ttl:?}: {error}");
         }
-        assert!(LockOptions::new().timeout(Duration::MAX).validate().is_err());
+        assert!(LockOptions::new()
+            .timeout(Duration::MAX)
+            .validate()
+            .is_err());
     }
 
     #[test]

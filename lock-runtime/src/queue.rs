@@ -119,7 +119,11 @@ mod tests {
             waiter.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
-        assert_eq!(queues.len(), 0, "no queue is left once nobody holds or waits");
+        assert_eq!(
+            queues.len(),
+            0,
+            "no queue is left once nobody holds or waits"
+        );
     }
 
     #[tokio::test]
@@ -127,11 +131,9 @@ mod tests {
         let queues = Arc::new(LocalQueues::default());
         let key: Arc<str> = Arc::from("lock:b");
         let held = queues.wait_turn(&key).await;
-        let wait = tokio::time::timeout(
-            std::time::Duration::from_millis(10),
-            queues.wait_turn(&key),
-        )
-        .await;
+        let wait =
+            tokio::time::timeout(std::time::Duration::from_millis(10), queues.wait_turn(&key))
+                .await;
         assert!(wait.is_err(), "the key was held, so the wait timed out");
         drop(held);
         assert_eq!(queues.len(), 0);

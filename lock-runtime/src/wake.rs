@@ -70,10 +70,12 @@ impl WakeHub {
     pub(crate) async fn watch(&self, channel: &str) -> RedisResult<Watch> {
         let (notify, first) = {
             let mut channels = lock(&self.channels);
-            let entry = channels.entry(channel.to_owned()).or_insert_with(|| Channel {
-                watchers: 0,
-                notify: Arc::new(Notify::new()),
-            });
+            let entry = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| Channel {
+                    watchers: 0,
+                    notify: Arc::new(Notify::new()),
+                });
             entry.watchers += 1;
             (Arc::clone(&entry.notify), entry.watchers == 1)
         };
@@ -160,6 +162,8 @@ async fn run(
     channels: Arc<Channels>,
 ) {
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
+    // Set while the connection is lost and someone still watches: when to reconnect.
+    let mut reconnect: Option<(tokio::time::Instant, Duration)> = None;
     loop {
         let message = async {
             match connection.as_mut() {
@@ -167,10 +171,20 @@ async fn run(
                 None => std::future::pending().await,
             }
         };
+        let reconnect_due = async {
+            match reconnect {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             request = requests.recv() => {
                 let Some(request) = request else { return };
                 serve(request, &client, timeouts, &mut connection, &channels).await;
+                if connection.is_none() && reconnect.is_none() && !lock(&channels).is_empty() {
+                    let first = RECONNECT_BACKOFF.0;
+                    reconnect = Some((tokio::time::Instant::now() + first, first * 2));
+                }
             }
             message = message => match message {
                 Some(message) => {
@@ -180,16 +194,40 @@ async fn run(
                     }
                 }
                 None => {
-                    tracing::debug!(target: "distlock", "wake-up connection lost; waiters fall back to ttl timers until the next subscribe reconnects");
+                    tracing::debug!(target: "distlock", "wake-up connection lost; reconnecting");
                     connection = None;
-                    // Whoever watches now would miss releases until a reconnect: wake them so
-                    // they retry (and resubscribe) at once instead of at their ttl.
-                    for entry in lock(&channels).values() {
-                        entry.notify.notify_waiters();
-                    }
+                    reconnect = Some((tokio::time::Instant::now(), RECONNECT_BACKOFF.0));
+                    // Releases published meanwhile are missed: let the waiters look again now.
+                    wake_all(&channels);
                 }
             },
+            () = reconnect_due => {
+                let backoff = reconnect.map_or(RECONNECT_BACKOFF.0, |(_, backoff)| backoff);
+                reconnect = None;
+                if connection.is_none() && !lock(&channels).is_empty() {
+                    match connect(&client, timeouts, &channels).await {
+                        Ok(connected) => {
+                            connection = Some(connected);
+                            wake_all(&channels);
+                        }
+                        Err(error) => {
+                            tracing::debug!(target: "distlock", %error, "wake-up reconnect failed; waiters use ttl timers meanwhile");
+                            let next = (backoff * 2).min(RECONNECT_BACKOFF.1);
+                            reconnect = Some((tokio::time::Instant::now() + backoff, next));
+                        }
+                    }
+                }
+            }
         }
+    }
+}
+
+/// Delay before reconnecting the wake-up connection: first, then doubling up to the last.
+const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+fn wake_all(channels: &Channels) {
+    for entry in lock(channels).values() {
+        entry.notify.notify_waiters();
     }
 }
 
@@ -210,7 +248,8 @@ async fn serve(
         }
         Request::Unsubscribe { channel } => {
             if let Some((sink, _)) = connection.as_mut() {
-                let unsubscribe = tokio::time::timeout(timeouts.response, sink.unsubscribe(&channel));
+                let unsubscribe =
+                    tokio::time::timeout(timeouts.response, sink.unsubscribe(&channel));
                 if !matches!(unsubscribe.await, Ok(Ok(()))) {
                     *connection = None;
                 }
@@ -229,22 +268,31 @@ async fn subscribe(
     channel: &str,
 ) -> RedisResult<()> {
     if connection.is_none() {
-        let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
-            .await
-            .map_err(|_| connect_timed_out(timeouts.connect))??;
-        let (mut sink, stream) = pubsub.split();
-        let watched: Vec<String> = lock(channels).keys().cloned().collect();
-        if !watched.is_empty() {
-            tokio::time::timeout(timeouts.response, sink.subscribe(&watched))
-                .await
-                .map_err(|_| subscribe_timed_out(timeouts.response))??;
-        }
-        *connection = Some((sink, stream));
+        *connection = Some(connect(client, timeouts, channels).await?);
     }
     let (sink, _) = connection.as_mut().expect("connected above");
     tokio::time::timeout(timeouts.response, sink.subscribe(channel))
         .await
         .map_err(|_| subscribe_timed_out(timeouts.response))?
+}
+
+/// A new pub/sub connection, subscribed to every channel watched now.
+async fn connect(
+    client: &Client,
+    timeouts: Timeouts,
+    channels: &Channels,
+) -> RedisResult<(PubSubSink, PubSubStream)> {
+    let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
+        .await
+        .map_err(|_| connect_timed_out(timeouts.connect))??;
+    let (mut sink, stream) = pubsub.split();
+    let watched: Vec<String> = lock(channels).keys().cloned().collect();
+    if !watched.is_empty() {
+        tokio::time::timeout(timeouts.response, sink.subscribe(&watched))
+            .await
+            .map_err(|_| subscribe_timed_out(timeouts.response))??;
+    }
+    Ok((sink, stream))
 }
 
 fn connect_timed_out(limit: Duration) -> redis::RedisError {

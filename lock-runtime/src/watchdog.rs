@@ -32,7 +32,10 @@ pub(crate) async fn run(held: Arc<Held>, ttl: Duration, acquired_at: Instant) {
             held.mark_lost("Redis could not be reached before the lock expired");
             return;
         }
-        let extension = held.manager.backend().extend(&held.keys, &held.token, ttl_millis);
+        let extension = held
+            .manager
+            .backend()
+            .extend(&held.keys, &held.token, ttl_millis);
         match tokio::time::timeout(budget, extension).await {
             Ok(Ok(true)) => {
                 tracing::trace!(target: "distlock", key = %held.keys.lock, "auto-extended");
