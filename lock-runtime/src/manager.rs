@@ -76,12 +76,23 @@ struct Inner {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct LockManagerBuilder {
     url: String,
     key_prefix: String,
     timeouts: Timeouts,
+}
+
+// By hand, not derived: the URL may carry a password, which must never reach a log.
+impl fmt::Debug for LockManagerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManagerBuilder")
+            .field("url", &redact(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("timeouts", &self.timeouts)
+            .finish()
+    }
 }
 
 impl LockManagerBuilder {
