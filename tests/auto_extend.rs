@@ -1,0 +1,236 @@
+//! Auto-extension: a watchdog keeps a short-ttl lock alive while its holder works, cancels the
+//! holder's work when the lock is stolen, and stops the moment the holder is done.
+//!
+//! The attribute tests use the global client, installed once per binary on one shared server;
+//! every test uses its own lock names.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use support::RedisServer;
+use tokio::time::Instant;
+
+/// The server of this binary, with the global client installed on it.
+async fn server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    let server = SERVER.get_or_init(RedisServer::start);
+    match distlock::init(&server.url()).await {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("cannot install the global client: {error}"),
+    }
+    server
+}
+
+async fn connect(server: &RedisServer) -> LockManager {
+    LockManager::connect(&server.url())
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
+}
+
+/// `SET key value PX millis`, as a thief that ignores the lock protocol would.
+fn steal(server: &RedisServer, key: &str, value: &str, millis: u64) {
+    let mut conn = server.conn();
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(millis)
+        .query::<()>(&mut conn)
+        .unwrap_or_else(|error| panic!("SET {key} failed: {error}"));
+}
+
+async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Holds `lock:ae:<name>` (ttl 1 s) for `body`, recording its token and when it started.
+#[distributed_lock(key = "ae:{name}", ttl = 1, timeout = 5, auto_extend = true, guard = lock)]
+async fn hold_for(
+    name: &str,
+    body: Duration,
+    seen: &Mutex<Option<(String, Instant)>>,
+) -> Result<(), LockError> {
+    *seen.lock().unwrap() = Some((lock.token().to_owned(), Instant::now()));
+    tokio::time::sleep(body).await;
+    Ok(())
+}
+
+/// Works forever, one tick every 50 ms: only the loss of the lock can end it.
+#[distributed_lock(key = "ae:ticking", ttl = 3, timeout = 5, auto_extend = true)]
+async fn tick_forever(ticks: &AtomicU64) -> Result<(), LockError> {
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ticks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_holds_a_one_second_lock_through_a_three_second_body() {
+    let server = server().await;
+    let other = connect(server).await;
+    let seen = Box::leak(Box::new(Mutex::new(None)));
+    let work = tokio::spawn(hold_for("long", Duration::from_secs(3), seen));
+
+    eventually(Duration::from_secs(5), "the body to start", || {
+        seen.lock().unwrap().is_some()
+    })
+    .await;
+    let started = seen.lock().unwrap().as_ref().unwrap().1;
+    for at in [Duration::from_millis(1500), Duration::from_millis(2500)] {
+        tokio::time::sleep_until(started + at).await;
+        assert!(!work.is_finished(), "the body ended early");
+        let stolen = other
+            .try_acquire("ae:long", &LockOptions::new())
+            .await
+            .expect("try_acquire");
+        assert!(
+            stolen.is_none(),
+            "another process took the 1 s lock {at:?} into the body: the watchdog did not extend it"
+        );
+        let pttl = server.pttl("lock:ae:long");
+        assert!(
+            pttl > 0 && pttl <= 1000,
+            "the lock keeps a ttl of at most 1 s, got {pttl}"
+        );
+    }
+    let result = tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the body ends")
+        .expect("task panicked");
+    assert!(result.is_ok(), "the function failed: {result:?}");
+    assert!(!server.exists("lock:ae:long"), "released after the body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_lock_cancels_the_body_and_returns_lost() {
+    let server = server().await;
+    let ticks: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+    let work = tokio::spawn(async move {
+        let result = tick_forever(ticks).await;
+        (result, Instant::now(), ticks.load(Ordering::SeqCst))
+    });
+    eventually(Duration::from_secs(5), "the body to tick", || {
+        ticks.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    steal(server, "lock:ae:ticking", "thief", 60_000);
+    let stolen_at = Instant::now();
+    let (result, returned_at, ticks_at_return) =
+        tokio::time::timeout(Duration::from_secs(10), work)
+            .await
+            .expect("a body that loops forever must be cancelled when its lock is stolen")
+            .expect("task panicked");
+    match result {
+        Err(LockError::Lost { key }) => assert_eq!(key, "lock:ae:ticking"),
+        other => panic!("expected Err(Lost), got {other:?}"),
+    }
+    // The watchdog checks every ttl/3 = 1 s; 3 s is a generous bound for noticing.
+    let noticed = returned_at - stolen_at;
+    assert!(
+        noticed < Duration::from_secs(3),
+        "the theft was noticed only after {noticed:?}"
+    );
+
+    // The body is gone: no more ticks. The thief's lock is left alone, also by the guard's
+    // release in the background.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ticks.load(Ordering::SeqCst),
+        ticks_at_return,
+        "the body kept running after the function returned"
+    );
+    assert_eq!(server.get("lock:ae:ticking").as_deref(), Some("thief"));
+    assert!(
+        server.pttl("lock:ae:ticking") > 55_000,
+        "the thief's ttl was touched"
+    );
+    server.del("lock:ae:ticking");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
+    let server = server().await;
+    let manager = connect(server).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .auto_extend(true);
+    let guard = manager
+        .acquire("ae:manual", &options)
+        .await
+        .expect("free lock");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        guard.is_held().await.expect("ask Redis"),
+        "a 1 s lock was not kept alive for 2.5 s"
+    );
+    assert!(!guard.is_lost());
+
+    steal(server, "lock:ae:manual", "thief", 60_000);
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the watchdog did not notice the theft within 3 s");
+    assert!(guard.is_lost());
+    assert!(!guard.is_held().await.expect("ask Redis"));
+    match guard.release().await {
+        Err(LockError::Lost { key }) => assert_eq!(key, "lock:ae:manual"),
+        other => panic!("expected Err(Lost) from release, got {other:?}"),
+    }
+    assert_eq!(server.get("lock:ae:manual").as_deref(), Some("thief"));
+    assert!(server.pttl("lock:ae:manual") > 55_000);
+    server.del("lock:ae:manual");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_stops_when_the_body_ends() {
+    let server = server().await;
+    let other = connect(server).await;
+    let seen = Box::leak(Box::new(Mutex::new(None)));
+    hold_for("short", Duration::from_millis(500), seen)
+        .await
+        .expect("the function succeeds");
+    assert!(
+        !server.exists("lock:ae:short"),
+        "released when the body ended"
+    );
+    let (token, _) = seen.lock().unwrap().clone().expect("the body ran");
+
+    // Another process takes it with a 1 s ttl and no auto-extension: it expires on time.
+    let options = LockOptions::new().ttl(Duration::from_secs(1));
+    let guard = other
+        .try_acquire("ae:short", &options)
+        .await
+        .expect("try_acquire")
+        .expect("the lock is free");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !server.exists("lock:ae:short"),
+        "the 1 s lock did not expire"
+    );
+    assert!(guard.release().await.is_err(), "it had expired");
+
+    // The sharper check: put the finished holder's own token back with a 1 s ttl. A watchdog
+    // still running would find "its" lock and keep extending it past that second.
+    steal(server, "lock:ae:short", &token, 1000);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(
+        !server.exists("lock:ae:short"),
+        "a watchdog kept extending a lock after its function returned (pttl {})",
+        server.pttl("lock:ae:short")
+    );
+}
