@@ -57,13 +57,12 @@ async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> 
     }
 }
 
+/// What the body of [`hold_for`] saw: its lock's token and when it started.
+type Seen = Mutex<Option<(String, Instant)>>;
+
 /// Holds `lock:ae:<name>` (ttl 1 s) for `body`, recording its token and when it started.
 #[distributed_lock(key = "ae:{name}", ttl = 1, timeout = 5, auto_extend = true, guard = lock)]
-async fn hold_for(
-    name: &str,
-    body: Duration,
-    seen: &Mutex<Option<(String, Instant)>>,
-) -> Result<(), LockError> {
+async fn hold_for(name: &str, body: Duration, seen: &Seen) -> Result<(), LockError> {
     *seen.lock().unwrap() = Some((lock.token().to_owned(), Instant::now()));
     tokio::time::sleep(body).await;
     Ok(())
@@ -82,7 +81,7 @@ async fn tick_forever(ticks: &AtomicU64) -> Result<(), LockError> {
 async fn the_watchdog_holds_a_one_second_lock_through_a_three_second_body() {
     let server = server().await;
     let other = connect(server).await;
-    let seen = Box::leak(Box::new(Mutex::new(None)));
+    let seen: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
     let work = tokio::spawn(hold_for("long", Duration::from_secs(3), seen));
 
     eventually(Duration::from_secs(5), "the body to start", || {
@@ -200,7 +199,7 @@ async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
 async fn the_watchdog_stops_when_the_body_ends() {
     let server = server().await;
     let other = connect(server).await;
-    let seen = Box::leak(Box::new(Mutex::new(None)));
+    let seen: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
     hold_for("short", Duration::from_millis(500), seen)
         .await
         .expect("the function succeeds");
