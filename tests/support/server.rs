@@ -32,7 +32,7 @@ const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it \
 /// The server never persists anything (`--save "" --appendonly no`), so [`restart`] always
 /// comes back empty. Dropping it kills the process and removes the directory; a watchdog shell
 /// also kills it if the test process dies without dropping it (a `static`, an abort, a
-/// `wait_all` timeout in a parent), so no server outlives its test binary.
+/// `wait_all` timeout in a parent), so no server outlives its test binary by more than ~1 s.
 ///
 /// All methods take `&self`, so one server can be shared by threads and tasks (e.g. in an
 /// `Arc`) while one of them injects faults.
@@ -552,8 +552,8 @@ fn spawn_watchdog(redis_pid: u32, dir: &Path) -> Option<Child> {
 /// Kills a running server (resuming it first if paused) and its watchdog, and reaps both.
 fn stop(mut running: Running) {
     if running.paused {
-        // SIGKILL reaches a stopped process too, but a resumed one dies the ordinary way and
-        // nothing is left half-stopped if the kill fails.
+        // SIGKILL ends a stopped process too; continuing it first means that, should the kill
+        // fail for any reason, no frozen server is left behind holding the port.
         let _ = Command::new("sh")
             .args(["-c", "kill -s CONT \"$1\" 2>/dev/null", "resume"])
             .arg(running.child.id().to_string())
