@@ -225,6 +225,10 @@ impl Parse for Args {
 /// Parses one `name = value`, leaving the stream at the `,` after it (or at its end).
 fn parse_option(input: ParseStream, partial: &mut Partial) -> syn::Result<()> {
     let Some((name, name_span)) = Name::parse_known(input)? else {
+        if input.peek(LitStr) {
+            // `#[distributed_lock("...")]`: reported as an unnamed key, not as a missing one.
+            partial.seen.push(Name::Key);
+        }
         return Err(unknown_option(input));
     };
 
@@ -390,10 +394,17 @@ fn parse_value<T>(
     whole.parse2(value)
 }
 
+/// The value's tokens, taken before parsing it: a failed parse may consume tokens, and an error
+/// about the kind of value should underline all of it.
+fn value_tokens(input: ParseStream) -> TokenStream {
+    input.fork().parse::<TokenStream>().unwrap_or_default()
+}
+
 fn parse_key(input: ParseStream) -> syn::Result<KeyArg> {
+    let value = value_tokens(input);
     let Ok(literal) = input.parse::<LitStr>() else {
-        return Err(syn::Error::new(
-            input.span(),
+        return Err(syn::Error::new_spanned(
+            value,
             "`key` takes a string literal, the template of the lock name, e.g. \
              `key = \"trace:{trace_id}\"`",
         ));
@@ -413,6 +424,7 @@ fn parse_key(input: ParseStream) -> syn::Result<KeyArg> {
 }
 
 fn parse_guard(input: ParseStream) -> syn::Result<Ident> {
+    let value = value_tokens(input);
     if input.peek(LitStr) {
         let literal: LitStr = input.parse()?;
         let value = literal.value();
@@ -431,8 +443,8 @@ fn parse_guard(input: ParseStream) -> syn::Result<Ident> {
     }
     // `Ident::parse` rejects keywords (`self`, `_` ...), which could not be bound by `let`.
     input.parse::<Ident>().map_err(|_| {
-        syn::Error::new(
-            input.span(),
+        syn::Error::new_spanned(
+            &value,
             "`guard` takes the name to bind the held lock to in the body, e.g. `guard = lock`; \
              the body can then call `lock.extend(..)`, `lock.key()`, `lock.token()`",
         )
@@ -440,9 +452,10 @@ fn parse_guard(input: ParseStream) -> syn::Result<Ident> {
 }
 
 fn parse_bool(input: ParseStream, name: Name) -> syn::Result<LitBool> {
+    let value = value_tokens(input);
     input.parse::<LitBool>().map_err(|_| {
-        syn::Error::new(
-            input.span(),
+        syn::Error::new_spanned(
+            &value,
             format!(
                 "`{0}` takes `true` or `false`: write `{0} = true`",
                 name.as_str()
@@ -454,8 +467,9 @@ fn parse_bool(input: ParseStream, name: Name) -> syn::Result<LitBool> {
 fn parse_crate(input: ParseStream) -> syn::Result<CratePath> {
     const HINT: &str = "`crate` takes the path of the distlock crate as a string, e.g. \
                         `crate = \"::distlock\"` or, after `use distlock as dl;`, `crate = \"dl\"`";
+    let value = value_tokens(input);
     let Ok(literal) = input.parse::<LitStr>() else {
-        return Err(syn::Error::new(input.span(), HINT));
+        return Err(syn::Error::new_spanned(value, HINT));
     };
     // The path's tokens get the literal's span, so it resolves where the attribute is written.
     match literal.parse_with(Path::parse_mod_style) {
@@ -499,10 +513,11 @@ impl Limit {
 /// Parses a duration value: `60`, `0.5`, `-1` (rejected), `"500ms"`, ...
 fn parse_duration(input: ParseStream, limit: Limit) -> syn::Result<DurationArg> {
     let name = limit.name();
+    let value = value_tokens(input);
     let negative: Option<Token![-]> = input.parse()?;
     let literal: Lit = input.parse().map_err(|_| {
-        syn::Error::new(
-            input.span(),
+        syn::Error::new_spanned(
+            &value,
             format!("`{name}` takes a duration: {DURATION_FORMS}"),
         )
     })?;
@@ -609,7 +624,7 @@ impl DurationProblem {
             ),
             DurationProblem::UnknownUnit(unit) => format!(
                 "unknown unit `{unit}` in `{name} = {written}`: the units are `ms`, `s`, `m` \
-                 and `h`, as in {DURATION_FORMS}"
+                 and `h`, as in `\"500ms\"`, `\"2s\"`, `\"5m\"`, `\"1h\"`"
             ),
             DurationProblem::TooLarge => format!(
                 "`{name} = {written}` is too large: Redis takes at most {} milliseconds",

@@ -6,11 +6,14 @@
 //! names the runtime only through `<crate>::__private` (`::distlock::__private` unless
 //! `crate = "..."` says otherwise).
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::parse::Parser;
-use syn::{AttrStyle, Ident, ItemFn, LitStr, Member, ReturnType, Signature, Type};
+use syn::{
+    AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType,
+    Signature, Type,
+};
 
 use crate::args::{Args, CratePath, DurationArg, Errors, DEFAULT_TIMEOUT_MS, DEFAULT_TTL_MS};
 use crate::key::{self, Params, Segment};
@@ -33,7 +36,8 @@ pub(crate) fn expand(args: &Args, function: &ItemFn) -> syn::Result<TokenStream>
                 guard.span(),
                 format!(
                     "`guard = {guard}` would hide the parameter `{guard}` in the body: choose \
-                     another name, e.g. `guard = lock`"
+                     another name, e.g. `guard = {}`",
+                    if guard == "lock" { "held" } else { "lock" }
                 ),
             ));
         }
@@ -70,8 +74,7 @@ fn check_return_type(sig: &Signature) -> syn::Result<()> {
         ReturnType::Type(_, ty) => ty,
         ReturnType::Default => {
             // Underline `fn name(..)`: there is no return type to point at.
-            let mut paren =
-                proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, TokenStream::new());
+            let mut paren = Group::new(Delimiter::Parenthesis, TokenStream::new());
             paren.set_span(sig.paren_token.span.join());
             let fn_token = &sig.fn_token;
             let ident = &sig.ident;
@@ -184,7 +187,8 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
         }
     });
 
-    let from = from_path(&sig.output);
+    let from_error = convert_error(&sig.output, &error);
+    let from_lost = convert_error(&sig.output, &lost);
 
     Ok(quote! {
         #(#outer_attrs)*
@@ -200,7 +204,7 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
             let #guard_var = match #private::acquire(&#key_var, &#options_var).await {
                 ::core::result::Result::Ok(#acquired) => #acquired,
                 ::core::result::Result::Err(#error) => {
-                    return ::core::result::Result::Err(#from(#error));
+                    return ::core::result::Result::Err(#from_error);
                 }
             };
             let #outcome_var = {
@@ -213,7 +217,7 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
                     #output
                 }
                 ::core::result::Result::Err(#lost) => {
-                    ::core::result::Result::Err(#from(#lost))
+                    ::core::result::Result::Err(#from_lost)
                 }
             }
         }
@@ -268,19 +272,74 @@ fn member(field: &str, span: Span) -> syn::Result<Member> {
     Ok(Member::Named(ident))
 }
 
-/// `::core::convert::From::from`, spanned so that rustc underlines the whole return type when
-/// the error type has no `From<LockError>`: the first token takes the span of the type's first
-/// token and the last one the span of its last token, and rustc joins the two.
-fn from_path(output: &ReturnType) -> TokenStream {
-    let (first, last) = match output {
-        ReturnType::Type(_, ty) => {
-            let tokens: Vec<TokenTree> = ty.to_token_stream().into_iter().collect();
-            let first = tokens.first().map_or_else(Span::call_site, TokenTree::span);
-            let last = tokens.last().map_or(first, TokenTree::span);
-            (first, last)
-        }
-        ReturnType::Default => (Span::call_site(), Span::call_site()),
+/// `::core::convert::From::from(value)`, located so that a missing `From<LockError>` is
+/// reported at the return type rather than at the attribute.
+///
+/// rustc spans an expression from the start of its first token to the end of its last one, so
+/// the call path runs from the first to the last token of the return type ("required by a bound
+/// introduced by this call"), and the argument, which rustc underlines as the unsatisfied
+/// bound, sits on the error type (see [`error_location`]). Only the *location* of the tokens
+/// moves (`located_at`): their hygiene stays that of the expansion, so `value` still resolves to
+/// the generated binding, and lints that skip macro output (clippy's `useless_conversion` when
+/// `E` is `LockError` itself) keep skipping it.
+fn convert_error(output: &ReturnType, value: &Ident) -> TokenStream {
+    let ReturnType::Type(_, ty) = output else {
+        return quote!(::core::convert::From::from(#value));
     };
-    let from = format_ident!("from", span = last);
-    quote_spanned!(first=> ::core::convert::From::#from)
+    let (ty_first, ty_last) = first_and_last_span(ty.to_token_stream());
+    let at = |location: Span| Span::call_site().located_at(location);
+
+    let from = format_ident!("from", span = at(ty_last));
+    let mut value = value.clone();
+    value.set_span(value.span().located_at(error_location(ty)));
+    quote_spanned!(at(ty_first)=> ::core::convert::From::#from(#value))
+}
+
+/// Where to report a missing `From<LockError>`: the name of `E` in `Result<T, E>` (`Opaque` in
+/// `errors::Opaque`), or the name of the type when `E` is not written (`AppResult` in
+/// `AppResult<T>`).
+fn error_location(ty: &Type) -> Span {
+    let name = |ty: &Type| match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .map(|segment| segment.ident.span()),
+        _ => None,
+    };
+    let error = error_type(ty);
+    error
+        .and_then(name)
+        .or_else(|| error.map(|error| first_and_last_span(error.to_token_stream()).0))
+        .or_else(|| name(ty))
+        .unwrap_or_else(|| first_and_last_span(ty.to_token_stream()).0)
+}
+
+/// The `E` of `Result<T, E>` (the last of at least two type arguments), if written.
+fn error_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let PathArguments::AngleBracketed(arguments) = &path.path.segments.last()?.arguments else {
+        return None;
+    };
+    let types: Vec<&Type> = arguments
+        .args
+        .iter()
+        .filter_map(|argument| match argument {
+            GenericArgument::Type(ty) => Some(ty),
+            _ => None,
+        })
+        .collect();
+    match types.as_slice() {
+        [_, .., error] => Some(error),
+        _ => None,
+    }
+}
+
+fn first_and_last_span(tokens: TokenStream) -> (Span, Span) {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let first = tokens.first().map_or_else(Span::call_site, TokenTree::span);
+    let last = tokens.last().map_or(first, TokenTree::span);
+    (first, last)
 }
