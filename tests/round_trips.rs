@@ -1,0 +1,131 @@
+//! Round trips (issue 4): an uncontended acquire + release costs exactly two client round
+//! trips — one `EVALSHA` of the acquire script, one `EVALSHA` of the release script — once the
+//! scripts are loaded. No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.
+//!
+//! `INFO commandstats` also counts the commands that a script runs inside Redis (`SET` in the
+//! acquire script, `GET` and `DEL` in the release script); those are not round trips, and the
+//! tests pin them down too, so that any extra command shows up.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use support::RedisServer;
+
+/// `INFO commandstats` as command name → calls.
+fn command_stats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .map(|line| {
+            let (name, fields) = line.split_once(':').expect("cmdstat_<name>:<fields>");
+            let calls = fields
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))
+                .and_then(|calls| calls.parse().ok())
+                .unwrap_or_else(|| panic!("no calls in {line}"));
+            (name.to_owned(), calls)
+        })
+        .collect()
+}
+
+/// Resets the stats on `conn` (a connection opened before, so its own handshake is not
+/// counted), runs `operation`, and returns what reached Redis meanwhile, without the reset
+/// itself.
+async fn stats_of<F: std::future::Future<Output = ()>>(
+    conn: &mut redis::Connection,
+    operation: F,
+) -> BTreeMap<String, u64> {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(conn)
+        .expect("CONFIG RESETSTAT");
+    operation.await;
+    let mut stats = command_stats(conn);
+    stats.remove("config|resetstat");
+    stats
+}
+
+/// Exactly what one uncontended acquire + release runs on Redis.
+fn expected() -> BTreeMap<String, u64> {
+    [
+        // The two round trips.
+        ("evalsha", 2),
+        // Inside the acquire script: SET NX PX.
+        ("set", 1),
+        // Inside the release script: GET (compare) and DEL.
+        ("get", 1),
+        ("del", 1),
+    ]
+    .into_iter()
+    .map(|(name, calls)| (name.to_owned(), calls))
+    .collect()
+}
+
+fn assert_two_round_trips(stats: &BTreeMap<String, u64>) {
+    eprintln!("INFO commandstats for one acquire + release: {stats:?}");
+    assert_eq!(stats.get("evalsha"), Some(&2), "round trips: {stats:?}");
+    for absent in ["publish", "subscribe", "ping", "script|load", "eval"] {
+        assert!(
+            !stats.contains_key(absent),
+            "`{absent}` was sent: {stats:?}"
+        );
+    }
+    assert_eq!(stats, &expected());
+}
+
+#[tokio::test]
+async fn an_uncontended_acquire_and_release_is_two_round_trips() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.expect("connect");
+    let options = LockOptions::new();
+    // Warm-up: connects, and loads both scripts through the NOSCRIPT fallback.
+    let guard = manager.acquire("rt:manual", &options).await.expect("free");
+    guard.release().await.expect("ours");
+
+    let mut conn = server.conn();
+    let stats = stats_of(&mut conn, async {
+        let guard = manager.acquire("rt:manual", &options).await.expect("free");
+        guard.release().await.expect("ours");
+    })
+    .await;
+    assert_two_round_trips(&stats);
+    assert!(server.pubsub_channels().is_empty());
+    assert!(!server.exists("lock:rt:manual"));
+}
+
+/// The server of the attribute test, with the global client installed on it.
+async fn global_server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    let server = SERVER.get_or_init(RedisServer::start);
+    match distlock::init(&server.url()).await {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("cannot install the global client: {error}"),
+    }
+    server
+}
+
+#[distributed_lock(key = "rt:attr:{id}", ttl = 5)]
+async fn locked(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[tokio::test]
+async fn an_uncontended_locked_function_is_two_round_trips() {
+    let server = global_server().await;
+    assert_eq!(locked(1).await.expect("warm-up"), 1);
+
+    let mut conn = server.conn();
+    let stats = stats_of(&mut conn, async {
+        assert_eq!(locked(1).await.expect("free"), 1);
+    })
+    .await;
+    assert_two_round_trips(&stats);
+    assert!(server.pubsub_channels().is_empty());
+    assert!(!server.exists("lock:rt:attr:1"));
+}
