@@ -3,8 +3,8 @@
 //! Use it through the `distlock` crate (`use distlock::distributed_lock;`): the code it generates
 //! calls `::distlock::__private`, not this crate.
 //!
-//! The crate is split the way `thiserror` splits its macros: [`args`] parses the attribute's
-//! arguments into one typed struct, [`key`] scans and validates the key template, and [`expand`]
+//! The crate is split the way `thiserror` splits its macros: `args` parses the attribute's
+//! arguments into one typed struct, `key` scans and validates the key template, and `expand`
 //! validates the function and generates its new body. This file only wires them together.
 
 use proc_macro::TokenStream;
@@ -172,6 +172,19 @@ mod key;
 ///
 /// When the attribute's arguments or the function are wrong, the function is still emitted as
 /// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it.
+///
+/// # Fine print
+///
+/// - Placeholders always use `Display`; format specs such as `{id:?}` are rejected.
+/// - A `<` followed by a name and `>` (`<id>`, `<order.id>`) is always a placeholder; there is no
+///   escape for such literal text. Any other `<` or `>` is literal.
+/// - Durations are whole milliseconds, as Redis stores them (`"1.5ms"` is rejected rather than
+///   rounded).
+/// - `guard` may not reuse the name of a parameter, which it would hide in the body.
+/// - The key is formatted (by reference) before the lock is taken; then the body takes the
+///   arguments by value (`async move`), exactly as the original body did.
+/// - An `async fn` turned into a boxed future by another attribute (such as `#[async_trait]`)
+///   before this one runs is no longer an `async fn`, and is rejected.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = syn::parse::<args::Args>(args);

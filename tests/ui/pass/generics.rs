@@ -42,6 +42,11 @@ async fn const_generic<const N: usize>(name: &str, value: [u8; N]) -> Result<usi
     Ok(name.len() + value.len())
 }
 
+#[distributed_lock(key = "opaque:{id}")]
+async fn opaque_output(id: u32) -> Result<impl Display, LockError> {
+    Ok(id + 1)
+}
+
 struct Cache<'a, K> {
     name: &'a str,
     keys: Vec<K>,
@@ -62,6 +67,7 @@ fn main() {
     assert_send(with_where("x", String::from("y")));
     assert_send(lifetimes("a", b"b"));
     assert_send(elided("a"));
+    assert_send(opaque_output(1));
     assert_send(impl_trait(1, vec![1, 2]));
     assert_send(const_generic("a", [0u8; 4]));
     let mut cache = Cache {
