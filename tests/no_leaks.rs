@@ -1,0 +1,314 @@
+//! No leaks: after more than 10 000 acquire/release cycles of every kind — uncontended on
+//! distinct keys, contended on one key across two processes (two managers), with fencing, with
+//! auto-extension, released by drop, and acquisitions of a key the other process holds,
+//! abandoned by timeout or by dropping the future mid-flight — nothing is left behind: no local queue, no wake-up subscription, no
+//! extra connection, no lock key, no wait flag, no tokio task.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockError, LockManager, LockOptions};
+use support::RedisServer;
+use tokio::time::Instant;
+
+const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
+const UNCONTENDED_CYCLES_PER_TASK: usize = 1_000;
+const CONTENDED_TASKS_PER_MANAGER: usize = 4;
+const CONTENDED_CYCLES_PER_TASK: usize = 250;
+const HOLDER_CYCLES: usize = 300;
+const ABANDONING_ATTEMPTS: usize = 400;
+
+async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The critical section of the contended key: a read-modify-write that loses updates unless
+/// the lock excludes every other holder, in this process or the other.
+async fn critical_section(counter: &AtomicU64) {
+    let value = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(value + 1, Ordering::SeqCst);
+}
+
+/// Distinct keys, one cycle each, in every flavour: plain, fencing, auto-extension, released
+/// by dropping the guard, and `try_acquire`.
+async fn uncontended(manager: LockManager, task: String, cycles: Arc<AtomicU64>) {
+    for i in 0..UNCONTENDED_CYCLES_PER_TASK {
+        let name = format!("nl:u:{task}:{i}");
+        let options = match i % 10 {
+            7 => LockOptions::new().fencing(true),
+            8 => LockOptions::new().auto_extend(true),
+            _ => LockOptions::new(),
+        };
+        let guard = if i % 10 == 6 {
+            manager
+                .try_acquire(&name, &options)
+                .await
+                .expect("try_acquire")
+                .expect("a fresh key is free")
+        } else {
+            manager.acquire(&name, &options).await.expect("acquire")
+        };
+        if i % 10 == 9 {
+            drop(guard); // released in the background
+        } else {
+            guard.release().await.expect("release");
+        }
+        cycles.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One key, contended by every task of both managers.
+async fn contended(manager: LockManager, counter: Arc<AtomicU64>, cycles: Arc<AtomicU64>) {
+    let plain = LockOptions::new().timeout(Duration::from_secs(60));
+    let extended = plain.clone().auto_extend(true).fencing(true);
+    for i in 0..CONTENDED_CYCLES_PER_TASK {
+        let options = if i % 5 == 0 { &extended } else { &plain };
+        let guard = manager.acquire("nl:hot", options).await.expect("acquire");
+        critical_section(&counter).await;
+        if i % 7 == 0 {
+            drop(guard);
+        } else {
+            guard.release().await.expect("release");
+        }
+        cycles.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Holds `name` again and again, briefly, so that the other process's attempts on it wait.
+async fn holding(
+    manager: LockManager,
+    name: String,
+    counter: Arc<AtomicU64>,
+    cycles: Arc<AtomicU64>,
+) {
+    let options = LockOptions::new().timeout(Duration::from_secs(60));
+    for _ in 0..HOLDER_CYCLES {
+        let guard = manager.acquire(&name, &options).await.expect("acquire");
+        critical_section(&counter).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        guard.release().await.expect("release");
+        cycles.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the abandoning attempts came to.
+#[derive(Debug, Default)]
+struct Abandoning {
+    acquired: u64,
+    timed_out: u64,
+    dropped: u64,
+}
+
+/// Attempts on a key the other process keeps taking, that give up: by a 1 ms `timeout`, or by
+/// dropping the acquire future after 0.1 to 2 ms — in the local queue, while the script is in
+/// flight (a lock Redis grants just then must still be released), while subscribing, or while
+/// waiting for a wake-up.
+async fn abandoning(
+    manager: LockManager,
+    name: String,
+    counter: Arc<AtomicU64>,
+    cycles: Arc<AtomicU64>,
+) -> Abandoning {
+    let short = LockOptions::new().timeout(Duration::from_millis(1));
+    let long = LockOptions::new().timeout(Duration::from_secs(60));
+    let mut outcome = Abandoning::default();
+    for i in 0..ABANDONING_ATTEMPTS {
+        let guard = if i % 2 == 0 {
+            match manager.acquire(&name, &short).await {
+                Ok(guard) => Some(guard),
+                Err(LockError::Timeout { .. }) => {
+                    outcome.timed_out += 1;
+                    None
+                }
+                Err(error) => panic!("unexpected error: {error}"),
+            }
+        } else {
+            let patience = Duration::from_micros(100 + (i as u64 * 37) % 2_000);
+            match tokio::time::timeout(patience, manager.acquire(&name, &long)).await {
+                Ok(acquired) => Some(acquired.expect("acquire")),
+                Err(_) => {
+                    outcome.dropped += 1;
+                    None
+                }
+            }
+        };
+        if let Some(guard) = guard {
+            critical_section(&counter).await;
+            guard.release().await.expect("release");
+            cycles.fetch_add(1, Ordering::Relaxed);
+            outcome.acquired += 1;
+        }
+    }
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_cycles_leave_nothing_behind() {
+    let started = std::time::Instant::now();
+    let server = RedisServer::start();
+    let mut managers = Vec::new();
+    for _ in 0..2 {
+        let manager = LockManager::connect(&server.url()).await.expect("connect");
+        // Warm-up: this runtime's connection (and its driver task) exist before the baseline.
+        let guard = manager
+            .acquire("nl:warm-up", &LockOptions::new())
+            .await
+            .expect("free");
+        guard.release().await.expect("ours");
+        managers.push(manager);
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let tasks_before = metrics.num_alive_tasks();
+
+    let hot_counter = Arc::new(AtomicU64::new(0));
+    let hot_cycles = Arc::new(AtomicU64::new(0));
+    let uncontended_cycles = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    let mut contested = Vec::new();
+    let mut abandoners = Vec::new();
+    for (m, manager) in managers.iter().enumerate() {
+        for t in 0..UNCONTENDED_TASKS_PER_MANAGER {
+            tasks.push(tokio::spawn(uncontended(
+                manager.clone(),
+                format!("{m}.{t}"),
+                uncontended_cycles.clone(),
+            )));
+        }
+        for _ in 0..CONTENDED_TASKS_PER_MANAGER {
+            tasks.push(tokio::spawn(contended(
+                manager.clone(),
+                hot_counter.clone(),
+                hot_cycles.clone(),
+            )));
+        }
+        // A key this manager keeps taking, and the other manager keeps giving up on.
+        let name = format!("nl:contested:{m}");
+        let (counter, cycles) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        tasks.push(tokio::spawn(holding(
+            manager.clone(),
+            name.clone(),
+            counter.clone(),
+            cycles.clone(),
+        )));
+        abandoners.push(tokio::spawn(abandoning(
+            managers[1 - m].clone(),
+            name,
+            counter.clone(),
+            cycles.clone(),
+        )));
+        contested.push((counter, cycles));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("every cycle finishes within 90 s")
+            .expect("task panicked");
+    }
+    let mut abandoned = Vec::new();
+    for task in abandoners {
+        let outcome = tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("every attempt finishes within 90 s")
+            .expect("task panicked");
+        assert!(
+            outcome.timed_out > 0 && outcome.dropped > 0,
+            "the other process's holder should make some attempts give up: {outcome:?}"
+        );
+        abandoned.push(outcome);
+    }
+
+    // Mutual exclusion held throughout: every read-modify-write of every key counted once.
+    let hot = hot_cycles.load(Ordering::SeqCst);
+    assert_eq!(
+        hot,
+        (2 * CONTENDED_TASKS_PER_MANAGER * CONTENDED_CYCLES_PER_TASK) as u64
+    );
+    assert_eq!(
+        hot_counter.load(Ordering::SeqCst),
+        hot,
+        "lost updates on nl:hot"
+    );
+    let mut cycles = uncontended_cycles.load(Ordering::SeqCst) + hot;
+    for (m, (counter, done)) in contested.iter().enumerate() {
+        let done = done.load(Ordering::SeqCst);
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            done,
+            "lost updates on nl:contested:{m}"
+        );
+        cycles += done;
+    }
+    assert!(
+        cycles >= 10_000,
+        "only {cycles} cycles completed (need at least 10 000)"
+    );
+    let elapsed_cycles = started.elapsed();
+
+    // Releases by drop finish in the background: give them a moment, then nothing is left.
+    for (m, manager) in managers.iter().enumerate() {
+        eventually(
+            Duration::from_secs(10),
+            &format!("manager {m} to drop its queues and subscriptions"),
+            || {
+                let counts = manager.resource_counts();
+                counts.queued_keys == 0 && counts.watched_channels == 0
+            },
+        )
+        .await;
+        let counts = manager.resource_counts();
+        assert!(
+            counts.connections <= 2,
+            "manager {m} keeps {} connections: {counts:?}",
+            counts.connections
+        );
+    }
+    eventually(
+        Duration::from_secs(10),
+        "every wake-up channel to be unsubscribed",
+        || server.pubsub_channels().is_empty(),
+    )
+    .await;
+    eventually(Duration::from_secs(10), "every lock key to be gone", || {
+        server.keys("lock:*").is_empty()
+    })
+    .await;
+    // Only fencing counters may stay (they must: they keep tokens increasing); no wait flag.
+    let leftovers: Vec<String> = server
+        .keys("*")
+        .into_iter()
+        .filter(|key| !key.ends_with(":distlock:fence"))
+        .collect();
+    assert!(leftovers.is_empty(), "keys left behind: {leftovers:?}");
+    // Per manager: this runtime's connection, the background runtime's (releases by drop) and
+    // the wake-up connection.
+    let clients = server.client_count();
+    assert!(clients <= 6, "{clients} client connections are open");
+    eventually(
+        Duration::from_secs(10),
+        "the tokio tasks to return to their number before the cycles",
+        || metrics.num_alive_tasks() <= tasks_before,
+    )
+    .await;
+    eprintln!(
+        "{cycles} cycles in {elapsed_cycles:?} (abandoning attempts: {abandoned:?}); \
+         whole test {:?}; {} fencing counters; {} tasks before and {} after",
+        started.elapsed(),
+        server.keys("*").len(),
+        tasks_before,
+        metrics.num_alive_tasks()
+    );
+}
