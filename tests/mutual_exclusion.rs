@@ -62,7 +62,7 @@ async fn read_modify_write(
     round: u32,
 ) -> Result<(), AppError> {
     let value: Option<u64> = redis::cmd("GET").arg(counter).query_async(conn).await?;
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         tokio::task::yield_now().await;
     } else {
         tokio::time::sleep(Duration::from_millis(1)).await;
