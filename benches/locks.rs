@@ -1,0 +1,1004 @@
+//! Where distlock stands: lock cycle, contention and parallel keys, next to the raw-Redis floor
+//! and to rslock, all in one run against one private `redis-server`.
+//!
+//! ```text
+//! cargo bench --bench locks                          # full run (about a minute on 2 cores)
+//! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks   # small counts, for development
+//! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
+//! ```
+//!
+//! Prints a table and writes the same numbers, with the machine they came from, to
+//! `target/distlock-bench.json` (or `$CARGO_TARGET_DIR/distlock-bench.json`).
+//!
+//! # Workloads
+//!
+//! 1. **cycle** — one task, `N` uncontended acquire + release cycles, each on a new key, on a
+//!    tokio `current_thread` runtime (one for every contender):
+//!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
+//!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
+//!      with an empty body, on the global client (`distlock::init`);
+//!    - `floor`: raw redis-rs on a multiplexed connection, exactly the commands of a cycle:
+//!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
+//!      (`redis::Script::invoke_async`), one after the other;
+//!    - `rslock`: `LockManager::acquire` then `LockGuard::release`.
+//! 2. **contend** — `W` = 8 tasks on one key, `M` sections each, on a tokio `multi_thread`
+//!    runtime with 2 workers. The critical section lasts 1 ms, measured precisely: the holder
+//!    spins until `acquired_at + 1 ms`, calling `tokio::task::yield_now()` between checks (a
+//!    `tokio::time::sleep` would round up to the next 1 ms timer tick). Per section the bench
+//!    records holder, acquire-call start, acquired-at (acquire returned), release-start (just
+//!    before `release()` is called) and release-end (it returned). The **hand-off gap** is
+//!    `next.acquired_at − previous.release_start`, only for consecutive sections held by
+//!    different tasks: how long the resource sits unused between two holders, including the
+//!    release round trip. The **longest wait** is the longest acquire call (start → acquired).
+//!    rslock's `acquire` retries by itself (`set_retry(count, delay)`: a random pause in
+//!    `0..delay` after each failed attempt); it runs twice, with its documented defaults
+//!    (3 tries, 200 ms) and tuned to the 1 ms section (3 tries, 2 ms).
+//! 3. **parallel** — 256 tasks, each `K` cycles on keys of its own, through one `LockManager`,
+//!    on the same `multi_thread` runtime; the floor does the same on one multiplexed connection
+//!    shared by the 256 tasks; rslock (one `LockManager`) for information.
+//! 4. **attribute overhead** — workload 1, `distlock attribute` against `distlock manual`.
+//!
+//! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
+//! once, in an order rotated from round to round, so that drift of the shared machine hits all
+//! of them alike. A figure is the median over the rounds, with min..max as its spread; ratios
+//! are ratios of medians. Targets are judged on the medians, except the longest wait, which is
+//! judged on the worst round.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+// rslock's public API exists only with its `tokio-comp` feature. While the dev-dependency lacks
+// it, point this at "support_rslock/disabled.rs": the bench then skips rslock and says so.
+#[path = "support_rslock/disabled.rs"]
+mod support_rslock;
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{LockError, LockManager, LockOptions};
+use redis::aio::MultiplexedConnection;
+use support_rslock::Rslock;
+
+/// The compare-and-delete script of the floor (and of every Redis lock since the Redlock page).
+const FLOOR_RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// Copies of distlock's own acquire and release scripts (lock-runtime/src/scripts.rs), for a
+/// diagnostic floor that sends exactly distlock's commands with raw redis-rs: it splits the
+/// distance between distlock and the floor into Redis-side cost (the scripts) and client-side
+/// cost (everything else).
+const DISTLOCK_ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '1' then
+    return {1, redis.call('INCR', KEYS[3])}
+  end
+  return {1, 0}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[4] == '1' then
+  local keep = pttl
+  if keep < 0 then keep = tonumber(ARGV[2]) end
+  redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
+end
+return {0, pttl}
+";
+const DISTLOCK_RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  end
+  return 1
+end
+return 0
+";
+
+/// Lock ttl everywhere (the seed's default): long enough never to expire during the bench.
+const TTL: Duration = Duration::from_secs(30);
+/// Every lock key starts with this (distlock's default prefix, used by all contenders).
+const PREFIX: &str = "lock:";
+/// Worker threads of the multi-thread runtime (workloads 2 and 3).
+const WORKERS: usize = 2;
+
+const FLOOR: &str = "floor";
+const FLOOR_SCRIPTS: &str = "floor, distlock's scripts";
+const MANUAL: &str = "distlock manual";
+const ATTRIBUTE: &str = "distlock attribute";
+const DISTLOCK: &str = "distlock";
+const RSLOCK: &str = "rslock";
+const RSLOCK_DEFAULT: &str = "rslock (defaults: 3 x 0..200 ms)";
+const RSLOCK_TUNED: &str = "rslock (tuned: 3 x 0..2 ms)";
+
+/// Counts of one run.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    rounds: usize,
+    cycle_n: usize,
+    contend_tasks: usize,
+    contend_m: usize,
+    critical: Duration,
+    parallel_tasks: usize,
+    parallel_k: usize,
+}
+
+impl Config {
+    fn from_env() -> Self {
+        let quick = std::env::var_os("DISTLOCK_BENCH_QUICK").is_some_and(|v| v != "0")
+            || std::env::args().any(|arg| arg == "--quick");
+        let full = Config {
+            rounds: 7,
+            cycle_n: 3000,
+            contend_tasks: 8,
+            contend_m: 60,
+            critical: Duration::from_millis(1),
+            parallel_tasks: 256,
+            parallel_k: 50,
+        };
+        if quick {
+            Config {
+                rounds: 3,
+                cycle_n: 300,
+                contend_m: 10,
+                parallel_k: 5,
+                ..full
+            }
+        } else {
+            full
+        }
+    }
+}
+
+/// Lock numbers for the whole run: every cycle of every contender takes a key of its own.
+/// Starts at a value derived from the process id, so runs sharing a `REDIS_URL` never meet.
+static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
+
+fn next_keys(count: u64) -> u64 {
+    NEXT_KEY.fetch_add(count, Ordering::Relaxed)
+}
+
+#[distlock::distributed_lock(key = "bench:{i}", ttl = 30)]
+async fn attributed(i: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contenders
+// ---------------------------------------------------------------------------------------------
+
+/// The raw-Redis floor: the commands of a lock cycle on a multiplexed connection, nothing else.
+#[derive(Clone)]
+struct Floor {
+    connection: MultiplexedConnection,
+    release: redis::Script,
+    distlock_acquire: redis::Script,
+    distlock_release: redis::Script,
+}
+
+impl Floor {
+    async fn connect(client: &redis::Client) -> Self {
+        let connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("floor: cannot connect to Redis");
+        Floor {
+            connection,
+            release: redis::Script::new(FLOOR_RELEASE),
+            distlock_acquire: redis::Script::new(DISTLOCK_ACQUIRE),
+            distlock_release: redis::Script::new(DISTLOCK_RELEASE),
+        }
+    }
+
+    /// A 36-character token (as long as distlock's UUIDs), unique in the run.
+    fn token(n: u64) -> String {
+        format!("floor-{:08x}-{n:021}", std::process::id())
+    }
+
+    /// `SET key token NX PX 30000`, then the compare-and-delete script by SHA.
+    async fn cycle(&mut self, n: u64) {
+        let key = format!("{PREFIX}bench:{n}");
+        let token = Self::token(n);
+        let set: redis::Value = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut self.connection)
+            .await
+            .expect("floor: SET failed");
+        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
+        let deleted: i64 = self
+            .release
+            .key(&key)
+            .arg(&token)
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor: release failed");
+        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
+    }
+
+    /// The two EVALSHAs distlock sends for one uncontended cycle, with its keys and arguments.
+    async fn cycle_with_distlock_scripts(&mut self, n: u64) {
+        let key = format!("{PREFIX}bench:{n}");
+        let token = Self::token(n);
+        let (acquired, _): (i64, i64) = self
+            .distlock_acquire
+            .key(&key)
+            .key(format!("{{{key}}}:distlock:waiting"))
+            .key(format!("{{{key}}}:distlock:fence"))
+            .arg(&token)
+            .arg(30_000)
+            .arg("0")
+            .arg("0")
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor: acquire script failed");
+        assert_eq!(acquired, 1, "floor: {key} was taken");
+        let deleted: i64 = self
+            .distlock_release
+            .key(&key)
+            .key(format!("{{{key}}}:distlock:waiting"))
+            .arg(&token)
+            .arg(format!("{{{key}}}:distlock:released"))
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor: release script failed");
+        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
+    }
+}
+
+async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {
+    let guard = manager
+        .acquire(&format!("bench:{n}"), options)
+        .await
+        .expect("distlock: acquire failed");
+    guard.release().await.expect("distlock: release failed");
+}
+
+async fn rslock_cycle(manager: &Rslock, n: u64) {
+    manager
+        .acquire(&format!("{PREFIX}bench:{n}"), TTL)
+        .await
+        .release()
+        .await;
+}
+
+/// Who runs workloads 1 and 3.
+#[derive(Clone)]
+enum Cycler {
+    Floor(Floor),
+    FloorScripts(Floor),
+    Manual(LockManager, LockOptions),
+    Attribute,
+    Rslock(Rslock),
+}
+
+impl Cycler {
+    /// Cycles on the keys numbered `keys`, one after the other.
+    async fn run(&mut self, keys: std::ops::Range<u64>) {
+        match self {
+            Cycler::Floor(floor) => {
+                for i in keys {
+                    floor.cycle(i).await;
+                }
+            }
+            Cycler::FloorScripts(floor) => {
+                for i in keys {
+                    floor.cycle_with_distlock_scripts(i).await;
+                }
+            }
+            Cycler::Manual(manager, options) => {
+                for i in keys {
+                    manual_cycle(manager, options, i).await;
+                }
+            }
+            Cycler::Attribute => {
+                for i in keys {
+                    attributed(i).await.expect("distlock attribute: cycle failed");
+                }
+            }
+            Cycler::Rslock(manager) => {
+                for i in keys {
+                    rslock_cycle(manager, i).await;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+// ---------------------------------------------------------------------------------------------
+
+/// One figure over the rounds.
+#[derive(Debug, Clone)]
+struct Summary {
+    sorted: Vec<f64>,
+}
+
+impl Summary {
+    fn new(mut rounds: Vec<f64>) -> Self {
+        rounds.sort_by(f64::total_cmp);
+        Summary { sorted: rounds }
+    }
+    fn median(&self) -> f64 {
+        percentile(&self.sorted, 50.0)
+    }
+    fn min(&self) -> f64 {
+        self.sorted.first().copied().unwrap_or(f64::NAN)
+    }
+    fn max(&self) -> f64 {
+        self.sorted.last().copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// Percentile of sorted values, interpolating linearly between the closest ranks.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        1 => sorted[0],
+        len => {
+            let rank = p / 100.0 * (len - 1) as f64;
+            let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
+            sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
+        }
+    }
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+/// Runs a warm-up round and then `rounds` rounds; in each, `run(contender, warm_up)` once per
+/// contender, in an order rotated by one from round to round. Returns, per contender, the
+/// results of the counted rounds.
+fn rounds<T>(contenders: usize, rounds: usize, mut run: impl FnMut(usize, bool) -> T) -> Vec<Vec<T>> {
+    let mut results: Vec<Vec<T>> = (0..contenders).map(|_| Vec::new()).collect();
+    for round in 0..=rounds {
+        let warm_up = round == 0;
+        for step in 0..contenders {
+            let contender = (round + step) % contenders;
+            let result = run(contender, warm_up);
+            if !warm_up {
+                results[contender].push(result);
+            }
+        }
+    }
+    results
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workload 2: contention
+// ---------------------------------------------------------------------------------------------
+
+/// One critical section, as its holder saw it.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    holder: usize,
+    /// The acquire call started.
+    called: Instant,
+    /// The acquire call returned.
+    acquired: Instant,
+    /// Just before the release call.
+    release_start: Instant,
+}
+
+/// What one contention round measured.
+#[derive(Debug, Clone, Copy)]
+struct ContendRound {
+    sections_per_s: f64,
+    gap_p50_us: f64,
+    gap_p99_us: f64,
+    longest_wait_ms: f64,
+    changed_hands_pct: f64,
+    /// Sections that began before the previous one ended (a broken lock): must be 0.
+    overlaps: usize,
+}
+
+fn analyse(mut sections: Vec<Section>, wall: Duration) -> ContendRound {
+    sections.sort_by_key(|section| section.acquired);
+    let mut gaps = Vec::new();
+    let mut changes = 0;
+    let mut overlaps = 0;
+    for pair in sections.windows(2) {
+        let (previous, next) = (pair[0], pair[1]);
+        if next.acquired < previous.release_start {
+            overlaps += 1;
+        }
+        if next.holder != previous.holder {
+            changes += 1;
+            gaps.push(micros(next.acquired.saturating_duration_since(previous.release_start)));
+        }
+    }
+    gaps.sort_by(f64::total_cmp);
+    let longest_wait = sections
+        .iter()
+        .map(|section| section.acquired - section.called)
+        .max()
+        .unwrap_or_default();
+    ContendRound {
+        sections_per_s: sections.len() as f64 / wall.as_secs_f64(),
+        gap_p50_us: percentile(&gaps, 50.0),
+        gap_p99_us: percentile(&gaps, 99.0),
+        longest_wait_ms: longest_wait.as_secs_f64() * 1e3,
+        changed_hands_pct: 100.0 * changes as f64 / sections.len().saturating_sub(1).max(1) as f64,
+        overlaps,
+    }
+}
+
+/// Holds the lock until exactly `acquired + critical`, yielding to the runtime between checks
+/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick).
+async fn critical_section(acquired: Instant, critical: Duration) {
+    let end = acquired + critical;
+    while Instant::now() < end {
+        tokio::task::yield_now().await;
+        std::hint::spin_loop();
+    }
+}
+
+/// Who runs workload 2.
+#[derive(Clone)]
+enum Contender {
+    Distlock(LockManager),
+    Rslock(Rslock),
+}
+
+impl Contender {
+    /// One task's `m` sections on the lock `name`.
+    async fn sections(self, holder: usize, name: String, m: usize, critical: Duration) -> Vec<Section> {
+        let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(60));
+        let key = format!("{PREFIX}{name}");
+        let mut sections = Vec::with_capacity(m);
+        for _ in 0..m {
+            let called = Instant::now();
+            let section = match &self {
+                Contender::Distlock(manager) => {
+                    let guard = manager.acquire(&name, &options).await.expect("distlock: acquire failed");
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    guard.release().await.expect("distlock: release failed");
+                    Section { holder, called, acquired, release_start }
+                }
+                Contender::Rslock(manager) => {
+                    let guard = manager.acquire(&key, TTL).await;
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    guard.release().await;
+                    Section { holder, called, acquired, release_start }
+                }
+            };
+            sections.push(section);
+        }
+        sections
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------------
+
+/// One line of the report: one figure of one contender in one workload.
+struct Row {
+    workload: &'static str,
+    contender: &'static str,
+    metric: &'static str,
+    unit: &'static str,
+    summary: Summary,
+    /// This median over the floor's (same workload and metric).
+    vs_floor: Option<f64>,
+    /// This median over rslock's (same workload and metric).
+    vs_rslock: Option<f64>,
+}
+
+/// Adds the rows of one metric of one workload, with ratios to `floor` and `rslock` (contender
+/// names) when they ran.
+fn push_rows(
+    rows: &mut Vec<Row>,
+    (workload, metric, unit): (&'static str, &'static str, &'static str),
+    figures: Vec<(&'static str, Summary)>,
+    floor: Option<&str>,
+    rslock: Option<&str>,
+) {
+    let median_of = |name: Option<&str>| {
+        name.and_then(|name| figures.iter().find(|(contender, _)| *contender == name))
+            .map(|(_, summary)| summary.median())
+    };
+    let (floor_median, rslock_median) = (median_of(floor), median_of(rslock));
+    for (contender, summary) in &figures {
+        let ratio = |base: Option<f64>, base_name: Option<&str>| {
+            base.filter(|_| base_name != Some(*contender))
+                .map(|base| summary.median() / base)
+        };
+        rows.push(Row {
+            workload,
+            contender,
+            metric,
+            unit,
+            summary: summary.clone(),
+            vs_floor: ratio(floor_median, floor),
+            vs_rslock: ratio(rslock_median, rslock),
+        });
+    }
+}
+
+fn median(rows: &[Row], workload: &str, contender: &str, metric: &str) -> Option<f64> {
+    rows.iter()
+        .find(|row| row.workload == workload && row.contender == contender && row.metric == metric)
+        .map(|row| row.summary.median())
+}
+
+fn worst(rows: &[Row], workload: &str, contender: &str, metric: &str) -> Option<f64> {
+    rows.iter()
+        .find(|row| row.workload == workload && row.contender == contender && row.metric == metric)
+        .map(|row| row.summary.max())
+}
+
+/// A target of the issue; `value` is `None` when its contender could not run.
+struct Target {
+    name: &'static str,
+    value: Option<f64>,
+    op: &'static str,
+    limit: f64,
+}
+
+impl Target {
+    fn verdict(&self) -> &'static str {
+        match self.value {
+            None => "SKIP",
+            Some(value) if (self.op == "<=" && value <= self.limit) || (self.op == ">=" && value >= self.limit) => "PASS",
+            Some(_) => "MISS",
+        }
+    }
+}
+
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_number(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:.3}")
+    } else {
+        "null".to_owned()
+    }
+}
+
+fn json_option(value: Option<f64>) -> String {
+    value.map_or_else(|| "null".to_owned(), json_number)
+}
+
+fn format_value(value: f64) -> String {
+    if !value.is_finite() {
+        "-".to_owned()
+    } else if value.abs() >= 1000.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 100.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn format_ratio(ratio: Option<f64>) -> String {
+    ratio.map_or_else(String::new, |ratio| format!("{ratio:.2}x"))
+}
+
+/// The machine and software the figures came from.
+struct Machine {
+    nproc: usize,
+    cpu: String,
+    os: String,
+    redis_version: String,
+    rustc: String,
+    load_before: String,
+    load_after: String,
+}
+
+impl Machine {
+    fn describe(redis_version: String, load_before: String) -> Self {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix("model name"))
+                    .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+        Machine {
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu,
+            os: command_output("uname", &["-srm"]).unwrap_or_else(|| std::env::consts::OS.to_owned()),
+            redis_version,
+            rustc: command_output(&rustc, &["--version"]).unwrap_or_else(|| "unknown".to_owned()),
+            load_before,
+            load_after: load_average(),
+        }
+    }
+}
+
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let output = std::process::Command::new(program).args(args).output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// main
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let started = Instant::now();
+    let config = Config::from_env();
+    let load_before = load_average();
+
+    // A private server on a free port (killed when `server` drops), unless REDIS_URL is set.
+    let (server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = support::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    NEXT_KEY.store(u64::from(std::process::id()) << 32, Ordering::Relaxed);
+    let client = redis::Client::open(url.as_str()).expect("bad Redis URL");
+
+    // Workload 1 runs on a current_thread runtime, 2 and 3 on a multi_thread one. Every
+    // contender has a connection of its own on each runtime (a redis-rs connection is driven
+    // by a task of the runtime that made it); distlock's global manager makes one per runtime.
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("cannot build the current_thread runtime");
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .enable_all()
+        .build()
+        .expect("cannot build the multi_thread runtime");
+
+    let redis_version = single.block_on(async {
+        let mut connection = client.get_multiplexed_async_connection().await.expect("cannot connect to Redis");
+        let info: String = redis::cmd("INFO").arg("server").query_async(&mut connection).await.expect("INFO failed");
+        info.lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_owned()
+    });
+    single.block_on(distlock::init(&url)).expect("distlock::init failed");
+    // The manual API uses the global manager too, so it differs from the attribute only in
+    // what the attribute adds.
+    let manager = distlock::global().expect("initialised above").clone();
+    let options = LockOptions::new().ttl(TTL);
+    let rslock_note = if support_rslock::AVAILABLE {
+        ""
+    } else {
+        "; rslock skipped: the rslock dev-dependency lacks its `tokio-comp` feature"
+    };
+    println!(
+        "distlock bench: redis {redis_version} at {url} ({}), {} rounds after a warm-up round{rslock_note}",
+        if server.is_some() { "private server" } else { "REDIS_URL" },
+        config.rounds
+    );
+    let mut rows: Vec<Row> = Vec::new();
+
+    // ---- 1. cycle (and 4. attribute overhead) -------------------------------------------------
+    let floor = single.block_on(Floor::connect(&client));
+    let mut cyclers: Vec<(&'static str, Cycler)> = vec![
+        (FLOOR, Cycler::Floor(floor.clone())),
+        (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
+        (MANUAL, Cycler::Manual(manager.clone(), options.clone())),
+        (ATTRIBUTE, Cycler::Attribute),
+    ];
+    if let Some(rslock) = Rslock::new(&client, None) {
+        cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
+    }
+    let n = config.cycle_n;
+    let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
+        let n = if warm_up { n.div_ceil(10) } else { n } as u64;
+        let first = next_keys(n);
+        let cycler = &mut cyclers[contender].1;
+        let elapsed = single.block_on(async {
+            let start = Instant::now();
+            cycler.run(first..first + n).await;
+            start.elapsed()
+        });
+        micros(elapsed) / n as f64
+    });
+    let figures = cyclers.iter().zip(results).map(|((name, _), rounds)| (*name, Summary::new(rounds))).collect();
+    push_rows(&mut rows, ("1 cycle", "time per cycle", "us"), figures, Some(FLOOR), Some(RSLOCK));
+    let keys_left = server.as_ref().map(|server| {
+        let keys: i64 = redis::cmd("DBSIZE").query(&mut server.conn()).expect("DBSIZE failed");
+        keys
+    });
+    eprintln!("cycle done after {:.1} s", started.elapsed().as_secs_f64());
+
+    // ---- 2. contend -------------------------------------------------------------------------
+    let mut contenders: Vec<(&'static str, Contender)> = vec![(DISTLOCK, Contender::Distlock(manager.clone()))];
+    for (name, retry) in [(RSLOCK_DEFAULT, None), (RSLOCK_TUNED, Some((3, Duration::from_millis(2))))] {
+        if let Some(rslock) = Rslock::new(&client, retry) {
+            contenders.push((name, Contender::Rslock(rslock)));
+        }
+    }
+    let mut contend_round = 0u64;
+    let results = rounds(contenders.len(), config.rounds, |contender, warm_up| {
+        contend_round += 1;
+        let name = format!("bench:contend:{}:{contend_round}", std::process::id());
+        let m = if warm_up { config.contend_m.div_ceil(4) } else { config.contend_m };
+        let contender = &contenders[contender].1;
+        let (sections, wall) = multi.block_on(async {
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..config.contend_tasks)
+                .map(|holder| tokio::spawn(contender.clone().sections(holder, name.clone(), m, config.critical)))
+                .collect();
+            let mut sections = Vec::new();
+            for task in tasks {
+                sections.extend(task.await.expect("a contending task panicked"));
+            }
+            (sections, start.elapsed())
+        });
+        analyse(sections, wall)
+    });
+    let overlaps: usize = results.iter().flatten().map(|round| round.overlaps).sum();
+    type Pick = fn(&ContendRound) -> f64;
+    let metrics: [(&'static str, &'static str, Pick); 5] = [
+        ("sections/s", "1/s", |round| round.sections_per_s),
+        ("hand-off gap p50", "us", |round| round.gap_p50_us),
+        ("hand-off gap p99", "us", |round| round.gap_p99_us),
+        ("longest wait", "ms", |round| round.longest_wait_ms),
+        ("changed hands", "%", |round| round.changed_hands_pct),
+    ];
+    for (metric, unit, pick) in metrics {
+        let figures = contenders
+            .iter()
+            .zip(&results)
+            .map(|((name, _), rounds)| (*name, Summary::new(rounds.iter().map(pick).collect())))
+            .collect();
+        push_rows(&mut rows, ("2 contend", metric, unit), figures, None, Some(RSLOCK_DEFAULT));
+    }
+    eprintln!("contend done after {:.1} s", started.elapsed().as_secs_f64());
+
+    // ---- 3. parallel ------------------------------------------------------------------------
+    let floor = multi.block_on(Floor::connect(&client));
+    let mut cyclers: Vec<(&'static str, Cycler)> = vec![
+        (FLOOR, Cycler::Floor(floor.clone())),
+        (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
+        (DISTLOCK, Cycler::Manual(manager.clone(), options.clone())),
+    ];
+    if let Some(rslock) = Rslock::new(&client, None) {
+        cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
+    }
+    let (tasks, k) = (config.parallel_tasks, config.parallel_k);
+    let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
+        let k = if warm_up { k.div_ceil(5) } else { k } as u64;
+        let cycler = &cyclers[contender].1;
+        let elapsed = multi.block_on(async {
+            let start = Instant::now();
+            let handles: Vec<_> = (0..tasks)
+                .map(|_| {
+                    let first = next_keys(k);
+                    let mut cycler = cycler.clone();
+                    tokio::spawn(async move { cycler.run(first..first + k).await })
+                })
+                .collect();
+            for handle in handles {
+                handle.await.expect("a parallel task panicked");
+            }
+            start.elapsed()
+        });
+        (tasks as u64 * k) as f64 / elapsed.as_secs_f64()
+    });
+    let figures = cyclers.iter().zip(results).map(|((name, _), rounds)| (*name, Summary::new(rounds))).collect();
+    push_rows(&mut rows, ("3 parallel", "cycles/s", "1/s"), figures, Some(FLOOR), Some(RSLOCK));
+    eprintln!("parallel done after {:.1} s", started.elapsed().as_secs_f64());
+
+    // ---- targets ----------------------------------------------------------------------------
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let cycle = |contender| median(&rows, "1 cycle", contender, "time per cycle");
+    let contend = |metric| median(&rows, "2 contend", DISTLOCK, metric);
+    let parallel = |contender| median(&rows, "3 parallel", contender, "cycles/s");
+    let max_wait_ms = 3.0 * config.contend_tasks as f64 * config.critical.as_secs_f64() * 1e3;
+    let targets = [
+        Target { name: "1 cycle: distlock manual / floor", value: ratio(cycle(MANUAL), cycle(FLOOR)), op: "<=", limit: 1.10 },
+        Target { name: "4 attribute overhead: attribute / manual", value: ratio(cycle(ATTRIBUTE), cycle(MANUAL)), op: "<=", limit: 1.03 },
+        Target { name: "1 cycle: rslock / distlock manual", value: ratio(cycle(RSLOCK), cycle(MANUAL)), op: ">=", limit: 1.3 },
+        Target { name: "2 contend: hand-off gap p50 (ms)", value: contend("hand-off gap p50").map(|us| us / 1e3), op: "<=", limit: 0.2 },
+        Target { name: "2 contend: hand-off gap p99 (ms)", value: contend("hand-off gap p99").map(|us| us / 1e3), op: "<=", limit: 1.0 },
+        Target { name: "2 contend: longest wait, worst round (ms)", value: worst(&rows, "2 contend", DISTLOCK, "longest wait"), op: "<=", limit: max_wait_ms },
+        Target { name: "2 contend: changed hands (%)", value: contend("changed hands"), op: ">=", limit: 90.0 },
+        Target { name: "3 parallel: distlock / floor", value: ratio(parallel(DISTLOCK), parallel(FLOOR)), op: ">=", limit: 0.85 },
+    ];
+    let machine = Machine::describe(redis_version, load_before);
+    let total = started.elapsed();
+
+    // ---- table ------------------------------------------------------------------------------
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{:<10} {:<32} {:<16} {:>10} {:>19} {:>7} {:>8}",
+        "workload", "contender", "metric", "median", "min..max", "/floor", "/rslock"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(108));
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {:<16} {:>7} {:<2} {:>19} {:>7} {:>8}",
+            row.workload,
+            row.contender,
+            row.metric,
+            format_value(row.summary.median()),
+            row.unit,
+            format!("{}..{}", format_value(row.summary.min()), format_value(row.summary.max())),
+            format_ratio(row.vs_floor),
+            format_ratio(row.vs_rslock),
+        );
+    }
+    let _ = writeln!(out, "\n{:<44} {:>8} {:>9}  result", "target (distlock)", "value", "limit");
+    let _ = writeln!(out, "{}", "-".repeat(72));
+    for target in &targets {
+        let _ = writeln!(
+            out,
+            "{:<44} {:>8} {:>2} {:>6.2}  {}",
+            target.name,
+            target.value.map_or_else(|| "-".to_owned(), |value| format!("{value:.3}")),
+            target.op,
+            target.limit,
+            target.verdict()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\ncycle: {} cycles per round; contend: {} tasks x {} sections, {} ms critical section (spin \
+         until acquired + 1 ms, yield_now between checks); parallel: {} tasks x {} cycles; {} rounds \
+         after a warm-up, every contender once per round in rotated order; median and min..max \
+         over rounds, ratios of medians; the longest-wait target is judged on the worst round",
+        config.cycle_n,
+        config.contend_tasks,
+        config.contend_m,
+        config.critical.as_secs_f64() * 1e3,
+        config.parallel_tasks,
+        config.parallel_k,
+        config.rounds
+    );
+    let _ = writeln!(
+        out,
+        "runtimes: tokio current_thread for 1 and 4, tokio multi_thread with {WORKERS} workers for 2 and 3"
+    );
+    let _ = writeln!(
+        out,
+        "hand-off gap: next holder's acquired-at - previous holder's release-start, for consecutive \
+         sections of different holders"
+    );
+    let _ = writeln!(
+        out,
+        "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}",
+        keys_left.map_or_else(|| "not checked (REDIS_URL)".to_owned(), |keys| keys.to_string())
+    );
+    let _ = writeln!(
+        out,
+        "machine: {} cpus ({}), {}, redis {}, {}; load average {} before, {} after; total {:.1} s",
+        machine.nproc,
+        machine.cpu,
+        machine.os,
+        machine.redis_version,
+        machine.rustc,
+        machine.load_before,
+        machine.load_after,
+        total.as_secs_f64()
+    );
+    print!("{out}");
+
+    // ---- JSON -------------------------------------------------------------------------------
+    let mut json = String::from("{\n");
+    let _ = writeln!(json, "  \"command\": \"cargo bench --bench locks\",");
+    let _ = writeln!(
+        json,
+        "  \"machine\": {{\"nproc\": {}, \"cpu\": {}, \"os\": {}, \"redis_server\": {}, \"rustc\": {}, \"load_average_before\": {}, \"load_average_after\": {}}},",
+        machine.nproc,
+        json_string(&machine.cpu),
+        json_string(&machine.os),
+        json_string(&machine.redis_version),
+        json_string(&machine.rustc),
+        json_string(&machine.load_before),
+        json_string(&machine.load_after),
+    );
+    let _ = writeln!(
+        json,
+        "  \"runtime\": {{\"cycle\": \"tokio current_thread\", \"contend\": \"tokio multi_thread, {WORKERS} workers\", \"parallel\": \"tokio multi_thread, {WORKERS} workers\"}},"
+    );
+    let _ = writeln!(
+        json,
+        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}}},",
+        config.rounds,
+        config.cycle_n,
+        config.contend_tasks,
+        config.contend_m,
+        config.critical.as_micros(),
+        config.parallel_tasks,
+        config.parallel_k,
+        json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
+        support_rslock::AVAILABLE,
+    );
+    json.push_str("  \"results\": [\n");
+    for (index, row) in rows.iter().enumerate() {
+        let rounds: Vec<String> = row.summary.sorted.iter().map(|value| json_number(*value)).collect();
+        let _ = writeln!(
+            json,
+            "    {{\"workload\": {}, \"contender\": {}, \"metric\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \"max\": {}, \"ratio_to_floor\": {}, \"ratio_to_rslock\": {}, \"rounds_sorted\": [{}]}}{}",
+            json_string(row.workload),
+            json_string(row.contender),
+            json_string(row.metric),
+            json_string(row.unit),
+            json_number(row.summary.median()),
+            json_number(row.summary.min()),
+            json_number(row.summary.max()),
+            json_option(row.vs_floor),
+            json_option(row.vs_rslock),
+            rounds.join(", "),
+            if index + 1 < rows.len() { "," } else { "" }
+        );
+    }
+    json.push_str("  ],\n  \"targets\": [\n");
+    for (index, target) in targets.iter().enumerate() {
+        let _ = writeln!(
+            json,
+            "    {{\"name\": {}, \"value\": {}, \"op\": {}, \"limit\": {}, \"result\": {}}}{}",
+            json_string(target.name),
+            json_option(target.value),
+            json_string(target.op),
+            json_number(target.limit),
+            json_string(target.verdict()),
+            if index + 1 < targets.len() { "," } else { "" }
+        );
+    }
+    json.push_str("  ],\n");
+    let _ = writeln!(
+        json,
+        "  \"checks\": {{\"overlapping_sections\": {overlaps}, \"keys_left_after_cycle\": {}}},",
+        keys_left.map_or_else(|| "null".to_owned(), |keys| keys.to_string())
+    );
+    let _ = writeln!(json, "  \"total_seconds\": {}\n}}", json_number(total.as_secs_f64()));
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = target_dir.join("distlock-bench.json");
+    match std::fs::create_dir_all(&target_dir).and_then(|()| std::fs::write(&path, json)) {
+        Ok(()) => println!("wrote {}", path.display()),
+        Err(error) => eprintln!("could not write {}: {error}", path.display()),
+    }
+
+    // The runtimes (and their connections) go before the server does.
+    drop(multi);
+    drop(single);
+    drop(server);
+    assert_eq!(overlaps, 0, "a lock let two holders in at once: see the contend rows");
+}

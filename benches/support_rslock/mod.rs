@@ -1,0 +1,47 @@
+//! rslock (crates.io, the best-known Rust Redis lock) as a contender of `benches/locks.rs`.
+//!
+//! Needs rslock's `tokio-comp` feature: without `tokio-comp` (or `smol-comp`) rslock compiles
+//! to an empty crate. `benches/locks.rs` includes this module, or `disabled.rs` beside it (same
+//! API, no rslock) while the dev-dependency lacks the feature.
+
+use std::time::Duration;
+
+/// Whether the bench can run rslock.
+pub const AVAILABLE: bool = true;
+
+/// One rslock `LockManager` on one Redis server (connects on first use, on the runtime of that
+/// first use: make one per runtime).
+#[derive(Clone)]
+pub struct Rslock(rslock::LockManager);
+
+/// A lock held through rslock.
+pub struct Held(rslock::LockGuard);
+
+impl Rslock {
+    /// A manager with rslock's retry policy: `count` attempts per `lock` call, each failed one
+    /// followed by a random pause in `0..delay` (`None`: rslock's defaults, 3 and 200 ms).
+    pub fn new(client: &redis::Client, retry: Option<(u32, Duration)>) -> Option<Self> {
+        let mut manager = rslock::LockManager::from_clients(vec![client.clone()]);
+        if let Some((count, delay)) = retry {
+            manager.set_retry(count, delay);
+        }
+        Some(Rslock(manager))
+    }
+
+    /// `LockManager::acquire`: retries until it holds the lock.
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Held {
+        let guard = self
+            .0
+            .acquire(key.as_bytes(), ttl)
+            .await
+            .unwrap_or_else(|error| panic!("rslock: acquire {key} failed: {error}"));
+        Held(guard)
+    }
+}
+
+impl Held {
+    /// `LockGuard::release` (best effort: rslock reports nothing).
+    pub async fn release(self) {
+        self.0.release().await;
+    }
+}
