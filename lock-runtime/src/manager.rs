@@ -248,7 +248,7 @@ impl LockManager {
         else {
             return Err(timeout(&keys, started));
         };
-        let token = uuid::Uuid::new_v4().to_string();
+        let mut token = uuid::Uuid::new_v4().to_string();
         let mut watch = None;
         let mut contended = false;
         let mut backoff = ERROR_BACKOFF.0;
@@ -316,6 +316,9 @@ impl LockManager {
                         return Err(LockError::Redis(error));
                     }
                     tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
+                    // The failed attempt may still run (see `attempt`) and is released by its
+                    // token: retry under a new one, so that release cannot hit a later grant.
+                    token = uuid::Uuid::new_v4().to_string();
                     let pause = backoff + jitter(backoff / 2);
                     backoff = (backoff * 2).min(ERROR_BACKOFF.1);
                     pause
@@ -409,6 +412,12 @@ impl LockManager {
 
     /// One attempt to take the lock. If the caller stops waiting while the command is in
     /// flight, the attempt still completes, and a lock it turns out to have won is released.
+    ///
+    /// An attempt that fails without an answer (response timeout, dropped connection) may
+    /// still have reached Redis: a stopped or overloaded server runs it later and grants the
+    /// lock to a caller that has given up, for the whole ttl. So its token is then released too,
+    /// in the background, once Redis answers again (on the same connection, so after the
+    /// attempt).
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
@@ -430,14 +439,60 @@ impl LockManager {
             )
             .await
         };
-        let (manager, keys, token) = (self.clone(), Arc::clone(keys), token.to_owned());
-        FinishOnDrop::new(request, move |outcome| async move {
-            if let Ok(Attempt::Acquired { .. }) = outcome {
-                tracing::debug!(target: "distlock", key = %keys.lock, "releasing a lock granted to a cancelled acquire");
-                let _ = manager.inner.backend.unlock(&keys, &token).await;
+        let (manager, cleanup_keys, cleanup_token) =
+            (self.clone(), Arc::clone(keys), token.to_owned());
+        let outcome = FinishOnDrop::new(request, move |outcome| async move {
+            match outcome {
+                Ok(Attempt::Acquired { .. }) => {
+                    tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
+                    let _ = manager
+                        .inner
+                        .backend
+                        .unlock(&cleanup_keys, &cleanup_token)
+                        .await;
+                }
+                Err(error) if may_have_run(&error) => {
+                    manager
+                        .release_unanswered(&cleanup_keys, &cleanup_token, ttl_millis)
+                        .await;
+                }
+                _ => {}
             }
         })
-        .await
+        .await;
+        if let Err(error) = &outcome {
+            if may_have_run(error) {
+                let (manager, keys, token) = (self.clone(), Arc::clone(keys), token.to_owned());
+                drop(tokio::spawn(async move {
+                    manager.release_unanswered(&keys, &token, ttl_millis).await;
+                }));
+            }
+        }
+        outcome
+    }
+
+    /// Releases whatever `token` was granted by an attempt that got no answer: retries until
+    /// Redis answers the release (it then runs after the attempt) or a grant would have expired
+    /// anyway. An unanswered release is not enough: if the script is not cached yet, Redis
+    /// answers it NOSCRIPT and only a caller still waiting loads the script and tries again.
+    async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
+        let give_up = Instant::now() + Duration::from_millis(ttl_millis);
+        let mut backoff = ERROR_BACKOFF.0;
+        loop {
+            match self.inner.backend.unlock(keys, token).await {
+                Ok(released) => {
+                    if released {
+                        tracing::debug!(target: "distlock", key = %keys.lock, "released a lock granted to an attempt that had failed without an answer");
+                    }
+                    return;
+                }
+                Err(_) if Instant::now() + backoff < give_up => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ERROR_BACKOFF.1);
+                }
+                Err(_) => return,
+            }
+        }
     }
 }
 
@@ -467,6 +522,11 @@ fn timeout(keys: &LockKeys, started: Instant) -> LockError {
         key: keys.lock.clone(),
         waited: started.elapsed(),
     }
+}
+
+/// Whether a request that failed with `error` may still have reached Redis and run there.
+fn may_have_run(error: &redis::RedisError) -> bool {
+    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
 }
 
 /// A random duration in `0..=max`: spreads retries of waiters that woke together.
