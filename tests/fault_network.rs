@@ -1,0 +1,208 @@
+//! Fault cases 5 and 6: the network between the client and Redis fails (through `FaultProxy`).
+//!
+//! - Case 5, **partition while holding with `auto_extend`** (ttl 2 s): the network is stalled
+//!   (bytes held, connections open) or cut (connections closed, new ones refused) right after an
+//!   extension. The `#[distributed_lock]` function's body is cancelled and the function returns
+//!   `Err(Lost)` before the lock can have expired in Redis (checked against the lock's PTTL read
+//!   directly from Redis after the partition), within ttl + 1 s of the partition, and the body
+//!   stops running.
+//! - Case 6, **slow network** (50 ms one way, so ≥ 100 ms per round trip): two clients × 4 tasks
+//!   × 5 read-modify-write sections still count exactly, only slower.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use redis::AsyncCommands;
+use support::{FaultProxy, RedisServer};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// Works until cancelled (at most a minute), counting its progress and recording its token.
+#[distributed_lock(key = "partitioned:{phase}", ttl = 2, timeout = 5, auto_extend = true, guard = lock)]
+async fn long_job(
+    phase: &str,
+    progress: Arc<AtomicU64>,
+    token: Arc<Mutex<String>>,
+) -> Result<(), LockError> {
+    *token.lock().unwrap() = lock.token().to_owned();
+    for _ in 0..6000 {
+        progress.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Runs `long_job(phase)`, partitions the network with `partition` right after an extension is
+/// seen in Redis, and checks the function is cancelled with `Lost` in time.
+async fn lost_in_time(server: &RedisServer, phase: &str, partition: impl FnOnce()) {
+    let key = format!("lock:partitioned:{phase}");
+    let progress = Arc::new(AtomicU64::new(0));
+    let token = Arc::new(Mutex::new(String::new()));
+    let job = tokio::spawn({
+        let (phase, progress, token) = (phase.to_owned(), progress.clone(), token.clone());
+        async move {
+            let outcome = long_job(&phase, progress, token).await;
+            (outcome, Instant::now())
+        }
+    });
+
+    // Wait for the watchdog's first extension: the lock's PTTL jumps back up.
+    let started = Instant::now();
+    let mut previous = i64::MAX;
+    loop {
+        let pttl = server.pttl(&key);
+        if pttl > 0 && previous != i64::MAX && pttl > previous + 100 {
+            break;
+        }
+        if pttl > 0 {
+            previous = pttl;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no extension seen"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let extended = Instant::now();
+
+    partition();
+    let partitioned = Instant::now();
+    // No extension can reach Redis any more: the lock expires at `expires` at the earliest.
+    let remaining = server.pttl(&key);
+    assert!(remaining > 0, "the lock is held at the partition");
+    let expires = partitioned + Duration::from_millis(remaining.unsigned_abs());
+    let holder = token.lock().unwrap().clone();
+    assert_eq!(server.get(&key), Some(holder));
+
+    let (outcome, returned) = tokio::time::timeout(TTL + Duration::from_secs(3), job)
+        .await
+        .expect("the function returned")
+        .expect("the job task panicked");
+    let progress_at_return = progress.load(Ordering::SeqCst);
+    eprintln!(
+        "{phase}: Lost {:?} after the partition, {:?} after the last extension seen; the lock \
+         had {:?} left in Redis when the function returned",
+        returned - partitioned,
+        returned - extended,
+        expires.saturating_duration_since(returned)
+    );
+    match outcome {
+        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        other => panic!("{phase}: expected Err(Lost), got {other:?}"),
+    }
+    assert!(
+        returned < expires,
+        "{phase}: the body was cancelled {:?} after the lock could have expired in Redis",
+        returned - expires
+    );
+    assert!(
+        returned - extended < TTL,
+        "{phase}: cancelled within the ttl counted from the last extension"
+    );
+    assert!(
+        returned - partitioned <= TTL + Duration::from_secs(1),
+        "{phase}: cancelled within ttl + 1 s of the partition"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        progress.load(Ordering::SeqCst),
+        progress_at_return,
+        "{phase}: the body stopped when the function returned"
+    );
+    assert!(progress_at_return > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_cancels_an_auto_extended_body_with_lost_before_its_ttl_runs_out() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    distlock::init_with(LockManager::connect(&proxy.url()).await.unwrap()).unwrap();
+
+    // A stalled network: connections stay open, nothing gets through.
+    lost_in_time(&server, "stalled", || proxy.stall()).await;
+    proxy.cut();
+    proxy.unstall();
+
+    // A cut network: every connection closed, new ones refused.
+    lost_in_time(&server, "cut", || {
+        proxy.set_refuse(true);
+        proxy.cut();
+    })
+    .await;
+    proxy.set_refuse(false);
+
+    // The network heals: the same global client works again by itself.
+    let progress = Arc::new(AtomicU64::new(0));
+    let healed = Instant::now();
+    let job = tokio::spawn(long_job("healed", progress.clone(), Arc::default()));
+    while progress.load(Ordering::SeqCst) == 0 {
+        assert!(
+            healed.elapsed() < Duration::from_secs(5),
+            "the client recovered within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "healed: lock taken {:?} after the network came back",
+        healed.elapsed()
+    );
+    job.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_network_is_only_slower() {
+    const CLIENTS: usize = 2;
+    const TASKS: usize = 4;
+    const SECTIONS: usize = 5;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    proxy.set_delay(Duration::from_millis(50));
+    let data = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(60));
+
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        // Each client has its own connections through the slow proxy.
+        let manager = LockManager::connect(&proxy.url()).await.unwrap();
+        for _ in 0..TASKS {
+            let (manager, mut data, options) = (manager.clone(), data.clone(), options.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..SECTIONS {
+                    let guard = manager.acquire("slow", &options).await.unwrap();
+                    let value: Option<u64> = data.get("count").await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let () = data.set("count", value.unwrap_or(0) + 1).await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a section failed");
+    }
+    let took = started.elapsed();
+    let sections = CLIENTS * TASKS * SECTIONS;
+    eprintln!(
+        "slow network: {sections} sections in {took:?} ({:?} per section)",
+        took / sections as u32
+    );
+    assert_eq!(server.get("count"), Some(sections.to_string()));
+    // Each section waits at least one 100 ms round trip to acquire: the delay was in effect.
+    assert!(
+        took >= Duration::from_millis(100) * sections as u32,
+        "took only {took:?}"
+    );
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+}
