@@ -57,7 +57,7 @@ pub enum LockError {
     },
 
     /// Redis could not be reached or answered with an error.
-    #[error("Redis error: {0}; check that Redis is running and reachable at the configured URL")]
+    #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(#[from] redis::RedisError),
 
     /// A setting is out of range or malformed (URL, ttl, timeout, ...).
@@ -78,6 +78,25 @@ impl From<LockError> for std::io::Error {
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, error)
+    }
+}
+
+/// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
+/// answered: a permission error or a server that is not Redis at all get their own advice.
+fn redis_hint(error: &redis::RedisError) -> &'static str {
+    use redis::{ErrorKind, ServerErrorKind};
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
+             SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
+             PUBLISH) on the lock keys, and SUBSCRIBE"
+        }
+        ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
+        ErrorKind::Parse => {
+            "the server at the configured URL does not speak the Redis protocol; check the host \
+             and port"
+        }
+        _ => "check that Redis is running and reachable at the configured URL",
     }
 }
 
