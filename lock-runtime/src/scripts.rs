@@ -16,12 +16,21 @@ use redis::Script;
 /// The wait flag tells the releasing script that someone waits, so a release publishes a wake-up
 /// only then. The flag outlives the holder's current ttl by a second; a waiter renews it on each
 /// failed attempt, and every waiter attempts again at the latest when that ttl runs out.
+///
+/// A script that fails halfway keeps what it did: if the `INCR` fails (a counter that is not a
+/// number, an ACL that denies `INCR`), the lock just taken is deleted again before the error is
+/// returned, so a caller who only sees the error leaves nothing held.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] == '1' then
-    return {1, redis.call('INCR', KEYS[3])}
+    local fence = redis.pcall('INCR', KEYS[3])
+    if type(fence) == 'table' and fence.err then
+      redis.call('DEL', KEYS[1])
+      return fence
+    end
+    return {1, fence}
   end
   return {1, 0}
 end
