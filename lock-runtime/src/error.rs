@@ -85,17 +85,26 @@ impl From<LockError> for std::io::Error {
 /// answered: a permission error or a server that is not Redis at all get their own advice.
 fn redis_hint(error: &redis::RedisError) -> &'static str {
     use redis::{ErrorKind, ServerErrorKind};
+    // An ACL that denies a command *inside* a script answers a plain error, not NOPERM.
+    let denied_in_script = error
+        .detail()
+        .is_some_and(|detail| detail.contains("can't run this command"));
     match error.kind() {
         ErrorKind::Server(ServerErrorKind::NoPerm) => {
             "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
              SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
              PUBLISH) on the lock keys, and SUBSCRIBE"
         }
+        ErrorKind::Server(_) if denied_in_script => {
+            "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
+             GET, DEL, PEXPIRE, PTTL, INCR and PUBLISH"
+        }
         ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
         ErrorKind::Parse => {
             "the server at the configured URL does not speak the Redis protocol; check the host \
              and port"
         }
+        ErrorKind::Server(_) => "Redis is reachable and answered with this error",
         _ => "check that Redis is running and reachable at the configured URL",
     }
 }
