@@ -1,0 +1,442 @@
+//! Fault case 9, bad input at run time: names, URLs, durations and servers a careless or unlucky
+//! caller hands the manual API. Every one ends in a typed result — the lock works on exactly
+//! the key named, or a `LockError::Config` / `LockError::Redis` whose message says what is
+//! wrong — promptly, never a panic or a hang.
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use support::RedisServer;
+use tokio::time::Instant;
+
+const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+fn options() -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(1))
+}
+
+#[distributed_lock(key = "user:{name}", ttl = 10, timeout = 1, guard = lock)]
+async fn locked_for(name: &str) -> Result<String, LockError> {
+    Ok(lock.key().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    distlock::init_with(manager.clone()).unwrap();
+    let megabyte = "k".repeat(1 << 20);
+    let megabyte_unicode = "鍵".repeat((1 << 20) / 3);
+    let names: Vec<&str> = vec![
+        &megabyte,
+        &megabyte_unicode,
+        "\0",
+        "a\0b",
+        "a",
+        "a\r\nSET injected 1\r\n",
+        "\"'; return 1 --",
+        " ",
+        "\t\x7f\x1b[31m",
+        "*",
+        "?[a-z]",
+        "{",
+        "}",
+        "{}",
+        "{tag}rest",
+        "ключ",
+        "鍵🔒",
+        "e\u{301}", // e + combining acute: a different key from the precomposed "é"
+        "é",
+        "\u{202e}txt.exe",
+        "\u{feff}bom",
+    ];
+    let fenced = options().fencing(true);
+    let mut guards = Vec::new();
+    for name in &names {
+        let started = Instant::now();
+        let guard = manager
+            .acquire(name, &fenced)
+            .await
+            .unwrap_or_else(|e| panic!("name of {} bytes: {e}", name.len()));
+        let key = format!("lock:{name}");
+        assert_eq!(guard.key(), key);
+        assert_eq!(
+            server.get(&key).as_deref(),
+            Some(guard.token()),
+            "Redis holds exactly the key named ({} bytes)",
+            name.len()
+        );
+        assert_eq!(guard.fencing_token(), Some(1));
+        guard.extend(Duration::from_secs(20)).await.unwrap();
+        assert!(server.pttl(&key) > 10_000);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{} bytes",
+            name.len()
+        );
+        guards.push(guard);
+    }
+    // Every name is its own lock: all are held at once, and each refuses a second holder.
+    // (The fencing counter of a name with a hash tag keeps the tag, so it matches `lock:*` too.)
+    let locks = server
+        .keys("lock:*")
+        .into_iter()
+        .filter(|key| !key.ends_with(":distlock:fence"));
+    assert_eq!(locks.count(), names.len());
+    for name in &names {
+        assert!(manager
+            .try_acquire(name, &options())
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert!(!server.exists("injected"), "names are data, never commands");
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        server.keys("lock:*"),
+        ["lock:{tag}rest:distlock:fence"],
+        "every lock released; fencing counters stay"
+    );
+
+    // Through the attribute: the placeholder's value goes into the key unchanged.
+    for name in ["鍵\0{x}", "a\r\nb", &megabyte] {
+        assert_eq!(locked_for(name).await.unwrap(), format!("lock:user:{name}"));
+    }
+    assert!(!server.exists("lock:user:a\r\nb"), "released");
+}
+
+#[tokio::test]
+async fn malformed_urls_are_config_errors_and_unreachable_ones_redis_errors() {
+    let config = [
+        "nope",
+        "http://x",
+        "",
+        "redis://",
+        "redis:///",
+        "redis://127.0.0.1:notaport",
+        "redis://127.0.0.1:99999",
+        "redis://127.0.0.1:6379/notadb",
+        "redis://[::1",
+        "redis://user:pw@",
+        "rediss://127.0.0.1:6379", // TLS is not compiled in
+    ];
+    for url in config {
+        let started = Instant::now();
+        let error = LockManager::connect(url).await.unwrap_err();
+        let message = error.to_string();
+        eprintln!("{url:?}: {message}");
+        assert!(matches!(error, LockError::Config(_)), "{url:?}: {error:?}");
+        assert!(message.contains("is not a Redis URL"), "{message}");
+        assert!(
+            message.contains("redis://[user:password@]host"),
+            "{message}"
+        );
+        assert!(!message.contains(":pw@"), "a password leaked: {message}");
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+
+    let server = RedisServer::start();
+    let unreachable = [
+        format!("redis://127.0.0.1:{}/", support::free_port()),
+        "redis+unix:///nonexistent/redis.sock".to_owned(),
+        format!("redis://127.0.0.1:{}/99999", server.port()), // no such database
+    ];
+    for url in unreachable {
+        let started = Instant::now();
+        let error = LockManager::connect(&url).await.unwrap_err();
+        eprintln!("{url:?}: {error} ({:?})", started.elapsed());
+        assert!(matches!(error, LockError::Redis(_)), "{url:?}: {error:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let bad_ttls = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(999),
+        YEAR + Duration::from_nanos(1),
+        Duration::from_secs(u64::MAX),
+        Duration::MAX,
+    ];
+    for ttl in bad_ttls {
+        let bad = options().ttl(ttl);
+        for result in [
+            manager.acquire("d", &bad).await.map(drop),
+            manager.try_acquire("d", &bad).await.map(drop),
+        ] {
+            match result {
+                Err(LockError::Config(message)) => {
+                    assert!(message.contains("ttl"), "{message}")
+                }
+                other => panic!("ttl {ttl:?}: expected a Config error, got {other:?}"),
+            }
+        }
+    }
+    for timeout in [YEAR + Duration::from_nanos(1), Duration::MAX] {
+        match manager.acquire("d", &options().timeout(timeout)).await {
+            Err(LockError::Config(message)) => assert!(message.contains("timeout"), "{message}"),
+            other => panic!("timeout {timeout:?}: expected a Config error, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        server.keys("*"),
+        Vec::<String>::new(),
+        "a rejected setting never reaches Redis"
+    );
+
+    // On a held lock: a bad extension is refused before any Redis call and changes nothing.
+    let guard = manager.acquire("d", &options()).await.unwrap();
+    for ttl in [Duration::ZERO, Duration::from_micros(500), Duration::MAX] {
+        match guard.extend(ttl).await {
+            Err(LockError::Config(message)) => assert!(message.contains("ttl"), "{message}"),
+            other => panic!("extend({ttl:?}): expected a Config error, got {other:?}"),
+        }
+    }
+    assert!(guard.is_held().await.unwrap());
+    assert!(server.pttl("lock:d") > 5_000);
+    guard.release().await.unwrap();
+
+    // Builder timeouts.
+    for (name, builder) in [
+        (
+            "connect_timeout",
+            LockManager::builder(server.url()).connect_timeout(Duration::ZERO),
+        ),
+        (
+            "connect_timeout",
+            LockManager::builder(server.url()).connect_timeout(Duration::MAX),
+        ),
+        (
+            "response_timeout",
+            LockManager::builder(server.url()).response_timeout(Duration::ZERO),
+        ),
+        (
+            "response_timeout",
+            LockManager::builder(server.url()).response_timeout(Duration::MAX),
+        ),
+    ] {
+        match builder.connect().await {
+            Err(LockError::Config(message)) => assert!(message.contains(name), "{message}"),
+            other => panic!("{name}: expected a Config error, got {other:?}"),
+        }
+    }
+
+    // The limits themselves are accepted: a 365-day ttl and timeout, a 1 ms ttl, a zero timeout.
+    let year = manager
+        .acquire("year", &options().ttl(YEAR).timeout(YEAR))
+        .await
+        .unwrap();
+    let pttl = server.pttl("lock:year");
+    assert!(pttl > 31_535_000_000 && pttl <= 31_536_000_000, "{pttl}");
+    year.extend(YEAR).await.unwrap();
+    let started = Instant::now();
+    let busy = manager
+        .acquire("year", &options().timeout(Duration::ZERO))
+        .await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    year.release().await.unwrap();
+    let blink = manager
+        .acquire("blink", &options().ttl(Duration::from_millis(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(matches!(blink.release().await, Err(LockError::Lost { .. })));
+
+    // auto_extend with a ttl too short to keep: the watchdog gives the lock up, no panic.
+    for millis in [1, 2, 3, 20] {
+        let guard = manager
+            .acquire(
+                "tiny",
+                &options()
+                    .ttl(Duration::from_millis(millis))
+                    .auto_extend(true),
+            )
+            .await
+            .unwrap();
+        if millis < 20 {
+            tokio::time::timeout(Duration::from_secs(1), guard.lost())
+                .await
+                .unwrap_or_else(|_| panic!("ttl {millis} ms: the watchdog gave the lock up"));
+        } else {
+            // 20 ms can be kept (extended every ~7 ms) on an idle machine, or lost on a busy one.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let released = guard.release().await;
+        assert!(
+            matches!(released, Ok(()) | Err(LockError::Lost { .. })),
+            "ttl {millis} ms: {released:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_scripts_gives_a_typed_noperm_error_promptly() {
+    let server = RedisServer::start_with(&[
+        "--user", "default", "on", "nopass", "~*", "&*", "+@all", "-eval", "-evalsha",
+    ]);
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let check = |what: &str, result: Result<(), LockError>, took: Duration, bound: Duration| {
+        let error = result.expect_err(what);
+        let message = error.to_string();
+        eprintln!("{what} ({took:?}): {message}");
+        assert!(matches!(error, LockError::Redis(_)), "{what}: {error:?}");
+        assert!(message.contains("NoPerm"), "{what}: {message}");
+        assert!(message.contains("'evalsha'"), "{what}: {message}");
+        assert!(message.contains("lacks a permission"), "{what}: {message}");
+        assert!(took < bound, "{what} took {took:?}");
+    };
+
+    let started = Instant::now();
+    let result = manager.try_acquire("acl", &options()).await.map(drop);
+    check(
+        "try_acquire",
+        result,
+        started.elapsed(),
+        Duration::from_secs(1),
+    );
+    // `acquire` retries Redis errors until its deadline, then returns the last cause.
+    let started = Instant::now();
+    let result = manager.acquire("acl", &options()).await.map(drop);
+    check(
+        "acquire (timeout 1 s)",
+        result,
+        started.elapsed(),
+        Duration::from_secs(3),
+    );
+
+    // Permissions revoked while a lock is held: extend and release fail with the cause, the lock
+    // is left to its ttl, and everything works again once they are granted back.
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let guard = manager.acquire("acl", &options()).await.unwrap();
+    let token = guard.token().to_owned();
+    let acl = |rules: &[&str]| {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rules)
+            .query(&mut server.conn())
+            .unwrap();
+    };
+    acl(&["-eval", "-evalsha"]);
+    let started = Instant::now();
+    let result = guard.extend(Duration::from_secs(10)).await;
+    check("extend", result, started.elapsed(), Duration::from_secs(1));
+    assert!(guard.is_held().await.unwrap(), "GET is still allowed");
+    let started = Instant::now();
+    let result = guard.release().await;
+    check("release", result, started.elapsed(), Duration::from_secs(1));
+    assert_eq!(server.get("lock:acl"), Some(token), "left to its ttl");
+    acl(&["+@all"]);
+    let again = manager.acquire("acl2", &options()).await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_counter_that_cannot_be_incremented_fails_the_acquire_and_leaves_nothing_held() {
+    let fenced = options().fencing(true);
+    // A corrupt counter (something else wrote the key), then an ACL that denies INCR inside
+    // scripts: the lock script fails after its SET, and must undo it.
+    let corrupt = RedisServer::start();
+    corrupt.set("{lock:ledger}:distlock:fence", "not a number");
+    let no_incr = RedisServer::start_with(&[
+        "--user", "default", "on", "nopass", "~*", "&*", "+@all", "-incr",
+    ]);
+    for (server, cause) in [
+        (&corrupt, "not an integer"),
+        (&no_incr, "may not run a command of the lock scripts"),
+    ] {
+        let manager = LockManager::connect(&server.url()).await.unwrap();
+        let started = Instant::now();
+        let tried = manager.try_acquire("ledger", &fenced).await.map(drop);
+        let took = started.elapsed();
+        let waited = manager.acquire("ledger", &fenced).await.map(drop);
+        let took_waiting = started.elapsed() - took;
+        for (what, result, took) in [
+            ("try_acquire", tried, took),
+            ("acquire (timeout 1 s)", waited, took_waiting),
+        ] {
+            eprintln!("{what} ({took:?}): {result:?}");
+            let error = result.expect_err(what);
+            assert!(matches!(error, LockError::Redis(_)), "{what}: {error:?}");
+            assert!(error.to_string().contains(cause), "{what}: {error}");
+            assert!(took < Duration::from_secs(3), "{what} took {took:?}");
+        }
+        assert!(
+            !server.exists("lock:ledger"),
+            "the failed acquisition left the lock held"
+        );
+        // Without fencing the same lock works.
+        let guard = manager.acquire("ledger", &options()).await.unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+/// A TCP server on a free port that handles every connection with `serve` on its own thread.
+fn fake_server(serve: fn(std::net::TcpStream)) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_redis_gives_an_error_not_a_hang() {
+    let http = fake_server(|mut stream| {
+        let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    let silent = fake_server(|stream| {
+        std::thread::sleep(Duration::from_secs(30));
+        drop(stream);
+    });
+    let hangs_up = fake_server(drop);
+    for (what, port, hint) in [
+        (
+            "an HTTP server",
+            http,
+            "does not speak the Redis protocol; check the host and port",
+        ),
+        (
+            "a server that never answers",
+            silent,
+            "check that Redis is running and reachable",
+        ),
+        (
+            "a server that hangs up at once",
+            hangs_up,
+            "check that Redis is running and reachable",
+        ),
+    ] {
+        let started = Instant::now();
+        let url = format!("redis://127.0.0.1:{port}/");
+        let connect = LockManager::connect(&url);
+        let result = tokio::time::timeout(Duration::from_secs(15), connect)
+            .await
+            .unwrap_or_else(|_| panic!("connecting to {what} hung"));
+        let took = started.elapsed();
+        let error = result.expect_err(what);
+        let message = error.to_string();
+        eprintln!("{what} ({took:?}): {message}");
+        assert!(matches!(error, LockError::Redis(_)), "{what}: {error:?}");
+        assert!(message.contains(hint), "{what}: {message}");
+        // The default connect timeout is 2 s, with one reconnect attempt.
+        assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
+    }
+}
