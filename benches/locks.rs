@@ -2,9 +2,11 @@
 //! and to rslock, all in one run against one private `redis-server`.
 //!
 //! ```text
-//! cargo bench --bench locks                          # full run (about a minute on 2 cores)
-//! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks   # small counts, for development
+//! cargo bench --bench locks                                # full run (1-2 minutes on 2 cores)
+//! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
+//! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
+//! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! ```
 //!
 //! Prints a table and writes the same numbers, with the machine they came from, to
@@ -13,36 +15,48 @@
 //! # Workloads
 //!
 //! 1. **cycle** — one task, `N` uncontended acquire + release cycles, each on a new key, on a
-//!    tokio `current_thread` runtime (one for every contender):
-//!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
-//!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
-//!      with an empty body, on the global client (`distlock::init`);
+//!    tokio `current_thread` runtime (the same one for every contender):
 //!    - `floor`: raw redis-rs on a multiplexed connection, exactly the commands of a cycle:
 //!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
 //!      (`redis::Script::invoke_async`), one after the other;
+//!    - `floor with distlock's scripts`: the same raw client sending distlock's own two
+//!      EVALSHAs (acquire script, release script) instead. A diagnostic: it splits the distance
+//!      between distlock and the floor into what Redis spends (the scripts) and what the
+//!      client spends (everything else);
+//!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
+//!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
+//!      with an empty body, on the global client (`distlock::init`); the manual API uses that
+//!      same global manager, so the two differ only by what the attribute adds;
 //!    - `rslock`: `LockManager::acquire` then `LockGuard::release`.
+//!
+//!    Besides the time per cycle, every round reads the CPU time of this process (all threads,
+//!    `/proc/self/task/*/schedstat`) and of Redis (`INFO cpu`) before and after, and reports
+//!    both per cycle.
 //! 2. **contend** — `W` = 8 tasks on one key, `M` sections each, on a tokio `multi_thread`
 //!    runtime with 2 workers. The critical section lasts 1 ms, measured precisely: the holder
 //!    spins until `acquired_at + 1 ms`, calling `tokio::task::yield_now()` between checks (a
 //!    `tokio::time::sleep` would round up to the next 1 ms timer tick). Per section the bench
-//!    records holder, acquire-call start, acquired-at (acquire returned), release-start (just
-//!    before `release()` is called) and release-end (it returned). The **hand-off gap** is
+//!    records holder, acquire-call start, acquired-at (acquire returned) and release-start
+//!    (just before `release()` is called). The **hand-off gap** is
 //!    `next.acquired_at − previous.release_start`, only for consecutive sections held by
 //!    different tasks: how long the resource sits unused between two holders, including the
 //!    release round trip. The **longest wait** is the longest acquire call (start → acquired).
 //!    rslock's `acquire` retries by itself (`set_retry(count, delay)`: a random pause in
 //!    `0..delay` after each failed attempt); it runs twice, with its documented defaults
-//!    (3 tries, 200 ms) and tuned to the 1 ms section (3 tries, 2 ms).
+//!    (3 tries, 200 ms) and tuned to the 1 ms section (3 tries, 2 ms). A `tokio::sync::Mutex`
+//!    handed over by the same tasks, without Redis, shows what the runtime and the machine's
+//!    scheduling cost by themselves.
 //! 3. **parallel** — 256 tasks, each `K` cycles on keys of its own, through one `LockManager`,
-//!    on the same `multi_thread` runtime; the floor does the same on one multiplexed connection
-//!    shared by the 256 tasks; rslock (one `LockManager`) for information.
+//!    on the same `multi_thread` runtime; the floors do the same on one multiplexed connection
+//!    shared by the 256 tasks; rslock (one `LockManager`) for information. CPU per cycle as in 1.
 //! 4. **attribute overhead** — workload 1, `distlock attribute` against `distlock manual`.
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
 //! of them alike. A figure is the median over the rounds, with min..max as its spread; ratios
 //! are ratios of medians. Targets are judged on the medians, except the longest wait, which is
-//! judged on the worst round.
+//! judged on the worst round. A section that starts before the previous one ended fails the
+//! run (after the report): the locks must stay locks while being timed.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -54,6 +68,7 @@ mod support_rslock;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockManager, LockOptions};
@@ -105,16 +120,17 @@ const PREFIX: &str = "lock:";
 const WORKERS: usize = 2;
 
 const FLOOR: &str = "floor";
-const FLOOR_SCRIPTS: &str = "floor, distlock's scripts";
+const FLOOR_SCRIPTS: &str = "floor with distlock's scripts";
 const MANUAL: &str = "distlock manual";
 const ATTRIBUTE: &str = "distlock attribute";
 const DISTLOCK: &str = "distlock";
 const RSLOCK: &str = "rslock";
 const RSLOCK_DEFAULT: &str = "rslock (defaults: 3 x 0..200 ms)";
 const RSLOCK_TUNED: &str = "rslock (tuned: 3 x 0..2 ms)";
+const IN_PROCESS: &str = "tokio::sync::Mutex (no Redis)";
 
 /// Counts of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Config {
     rounds: usize,
     cycle_n: usize,
@@ -123,6 +139,10 @@ struct Config {
     critical: Duration,
     parallel_tasks: usize,
     parallel_k: usize,
+    /// Workloads to run (`DISTLOCK_BENCH_ONLY=cycle,contend,parallel`; default all).
+    only: Option<Vec<String>>,
+    /// Contenders to run (`DISTLOCK_BENCH_CONTENDERS=floor,distlock manual`; default all).
+    contenders: Option<Vec<String>>,
 }
 
 impl Config {
@@ -130,13 +150,19 @@ impl Config {
         let quick = std::env::var_os("DISTLOCK_BENCH_QUICK").is_some_and(|v| v != "0")
             || std::env::args().any(|arg| arg == "--quick");
         let full = Config {
-            rounds: 7,
-            cycle_n: 3000,
+            rounds: 9,
+            cycle_n: 5000,
             contend_tasks: 8,
             contend_m: 60,
             critical: Duration::from_millis(1),
             parallel_tasks: 256,
             parallel_k: 50,
+            only: std::env::var("DISTLOCK_BENCH_ONLY")
+                .ok()
+                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
+            contenders: std::env::var("DISTLOCK_BENCH_CONTENDERS")
+                .ok()
+                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
         };
         if quick {
             Config {
@@ -144,11 +170,23 @@ impl Config {
                 cycle_n: 300,
                 contend_m: 10,
                 parallel_k: 5,
-                ..full
+                ..full.clone()
             }
         } else {
             full
         }
+    }
+
+    fn runs(&self, workload: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|name| name == workload))
+    }
+
+    fn includes(&self, contender: &str) -> bool {
+        self.contenders
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|name| name == contender))
     }
 }
 
@@ -298,7 +336,9 @@ impl Cycler {
             }
             Cycler::Attribute => {
                 for i in keys {
-                    attributed(i).await.expect("distlock attribute: cycle failed");
+                    attributed(i)
+                        .await
+                        .expect("distlock attribute: cycle failed");
                 }
             }
             Cycler::Rslock(manager) => {
@@ -356,7 +396,11 @@ fn micros(duration: Duration) -> f64 {
 /// Runs a warm-up round and then `rounds` rounds; in each, `run(contender, warm_up)` once per
 /// contender, in an order rotated by one from round to round. Returns, per contender, the
 /// results of the counted rounds.
-fn rounds<T>(contenders: usize, rounds: usize, mut run: impl FnMut(usize, bool) -> T) -> Vec<Vec<T>> {
+fn rounds<T>(
+    contenders: usize,
+    rounds: usize,
+    mut run: impl FnMut(usize, bool) -> T,
+) -> Vec<Vec<T>> {
     let mut results: Vec<Vec<T>> = (0..contenders).map(|_| Vec::new()).collect();
     for round in 0..=rounds {
         let warm_up = round == 0;
@@ -369,6 +413,116 @@ fn rounds<T>(contenders: usize, rounds: usize, mut run: impl FnMut(usize, bool) 
         }
     }
     results
+}
+
+/// CPU time spent so far by this process (all its threads) and by the Redis server: a reading
+/// before and after a round tells where a cycle's time goes, client or server.
+struct CpuMeter {
+    redis: Option<redis::Connection>,
+}
+
+/// One reading of [`CpuMeter`], in seconds.
+#[derive(Debug, Clone, Copy)]
+struct CpuReading {
+    client: Option<f64>,
+    redis: Option<f64>,
+}
+
+impl CpuMeter {
+    fn new(client: &redis::Client) -> Self {
+        CpuMeter {
+            redis: client.get_connection().ok(),
+        }
+    }
+
+    fn read(&mut self) -> CpuReading {
+        CpuReading {
+            client: client_cpu_seconds(),
+            redis: self.redis.as_mut().and_then(redis_cpu_seconds),
+        }
+    }
+
+    /// Runs `round`, returning its result and the client's and Redis's CPU microseconds per
+    /// one of its `units` (cycles).
+    fn measure<T>(
+        &mut self,
+        units: u64,
+        round: impl FnOnce() -> T,
+    ) -> (T, Option<f64>, Option<f64>) {
+        let before = self.read();
+        let result = round();
+        let after = self.read();
+        let per_unit =
+            |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| (b - a) * 1e6 / units as f64);
+        (
+            result,
+            per_unit(before.client, after.client),
+            per_unit(before.redis, after.redis),
+        )
+    }
+}
+
+/// The CPU time of every thread of this process (`/proc/self/task/*/schedstat`, Linux).
+fn client_cpu_seconds() -> Option<f64> {
+    let mut nanos = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let Ok(task) = task else { continue };
+        // A thread may end between the listing and the read: it then counts no more.
+        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
+            nanos += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(nanos as f64 / 1e9)
+}
+
+/// `used_cpu_sys + used_cpu_user` of `INFO cpu` (microsecond resolution).
+fn redis_cpu_seconds(connection: &mut redis::Connection) -> Option<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(connection).ok()?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+    };
+    Some(field("used_cpu_sys:")? + field("used_cpu_user:")?)
+}
+
+/// Rows of one cycle workload: its main figure, then the client's and Redis's CPU per cycle.
+#[allow(clippy::type_complexity)]
+fn push_cycle_rows(
+    rows: &mut Vec<Row>,
+    (workload, metric, unit): (&'static str, &'static str, &'static str),
+    names: &[&'static str],
+    results: Vec<Vec<(f64, Option<f64>, Option<f64>)>>,
+    rslock: &str,
+) {
+    let summaries = |pick: fn(&(f64, Option<f64>, Option<f64>)) -> Option<f64>| -> Vec<(&'static str, Summary)> {
+        names
+            .iter()
+            .zip(&results)
+            .filter_map(|(name, rounds)| {
+                let values: Option<Vec<f64>> = rounds.iter().map(pick).collect();
+                values.map(|values| (*name, Summary::new(values)))
+            })
+            .collect()
+    };
+    let metrics: [(
+        &'static str,
+        &'static str,
+        fn(&(f64, Option<f64>, Option<f64>)) -> Option<f64>,
+    ); 3] = [
+        (metric, unit, |round| Some(round.0)),
+        ("client CPU/cycle", "us", |round| round.1),
+        ("redis CPU/cycle", "us", |round| round.2),
+    ];
+    for (metric, unit, pick) in metrics {
+        push_rows(
+            rows,
+            (workload, metric, unit),
+            summaries(pick),
+            Some(FLOOR),
+            Some(rslock),
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -411,7 +565,10 @@ fn analyse(mut sections: Vec<Section>, wall: Duration) -> ContendRound {
         }
         if next.holder != previous.holder {
             changes += 1;
-            gaps.push(micros(next.acquired.saturating_duration_since(previous.release_start)));
+            gaps.push(micros(
+                next.acquired
+                    .saturating_duration_since(previous.release_start),
+            ));
         }
     }
     gaps.sort_by(f64::total_cmp);
@@ -445,11 +602,20 @@ async fn critical_section(acquired: Instant, critical: Duration) {
 enum Contender {
     Distlock(LockManager),
     Rslock(Rslock),
+    /// Not a Redis lock: the same tasks handing over a `tokio::sync::Mutex`. Its hand-off gap
+    /// is what the runtime and the machine's scheduling cost by themselves.
+    InProcess(Arc<tokio::sync::Mutex<()>>),
 }
 
 impl Contender {
     /// One task's `m` sections on the lock `name`.
-    async fn sections(self, holder: usize, name: String, m: usize, critical: Duration) -> Vec<Section> {
+    async fn sections(
+        self,
+        holder: usize,
+        name: String,
+        m: usize,
+        critical: Duration,
+    ) -> Vec<Section> {
         let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(60));
         let key = format!("{PREFIX}{name}");
         let mut sections = Vec::with_capacity(m);
@@ -457,12 +623,20 @@ impl Contender {
             let called = Instant::now();
             let section = match &self {
                 Contender::Distlock(manager) => {
-                    let guard = manager.acquire(&name, &options).await.expect("distlock: acquire failed");
+                    let guard = manager
+                        .acquire(&name, &options)
+                        .await
+                        .expect("distlock: acquire failed");
                     let acquired = Instant::now();
                     critical_section(acquired, critical).await;
                     let release_start = Instant::now();
                     guard.release().await.expect("distlock: release failed");
-                    Section { holder, called, acquired, release_start }
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
                 }
                 Contender::Rslock(manager) => {
                     let guard = manager.acquire(&key, TTL).await;
@@ -470,7 +644,25 @@ impl Contender {
                     critical_section(acquired, critical).await;
                     let release_start = Instant::now();
                     guard.release().await;
-                    Section { holder, called, acquired, release_start }
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
+                }
+                Contender::InProcess(mutex) => {
+                    let guard = mutex.lock().await;
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    drop(guard);
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
                 }
             };
             sections.push(section);
@@ -551,7 +743,12 @@ impl Target {
     fn verdict(&self) -> &'static str {
         match self.value {
             None => "SKIP",
-            Some(value) if (self.op == "<=" && value <= self.limit) || (self.op == ">=" && value >= self.limit) => "PASS",
+            Some(value)
+                if (self.op == "<=" && value <= self.limit)
+                    || (self.op == ">=" && value >= self.limit) =>
+            {
+                "PASS"
+            }
             Some(_) => "MISS",
         }
     }
@@ -628,7 +825,8 @@ impl Machine {
         Machine {
             nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu,
-            os: command_output("uname", &["-srm"]).unwrap_or_else(|| std::env::consts::OS.to_owned()),
+            os: command_output("uname", &["-srm"])
+                .unwrap_or_else(|| std::env::consts::OS.to_owned()),
             redis_version,
             rustc: command_output(&rustc, &["--version"]).unwrap_or_else(|| "unknown".to_owned()),
             load_before,
@@ -638,7 +836,10 @@ impl Machine {
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let output = std::process::Command::new(program).args(args).output().ok()?;
+    let output = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()?;
     output
         .status
         .success()
@@ -647,7 +848,12 @@ fn command_output(program: &str, args: &[&str]) -> Option<String> {
 
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
-        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
@@ -686,15 +892,24 @@ fn main() {
         .expect("cannot build the multi_thread runtime");
 
     let redis_version = single.block_on(async {
-        let mut connection = client.get_multiplexed_async_connection().await.expect("cannot connect to Redis");
-        let info: String = redis::cmd("INFO").arg("server").query_async(&mut connection).await.expect("INFO failed");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("cannot connect to Redis");
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut connection)
+            .await
+            .expect("INFO failed");
         info.lines()
             .find_map(|line| line.strip_prefix("redis_version:"))
             .unwrap_or("unknown")
             .trim()
             .to_owned()
     });
-    single.block_on(distlock::init(&url)).expect("distlock::init failed");
+    single
+        .block_on(distlock::init(&url))
+        .expect("distlock::init failed");
     // The manual API uses the global manager too, so it differs from the attribute only in
     // what the attribute adds.
     let manager = distlock::global().expect("initialised above").clone();
@@ -710,116 +925,182 @@ fn main() {
         config.rounds
     );
     let mut rows: Vec<Row> = Vec::new();
+    let mut meter = CpuMeter::new(&client);
 
     // ---- 1. cycle (and 4. attribute overhead) -------------------------------------------------
-    let floor = single.block_on(Floor::connect(&client));
-    let mut cyclers: Vec<(&'static str, Cycler)> = vec![
-        (FLOOR, Cycler::Floor(floor.clone())),
-        (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
-        (MANUAL, Cycler::Manual(manager.clone(), options.clone())),
-        (ATTRIBUTE, Cycler::Attribute),
-    ];
-    if let Some(rslock) = Rslock::new(&client, None) {
-        cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
-    }
-    let n = config.cycle_n;
-    let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
-        let n = if warm_up { n.div_ceil(10) } else { n } as u64;
-        let first = next_keys(n);
-        let cycler = &mut cyclers[contender].1;
-        let elapsed = single.block_on(async {
-            let start = Instant::now();
-            cycler.run(first..first + n).await;
-            start.elapsed()
+    let mut keys_left = None;
+    if config.runs("cycle") {
+        let floor = single.block_on(Floor::connect(&client));
+        let mut cyclers: Vec<(&'static str, Cycler)> = vec![
+            (FLOOR, Cycler::Floor(floor.clone())),
+            (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
+            (MANUAL, Cycler::Manual(manager.clone(), options.clone())),
+            (ATTRIBUTE, Cycler::Attribute),
+        ];
+        if let Some(rslock) = Rslock::new(&client, None) {
+            cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
+        }
+        cyclers.retain(|(name, _)| config.includes(name));
+        let n = config.cycle_n;
+        let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
+            let n = if warm_up { n.div_ceil(10) } else { n } as u64;
+            let first = next_keys(n);
+            let cycler = &mut cyclers[contender].1;
+            let (elapsed, client_cpu, redis_cpu) = meter.measure(n, || {
+                single.block_on(async {
+                    let start = Instant::now();
+                    cycler.run(first..first + n).await;
+                    start.elapsed()
+                })
+            });
+            (micros(elapsed) / n as f64, client_cpu, redis_cpu)
         });
-        micros(elapsed) / n as f64
-    });
-    let figures = cyclers.iter().zip(results).map(|((name, _), rounds)| (*name, Summary::new(rounds))).collect();
-    push_rows(&mut rows, ("1 cycle", "time per cycle", "us"), figures, Some(FLOOR), Some(RSLOCK));
-    let keys_left = server.as_ref().map(|server| {
-        let keys: i64 = redis::cmd("DBSIZE").query(&mut server.conn()).expect("DBSIZE failed");
-        keys
-    });
-    eprintln!("cycle done after {:.1} s", started.elapsed().as_secs_f64());
+        let names: Vec<_> = cyclers.iter().map(|(name, _)| *name).collect();
+        push_cycle_rows(
+            &mut rows,
+            ("1 cycle", "time per cycle", "us"),
+            &names,
+            results,
+            RSLOCK,
+        );
+        keys_left = server.as_ref().map(|server| {
+            let keys: i64 = redis::cmd("DBSIZE")
+                .query(&mut server.conn())
+                .expect("DBSIZE failed");
+            keys
+        });
+        eprintln!("cycle done after {:.1} s", started.elapsed().as_secs_f64());
+    }
 
     // ---- 2. contend -------------------------------------------------------------------------
-    let mut contenders: Vec<(&'static str, Contender)> = vec![(DISTLOCK, Contender::Distlock(manager.clone()))];
-    for (name, retry) in [(RSLOCK_DEFAULT, None), (RSLOCK_TUNED, Some((3, Duration::from_millis(2))))] {
-        if let Some(rslock) = Rslock::new(&client, retry) {
-            contenders.push((name, Contender::Rslock(rslock)));
-        }
-    }
-    let mut contend_round = 0u64;
-    let results = rounds(contenders.len(), config.rounds, |contender, warm_up| {
-        contend_round += 1;
-        let name = format!("bench:contend:{}:{contend_round}", std::process::id());
-        let m = if warm_up { config.contend_m.div_ceil(4) } else { config.contend_m };
-        let contender = &contenders[contender].1;
-        let (sections, wall) = multi.block_on(async {
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..config.contend_tasks)
-                .map(|holder| tokio::spawn(contender.clone().sections(holder, name.clone(), m, config.critical)))
-                .collect();
-            let mut sections = Vec::new();
-            for task in tasks {
-                sections.extend(task.await.expect("a contending task panicked"));
+    let mut overlaps = 0;
+    if config.runs("contend") {
+        let mut contenders: Vec<(&'static str, Contender)> = vec![
+            (DISTLOCK, Contender::Distlock(manager.clone())),
+            (
+                IN_PROCESS,
+                Contender::InProcess(Arc::new(tokio::sync::Mutex::new(()))),
+            ),
+        ];
+        for (name, retry) in [
+            (RSLOCK_DEFAULT, None),
+            (RSLOCK_TUNED, Some((3, Duration::from_millis(2)))),
+        ] {
+            if let Some(rslock) = Rslock::new(&client, retry) {
+                contenders.push((name, Contender::Rslock(rslock)));
             }
-            (sections, start.elapsed())
+        }
+        contenders.retain(|(name, _)| config.includes(name));
+        let mut contend_round = 0u64;
+        let results = rounds(contenders.len(), config.rounds, |contender, warm_up| {
+            contend_round += 1;
+            let name = format!("bench:contend:{}:{contend_round}", std::process::id());
+            let m = if warm_up {
+                config.contend_m.div_ceil(4)
+            } else {
+                config.contend_m
+            };
+            let contender = &contenders[contender].1;
+            let (sections, wall) = multi.block_on(async {
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..config.contend_tasks)
+                    .map(|holder| {
+                        tokio::spawn(contender.clone().sections(
+                            holder,
+                            name.clone(),
+                            m,
+                            config.critical,
+                        ))
+                    })
+                    .collect();
+                let mut sections = Vec::new();
+                for task in tasks {
+                    sections.extend(task.await.expect("a contending task panicked"));
+                }
+                (sections, start.elapsed())
+            });
+            analyse(sections, wall)
         });
-        analyse(sections, wall)
-    });
-    let overlaps: usize = results.iter().flatten().map(|round| round.overlaps).sum();
-    type Pick = fn(&ContendRound) -> f64;
-    let metrics: [(&'static str, &'static str, Pick); 5] = [
-        ("sections/s", "1/s", |round| round.sections_per_s),
-        ("hand-off gap p50", "us", |round| round.gap_p50_us),
-        ("hand-off gap p99", "us", |round| round.gap_p99_us),
-        ("longest wait", "ms", |round| round.longest_wait_ms),
-        ("changed hands", "%", |round| round.changed_hands_pct),
-    ];
-    for (metric, unit, pick) in metrics {
-        let figures = contenders
-            .iter()
-            .zip(&results)
-            .map(|((name, _), rounds)| (*name, Summary::new(rounds.iter().map(pick).collect())))
-            .collect();
-        push_rows(&mut rows, ("2 contend", metric, unit), figures, None, Some(RSLOCK_DEFAULT));
+        overlaps = results.iter().flatten().map(|round| round.overlaps).sum();
+        type Pick = fn(&ContendRound) -> f64;
+        let metrics: [(&'static str, &'static str, Pick); 5] = [
+            ("sections/s", "1/s", |round| round.sections_per_s),
+            ("hand-off gap p50", "us", |round| round.gap_p50_us),
+            ("hand-off gap p99", "us", |round| round.gap_p99_us),
+            ("longest wait", "ms", |round| round.longest_wait_ms),
+            ("changed hands", "%", |round| round.changed_hands_pct),
+        ];
+        for (metric, unit, pick) in metrics {
+            let figures = contenders
+                .iter()
+                .zip(&results)
+                .map(|((name, _), rounds)| (*name, Summary::new(rounds.iter().map(pick).collect())))
+                .collect();
+            push_rows(
+                &mut rows,
+                ("2 contend", metric, unit),
+                figures,
+                None,
+                Some(RSLOCK_DEFAULT),
+            );
+        }
+        eprintln!(
+            "contend done after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
-    eprintln!("contend done after {:.1} s", started.elapsed().as_secs_f64());
 
     // ---- 3. parallel ------------------------------------------------------------------------
-    let floor = multi.block_on(Floor::connect(&client));
-    let mut cyclers: Vec<(&'static str, Cycler)> = vec![
-        (FLOOR, Cycler::Floor(floor.clone())),
-        (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
-        (DISTLOCK, Cycler::Manual(manager.clone(), options.clone())),
-    ];
-    if let Some(rslock) = Rslock::new(&client, None) {
-        cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
-    }
-    let (tasks, k) = (config.parallel_tasks, config.parallel_k);
-    let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
-        let k = if warm_up { k.div_ceil(5) } else { k } as u64;
-        let cycler = &cyclers[contender].1;
-        let elapsed = multi.block_on(async {
-            let start = Instant::now();
-            let handles: Vec<_> = (0..tasks)
-                .map(|_| {
-                    let first = next_keys(k);
-                    let mut cycler = cycler.clone();
-                    tokio::spawn(async move { cycler.run(first..first + k).await })
+    if config.runs("parallel") {
+        let floor = multi.block_on(Floor::connect(&client));
+        let mut cyclers: Vec<(&'static str, Cycler)> = vec![
+            (FLOOR, Cycler::Floor(floor.clone())),
+            (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
+            (DISTLOCK, Cycler::Manual(manager.clone(), options.clone())),
+        ];
+        if let Some(rslock) = Rslock::new(&client, None) {
+            cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
+        }
+        cyclers.retain(|(name, _)| config.includes(name));
+        let (tasks, k) = (config.parallel_tasks, config.parallel_k);
+        let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
+            let k = if warm_up { k.div_ceil(5) } else { k } as u64;
+            let cycler = &cyclers[contender].1;
+            let (elapsed, client_cpu, redis_cpu) = meter.measure(tasks as u64 * k, || {
+                multi.block_on(async {
+                    let start = Instant::now();
+                    let handles: Vec<_> = (0..tasks)
+                        .map(|_| {
+                            let first = next_keys(k);
+                            let mut cycler = cycler.clone();
+                            tokio::spawn(async move { cycler.run(first..first + k).await })
+                        })
+                        .collect();
+                    for handle in handles {
+                        handle.await.expect("a parallel task panicked");
+                    }
+                    start.elapsed()
                 })
-                .collect();
-            for handle in handles {
-                handle.await.expect("a parallel task panicked");
-            }
-            start.elapsed()
+            });
+            (
+                (tasks as u64 * k) as f64 / elapsed.as_secs_f64(),
+                client_cpu,
+                redis_cpu,
+            )
         });
-        (tasks as u64 * k) as f64 / elapsed.as_secs_f64()
-    });
-    let figures = cyclers.iter().zip(results).map(|((name, _), rounds)| (*name, Summary::new(rounds))).collect();
-    push_rows(&mut rows, ("3 parallel", "cycles/s", "1/s"), figures, Some(FLOOR), Some(RSLOCK));
-    eprintln!("parallel done after {:.1} s", started.elapsed().as_secs_f64());
+        let names: Vec<_> = cyclers.iter().map(|(name, _)| *name).collect();
+        push_cycle_rows(
+            &mut rows,
+            ("3 parallel", "cycles/s", "1/s"),
+            &names,
+            results,
+            RSLOCK,
+        );
+        eprintln!(
+            "parallel done after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
 
     // ---- targets ----------------------------------------------------------------------------
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
@@ -828,14 +1109,54 @@ fn main() {
     let parallel = |contender| median(&rows, "3 parallel", contender, "cycles/s");
     let max_wait_ms = 3.0 * config.contend_tasks as f64 * config.critical.as_secs_f64() * 1e3;
     let targets = [
-        Target { name: "1 cycle: distlock manual / floor", value: ratio(cycle(MANUAL), cycle(FLOOR)), op: "<=", limit: 1.10 },
-        Target { name: "4 attribute overhead: attribute / manual", value: ratio(cycle(ATTRIBUTE), cycle(MANUAL)), op: "<=", limit: 1.03 },
-        Target { name: "1 cycle: rslock / distlock manual", value: ratio(cycle(RSLOCK), cycle(MANUAL)), op: ">=", limit: 1.3 },
-        Target { name: "2 contend: hand-off gap p50 (ms)", value: contend("hand-off gap p50").map(|us| us / 1e3), op: "<=", limit: 0.2 },
-        Target { name: "2 contend: hand-off gap p99 (ms)", value: contend("hand-off gap p99").map(|us| us / 1e3), op: "<=", limit: 1.0 },
-        Target { name: "2 contend: longest wait, worst round (ms)", value: worst(&rows, "2 contend", DISTLOCK, "longest wait"), op: "<=", limit: max_wait_ms },
-        Target { name: "2 contend: changed hands (%)", value: contend("changed hands"), op: ">=", limit: 90.0 },
-        Target { name: "3 parallel: distlock / floor", value: ratio(parallel(DISTLOCK), parallel(FLOOR)), op: ">=", limit: 0.85 },
+        Target {
+            name: "1 cycle: distlock manual / floor",
+            value: ratio(cycle(MANUAL), cycle(FLOOR)),
+            op: "<=",
+            limit: 1.10,
+        },
+        Target {
+            name: "4 attribute overhead: attribute / manual",
+            value: ratio(cycle(ATTRIBUTE), cycle(MANUAL)),
+            op: "<=",
+            limit: 1.03,
+        },
+        Target {
+            name: "1 cycle: rslock / distlock manual",
+            value: ratio(cycle(RSLOCK), cycle(MANUAL)),
+            op: ">=",
+            limit: 1.3,
+        },
+        Target {
+            name: "2 contend: hand-off gap p50 (ms)",
+            value: contend("hand-off gap p50").map(|us| us / 1e3),
+            op: "<=",
+            limit: 0.2,
+        },
+        Target {
+            name: "2 contend: hand-off gap p99 (ms)",
+            value: contend("hand-off gap p99").map(|us| us / 1e3),
+            op: "<=",
+            limit: 1.0,
+        },
+        Target {
+            name: "2 contend: longest wait, worst round (ms)",
+            value: worst(&rows, "2 contend", DISTLOCK, "longest wait"),
+            op: "<=",
+            limit: max_wait_ms,
+        },
+        Target {
+            name: "2 contend: changed hands (%)",
+            value: contend("changed hands"),
+            op: ">=",
+            limit: 90.0,
+        },
+        Target {
+            name: "3 parallel: distlock / floor",
+            value: ratio(parallel(DISTLOCK), parallel(FLOOR)),
+            op: ">=",
+            limit: 0.85,
+        },
     ];
     let machine = Machine::describe(redis_version, load_before);
     let total = started.elapsed();
@@ -857,19 +1178,29 @@ fn main() {
             row.metric,
             format_value(row.summary.median()),
             row.unit,
-            format!("{}..{}", format_value(row.summary.min()), format_value(row.summary.max())),
+            format!(
+                "{}..{}",
+                format_value(row.summary.min()),
+                format_value(row.summary.max())
+            ),
             format_ratio(row.vs_floor),
             format_ratio(row.vs_rslock),
         );
     }
-    let _ = writeln!(out, "\n{:<44} {:>8} {:>9}  result", "target (distlock)", "value", "limit");
+    let _ = writeln!(
+        out,
+        "\n{:<44} {:>8} {:>9}  result",
+        "target (distlock)", "value", "limit"
+    );
     let _ = writeln!(out, "{}", "-".repeat(72));
     for target in &targets {
         let _ = writeln!(
             out,
             "{:<44} {:>8} {:>2} {:>6.2}  {}",
             target.name,
-            target.value.map_or_else(|| "-".to_owned(), |value| format!("{value:.3}")),
+            target
+                .value
+                .map_or_else(|| "-".to_owned(), |value| format!("{value:.3}")),
             target.op,
             target.limit,
             target.verdict()
@@ -901,7 +1232,7 @@ fn main() {
     let _ = writeln!(
         out,
         "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}",
-        keys_left.map_or_else(|| "not checked (REDIS_URL)".to_owned(), |keys| keys.to_string())
+        keys_left.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string())
     );
     let _ = writeln!(
         out,
@@ -950,7 +1281,12 @@ fn main() {
     );
     json.push_str("  \"results\": [\n");
     for (index, row) in rows.iter().enumerate() {
-        let rounds: Vec<String> = row.summary.sorted.iter().map(|value| json_number(*value)).collect();
+        let rounds: Vec<String> = row
+            .summary
+            .sorted
+            .iter()
+            .map(|value| json_number(*value))
+            .collect();
         let _ = writeln!(
             json,
             "    {{\"workload\": {}, \"contender\": {}, \"metric\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \"max\": {}, \"ratio_to_floor\": {}, \"ratio_to_rslock\": {}, \"rounds_sorted\": [{}]}}{}",
@@ -986,7 +1322,11 @@ fn main() {
         "  \"checks\": {{\"overlapping_sections\": {overlaps}, \"keys_left_after_cycle\": {}}},",
         keys_left.map_or_else(|| "null".to_owned(), |keys| keys.to_string())
     );
-    let _ = writeln!(json, "  \"total_seconds\": {}\n}}", json_number(total.as_secs_f64()));
+    let _ = writeln!(
+        json,
+        "  \"total_seconds\": {}\n}}",
+        json_number(total.as_secs_f64())
+    );
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
@@ -1000,5 +1340,8 @@ fn main() {
     drop(multi);
     drop(single);
     drop(server);
-    assert_eq!(overlaps, 0, "a lock let two holders in at once: see the contend rows");
+    assert_eq!(
+        overlaps, 0,
+        "a lock let two holders in at once: see the contend rows"
+    );
 }
