@@ -209,6 +209,18 @@ async fn the_watchdog_stops_when_the_body_ends() {
     );
     let (token, _) = seen.lock().unwrap().clone().expect("the body ran");
 
+    // The sharp check, done at once: the watchdog ticks every 333 ms from the acquisition and
+    // the body took 500 ms, so its next tick is ~166 ms away. Put the finished holder's own
+    // token back with a 1 s ttl: a watchdog still running would find "its" lock there and keep
+    // extending it, so it would outlive that second.
+    steal(server, "lock:ae:short", &token, 1000);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(
+        !server.exists("lock:ae:short"),
+        "a watchdog kept extending a lock after its function returned (pttl {})",
+        server.pttl("lock:ae:short")
+    );
+
     // Another process takes it with a 1 s ttl and no auto-extension: it expires on time.
     let options = LockOptions::new().ttl(Duration::from_secs(1));
     let guard = other
@@ -222,14 +234,4 @@ async fn the_watchdog_stops_when_the_body_ends() {
         "the 1 s lock did not expire"
     );
     assert!(guard.release().await.is_err(), "it had expired");
-
-    // The sharper check: put the finished holder's own token back with a 1 s ttl. A watchdog
-    // still running would find "its" lock and keep extending it past that second.
-    steal(server, "lock:ae:short", &token, 1000);
-    tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert!(
-        !server.exists("lock:ae:short"),
-        "a watchdog kept extending a lock after its function returned (pttl {})",
-        server.pttl("lock:ae:short")
-    );
 }
