@@ -95,9 +95,16 @@ async fn holding(
     counter: Arc<AtomicU64>,
     cycles: Arc<AtomicU64>,
 ) {
-    let options = LockOptions::new().timeout(Duration::from_secs(60));
+    // Each hold lasts ~1 ms; 20 s is only ever reached if an abandoned attempt of the other
+    // process left a lock granted behind (it would live for its 60 s ttl).
+    let options = LockOptions::new().timeout(Duration::from_secs(20));
     for _ in 0..HOLDER_CYCLES {
-        let guard = manager.acquire(&name, &options).await.expect("acquire");
+        let guard = manager
+            .acquire(&name, &options)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("{name}: {error} (did an abandoned attempt keep the lock?)")
+            });
         critical_section(&counter).await;
         tokio::time::sleep(Duration::from_millis(1)).await;
         guard.release().await.expect("release");
@@ -124,7 +131,11 @@ async fn abandoning(
     cycles: Arc<AtomicU64>,
 ) -> Abandoning {
     let short = LockOptions::new().timeout(Duration::from_millis(1));
-    let long = LockOptions::new().timeout(Duration::from_secs(60));
+    // A long ttl, so that a grant an abandoned attempt failed to release would block the
+    // holder past its timeout instead of quietly expiring.
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .timeout(Duration::from_secs(60));
     let mut outcome = Abandoning::default();
     for i in 0..ABANDONING_ATTEMPTS {
         let guard = if i % 2 == 0 {
@@ -297,8 +308,10 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
     // the wake-up connection.
     let clients = server.client_count();
     assert!(clients <= 6, "{clients} client connections are open");
+    // Watchdogs are aborted on release: one left running would live until its next tick, up
+    // to 10 s away with the default 30 s ttl.
     eventually(
-        Duration::from_secs(10),
+        Duration::from_secs(3),
         "the tokio tasks to return to their number before the cycles",
         || metrics.num_alive_tasks() <= tasks_before,
     )
