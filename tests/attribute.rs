@@ -262,10 +262,7 @@ async fn timeout_reaches_the_caller_through_from() {
         elapsed < Duration::from_secs(5),
         "a 0.2 s timeout took {elapsed:?}"
     );
-    assert!(
-        !ran.load(Ordering::SeqCst),
-        "the body ran without the lock"
-    );
+    assert!(!ran.load(Ordering::SeqCst), "the body ran without the lock");
     assert_eq!(
         server.get("lock:attr:timeout:held").as_deref(),
         Some(held.token()),
@@ -352,7 +349,10 @@ async fn released_after_return() {
     let seen = Seen::default();
     let started = Instant::now();
     assert_eq!(returns_early(21, seen.clone()).await.unwrap(), 42);
-    assert!(started.elapsed() < Duration::from_secs(30), "`return` did not return");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "`return` did not return"
+    );
     seen.expect().assert_held("lock:attr:return:21");
     assert!(
         !server.exists("lock:attr:return:21"),
@@ -413,7 +413,10 @@ async fn released_after_cancellation() {
     let timed_out = tokio::time::timeout(Duration::from_millis(100), &mut call).await;
     assert!(timed_out.is_err(), "the call should still be sleeping");
     seen.expect().assert_held("lock:attr:cancel:9");
-    assert!(server.exists("lock:attr:cancel:9"), "held while the call is pending");
+    assert!(
+        server.exists("lock:attr:cancel:9"),
+        "held while the call is pending"
+    );
 
     // Cancel: drop the pending future.
     drop(call);
@@ -495,9 +498,11 @@ async fn holder_whose_ttl_ran_out_returns_its_result_and_spares_the_new_owner() 
     let seen = Seen::default();
     let (taken_over, taken_over_rx) = oneshot::channel();
     let old = tokio::spawn(outlives_its_ttl(7, seen.clone(), taken_over_rx));
-    eventually(Duration::from_secs(10), "the first holder's body to run", || {
-        seen.get().is_some()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the first holder's body to run",
+        || seen.get().is_some(),
+    )
     .await;
     let old_token = seen.expect().token;
 

@@ -51,7 +51,12 @@ async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -
 #[distributed_lock(key = "gc:attr:{n}", ttl = 30, timeout = 5, guard = lock)]
 async fn locked(n: u32) -> Result<String, LockError> {
     let stored = server().get(lock.key());
-    assert_eq!(stored.as_deref(), Some(lock.token()), "{} is held", lock.key());
+    assert_eq!(
+        stored.as_deref(),
+        Some(lock.token()),
+        "{} is held",
+        lock.key()
+    );
     Ok(lock.token().to_owned())
 }
 
@@ -61,7 +66,10 @@ async fn use_the_global_client(n: u32) {
     let mut tokens = Vec::new();
     for _ in 0..3 {
         tokens.push(locked(n).await.expect("the global client takes the lock"));
-        assert!(!server.exists(&format!("lock:gc:attr:{n}")), "released after the call");
+        assert!(
+            !server.exists(&format!("lock:gc:attr:{n}")),
+            "released after the call"
+        );
     }
     tokens.dedup();
     assert_eq!(tokens.len(), 3, "a fresh token per acquisition");

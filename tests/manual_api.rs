@@ -56,7 +56,11 @@ async fn try_acquire_is_none_while_held_and_some_after_release() {
     assert_eq!(server.get("lock:busy").as_deref(), Some(guard.token()));
 
     assert!(
-        second.try_acquire("busy", &options).await.unwrap().is_none(),
+        second
+            .try_acquire("busy", &options)
+            .await
+            .unwrap()
+            .is_none(),
         "another manager must not get a held lock"
     );
     assert!(
@@ -151,7 +155,10 @@ async fn extend_is_lost_after_expiry_and_is_held_follows_redis() {
         guard.extend(Duration::from_secs(60)).await,
         Err(LockError::Lost { .. })
     ));
-    assert!(server.pttl("lock:expiring") <= 5_000, "their ttl is untouched");
+    assert!(
+        server.pttl("lock:expiring") <= 5_000,
+        "their ttl is untouched"
+    );
     assert!(theirs.is_held().await.unwrap());
     theirs.release().await.unwrap();
 }
@@ -267,7 +274,10 @@ async fn out_of_range_options_are_config_errors_and_touch_nothing() {
 
     let bad = [
         ("zero ttl", LockOptions::new().ttl(Duration::ZERO)),
-        ("sub-ms ttl", LockOptions::new().ttl(Duration::from_micros(999))),
+        (
+            "sub-ms ttl",
+            LockOptions::new().ttl(Duration::from_micros(999)),
+        ),
         ("Duration::MAX ttl", LockOptions::new().ttl(Duration::MAX)),
         (
             "Duration::MAX timeout",
@@ -288,7 +298,10 @@ async fn out_of_range_options_are_config_errors_and_touch_nothing() {
         }
     }
 
-    let guard = manager.acquire("config-extend", &LockOptions::new()).await.unwrap();
+    let guard = manager
+        .acquire("config-extend", &LockOptions::new())
+        .await
+        .unwrap();
     let calls_before = script_calls(&server);
     for bad_ttl in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
         match guard.extend(bad_ttl).await {
@@ -386,7 +399,10 @@ async fn a_waiter_gets_the_lock_soon_after_release() {
         (guard, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "the waiter must wait while the lock is held");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must wait while the lock is held"
+    );
 
     let released_at = Instant::now();
     guard.release().await.unwrap();
@@ -397,7 +413,10 @@ async fn a_waiter_gets_the_lock_soon_after_release() {
         handoff < Duration::from_secs(2),
         "the waiter took {handoff:?} after the release (the holder's ttl was 30 s)"
     );
-    assert_eq!(server.get("lock:handoff").as_deref(), Some(acquired.token()));
+    assert_eq!(
+        server.get("lock:handoff").as_deref(),
+        Some(acquired.token())
+    );
     acquired.release().await.unwrap();
 }
 
@@ -406,16 +425,25 @@ async fn a_local_waiter_gets_the_lock_soon_after_release() {
     // Same as above with both tasks on one manager (the in-process queue hands over).
     let server = RedisServer::start();
     let manager = connect(&server).await;
-    let guard = manager.acquire("local-handoff", &ttl(30_000)).await.unwrap();
+    let guard = manager
+        .acquire("local-handoff", &ttl(30_000))
+        .await
+        .unwrap();
     let waiter_manager = manager.clone();
     let waiter = tokio::spawn(async move {
         let guard = waiter_manager
-            .acquire("local-handoff", &LockOptions::new().timeout(Duration::from_secs(10)))
+            .acquire(
+                "local-handoff",
+                &LockOptions::new().timeout(Duration::from_secs(10)),
+            )
             .await;
         (guard, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "the waiter must wait while the lock is held");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must wait while the lock is held"
+    );
     let released_at = Instant::now();
     guard.release().await.unwrap();
     let (acquired, acquired_at) = waiter.await.unwrap();
@@ -485,7 +513,10 @@ async fn cancelled_acquires_leave_no_lock_behind() {
             guard.release().await.unwrap();
         }
     }
-    assert!(cancelled > 0, "no acquire was cancelled: the test tested nothing");
+    assert!(
+        cancelled > 0,
+        "no acquire was cancelled: the test tested nothing"
+    );
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     eventually(
@@ -497,7 +528,11 @@ async fn cancelled_acquires_leave_no_lock_behind() {
     // Each acquisition that reached Redis ran the acquire script once and then one release
     // (explicit, or the clean-up of a cancelled acquire that Redis granted anyway).
     let calls = script_calls(&server);
-    assert_eq!(calls % 2, 0, "every granted lock was released once: {calls} script calls");
+    assert_eq!(
+        calls % 2,
+        0,
+        "every granted lock was released once: {calls} script calls"
+    );
     let granted_after_cancel = calls.saturating_sub(2 * acquired) / 2;
     eprintln!(
         "260 acquires: {acquired} completed, {cancelled} cancelled, of which \
@@ -530,7 +565,8 @@ async fn acquires_cancelled_while_in_flight_are_cleaned_up() {
     let mut acquired = 0u64;
     for i in 0..40u64 {
         let budget = Duration::from_millis(1 + i % 8);
-        match tokio::time::timeout(budget, manager.acquire(&format!("inflight:{i}"), &options)).await
+        match tokio::time::timeout(budget, manager.acquire(&format!("inflight:{i}"), &options))
+            .await
         {
             Ok(Ok(guard)) => {
                 acquired += 1;
@@ -563,7 +599,10 @@ async fn passwords_never_appear_in_errors_or_debug_output() {
 
     let builder = LockManager::builder(url.as_str());
     let debug = format!("{builder:?}");
-    assert!(!debug.contains("secret"), "builder Debug leaks the password: {debug}");
+    assert!(
+        !debug.contains("secret"),
+        "builder Debug leaks the password: {debug}"
+    );
 
     let error = builder
         .connect()
@@ -571,7 +610,10 @@ async fn passwords_never_appear_in_errors_or_debug_output() {
         .expect_err("AUTH as a user that does not exist must fail");
     assert!(matches!(error, LockError::Redis(_)), "{error:?}");
     for text in [error.to_string(), format!("{error:?}")] {
-        assert!(!text.contains("secret"), "the error leaks the password: {text}");
+        assert!(
+            !text.contains("secret"),
+            "the error leaks the password: {text}"
+        );
     }
 
     // A malformed URL with a password: the Config message quotes it, redacted.
@@ -580,7 +622,10 @@ async fn passwords_never_appear_in_errors_or_debug_output() {
         .expect_err("a bad port is a config error");
     assert!(matches!(error, LockError::Config(_)), "{error:?}");
     for text in [error.to_string(), format!("{error:?}")] {
-        assert!(!text.contains("secret"), "the error leaks the password: {text}");
+        assert!(
+            !text.contains("secret"),
+            "the error leaks the password: {text}"
+        );
     }
 
     // A server that requires the password: the manager and its guards never show it.
@@ -592,9 +637,19 @@ async fn passwords_never_appear_in_errors_or_debug_output() {
     .await
     .expect("the right password connects");
     let guard = manager.acquire("pw", &LockOptions::new()).await.unwrap();
-    for text in [format!("{manager:?}"), format!("{guard:?}"), format!("{guard:#?}")] {
-        assert!(!text.contains("hunter2"), "Debug leaks the password: {text}");
+    for text in [
+        format!("{manager:?}"),
+        format!("{guard:?}"),
+        format!("{guard:#?}"),
+    ] {
+        assert!(
+            !text.contains("hunter2"),
+            "Debug leaks the password: {text}"
+        );
     }
-    assert!(format!("{guard:?}").contains("lock:pw"), "Debug shows the key");
+    assert!(
+        format!("{guard:?}").contains("lock:pw"),
+        "Debug shows the key"
+    );
     guard.release().await.unwrap();
 }

@@ -118,7 +118,9 @@ async fn many_tasks_count_exactly() {
         })
         .collect();
     for task in tasks {
-        task.await.expect("no task panicked").expect("every increment succeeded");
+        task.await
+            .expect("no task panicked")
+            .expect("every increment succeeded");
     }
     eprintln!("{} increments in {:?}", TASKS * ROUNDS, started.elapsed());
 
@@ -132,7 +134,10 @@ async fn many_tasks_count_exactly() {
         1,
         "at most one body may be inside at a time"
     );
-    assert!(!server.exists("lock:mutex:tasks"), "the last holder released");
+    assert!(
+        !server.exists("lock:mutex:tasks"),
+        "the last holder released"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,7 +187,9 @@ fn mutex_worker() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        distlock::init(&url).await.expect("the worker's init succeeds");
+        distlock::init(&url)
+            .await
+            .expect("the worker's init succeeds");
         let mut conn = connection(&url).await;
 
         // Start together, so that the processes really contend.
@@ -246,7 +253,10 @@ fn processes_count_exactly() {
         started.elapsed()
     );
     for status in &statuses {
-        assert!(status.success(), "a worker failed: {status} (its output is above)");
+        assert!(
+            status.success(),
+            "a worker failed: {status} (its output is above)"
+        );
     }
 
     assert_eq!(
@@ -256,7 +266,11 @@ fn processes_count_exactly() {
     );
     assert_eq!(
         server.get("mutex:procs:counter").as_deref(),
-        Some((PROCESSES * PROCESS_TASKS * PROCESS_ROUNDS).to_string().as_str()),
+        Some(
+            (PROCESSES * PROCESS_TASKS * PROCESS_ROUNDS)
+                .to_string()
+                .as_str()
+        ),
         "an update was lost: two bodies overlapped"
     );
     assert_eq!(
@@ -265,7 +279,10 @@ fn processes_count_exactly() {
         "a body found another one inside"
     );
     assert_eq!(server.get("mutex:procs:inside").as_deref(), Some("0"));
-    assert!(!server.exists("lock:mutex:procs"), "the last holder released");
+    assert!(
+        !server.exists("lock:mutex:procs"),
+        "the last holder released"
+    );
 }
 
 #[test]

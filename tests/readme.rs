@@ -17,7 +17,10 @@ fn readme_quick_start_is_the_quickstart_example() {
 fn readme_names_the_commands_that_ci_runs() {
     let readme = include_str!("../README.md");
     let ci = include_str!("../.ci/run");
-    for command in ["cargo test --workspace", "cargo run --example process_traces"] {
+    for command in [
+        "cargo test --workspace",
+        "cargo run --example process_traces",
+    ] {
         assert!(readme.contains(command), "README.md lacks `{command}`");
         assert!(ci.contains(command), ".ci/run lacks `{command}`");
     }
