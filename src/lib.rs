@@ -9,6 +9,16 @@
 //! #[derive(Debug)]
 //! struct AppError(String);
 //!
+//! impl std::fmt::Display for AppError {
+//!     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+//!         f.write_str(&self.0)
+//!     }
+//! }
+//!
+//! impl std::error::Error for AppError {}
+//!
+//! // Taking the lock can fail (timeout, Redis unreachable): the error reaches the caller
+//! // through this conversion.
 //! impl From<distlock::LockError> for AppError {
 //!     fn from(error: distlock::LockError) -> Self {
 //!         AppError(error.to_string())

@@ -1,45 +1,132 @@
-//! Connections to one Redis server, one per tokio runtime that uses them.
+//! Connections to one Redis endpoint — a standalone server or a whole cluster — one per tokio
+//! runtime that uses them.
 //!
 //! A redis-rs connection is driven by a task on the runtime that created it and dies with that
 //! runtime. A global lock manager outlives runtimes — every `#[tokio::test]` has its own — so
-//! each runtime gets its own multiplexed `ConnectionManager`, created on first use there. Keeping
-//! the connection's driver on the caller's runtime also keeps every round trip free of
-//! cross-thread hand-offs. Connections of runtimes that have shut down are dropped when the next
-//! one is added.
+//! each runtime gets its own multiplexed connection, created on first use there. Keeping the
+//! connection's driver on the caller's runtime also keeps every round trip free of cross-thread
+//! hand-offs. Connections of runtimes that have shut down are dropped when the next one is added.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Client;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::{Handle, Id};
 
-/// Connection and response timeouts of one server's connections.
+/// Connection and response timeouts of one endpoint's connections.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
     pub(crate) connect: Duration,
     pub(crate) response: Duration,
 }
 
-/// The connections to one Redis server, keyed by runtime.
+/// How to reach one endpoint.
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    /// One server, through a reconnecting `ConnectionManager`.
+    Standalone(redis::Client),
+    /// A Redis Cluster: redirections (MOVED/ASK) and failovers are followed by redis-rs.
+    Cluster(Box<ClusterClient>),
+}
+
+/// A connection to an [`Endpoint`]; cheap to clone, multiplexed.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Standalone(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Standalone(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Standalone(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Endpoint {
+    /// A cluster endpoint from its seed nodes.
+    pub(crate) fn cluster(urls: &[String], timeouts: Timeouts) -> RedisResult<Self> {
+        ClusterClientBuilder::new(urls.to_vec())
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            // A few quick retries ride out MOVED/ASK and a failover; our callers retry until
+            // their own deadline after that.
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()
+            .map(|client| Endpoint::Cluster(Box::new(client)))
+    }
+
+    async fn connect(&self, timeouts: Timeouts) -> RedisResult<Connection> {
+        match self {
+            Endpoint::Standalone(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeouts.connect))
+                    .set_response_timeout(Some(timeouts.response))
+                    // Our own callers retry until their deadline; a long reconnect loop inside
+                    // redis-rs would only hide that Redis is down.
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_millis(500));
+                ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map(Connection::Standalone)
+            }
+            Endpoint::Cluster(client) => {
+                client.get_async_connection().await.map(Connection::Cluster)
+            }
+        }
+    }
+}
+
+/// The connections to one endpoint, keyed by runtime.
 pub(crate) struct Connections {
-    client: Client,
+    endpoint: Endpoint,
     timeouts: Timeouts,
     slots: Mutex<Vec<Slot>>,
 }
 
 struct Slot {
     runtime: Id,
-    connection: ConnectionManager,
+    connection: Connection,
     /// Upgradable while the runtime lives: a task parked on that runtime holds the `Arc`, and a
     /// runtime drops its tasks when it shuts down.
     runtime_alive: Weak<()>,
 }
 
 impl Connections {
-    pub(crate) fn new(client: Client, timeouts: Timeouts) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, timeouts: Timeouts) -> Self {
         Connections {
-            client,
+            endpoint,
             timeouts,
             slots: Mutex::new(Vec::new()),
         }
@@ -48,14 +135,13 @@ impl Connections {
     /// The connection for the current runtime, connecting first if this runtime has none.
     ///
     /// Must be called from within a tokio runtime (every caller is an `async fn` of ours).
-    pub(crate) async fn get(&self) -> redis::RedisResult<ConnectionManager> {
+    pub(crate) async fn get(&self) -> RedisResult<Connection> {
         let runtime = Handle::current();
         let id = runtime.id();
         if let Some(connection) = self.find(id) {
             return Ok(connection);
         }
-        let connection =
-            ConnectionManager::new_with_config(self.client.clone(), self.config()).await?;
+        let connection = self.endpoint.connect(self.timeouts).await?;
         let alive = Arc::new(());
         let runtime_alive = Arc::downgrade(&alive);
         // Parks forever; dropped (with `alive`) when the runtime shuts down.
@@ -63,10 +149,7 @@ impl Connections {
             let _alive = alive;
             std::future::pending::<()>().await;
         }));
-        let mut slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slots = self.lock();
         slots.retain(|slot| slot.runtime_alive.strong_count() > 0);
         // Another task of this runtime may have connected meanwhile: keep one connection.
         if let Some(slot) = slots.iter().find(|slot| slot.runtime == id) {
@@ -80,12 +163,8 @@ impl Connections {
         Ok(connection)
     }
 
-    fn find(&self, id: Id) -> Option<ConnectionManager> {
-        let slots = self
-            .slots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        slots
+    fn find(&self, id: Id) -> Option<Connection> {
+        self.lock()
             .iter()
             .find(|slot| slot.runtime == id)
             .map(|slot| slot.connection.clone())
@@ -93,20 +172,10 @@ impl Connections {
 
     /// How many runtimes currently have a connection (for leak tests).
     pub(crate) fn len(&self) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 
-    fn config(&self) -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeouts.connect))
-            .set_response_timeout(Some(self.timeouts.response))
-            // Our own callers retry until their deadline; a long reconnect loop inside
-            // redis-rs would only hide that Redis is down.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

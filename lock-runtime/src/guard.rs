@@ -197,8 +197,12 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn is_held(&self) -> Result<bool, LockError> {
-        let holder = self.held.manager.backend().holder(&self.held.keys).await?;
-        Ok(holder.as_deref() == Some(self.held.token.as_str()))
+        Ok(self
+            .held
+            .manager
+            .backend()
+            .is_held(&self.held.keys, &self.held.token)
+            .await?)
     }
 
     /// Completes when the guard learns that the lock is lost: when the auto-extension watchdog

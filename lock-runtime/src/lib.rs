@@ -18,6 +18,7 @@
 pub mod attribute;
 mod backend;
 mod background;
+mod builder;
 mod connection;
 mod error;
 mod finish;
@@ -31,10 +32,11 @@ mod scripts;
 mod wake;
 mod watchdog;
 
+pub use builder::LockManagerBuilder;
 pub use error::LockError;
 pub use global::{global, init, init_with};
 pub use guard::LockGuard;
+pub use manager::LockManager;
 #[doc(hidden)]
 pub use manager::ResourceCounts;
-pub use manager::{LockManager, LockManagerBuilder};
 pub use options::LockOptions;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend};
-use crate::connection::Timeouts;
+use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::keys::LockKeys;
 use crate::queue::LocalQueues;
@@ -58,117 +58,8 @@ struct Inner {
     backend: Backend,
     key_prefix: String,
     queues: Arc<LocalQueues>,
-    url: String,
-}
-
-/// Builds a [`LockManager`]: `LockManager::builder(url)`, options, then `.connect().await`.
-///
-/// ```no_run
-/// # async fn example() -> Result<(), distlock::LockError> {
-/// use std::time::Duration;
-///
-/// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379")
-///     .key_prefix("lock:")                          // the default
-///     .connect_timeout(Duration::from_secs(2))     // the default
-///     .response_timeout(Duration::from_secs(1))    // the default
-///     .connect()
-///     .await?;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-#[must_use = "a builder does nothing until `.connect().await`"]
-pub struct LockManagerBuilder {
-    url: String,
-    key_prefix: String,
-    timeouts: Timeouts,
-}
-
-// By hand, not derived: the URL may carry a password, which must never reach a log.
-impl fmt::Debug for LockManagerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockManagerBuilder")
-            .field("url", &redact(&self.url))
-            .field("key_prefix", &self.key_prefix)
-            .field("timeouts", &self.timeouts)
-            .finish()
-    }
-}
-
-impl LockManagerBuilder {
-    /// Prefix of every lock key: the lock named `trace:1` lives at `key_prefix + "trace:1"`.
-    /// Default `"lock:"`.
-    ///
-    /// ```
-    /// let builder = distlock::LockManager::builder("redis://127.0.0.1").key_prefix("app1:lock:");
-    /// ```
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    /// How long to wait for a TCP connection (and Redis handshake). Default 2 s.
-    ///
-    /// ```
-    /// let builder = distlock::LockManager::builder("redis://127.0.0.1")
-    ///     .connect_timeout(std::time::Duration::from_millis(500));
-    /// ```
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
-
-    /// How long to wait for the answer to any one Redis command before failing it. Default 1 s.
-    ///
-    /// ```
-    /// let builder = distlock::LockManager::builder("redis://127.0.0.1")
-    ///     .response_timeout(std::time::Duration::from_millis(250));
-    /// ```
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.response = timeout;
-        self
-    }
-
-    /// Connects and checks with a `PING` that Redis answers.
-    ///
-    /// # Errors
-    /// [`LockError::Config`] for a malformed URL or timeout, [`LockError::Redis`] when Redis
-    /// cannot be reached within the timeouts or does not answer like Redis.
-    ///
-    /// ```no_run
-    /// # async fn example() -> Result<(), distlock::LockError> {
-    /// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379").connect().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(self) -> Result<LockManager, LockError> {
-        for (name, value) in [
-            ("connect_timeout", self.timeouts.connect),
-            ("response_timeout", self.timeouts.response),
-        ] {
-            if value.is_zero() || value > crate::options::MAX_DURATION {
-                return Err(LockError::config(format!(
-                    "{name} {value:?} is out of range; use a duration between 1 ms and 365 days"
-                )));
-            }
-        }
-        let client = redis::Client::open(self.url.as_str()).map_err(|error| {
-            LockError::config(format!(
-                "`{}` is not a Redis URL ({error}); write it as redis://[user:password@]host[:port][/db]",
-                redact(&self.url)
-            ))
-        })?;
-        let manager = LockManager {
-            inner: Arc::new(Inner {
-                backend: Backend::standalone(client, self.timeouts),
-                key_prefix: self.key_prefix,
-                queues: Arc::new(LocalQueues::default()),
-                url: redact(&self.url),
-            }),
-        };
-        manager.inner.backend.ping().await?;
-        Ok(manager)
-    }
+    /// Where it connects, passwords hidden: for `Debug`.
+    description: String,
 }
 
 impl LockManager {
@@ -188,19 +79,56 @@ impl LockManager {
     }
 
     /// Starts building a manager for the standalone Redis at `url`
-    /// (`redis://[user:password@]host[:port][/db]`).
+    /// (`redis://[user:password@]host[:port][/db]`; `rediss://` for TLS with the `tls` feature).
     ///
     /// ```
     /// let builder = distlock::LockManager::builder("redis://127.0.0.1:6379");
     /// ```
     pub fn builder(url: impl Into<String>) -> LockManagerBuilder {
-        LockManagerBuilder {
-            url: url.into(),
-            key_prefix: "lock:".to_owned(),
-            timeouts: Timeouts {
-                connect: Duration::from_secs(2),
-                response: Duration::from_secs(1),
-            },
+        LockManagerBuilder::new(Topology::Standalone(url.into()))
+    }
+
+    /// Starts building a manager for a Redis Cluster, given some of its nodes (any node will do;
+    /// the rest are discovered). Every key of a lock lives in the lock key's hash slot, so each
+    /// lock operation is one script on one node; MOVED/ASK redirections and failovers are
+    /// followed.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::cluster_builder(&[
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    /// ]);
+    /// ```
+    pub fn cluster_builder<S: AsRef<str>>(urls: &[S]) -> LockManagerBuilder {
+        LockManagerBuilder::new(Topology::Cluster(to_strings(urls)))
+    }
+
+    /// Starts building a Redlock manager over independent Redis masters (at least 3; 5 is
+    /// usual): a lock is held when a majority of them granted it in time, so it survives the
+    /// loss of a minority. Fencing tokens are not available on Redlock (see
+    /// [`LockOptions::fencing`]).
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::redlock_builder(&[
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .node_timeout(std::time::Duration::from_millis(50));
+    /// ```
+    pub fn redlock_builder<S: AsRef<str>>(urls: &[S]) -> LockManagerBuilder {
+        LockManagerBuilder::new(Topology::Redlock(to_strings(urls)))
+    }
+
+    /// A manager over `backend`, before any Redis call.
+    pub(crate) fn new(backend: Backend, key_prefix: String, description: String) -> Self {
+        LockManager {
+            inner: Arc::new(Inner {
+                backend,
+                key_prefix,
+                queues: Arc::new(LocalQueues::default()),
+                description,
+            }),
         }
     }
 
@@ -238,7 +166,7 @@ impl LockManager {
     /// # }
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
-        let ttl_millis = options.validate()?;
+        let ttl_millis = self.check(options)?;
         let keys = Arc::new(self.keys(name));
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
@@ -312,7 +240,9 @@ impl LockManager {
                     pause + jitter(RETRY_JITTER)
                 }
                 Err(error) => {
-                    if Instant::now() >= deadline {
+                    // An error that retrying cannot cure (a permission, a script error) is
+                    // reported at once rather than at the deadline.
+                    if Instant::now() >= deadline || is_permanent(&error) {
                         return Err(LockError::Redis(error));
                     }
                     tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
@@ -363,7 +293,7 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let ttl_millis = options.validate()?;
+        let ttl_millis = self.check(options)?;
         let keys = Arc::new(self.keys(name));
         let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
         let Some(turn) = self.inner.queues.try_turn(&queue_key) else {
@@ -399,6 +329,20 @@ impl LockManager {
         }
     }
 
+    /// Checks `options` against what this deployment can do; returns the ttl in milliseconds.
+    fn check(&self, options: &LockOptions) -> Result<u64, LockError> {
+        let ttl_millis = options.validate()?;
+        if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
+            return Err(LockError::config(
+                "fencing tokens are not available on Redlock: they need one counter that every \
+                 acquisition increments in order, and independent masters each count on their \
+                 own (a minority may miss increments, or restart at zero); use a standalone or \
+                 cluster manager when you need fencing",
+            ));
+        }
+        Ok(ttl_millis)
+    }
+
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.backend
     }
@@ -426,18 +370,20 @@ impl LockManager {
         fencing: bool,
         will_wait: bool,
     ) -> redis::RedisResult<Attempt> {
-        let connection = self.inner.backend.connection().await?;
-        let (request_keys, request_token) = (Arc::clone(keys), token.to_owned());
+        let (manager, request_keys, request_token) =
+            (self.clone(), Arc::clone(keys), token.to_owned());
         let request = async move {
-            Backend::try_lock(
-                connection,
-                &request_keys,
-                &request_token,
-                ttl_millis,
-                fencing,
-                will_wait,
-            )
-            .await
+            manager
+                .inner
+                .backend
+                .try_lock(
+                    &request_keys,
+                    &request_token,
+                    ttl_millis,
+                    fencing,
+                    will_wait,
+                )
+                .await
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), Arc::clone(keys), token.to_owned());
@@ -511,10 +457,21 @@ pub struct ResourceCounts {
 impl fmt::Debug for LockManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockManager")
-            .field("url", &self.inner.url)
+            .field("redis", &self.inner.description)
             .field("key_prefix", &self.inner.key_prefix)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether retrying cannot help: Redis refused the command itself (a permission, a script
+/// error, a wrong type), as opposed to a connection problem, a timeout or a cluster in flux.
+fn is_permanent(error: &redis::RedisError) -> bool {
+    matches!(error.retry_method(), redis::RetryMethod::NoRetry)
+        && matches!(error.kind(), redis::ErrorKind::Server(_))
+}
+
+fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
+    urls.iter().map(|url| url.as_ref().to_owned()).collect()
 }
 
 fn timeout(keys: &LockKeys, started: Instant) -> LockError {
@@ -530,7 +487,7 @@ fn may_have_run(error: &redis::RedisError) -> bool {
 }
 
 /// A random duration in `0..=max`: spreads retries of waiters that woke together.
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let max_micros = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
     if max_micros == 0 {
         return Duration::ZERO;
@@ -543,42 +500,9 @@ fn jitter(max: Duration) -> Duration {
     Duration::from_micros(random % (max_micros + 1))
 }
 
-/// The URL with any password replaced, for messages and logs.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("redis://app:s3cret@host:6379/0"),
-            "redis://app:***@host:6379/0"
-        );
-        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-        assert_eq!(redact("not a url"), "not a url");
-    }
 
     #[test]
     fn jitter_stays_within_its_bound() {

@@ -1,10 +1,12 @@
 //! Wake-ups on release: waiters sleep until the holder's release, not until a timer.
 //!
-//! Each lock manager has one pub/sub connection, driven by one task on the background runtime.
-//! The task subscribes to a lock's wake-up channel while some task of this process waits for the
-//! lock, and wakes that lock's local waiters when a release publishes on it. Subscribe and
-//! unsubscribe requests go through the same ordered queue, so a quick unsubscribe/subscribe pair
-//! can never leave a channel unsubscribed that someone still watches.
+//! Each lock manager has one pub/sub connection per Redis deployment it locks on (one for a
+//! standalone server or a cluster — whose nodes forward every publish to each other — and one
+//! per master for Redlock), each driven by one task on the background runtime. A task subscribes
+//! to a lock's wake-up channel while some task of this process waits for the lock, and wakes that
+//! lock's local waiters when a release publishes on it. Subscribe and unsubscribe requests go
+//! through one ordered queue per connection, so a quick unsubscribe/subscribe pair can never
+//! leave a channel unsubscribed that someone still watches.
 //!
 //! Wake-ups are an optimisation, never a requirement: a waiter also retries when the holder's
 //! ttl runs out, so a lost message (reconnect, expiry instead of release) costs at most that.
@@ -13,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisResult};
@@ -22,9 +25,13 @@ use crate::connection::Timeouts;
 
 /// The wake-up subscriptions of one lock manager.
 pub(crate) struct WakeHub {
-    requests: mpsc::UnboundedSender<Request>,
+    /// One request queue per pub/sub connection.
+    connections: Arc<[mpsc::UnboundedSender<Request>]>,
     channels: Arc<Channels>,
     timeouts: Timeouts,
+    /// How many connections must confirm a subscription before a waiter relies on it: enough to
+    /// meet every majority of Redlock nodes that could hold the lock; 1 otherwise.
+    confirmations: usize,
 }
 
 /// Channel name → the local watchers of that channel.
@@ -47,26 +54,36 @@ enum Request {
 
 /// A task's interest in one channel; the channel stays subscribed while any `Watch` of it lives.
 pub(crate) struct Watch {
-    hub_requests: mpsc::UnboundedSender<Request>,
+    connections: Arc<[mpsc::UnboundedSender<Request>]>,
     channels: Arc<Channels>,
     channel: String,
     notify: Arc<Notify>,
 }
 
 impl WakeHub {
-    pub(crate) fn new(client: Client, timeouts: Timeouts) -> Self {
-        let (requests, receiver) = mpsc::unbounded_channel();
+    /// A hub with one pub/sub connection per entry of `sources`; each entry lists the servers
+    /// that connection may use, tried in turn (the seed nodes of a cluster, or one server).
+    /// `confirmations` as on [`WakeHub`].
+    pub(crate) fn new(sources: Vec<Vec<Client>>, timeouts: Timeouts, confirmations: usize) -> Self {
         let channels = Arc::new(Mutex::new(HashMap::new()));
-        crate::background::spawn(run(client, timeouts, receiver, Arc::clone(&channels)));
+        let connections = sources
+            .into_iter()
+            .map(|servers| {
+                let (requests, receiver) = mpsc::unbounded_channel();
+                crate::background::spawn(run(servers, timeouts, receiver, Arc::clone(&channels)));
+                requests
+            })
+            .collect();
         WakeHub {
-            requests,
+            connections,
             channels,
             timeouts,
+            confirmations,
         }
     }
 
-    /// Watches `channel`: returns once the subscription is confirmed by Redis, so that any
-    /// release published after this returns wakes the watcher.
+    /// Watches `channel`: returns once enough connections confirmed the subscription, so that
+    /// any release published after this returns wakes the watcher.
     pub(crate) async fn watch(&self, channel: &str) -> RedisResult<Watch> {
         let (notify, first) = {
             let mut channels = lock(&self.channels);
@@ -81,25 +98,45 @@ impl WakeHub {
         };
         // Built before any await, so a cancelled `watch` still unsubscribes.
         let watch = Watch {
-            hub_requests: self.requests.clone(),
+            connections: Arc::clone(&self.connections),
             channels: Arc::clone(&self.channels),
             channel: channel.to_owned(),
             notify,
         };
         if first {
-            let (done, confirmed) = oneshot::channel();
-            let request = Request::Subscribe {
-                channel: channel.to_owned(),
-                done,
-            };
-            if self.requests.send(request).is_err() {
-                return Err(hub_gone());
-            }
+            let mut confirmations: FuturesUnordered<_> = self
+                .connections
+                .iter()
+                .map(|connection| {
+                    let (done, confirmed) = oneshot::channel();
+                    let sent = connection.send(Request::Subscribe {
+                        channel: channel.to_owned(),
+                        done,
+                    });
+                    async move {
+                        sent.map_err(|_| hub_gone())?;
+                        confirmed.await.map_err(|_| hub_gone())?
+                    }
+                })
+                .collect();
             let limit = self.timeouts.connect + self.timeouts.response;
-            match tokio::time::timeout(limit, confirmed).await {
-                Ok(Ok(result)) => result?,
-                Ok(Err(_)) => return Err(hub_gone()),
-                Err(_) => return Err(subscribe_timed_out(limit)),
+            let (mut confirmed, mut last_error) = (0, None);
+            let counting = async {
+                while let Some(result) = confirmations.next().await {
+                    match result {
+                        Ok(()) => confirmed += 1,
+                        Err(error) => last_error = Some(error),
+                    }
+                    if confirmed >= self.confirmations {
+                        break;
+                    }
+                }
+            };
+            if tokio::time::timeout(limit, counting).await.is_err() && last_error.is_none() {
+                last_error = Some(subscribe_timed_out(limit));
+            }
+            if confirmed < self.confirmations {
+                return Err(last_error.unwrap_or_else(hub_gone));
             }
         }
         Ok(watch)
@@ -128,9 +165,11 @@ impl Drop for Watch {
         if entry.watchers == 0 {
             channels.remove(&self.channel);
             // Sent under the map's lock: ordered before any later subscribe to the same channel.
-            let _ = self.hub_requests.send(Request::Unsubscribe {
-                channel: std::mem::take(&mut self.channel),
-            });
+            for connection in self.connections.iter() {
+                let _ = connection.send(Request::Unsubscribe {
+                    channel: self.channel.clone(),
+                });
+            }
         }
     }
 }
@@ -156,11 +195,15 @@ fn subscribe_timed_out(limit: Duration) -> redis::RedisError {
 /// The hub's task: owns the pub/sub connection, serves (un)subscribe requests in order, and
 /// dispatches published releases to the local watchers. Ends when the manager is dropped.
 async fn run(
-    client: Client,
+    servers: Vec<Client>,
     timeouts: Timeouts,
     mut requests: mpsc::UnboundedReceiver<Request>,
     channels: Arc<Channels>,
 ) {
+    let mut servers = Servers {
+        candidates: servers,
+        next: 0,
+    };
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
     // Set while the connection is lost and someone still watches: when to reconnect.
     let mut reconnect: Option<(tokio::time::Instant, Duration)> = None;
@@ -180,7 +223,7 @@ async fn run(
         tokio::select! {
             request = requests.recv() => {
                 let Some(request) = request else { return };
-                serve(request, &client, timeouts, &mut connection, &channels).await;
+                serve(request, &mut servers, timeouts, &mut connection, &channels).await;
                 if connection.is_none() && reconnect.is_none() && !lock(&channels).is_empty() {
                     let first = RECONNECT_BACKOFF.0;
                     reconnect = Some((tokio::time::Instant::now() + first, first * 2));
@@ -205,7 +248,7 @@ async fn run(
                 let backoff = reconnect.map_or(RECONNECT_BACKOFF.0, |(_, backoff)| backoff);
                 reconnect = None;
                 if connection.is_none() && !lock(&channels).is_empty() {
-                    match connect(&client, timeouts, &channels).await {
+                    match connect(&mut servers, timeouts, &channels).await {
                         Ok(connected) => {
                             connection = Some(connected);
                             wake_all(&channels);
@@ -233,14 +276,14 @@ fn wake_all(channels: &Channels) {
 
 async fn serve(
     request: Request,
-    client: &Client,
+    servers: &mut Servers,
     timeouts: Timeouts,
     connection: &mut Option<(PubSubSink, PubSubStream)>,
     channels: &Channels,
 ) {
     match request {
         Request::Subscribe { channel, done } => {
-            let result = subscribe(client, timeouts, connection, channels, &channel).await;
+            let result = subscribe(servers, timeouts, connection, channels, &channel).await;
             if result.is_err() {
                 *connection = None;
             }
@@ -261,14 +304,14 @@ async fn serve(
 /// Subscribes to `channel`, connecting first (and resubscribing every watched channel) when
 /// there is no connection.
 async fn subscribe(
-    client: &Client,
+    servers: &mut Servers,
     timeouts: Timeouts,
     connection: &mut Option<(PubSubSink, PubSubStream)>,
     channels: &Channels,
     channel: &str,
 ) -> RedisResult<()> {
     if connection.is_none() {
-        *connection = Some(connect(client, timeouts, channels).await?);
+        *connection = Some(connect(servers, timeouts, channels).await?);
     }
     let (sink, _) = connection.as_mut().expect("connected above");
     tokio::time::timeout(timeouts.response, sink.subscribe(channel))
@@ -276,12 +319,20 @@ async fn subscribe(
         .map_err(|_| subscribe_timed_out(timeouts.response))?
 }
 
+/// The servers one pub/sub connection may use; a failed connect moves on to the next.
+struct Servers {
+    candidates: Vec<Client>,
+    next: usize,
+}
+
 /// A new pub/sub connection, subscribed to every channel watched now.
 async fn connect(
-    client: &Client,
+    servers: &mut Servers,
     timeouts: Timeouts,
     channels: &Channels,
 ) -> RedisResult<(PubSubSink, PubSubStream)> {
+    let client = &servers.candidates[servers.next % servers.candidates.len()];
+    servers.next = servers.next.wrapping_add(1);
     let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
         .await
         .map_err(|_| connect_timed_out(timeouts.connect))??;

@@ -1,0 +1,183 @@
+//! Redlock: one lock over several independent Redis masters, held when a majority holds it.
+//!
+//! Follows the algorithm of the Redis distributed-locks page: every operation goes to all
+//! masters at once (never one after another), each with a short per-node timeout, so one slow
+//! or stopped master costs at most that timeout. An acquisition counts only if a majority
+//! granted it within the lock's validity (ttl minus the time the fan-out took minus an allowance
+//! for clock drift); otherwise whatever was granted is given back at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::{RedisError, RedisResult};
+use tokio::time::Instant;
+
+use super::node::Node;
+use super::Attempt;
+use crate::keys::LockKeys;
+
+/// Independent masters voting on every lock.
+pub(crate) struct Quorum {
+    nodes: Vec<Node>,
+    node_timeout: Duration,
+}
+
+impl Quorum {
+    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration) -> Self {
+        Quorum {
+            nodes,
+            node_timeout,
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// How many masters make a majority.
+    pub(crate) fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Checks that a majority of the masters answer.
+    pub(crate) async fn ping(&self) -> RedisResult<()> {
+        let results = self.on_each(Node::ping).await;
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(&results, answered).map(|_| ())
+    }
+
+    /// One attempt on every master; see the module documentation.
+    pub(crate) async fn try_lock(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        will_wait: bool,
+    ) -> RedisResult<Attempt> {
+        let started = Instant::now();
+        let results = self
+            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, will_wait))
+            .await;
+        let granted = results
+            .iter()
+            .filter(|result| matches!(result, Ok(Attempt::Acquired { .. })))
+            .count();
+        let ttl = Duration::from_millis(ttl_millis);
+        if granted >= self.majority() && started.elapsed() + drift(ttl) < ttl {
+            return Ok(Attempt::Acquired { fence: None });
+        }
+        // Not ours: give back what some masters granted (or may still grant, if they did not
+        // answer) so the next contender does not wait for those to expire.
+        if granted > 0 || results.iter().any(Result::is_err) {
+            let _ = self.unlock(keys, token).await;
+        }
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(&results, answered)?;
+        let remaining = results
+            .iter()
+            .filter_map(|result| match result {
+                Ok(Attempt::Held { remaining }) => *remaining,
+                _ => None,
+            })
+            .min();
+        Ok(Attempt::Held {
+            // A split vote (each contender got a minority) has no holder to wait for: retry
+            // soon, after a random delay, so the contenders do not collide again.
+            remaining: if granted > 0 {
+                Some(Duration::from_millis(1) + crate::manager::jitter(Duration::from_millis(10)))
+            } else {
+                remaining
+            },
+        })
+    }
+
+    /// Releases on every master; ours if a majority still held it.
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+        let results = self.on_each(|node| node.unlock(keys, token)).await;
+        self.majority_true(&results)
+    }
+
+    /// Extends on every master; succeeds if a majority extended it within the ttl.
+    pub(crate) async fn extend(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+    ) -> RedisResult<bool> {
+        let started = Instant::now();
+        let results = self
+            .on_each(|node| node.extend(keys, token, ttl_millis))
+            .await;
+        let ttl = Duration::from_millis(ttl_millis);
+        Ok(self.majority_true(&results)? && started.elapsed() + drift(ttl) < ttl)
+    }
+
+    /// Whether a majority of the masters hold `token` for the lock.
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+        let results = self.on_each(|node| node.is_held(keys, token)).await;
+        self.majority_true(&results)
+    }
+
+    /// Runs `operation` on every master at once, each bounded by the per-node timeout.
+    async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<RedisResult<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + 'a,
+    {
+        join_all(self.nodes.iter().map(|node| {
+            let call = operation(node);
+            async move {
+                tokio::time::timeout(self.node_timeout, call)
+                    .await
+                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+            }
+        }))
+        .await
+    }
+
+    /// `true` when a majority answered `true`; an error when too few masters answered to tell.
+    fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
+        let yes = results
+            .iter()
+            .filter(|result| matches!(result, Ok(true)))
+            .count();
+        if yes >= self.majority() {
+            return Ok(true);
+        }
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(results, answered)?;
+        Ok(false)
+    }
+
+    /// An error naming how many masters answered, when fewer than a majority did.
+    fn check_quorum<T>(&self, results: &[RedisResult<T>], answered: usize) -> RedisResult<()> {
+        if answered >= self.majority() {
+            return Ok(());
+        }
+        let last_error = results
+            .iter()
+            .rev()
+            .find_map(|result| result.as_ref().err())
+            .map_or_else(String::new, ToString::to_string);
+        Err(RedisError::from(std::io::Error::other(format!(
+            "only {answered} of {} Redlock masters answered, and a majority ({}) is needed \
+             (last error: {last_error}); bring masters back or check the URLs",
+            self.nodes.len(),
+            self.majority()
+        ))))
+    }
+}
+
+/// Allowance for clock drift between this host and the masters: 1 % of the ttl plus 2 ms, as
+/// the Redlock description suggests.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+fn node_timed_out(limit: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("a Redlock master did not answer within the per-node timeout of {limit:?}"),
+    ))
+}
