@@ -41,6 +41,10 @@ pub struct LockManagerBuilder {
     key_prefix: String,
     timeouts: Timeouts,
     node_timeout: Duration,
+    /// PEM of the certificate authority that signed the servers' certificates, for `rediss://`
+    /// servers whose certificate the system's roots do not vouch for.
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 // By hand, not derived: the URLs may carry passwords, which must never reach a log.
@@ -64,6 +68,8 @@ impl LockManagerBuilder {
                 response: Duration::from_secs(1),
             },
             node_timeout: Duration::from_millis(100),
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 
@@ -113,6 +119,19 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Trust the certificate authority in `pem` (PEM-encoded) for `rediss://` servers, instead
+    /// of the system's root certificates — for a private CA or a self-signed server.
+    ///
+    /// ```
+    /// let ca = b"-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n".to_vec();
+    /// let builder = distlock::LockManager::builder("rediss://redis.internal:6380").tls_root_certificate(ca);
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Connects and checks with a `PING` that Redis answers (a majority of the masters, for
     /// Redlock).
     ///
@@ -140,17 +159,21 @@ impl LockManagerBuilder {
             }
         }
         let backend = match &self.topology {
-            Topology::Standalone(url) => Backend::standalone(open(url)?, self.timeouts),
+            Topology::Standalone(url) => Backend::standalone(self.open(url)?, self.timeouts),
             Topology::Cluster(urls) => {
                 if urls.is_empty() {
                     return Err(LockError::config(
                         "a cluster manager needs the URL of at least one cluster node",
                     ));
                 }
-                let seeds = urls.iter().map(|url| open(url)).collect::<Result<_, _>>()?;
-                let endpoint = Endpoint::cluster(urls, self.timeouts).map_err(|error| {
-                    LockError::config(format!("cannot use these cluster nodes: {error}"))
-                })?;
+                let seeds = urls
+                    .iter()
+                    .map(|url| self.open(url))
+                    .collect::<Result<_, _>>()?;
+                let endpoint = Endpoint::cluster(urls, self.timeouts, self.tls_certificates())
+                    .map_err(|error| {
+                        LockError::config(format!("cannot use these cluster nodes: {error}"))
+                    })?;
                 Backend::cluster(seeds, endpoint, self.timeouts)
             }
             Topology::Redlock(urls) => {
@@ -162,7 +185,10 @@ impl LockManagerBuilder {
                         urls.len()
                     )));
                 }
-                let masters = urls.iter().map(|url| open(url)).collect::<Result<_, _>>()?;
+                let masters = urls
+                    .iter()
+                    .map(|url| self.open(url))
+                    .collect::<Result<_, _>>()?;
                 Backend::redlock(masters, self.timeouts, self.node_timeout)
             }
         };
@@ -172,15 +198,44 @@ impl LockManagerBuilder {
     }
 }
 
-/// A client for `url`, or a `Config` error that shows the expected form (password hidden).
-fn open(url: &str) -> Result<redis::Client, LockError> {
-    redis::Client::open(url).map_err(|error| {
-        LockError::config(format!(
-            "`{}` is not a Redis URL ({error}); write it as \
-             redis://[user:password@]host[:port][/db] (rediss:// for TLS)",
-            redact(url)
-        ))
-    })
+impl LockManagerBuilder {
+    /// A client for `url`, or a `Config` error that shows the expected form (password hidden).
+    fn open(&self, url: &str) -> Result<redis::Client, LockError> {
+        let client = match self.tls_certificates() {
+            #[cfg(feature = "tls")]
+            Some(certificates) => redis::Client::build_with_tls(url, certificates),
+            _ => redis::Client::open(url),
+        };
+        client.map_err(|error| {
+            let tls_hint = if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+                "; rediss:// (TLS) needs distlock's `tls` feature"
+            } else {
+                ""
+            };
+            LockError::config(format!(
+                "`{}` is not a usable Redis URL ({error}){tls_hint}; write it as \
+                 redis://[user:password@]host[:port][/db] (rediss:// for TLS)",
+                redact(url)
+            ))
+        })
+    }
+
+    /// The extra trust anchors for TLS, when set.
+    #[cfg(feature = "tls")]
+    fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.tls_root_certificate
+            .clone()
+            .map(|root_cert| redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            })
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[allow(clippy::unused_self)] // same signature as with the `tls` feature
+    fn tls_certificates(&self) -> Option<std::convert::Infallible> {
+        None
+    }
 }
 
 /// The deployment, passwords hidden, for `Debug` output.

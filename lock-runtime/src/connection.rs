@@ -24,12 +24,14 @@ pub(crate) struct Timeouts {
 }
 
 /// How to reach one endpoint.
+// Made once per manager and never moved on a hot path: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     /// One server, through a reconnecting `ConnectionManager`.
     Standalone(redis::Client),
     /// A Redis Cluster: redirections (MOVED/ASK) and failovers are followed by redis-rs.
-    Cluster(Box<ClusterClient>),
+    Cluster(ClusterClient),
 }
 
 /// A connection to an [`Endpoint`]; cheap to clone, multiplexed.
@@ -73,8 +75,19 @@ impl ConnectionLike for Connection {
 
 impl Endpoint {
     /// A cluster endpoint from its seed nodes.
-    pub(crate) fn cluster(urls: &[String], timeouts: Timeouts) -> RedisResult<Self> {
-        ClusterClientBuilder::new(urls.to_vec())
+    pub(crate) fn cluster(
+        urls: &[String],
+        timeouts: Timeouts,
+        #[cfg(feature = "tls")] certificates: Option<redis::TlsCertificates>,
+        #[cfg(not(feature = "tls"))] _certificates: Option<std::convert::Infallible>,
+    ) -> RedisResult<Self> {
+        let builder = ClusterClientBuilder::new(urls.to_vec());
+        #[cfg(feature = "tls")]
+        let builder = match certificates {
+            Some(certificates) => builder.certs(certificates),
+            None => builder,
+        };
+        builder
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
             // A few quick retries ride out MOVED/ASK and a failover; our callers retry until
@@ -83,7 +96,7 @@ impl Endpoint {
             .min_retry_wait(10)
             .max_retry_wait(200)
             .build()
-            .map(|client| Endpoint::Cluster(Box::new(client)))
+            .map(Endpoint::Cluster)
     }
 
     async fn connect(&self, timeouts: Timeouts) -> RedisResult<Connection> {
