@@ -25,18 +25,24 @@
 // every binary would warn about the helpers *it* happens not to call.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod process;
 pub mod proxy;
 pub mod server;
+pub mod tls;
 
 // Short paths for what tests use most (`support::RedisServer`). A binary that uses none of a
 // re-export would get an unused-import warning, which `dead_code` does not cover.
+#[allow(unused_imports)]
+pub use cluster::{RedisCluster, RedisServers};
 #[allow(unused_imports)]
 pub use process::{free_port, send_signal, spawn_self, wait_all};
 #[allow(unused_imports)]
 pub use proxy::FaultProxy;
 #[allow(unused_imports)]
 pub use server::RedisServer;
+#[allow(unused_imports)]
+pub use tls::TlsFiles;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

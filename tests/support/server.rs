@@ -51,7 +51,21 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    readiness: Readiness,
     state: Mutex<State>,
+}
+
+/// How a freshly launched server is checked for answering (at start and at every restart).
+#[derive(Clone, Debug)]
+pub enum Readiness {
+    /// `INFO server` over a plain socket on the port: every server that speaks plain RESP.
+    Plain,
+    /// `redis-cli --tls --cacert <ca_file> -p <port> INFO server`, for a server whose port only
+    /// speaks TLS (see [`RedisServer::start_tls`]).
+    Tls {
+        /// The CA certificate (PEM) that signed the server's certificate.
+        ca_file: PathBuf,
+    },
 }
 
 /// What is running right now; `None` after [`RedisServer::kill`].
@@ -97,17 +111,39 @@ impl RedisServer {
     /// Panics with the install instructions if `redis-server` is not on `PATH`, and with the
     /// log if the server exits or does not answer within 10 s.
     pub fn start_with(extra_args: &[&str]) -> Self {
-        let dir = super::unique_temp_dir("redis");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        Self::start_custom(super::unique_temp_dir("redis"), Readiness::Plain, |_| {
+            extra_args.clone()
+        })
+    }
+
+    /// The general form of [`start_with`](Self::start_with), for servers that need more than
+    /// fixed arguments:
+    /// - `dir` is a new directory the caller made (e.g. with [`unique_temp_dir`]) and may have
+    ///   filled (certificates); the server owns it from now on and removes it when dropped;
+    /// - `args_for_port` gets each port tried and returns the arguments that follow the default
+    ///   ones, so they may name that port or pick other ports of their own (a cluster bus port)
+    ///   that change with every attempt; the arguments of the attempt that worked are the ones
+    ///   [`restart`](Self::restart) uses again;
+    /// - `readiness` says how to tell that the server answers.
+    ///
+    /// [`unique_temp_dir`]: super::unique_temp_dir
+    pub fn start_custom(
+        dir: PathBuf,
+        readiness: Readiness,
+        mut args_for_port: impl FnMut(u16) -> Vec<String>,
+    ) -> Self {
         for _ in 0..START_ATTEMPTS {
             // The port was free a moment ago; losing a race for it is the only expected failure.
             let port = free_port();
-            match launch(port, &dir, &extra_args, START_TIMEOUT) {
+            let extra_args = args_for_port(port);
+            match launch(port, &dir, &extra_args, &readiness, START_TIMEOUT) {
                 Ok(running) => {
                     return Self {
                         port,
                         dir,
                         extra_args,
+                        readiness,
                         state: Mutex::new(State {
                             running: Some(running),
                         }),
@@ -145,6 +181,15 @@ impl RedisServer {
     /// Whether the process is running (paused counts as running).
     pub fn is_running(&self) -> bool {
         self.lock().running.is_some()
+    }
+
+    /// The CA certificate file a TLS client must trust, if the server speaks only TLS
+    /// ([`start_tls`](Self::start_tls)); `None` for a plain server.
+    pub fn tls_ca_file(&self) -> Option<&Path> {
+        match &self.readiness {
+            Readiness::Plain => None,
+            Readiness::Tls { ca_file } => Some(ca_file),
+        }
     }
 
     /// The server's private directory (working dir, log file).
@@ -323,7 +368,13 @@ impl RedisServer {
         }
         let deadline = Instant::now() + RESTART_TIMEOUT;
         loop {
-            match launch(self.port, &self.dir, &self.extra_args, START_TIMEOUT) {
+            match launch(
+                self.port,
+                &self.dir,
+                &self.extra_args,
+                &self.readiness,
+                START_TIMEOUT,
+            ) {
                 Ok(running) => {
                     state.running = Some(running);
                     return;
@@ -390,6 +441,7 @@ fn launch(
     port: u16,
     dir: &Path,
     extra_args: &[String],
+    readiness: &Readiness,
     timeout: Duration,
 ) -> Result<Running, LaunchError> {
     let log_path = dir.join("redis.log");
@@ -441,7 +493,14 @@ fn launch(
                 log_path.display()
             )));
         }
-        match probe(port) {
+        let answer = match readiness {
+            Readiness::Plain => probe(port),
+            Readiness::Tls { ca_file } => match super::tls::probe_tls(port, ca_file) {
+                Some(pid) => Probe::Answered(pid),
+                None => Probe::NoAnswer,
+            },
+        };
+        match answer {
             Probe::Answered(Some(pid)) if pid != child.id() => {
                 // Another Redis (another test's) owns the port; ours is about to fail to bind.
                 kill_and_reap(&mut child);
