@@ -18,7 +18,7 @@ fn readme_names_the_commands_that_ci_runs() {
     let readme = include_str!("../README.md");
     let ci = include_str!("../.ci/run");
     for command in [
-        "cargo test --workspace",
+        "cargo test --workspace --all-features",
         "cargo run --example process_traces",
     ] {
         assert!(readme.contains(command), "README.md lacks `{command}`");
