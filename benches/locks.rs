@@ -53,9 +53,10 @@
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
-//! of them alike. A figure is the median over the rounds, with min..max as its spread; ratios
-//! are ratios of medians. Targets are judged on the medians, except the longest wait, which is
-//! judged on the worst round. A section that starts before the previous one ended fails the
+//! of them alike. A figure is the median over the rounds, with min..max as its spread. A ratio
+//! is the median over the rounds of the round's ratio (contenders of one round ran within a
+//! second or two of each other, so pairing cancels most of the machine's drift). Targets are
+//! judged on these medians, except the longest wait, which is judged on the worst round. A section that starts before the previous one ended fails the
 //! run (after the report): the locks must stay locks while being timed.
 
 #[path = "../tests/support/mod.rs"]
@@ -66,6 +67,9 @@ mod support;
 #[path = "support_rslock/disabled.rs"]
 mod support_rslock;
 
+#[path = "support_idle/mod.rs"]
+mod support_idle;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,6 +77,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
+use support_idle::IdleSpinners;
 use support_rslock::Rslock;
 
 /// The compare-and-delete script of the floor (and of every Redis lock since the Redlock page).
@@ -150,7 +155,7 @@ impl Config {
         let quick = std::env::var_os("DISTLOCK_BENCH_QUICK").is_some_and(|v| v != "0")
             || std::env::args().any(|arg| arg == "--quick");
         let full = Config {
-            rounds: 9,
+            rounds: 15,
             cycle_n: 5000,
             contend_tasks: 8,
             contend_m: 60,
@@ -357,13 +362,29 @@ impl Cycler {
 /// One figure over the rounds.
 #[derive(Debug, Clone)]
 struct Summary {
+    /// In the order of the rounds.
+    by_round: Vec<f64>,
     sorted: Vec<f64>,
 }
 
 impl Summary {
-    fn new(mut rounds: Vec<f64>) -> Self {
-        rounds.sort_by(f64::total_cmp);
-        Summary { sorted: rounds }
+    fn new(by_round: Vec<f64>) -> Self {
+        let mut sorted = by_round.clone();
+        sorted.sort_by(f64::total_cmp);
+        Summary { by_round, sorted }
+    }
+    /// The median over the rounds of `self / base`, round by round: contenders of one round
+    /// run within a second or two of each other, so a paired ratio cancels most of the drift
+    /// of a shared machine that a ratio of medians would keep.
+    fn ratio_to(&self, base: &Summary) -> f64 {
+        let mut ratios: Vec<f64> = self
+            .by_round
+            .iter()
+            .zip(&base.by_round)
+            .map(|(value, base)| value / base)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        percentile(&ratios, 50.0)
     }
     fn median(&self) -> f64 {
         percentile(&self.sorted, 50.0)
@@ -417,8 +438,10 @@ fn rounds<T>(
 
 /// CPU time spent so far by this process (all its threads) and by the Redis server: a reading
 /// before and after a round tells where a cycle's time goes, client or server.
-struct CpuMeter {
+struct CpuMeter<'a> {
     redis: Option<redis::Connection>,
+    /// Threads whose CPU time is not the bench's.
+    spinners: &'a IdleSpinners,
 }
 
 /// One reading of [`CpuMeter`], in seconds.
@@ -428,16 +451,17 @@ struct CpuReading {
     redis: Option<f64>,
 }
 
-impl CpuMeter {
-    fn new(client: &redis::Client) -> Self {
+impl<'a> CpuMeter<'a> {
+    fn new(client: &redis::Client, spinners: &'a IdleSpinners) -> Self {
         CpuMeter {
             redis: client.get_connection().ok(),
+            spinners,
         }
     }
 
     fn read(&mut self) -> CpuReading {
         CpuReading {
-            client: client_cpu_seconds(),
+            client: client_cpu_seconds(self.spinners),
             redis: self.redis.as_mut().and_then(redis_cpu_seconds),
         }
     }
@@ -462,11 +486,15 @@ impl CpuMeter {
     }
 }
 
-/// The CPU time of every thread of this process (`/proc/self/task/*/schedstat`, Linux).
-fn client_cpu_seconds() -> Option<f64> {
+/// The CPU time of every thread of this process but the idle spinners
+/// (`/proc/self/task/*/schedstat`, Linux).
+fn client_cpu_seconds(spinners: &IdleSpinners) -> Option<f64> {
     let mut nanos = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let Ok(task) = task else { continue };
+        if spinners.is_spinner(&task.file_name().to_string_lossy()) {
+            continue;
+        }
         // A thread may end between the listing and the read: it then counts no more.
         if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
             nanos += text.split_whitespace().next()?.parse::<u64>().ok()?;
@@ -697,15 +725,14 @@ fn push_rows(
     floor: Option<&str>,
     rslock: Option<&str>,
 ) {
-    let median_of = |name: Option<&str>| {
+    let base = |name: Option<&str>| {
         name.and_then(|name| figures.iter().find(|(contender, _)| *contender == name))
-            .map(|(_, summary)| summary.median())
     };
-    let (floor_median, rslock_median) = (median_of(floor), median_of(rslock));
+    let (floor, rslock) = (base(floor), base(rslock));
     for (contender, summary) in &figures {
-        let ratio = |base: Option<f64>, base_name: Option<&str>| {
-            base.filter(|_| base_name != Some(*contender))
-                .map(|base| summary.median() / base)
+        let ratio = |base: Option<&(&str, Summary)>| {
+            base.filter(|(name, _)| name != contender)
+                .map(|(_, base)| summary.ratio_to(base))
         };
         rows.push(Row {
             workload,
@@ -713,22 +740,21 @@ fn push_rows(
             metric,
             unit,
             summary: summary.clone(),
-            vs_floor: ratio(floor_median, floor),
-            vs_rslock: ratio(rslock_median, rslock),
+            vs_floor: ratio(floor),
+            vs_rslock: ratio(rslock),
         });
     }
 }
 
-fn median(rows: &[Row], workload: &str, contender: &str, metric: &str) -> Option<f64> {
+fn summary<'a>(
+    rows: &'a [Row],
+    workload: &str,
+    contender: &str,
+    metric: &str,
+) -> Option<&'a Summary> {
     rows.iter()
         .find(|row| row.workload == workload && row.contender == contender && row.metric == metric)
-        .map(|row| row.summary.median())
-}
-
-fn worst(rows: &[Row], workload: &str, contender: &str, metric: &str) -> Option<f64> {
-    rows.iter()
-        .find(|row| row.workload == workload && row.contender == contender && row.metric == metric)
-        .map(|row| row.summary.max())
+        .map(|row| &row.summary)
 }
 
 /// A target of the issue; `value` is `None` when its contender could not run.
@@ -865,6 +891,11 @@ fn main() {
     let started = Instant::now();
     let config = Config::from_env();
     let load_before = load_average();
+    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // See support_idle: keeps vCPUs from halting, so that wake-ups cost what they cost on a
+    // busy machine. DISTLOCK_BENCH_IDLE_SPIN=0 measures without.
+    let spin = std::env::var_os("DISTLOCK_BENCH_IDLE_SPIN").is_none_or(|v| v != "0");
+    let spinners = IdleSpinners::start(if spin { nproc } else { 0 });
 
     // A private server on a free port (killed when `server` drops), unless REDIS_URL is set.
     let (server, url) = match std::env::var("REDIS_URL") {
@@ -925,7 +956,7 @@ fn main() {
         config.rounds
     );
     let mut rows: Vec<Row> = Vec::new();
-    let mut meter = CpuMeter::new(&client);
+    let mut meter = CpuMeter::new(&client, &spinners);
 
     // ---- 1. cycle (and 4. attribute overhead) -------------------------------------------------
     let mut keys_left = None;
@@ -1103,10 +1134,10 @@ fn main() {
     }
 
     // ---- targets ----------------------------------------------------------------------------
-    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-    let cycle = |contender| median(&rows, "1 cycle", contender, "time per cycle");
-    let contend = |metric| median(&rows, "2 contend", DISTLOCK, metric);
-    let parallel = |contender| median(&rows, "3 parallel", contender, "cycles/s");
+    let ratio = |a: Option<&Summary>, b: Option<&Summary>| a.zip(b).map(|(a, b)| a.ratio_to(b));
+    let cycle = |contender| summary(&rows, "1 cycle", contender, "time per cycle");
+    let parallel = |contender| summary(&rows, "3 parallel", contender, "cycles/s");
+    let contend = |metric| summary(&rows, "2 contend", DISTLOCK, metric).map(Summary::median);
     let max_wait_ms = 3.0 * config.contend_tasks as f64 * config.critical.as_secs_f64() * 1e3;
     let targets = [
         Target {
@@ -1141,7 +1172,7 @@ fn main() {
         },
         Target {
             name: "2 contend: longest wait, worst round (ms)",
-            value: worst(&rows, "2 contend", DISTLOCK, "longest wait"),
+            value: summary(&rows, "2 contend", DISTLOCK, "longest wait").map(Summary::max),
             op: "<=",
             limit: max_wait_ms,
         },
@@ -1211,7 +1242,7 @@ fn main() {
         "\ncycle: {} cycles per round; contend: {} tasks x {} sections, {} ms critical section (spin \
          until acquired + 1 ms, yield_now between checks); parallel: {} tasks x {} cycles; {} rounds \
          after a warm-up, every contender once per round in rotated order; median and min..max \
-         over rounds, ratios of medians; the longest-wait target is judged on the worst round",
+         over rounds, ratios are medians of per-round ratios; the longest-wait target is judged on the worst round",
         config.cycle_n,
         config.contend_tasks,
         config.contend_m,
@@ -1222,7 +1253,10 @@ fn main() {
     );
     let _ = writeln!(
         out,
-        "runtimes: tokio current_thread for 1 and 4, tokio multi_thread with {WORKERS} workers for 2 and 3"
+        "runtimes: tokio current_thread for 1 and 4, tokio multi_thread with {WORKERS} workers for 2 and 3; \
+         idle spinners: {} SCHED_IDLE threads keep the CPUs from halting (DISTLOCK_BENCH_IDLE_SPIN=0 \
+         turns them off)",
+        spinners.running()
     );
     let _ = writeln!(
         out,
@@ -1268,7 +1302,7 @@ fn main() {
     );
     let _ = writeln!(
         json,
-        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}}},",
+        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}, \"idle_spinners\": {}}},",
         config.rounds,
         config.cycle_n,
         config.contend_tasks,
@@ -1278,18 +1312,19 @@ fn main() {
         config.parallel_k,
         json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
         support_rslock::AVAILABLE,
+        spinners.running(),
     );
     json.push_str("  \"results\": [\n");
     for (index, row) in rows.iter().enumerate() {
         let rounds: Vec<String> = row
             .summary
-            .sorted
+            .by_round
             .iter()
             .map(|value| json_number(*value))
             .collect();
         let _ = writeln!(
             json,
-            "    {{\"workload\": {}, \"contender\": {}, \"metric\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \"max\": {}, \"ratio_to_floor\": {}, \"ratio_to_rslock\": {}, \"rounds_sorted\": [{}]}}{}",
+            "    {{\"workload\": {}, \"contender\": {}, \"metric\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \"max\": {}, \"ratio_to_floor\": {}, \"ratio_to_rslock\": {}, \"rounds\": [{}]}}{}",
             json_string(row.workload),
             json_string(row.contender),
             json_string(row.metric),
