@@ -218,7 +218,13 @@ impl LockManager {
                         return Err(timeout(&keys, started));
                     }
                     if watch.is_none() {
-                        match self.inner.backend.watch(&keys).await {
+                        // Bounded by the deadline: a slow pub/sub connect must not stretch it.
+                        let subscribing =
+                            tokio::time::timeout_at(deadline, self.inner.backend.watch(&keys));
+                        match subscribing
+                            .await
+                            .unwrap_or_else(|_| Err(subscribe_too_late()))
+                        {
                             // Subscribed: ask again at once, now marked as waiting.
                             Ok(subscribed) => {
                                 watch = Some(subscribed);
@@ -461,6 +467,13 @@ impl fmt::Debug for LockManager {
             .field("key_prefix", &self.inner.key_prefix)
             .finish_non_exhaustive()
     }
+}
+
+fn subscribe_too_late() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the wake-up subscription was not confirmed before the acquire deadline",
+    ))
 }
 
 /// Whether retrying cannot help: Redis refused the command itself (a permission, a script
