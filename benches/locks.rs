@@ -237,7 +237,10 @@ impl Floor {
 
     /// A 36-character token (as long as distlock's UUIDs), unique in the run.
     fn token(n: u64) -> String {
-        format!("floor-{:08x}-{n:021}", std::process::id())
+        // The process id once, not per token: `std::process::id()` is a syscall each time, and
+        // the floor must not pay for anything a lock does not need.
+        static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        format!("floor-{:08x}-{n:021}", PID.get_or_init(std::process::id))
     }
 
     /// `SET key token NX PX 30000`, then the compare-and-delete script by SHA.
