@@ -105,9 +105,11 @@ impl Endpoint {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(Some(timeouts.response))
-                    // Our own callers retry until their deadline; a long reconnect loop inside
-                    // redis-rs would only hide that Redis is down.
-                    .set_number_of_retries(1)
+                    // Our own callers retry until their deadline; a reconnect loop inside
+                    // redis-rs would only hide that Redis is down. Not even one retry: its
+                    // backoff sleep (up to 50 ms) would be paid by every operation on a dead
+                    // Redlock master (each op waits for all masters), slowing the whole quorum.
+                    .set_number_of_retries(0)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_millis(500));
                 ConnectionManager::new_with_config(client.clone(), config)
