@@ -105,6 +105,12 @@ fn redis_hint(error: &redis::RedisError) -> &'static str {
              and port"
         }
         ErrorKind::Server(_) => "Redis is reachable and answered with this error",
+        // rustls refused the server's certificate: the server runs, the trust is missing.
+        _ if error.to_string().contains("invalid peer certificate") => {
+            "the server's TLS certificate was not accepted: trust the CA that signed it with \
+             `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a name \
+             the certificate was issued for"
+        }
         _ => "check that Redis is running and reachable at the configured URL",
     }
 }
