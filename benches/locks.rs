@@ -31,7 +31,8 @@
 //!
 //!    Besides the time per cycle, every round reads the CPU time of this process (all threads,
 //!    `/proc/self/task/*/schedstat`) and of Redis (`INFO cpu`) before and after, and reports
-//!    both per cycle.
+//!    both per cycle. While workload 1 runs, one `SCHED_IDLE` spinner per CPU keeps the vCPUs
+//!    from halting between round trips (see `support_idle`; `DISTLOCK_BENCH_IDLE_SPIN=0`).
 //! 2. **contend** — `W` = 8 tasks on one key, `M` sections each, on a tokio `multi_thread`
 //!    runtime with 2 workers. The critical section lasts 1 ms, measured precisely: the holder
 //!    spins until `acquired_at + 1 ms`, calling `tokio::task::yield_now()` between checks (a
@@ -441,10 +442,10 @@ fn rounds<T>(
 
 /// CPU time spent so far by this process (all its threads) and by the Redis server: a reading
 /// before and after a round tells where a cycle's time goes, client or server.
-struct CpuMeter<'a> {
+struct CpuMeter {
     redis: Option<redis::Connection>,
-    /// Threads whose CPU time is not the bench's.
-    spinners: &'a IdleSpinners,
+    /// Idle spinners while they run: their CPU time is not the bench's.
+    spinners: Option<IdleSpinners>,
 }
 
 /// One reading of [`CpuMeter`], in seconds.
@@ -454,17 +455,17 @@ struct CpuReading {
     redis: Option<f64>,
 }
 
-impl<'a> CpuMeter<'a> {
-    fn new(client: &redis::Client, spinners: &'a IdleSpinners) -> Self {
+impl CpuMeter {
+    fn new(client: &redis::Client) -> Self {
         CpuMeter {
             redis: client.get_connection().ok(),
-            spinners,
+            spinners: None,
         }
     }
 
     fn read(&mut self) -> CpuReading {
         CpuReading {
-            client: client_cpu_seconds(self.spinners),
+            client: client_cpu_seconds(self.spinners.as_ref()),
             redis: self.redis.as_mut().and_then(redis_cpu_seconds),
         }
     }
@@ -491,11 +492,12 @@ impl<'a> CpuMeter<'a> {
 
 /// The CPU time of every thread of this process but the idle spinners
 /// (`/proc/self/task/*/schedstat`, Linux).
-fn client_cpu_seconds(spinners: &IdleSpinners) -> Option<f64> {
+fn client_cpu_seconds(spinners: Option<&IdleSpinners>) -> Option<f64> {
     let mut nanos = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let Ok(task) = task else { continue };
-        if spinners.is_spinner(&task.file_name().to_string_lossy()) {
+        if spinners.is_some_and(|spinners| spinners.is_spinner(&task.file_name().to_string_lossy()))
+        {
             continue;
         }
         // A thread may end between the listing and the read: it then counts no more.
@@ -895,10 +897,14 @@ fn main() {
     let config = Config::from_env();
     let load_before = load_average();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // See support_idle: keeps vCPUs from halting, so that wake-ups cost what they cost on a
-    // busy machine. DISTLOCK_BENCH_IDLE_SPIN=0 measures without.
+    // Idle spinners (see support_idle) during workload 1 only: one task waiting on one round
+    // trip after another leaves the CPUs idle, and a halted vCPU costs 100+ us per wake-up on
+    // some VMs. Workloads 2 and 3 keep a CPU busy by themselves, and there, on the VM this was
+    // written on, spinners made the tail worse (hand-off gap p99 1.5-2.7 ms with them, 0.7-1.1
+    // ms without, 3 A/B pairs): a vCPU that never idles gets preempted by the host instead.
+    // DISTLOCK_BENCH_IDLE_SPIN=0 turns them off.
     let spin = std::env::var_os("DISTLOCK_BENCH_IDLE_SPIN").is_none_or(|v| v != "0");
-    let spinners = IdleSpinners::start(if spin { nproc } else { 0 });
+    let mut spinners_running = 0;
 
     // A private server on a free port (killed when `server` drops), unless REDIS_URL is set.
     let (server, url) = match std::env::var("REDIS_URL") {
@@ -959,11 +965,16 @@ fn main() {
         config.rounds
     );
     let mut rows: Vec<Row> = Vec::new();
-    let mut meter = CpuMeter::new(&client, &spinners);
+    let mut meter = CpuMeter::new(&client);
 
     // ---- 1. cycle (and 4. attribute overhead) -------------------------------------------------
     let mut keys_left = None;
     if config.runs("cycle") {
+        if spin {
+            let spinners = IdleSpinners::start(nproc);
+            spinners_running = spinners.running();
+            meter.spinners = Some(spinners);
+        }
         let floor = single.block_on(Floor::connect(&client));
         let mut cyclers: Vec<(&'static str, Cycler)> = vec![
             (FLOOR, Cycler::Floor(floor.clone())),
@@ -1003,6 +1014,7 @@ fn main() {
                 .expect("DBSIZE failed");
             keys
         });
+        meter.spinners = None; // stops them
         eprintln!("cycle done after {:.1} s", started.elapsed().as_secs_f64());
     }
 
@@ -1257,9 +1269,8 @@ fn main() {
     let _ = writeln!(
         out,
         "runtimes: tokio current_thread for 1 and 4, tokio multi_thread with {WORKERS} workers for 2 and 3; \
-         idle spinners: {} SCHED_IDLE threads keep the CPUs from halting (DISTLOCK_BENCH_IDLE_SPIN=0 \
-         turns them off)",
-        spinners.running()
+         idle spinners: {spinners_running} SCHED_IDLE threads keep the CPUs from halting during 1 \
+         (DISTLOCK_BENCH_IDLE_SPIN=0 turns them off)"
     );
     let _ = writeln!(
         out,
@@ -1305,7 +1316,7 @@ fn main() {
     );
     let _ = writeln!(
         json,
-        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}, \"idle_spinners\": {}}},",
+        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}, \"idle_spinners_during_cycle\": {}}},",
         config.rounds,
         config.cycle_n,
         config.contend_tasks,
@@ -1315,7 +1326,7 @@ fn main() {
         config.parallel_k,
         json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
         support_rslock::AVAILABLE,
-        spinners.running(),
+        spinners_running,
     );
     json.push_str("  \"results\": [\n");
     for (index, row) in rows.iter().enumerate() {
