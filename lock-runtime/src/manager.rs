@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend};
+use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::keys::LockKeys;
@@ -180,6 +180,7 @@ impl LockManager {
         let mut watch = None;
         let mut contended = false;
         let mut backoff = ERROR_BACKOFF.0;
+        let mut wait = Wait::FirstTry;
         loop {
             // Listen before asking: a release published while the attempt is in flight must
             // still wake us.
@@ -191,13 +192,7 @@ impl LockManager {
             }
             let sent = Instant::now();
             let attempt = self
-                .attempt(
-                    &keys,
-                    &token,
-                    ttl_millis,
-                    options.fencing_enabled(),
-                    watch.is_some(),
-                )
+                .attempt(&keys, &token, ttl_millis, options.fencing_enabled(), wait)
                 .await;
             let pause = match attempt {
                 Ok(Attempt::Acquired { fence }) => {
@@ -217,6 +212,12 @@ impl LockManager {
                     if Instant::now() >= deadline {
                         return Err(timeout(&keys, started));
                     }
+                    // From now on ask for the holder's ttl (and mark the wait, once subscribed).
+                    wait = if watch.is_some() {
+                        Wait::Subscribed
+                    } else {
+                        Wait::Poll
+                    };
                     if watch.is_none() {
                         // Bounded by the deadline: a slow pub/sub connect must not stretch it.
                         let subscribing =
@@ -228,6 +229,7 @@ impl LockManager {
                             // Subscribed: ask again at once, now marked as waiting.
                             Ok(subscribed) => {
                                 watch = Some(subscribed);
+                                wait = Wait::Subscribed;
                                 continue;
                             }
                             Err(error) => {
@@ -308,7 +310,13 @@ impl LockManager {
         let token = uuid::Uuid::new_v4().to_string();
         let sent = Instant::now();
         match self
-            .attempt(&keys, &token, ttl_millis, options.fencing_enabled(), false)
+            .attempt(
+                &keys,
+                &token,
+                ttl_millis,
+                options.fencing_enabled(),
+                Wait::FirstTry,
+            )
             .await?
         {
             Attempt::Acquired { fence } => {
@@ -374,7 +382,7 @@ impl LockManager {
         token: &str,
         ttl_millis: u64,
         fencing: bool,
-        will_wait: bool,
+        wait: Wait,
     ) -> redis::RedisResult<Attempt> {
         let (manager, request_keys, request_token) =
             (self.clone(), Arc::clone(keys), token.to_owned());
@@ -382,13 +390,7 @@ impl LockManager {
             manager
                 .inner
                 .backend
-                .try_lock(
-                    &request_keys,
-                    &request_token,
-                    ttl_millis,
-                    fencing,
-                    will_wait,
-                )
+                .try_lock(&request_keys, &request_token, ttl_millis, fencing, wait)
                 .await
         };
         let (manager, cleanup_keys, cleanup_token) =

@@ -30,6 +30,19 @@ pub(crate) enum Attempt {
     Held { remaining: Option<Duration> },
 }
 
+/// What an attempt must find out besides whether it got the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Nothing: a first try needs only `SET NX PX` — exactly the command a hand-written lock
+    /// sends, the cheapest thing Redis can run.
+    FirstTry,
+    /// The holder's remaining ttl, to know when to retry.
+    Poll,
+    /// That, and mark the lock as awaited, so that its release publishes a wake-up (the caller
+    /// is subscribed).
+    Subscribed,
+}
+
 /// Where the locks live, and the wake-ups that come from there.
 pub(crate) struct Backend {
     locks: Locks,
@@ -108,22 +121,18 @@ impl Backend {
         }
     }
 
-    /// One attempt to take the lock. With `will_wait`, also marks it as awaited, so that its
-    /// release publishes a wake-up.
+    /// One attempt to take the lock; `wait` says what else it must find out or mark.
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
         fencing: bool,
-        will_wait: bool,
+        wait: Wait,
     ) -> RedisResult<Attempt> {
         match &self.locks {
-            Locks::Single(node) => {
-                node.try_lock(keys, token, ttl_millis, fencing, will_wait)
-                    .await
-            }
-            Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, will_wait).await,
+            Locks::Single(node) => node.try_lock(keys, token, ttl_millis, fencing, wait).await,
+            Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
         }
     }
 

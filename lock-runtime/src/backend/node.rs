@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use super::Attempt;
+use super::{Attempt, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
 use crate::scripts;
@@ -33,17 +33,33 @@ impl Node {
         redis::cmd("PING").query_async::<()>(&mut connection).await
     }
 
-    /// One attempt: `SET NX PX`, or the holder's remaining ttl. With `will_wait`, also marks the
-    /// lock as awaited so that its release publishes a wake-up.
+    /// One attempt: `SET NX PX`; and, as `wait` asks, the holder's remaining ttl and the mark
+    /// that someone waits; with `fencing`, the next fencing token.
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
         fencing: bool,
-        will_wait: bool,
+        wait: Wait,
     ) -> RedisResult<Attempt> {
         let mut connection = self.connection().await?;
+        if !fencing && wait == Wait::FirstTry {
+            // The plain command: no script to run when the lock is free, which is most times.
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&keys.lock)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_millis)
+                .query_async(&mut connection)
+                .await?;
+            return Ok(if set.is_some() {
+                Attempt::Acquired { fence: None }
+            } else {
+                Attempt::Held { remaining: None }
+            });
+        }
         let (acquired, value): (i64, i64) = scripts::ACQUIRE
             .key(&keys.lock)
             .key(&keys.wait_flag)
@@ -51,7 +67,7 @@ impl Node {
             .arg(token)
             .arg(ttl_millis)
             .arg(flag(fencing))
-            .arg(flag(will_wait))
+            .arg(flag(wait == Wait::Subscribed))
             .invoke_async(&mut connection)
             .await?;
         Ok(if acquired == 1 {
@@ -66,7 +82,29 @@ impl Node {
     }
 
     /// Deletes the lock if it is still ours (waking its waiters); `false` if it was not ours.
+    ///
+    /// On a Redis Cluster in flux the release is tried again for a while rather than left to
+    /// the ttl: while the lock's slot is half-migrated the script (two keys, the wait flag
+    /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
+    /// redis-rs gave up following. Each of these means the script did not run, so trying again
+    /// cannot release twice; acquires need no such loop, they retry until their deadline.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+        let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
+        let mut pause = CLUSTER_IN_FLUX_RETRY.1;
+        loop {
+            match self.unlock_once(keys, token).await {
+                Err(error)
+                    if cluster_in_flux(&error) && tokio::time::Instant::now() + pause < give_up =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(CLUSTER_IN_FLUX_RETRY.2);
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn unlock_once(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let deleted: i64 = scripts::RELEASE
             .key(&keys.lock)
@@ -104,6 +142,25 @@ impl Node {
             .await?;
         Ok(holder.as_deref() == Some(token))
     }
+}
+
+/// How long a release retries while a cluster is in flux, and its first and longest pause.
+/// A slot migration or a failover usually settles within a few seconds; past that the lock
+/// expires at the end of its ttl, as after any failed release.
+const CLUSTER_IN_FLUX_RETRY: (Duration, Duration, Duration) = (
+    Duration::from_secs(5),
+    Duration::from_millis(10),
+    Duration::from_millis(200),
+);
+
+/// Whether a cluster refused to run the command for now (it did not run): the slot is being
+/// migrated, or has moved, or the cluster is failing over.
+fn cluster_in_flux(error: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind::{Ask, ClusterDown, MasterDown, Moved, TryAgain};
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Server(TryAgain | Moved | Ask | ClusterDown | MasterDown)
+    )
 }
 
 fn flag(on: bool) -> &'static str {

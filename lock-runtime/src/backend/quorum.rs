@@ -14,7 +14,7 @@ use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
 use super::node::Node;
-use super::Attempt;
+use super::{Attempt, Wait};
 use crate::keys::LockKeys;
 
 /// Independent masters voting on every lock.
@@ -53,11 +53,11 @@ impl Quorum {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-        will_wait: bool,
+        wait: Wait,
     ) -> RedisResult<Attempt> {
         let started = Instant::now();
         let results = self
-            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, will_wait))
+            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, wait))
             .await;
         let granted = results
             .iter()
