@@ -132,8 +132,9 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Connects and checks with a `PING` that Redis answers (a majority of the masters, for
-    /// Redlock).
+    /// Connects and checks that Redis answers and lets this user run distlock's scripts (a
+    /// majority of the masters, for Redlock), so that a wrong URL, password or ACL fails here
+    /// rather than at the first release.
     ///
     /// # Errors
     /// [`LockError::Config`] for a malformed URL, an out-of-range timeout or too few Redlock
@@ -213,7 +214,7 @@ impl LockManagerBuilder {
                 ""
             };
             LockError::config(format!(
-                "`{}` is not a usable Redis URL ({error}){tls_hint}; write it as \
+                "`{}` is not a Redis URL ({error}){tls_hint}; write it as \
                  redis://[user:password@]host[:port][/db] (rediss:// for TLS)",
                 redact(url)
             ))

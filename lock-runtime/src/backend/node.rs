@@ -27,10 +27,14 @@ impl Node {
         &self.connections
     }
 
-    /// Checks that the endpoint answers as Redis does.
+    /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
+    /// `PING`, then the release script on a probe key with a token that matches nothing (it
+    /// deletes nothing, and loads the script for the first real release).
     pub(crate) async fn ping(&self) -> RedisResult<()> {
         let mut connection = self.connection().await?;
-        redis::cmd("PING").query_async::<()>(&mut connection).await
+        redis::cmd("PING").query_async::<()>(&mut connection).await?;
+        let probe = LockKeys::new("distlock:connect-probe".to_owned());
+        self.unlock(&probe, "no token matches this").await.map(drop)
     }
 
     /// One attempt: `SET NX PX`; and, as `wait` asks, the holder's remaining ttl and the mark
@@ -86,15 +90,20 @@ impl Node {
     /// On a Redis Cluster in flux the release is tried again for a while rather than left to
     /// the ttl: while the lock's slot is half-migrated the script (two keys, the wait flag
     /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
-    /// redis-rs gave up following. Each of these means the script did not run, so trying again
-    /// cannot release twice; acquires need no such loop, they retry until their deadline.
+    /// redis-rs gave up following, or a refused connection to the master that just died. Each
+    /// of these means the script did not run, so trying again cannot release twice; acquires
+    /// need no such loop, they retry until their deadline.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
         let mut pause = CLUSTER_IN_FLUX_RETRY.1;
         loop {
-            match self.unlock_once(keys, token).await {
+            let mut connection = self.connection().await?;
+            let in_cluster = matches!(connection, Connection::Cluster(_));
+            match Self::unlock_on(&mut connection, keys, token).await {
                 Err(error)
-                    if cluster_in_flux(&error) && tokio::time::Instant::now() + pause < give_up =>
+                    if in_cluster
+                        && (cluster_in_flux(&error) || error.is_connection_refusal())
+                        && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(CLUSTER_IN_FLUX_RETRY.2);
@@ -104,14 +113,17 @@ impl Node {
         }
     }
 
-    async fn unlock_once(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
-        let mut connection = self.connection().await?;
+    async fn unlock_on(
+        connection: &mut Connection,
+        keys: &LockKeys,
+        token: &str,
+    ) -> RedisResult<bool> {
         let deleted: i64 = scripts::RELEASE
             .key(&keys.lock)
             .key(&keys.wait_flag)
             .arg(token)
             .arg(&keys.wake_channel)
-            .invoke_async(&mut connection)
+            .invoke_async(connection)
             .await?;
         Ok(deleted == 1)
     }
