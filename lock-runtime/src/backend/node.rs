@@ -32,7 +32,9 @@ impl Node {
     /// deletes nothing, and loads the script for the first real release).
     pub(crate) async fn ping(&self) -> RedisResult<()> {
         let mut connection = self.connection().await?;
-        redis::cmd("PING").query_async::<()>(&mut connection).await?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut connection)
+            .await?;
         let probe = LockKeys::new("distlock:connect-probe".to_owned());
         self.unlock(&probe, "no token matches this").await.map(drop)
     }
