@@ -19,10 +19,10 @@
 //!    - `floor`: raw redis-rs on a multiplexed connection, exactly the commands of a cycle:
 //!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
 //!      (`redis::Script::invoke_async`), one after the other;
-//!    - `floor with distlock's scripts`: the same raw client sending distlock's own two
-//!      EVALSHAs (acquire script, release script) instead. A diagnostic: it splits the distance
-//!      between distlock and the floor into what Redis spends (the scripts) and what the
-//!      client spends (everything else);
+//!    - `floor with distlock's commands`: the same raw client sending exactly what distlock
+//!      sends for an uncontended cycle (since f0de0d6: `SET NX PX`, then distlock's release
+//!      script, which also names the wait flag and the wake-up channel). A diagnostic: the
+//!      distance from it to distlock is client-side cost only;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that
@@ -89,25 +89,9 @@ end
 return 0
 ";
 
-/// Copies of distlock's own acquire and release scripts (lock-runtime/src/scripts.rs), for a
-/// diagnostic floor that sends exactly distlock's commands with raw redis-rs: it splits the
-/// distance between distlock and the floor into Redis-side cost (the scripts) and client-side
-/// cost (everything else).
-const DISTLOCK_ACQUIRE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[3] == '1' then
-    return {1, redis.call('INCR', KEYS[3])}
-  end
-  return {1, 0}
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if ARGV[4] == '1' then
-  local keep = pttl
-  if keep < 0 then keep = tonumber(ARGV[2]) end
-  redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
-end
-return {0, pttl}
-";
+/// A copy of distlock's release script (lock-runtime/src/scripts.rs), for a diagnostic floor
+/// that sends exactly distlock's commands with raw redis-rs: the distance from it to distlock
+/// is what distlock's client side costs.
 const DISTLOCK_RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
@@ -131,7 +115,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 const WORKERS: usize = 2;
 
 const FLOOR: &str = "floor";
-const FLOOR_SCRIPTS: &str = "floor with distlock's scripts";
+const FLOOR_SCRIPTS: &str = "floor with distlock's commands";
 const MANUAL: &str = "distlock manual";
 const ATTRIBUTE: &str = "distlock attribute";
 const DISTLOCK: &str = "distlock";
@@ -223,7 +207,6 @@ async fn attributed(i: u64) -> Result<(), LockError> {
 struct Floor {
     connection: MultiplexedConnection,
     release: redis::Script,
-    distlock_acquire: redis::Script,
     distlock_release: redis::Script,
 }
 
@@ -238,7 +221,6 @@ impl Floor {
         Floor {
             connection,
             release: redis::Script::new(FLOOR_RELEASE),
-            distlock_acquire: redis::Script::new(DISTLOCK_ACQUIRE),
             distlock_release: redis::Script::new(DISTLOCK_RELEASE),
         }
     }
@@ -275,23 +257,21 @@ impl Floor {
         assert_eq!(deleted, 1, "floor: {key} was not ours at release");
     }
 
-    /// The two EVALSHAs distlock sends for one uncontended cycle, with its keys and arguments.
-    async fn cycle_with_distlock_scripts(&mut self, n: u64) {
+    /// What distlock sends for one uncontended cycle: the floor's `SET NX PX`, then its own
+    /// release script with its keys and arguments.
+    async fn cycle_with_distlock_commands(&mut self, n: u64) {
         let key = format!("{PREFIX}bench:{n}");
         let token = Self::token(n);
-        let (acquired, _): (i64, i64) = self
-            .distlock_acquire
-            .key(&key)
-            .key(format!("{{{key}}}:distlock:waiting"))
-            .key(format!("{{{key}}}:distlock:fence"))
+        let set: redis::Value = redis::cmd("SET")
+            .arg(&key)
             .arg(&token)
+            .arg("NX")
+            .arg("PX")
             .arg(30_000)
-            .arg("0")
-            .arg("0")
-            .invoke_async(&mut self.connection)
+            .query_async(&mut self.connection)
             .await
-            .expect("floor: acquire script failed");
-        assert_eq!(acquired, 1, "floor: {key} was taken");
+            .expect("floor: SET failed");
+        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let deleted: i64 = self
             .distlock_release
             .key(&key)
@@ -342,7 +322,7 @@ impl Cycler {
             }
             Cycler::FloorScripts(floor) => {
                 for i in keys {
-                    floor.cycle_with_distlock_scripts(i).await;
+                    floor.cycle_with_distlock_commands(i).await;
                 }
             }
             Cycler::Manual(manager, options) => {
