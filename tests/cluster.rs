@@ -367,8 +367,8 @@ struct Run {
     max_inside: AtomicUsize,
     inside_after: AtomicUsize,
     max_inside_after: AtomicUsize,
-    /// The first error of each phase, for the report.
-    first_error: Mutex<[Option<String>; 2]>,
+    /// The first few errors of each phase, for the report.
+    errors: Mutex<[Vec<String>; 2]>,
     /// When the last section was confirmed, and the longest gap between two (for the report:
     /// how long the change stalled the run).
     last_confirmed: Mutex<Option<Instant>>,
@@ -378,7 +378,10 @@ struct Run {
 impl Run {
     fn record_error(&self, phase: usize, error: String) {
         self.failed[phase].fetch_add(1, Ordering::SeqCst);
-        self.first_error.lock().unwrap()[phase].get_or_insert(error);
+        let mut errors = self.errors.lock().unwrap();
+        if errors[phase].len() < 5 {
+            errors[phase].push(error);
+        }
     }
 
     fn record_confirmed(&self, phase: usize) {
@@ -395,13 +398,13 @@ impl Run {
             |a: &[AtomicUsize; 2]| [a[0].load(Ordering::SeqCst), a[1].load(Ordering::SeqCst)];
         format!(
             "confirmed {:?}, failed {:?}, lost {:?} (before/after the change), at most {} inside \
-             at once, longest gap between sections {:?}; first errors {:?}",
+             at once, longest gap between sections {:?}; errors {:?}",
             load(&self.confirmed),
             load(&self.failed),
             load(&self.lost),
             self.max_inside.load(Ordering::SeqCst),
             self.longest_gap.lock().unwrap(),
-            self.first_error.lock().unwrap()
+            self.errors.lock().unwrap()
         )
     }
 }
@@ -502,7 +505,8 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
         8,
         name,
         counters.clone(),
-        Duration::from_secs(3),
+        // Long, so that a lock left behind by a failed release would stall the run visibly.
+        Duration::from_secs(10),
         &run,
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -542,6 +546,17 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
     eprintln!(
         "failover took {failover_took:?}; tasks stopped {:?} after the stop; {}",
         stopping.elapsed(),
+        run.summary()
+    );
+
+    // The holder caught by the crash releases on the promoted replica as soon as it serves
+    // the slot (the release retries while the cluster is in flux), so the run resumes right
+    // after the failover instead of waiting out that lock's 10 s ttl.
+    let longest_gap = *run.longest_gap.lock().unwrap();
+    assert!(
+        longest_gap < failover_took + Duration::from_secs(4),
+        "the run stalled for {longest_gap:?} around a failover of {failover_took:?}: a lock was \
+         left to expire; {}",
         run.summary()
     );
 
@@ -610,7 +625,8 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
         8,
         name,
         [counter.clone(), counter.clone()],
-        Duration::from_secs(3),
+        // Long, so that a lock left behind by a failed release would stall the run visibly.
+        Duration::from_secs(10),
         &run,
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -665,8 +681,16 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
     );
     // While the slot is half-moved, a lock script (several keys of one slot) that meets a key
     // already moved is sent on with ASK, and the importing node answers TRYAGAIN unless every
-    // key it names is there: so no lock changes hands during the hold (the run stalls for about
-    // that long, see the longest gap above), and acquires retry until it ends. Nothing fails.
+    // key it names is there: so locks hardly change hands during the hold, acquires retry
+    // until it ends, and so does the release of the lock held when it began (rather than
+    // leaving it to its 10 s ttl). The run stalls about as long as the hold; nothing fails.
+    let longest_gap = *run.longest_gap.lock().unwrap();
+    assert!(
+        longest_gap < migration_took + Duration::from_secs(3),
+        "the run stalled for {longest_gap:?} around a migration of {migration_took:?}: a lock \
+         was left to expire; {}",
+        run.summary()
+    );
     assert_eq!(
         [
             run.failed[0].load(Ordering::SeqCst),
