@@ -139,28 +139,44 @@ struct Slot {
 }
 
 impl Connections {
-    pub(crate) fn new(endpoint: Endpoint, timeouts: Timeouts) -> Self {
-        Connections {
+    pub(crate) fn new(endpoint: Endpoint, timeouts: Timeouts) -> Arc<Self> {
+        Arc::new(Connections {
             endpoint,
             timeouts,
             slots: Mutex::new(Vec::new()),
-        }
+        })
     }
 
     /// The connection for the current runtime, connecting first if this runtime has none.
     ///
     /// Must be called from within a tokio runtime (every caller is an `async fn` of ours).
-    pub(crate) async fn get(&self) -> RedisResult<Connection> {
+    pub(crate) async fn get(self: &Arc<Self>) -> RedisResult<Connection> {
         let runtime = Handle::current();
         let id = runtime.id();
         if let Some(connection) = self.find(id) {
             return Ok(connection);
         }
+        // Connect in a task of its own: a caller that gives up (a Redlock per-node timeout, a
+        // cancelled acquire) does not abort the connection, which is then there for the next
+        // call instead of being started over and over.
+        let connections = Arc::clone(self);
+        match runtime
+            .spawn(async move { connections.connect(id).await })
+            .await
+        {
+            Ok(result) => result,
+            Err(join_error) => Err(redis::RedisError::from(std::io::Error::other(format!(
+                "the connecting task ended: {join_error}"
+            )))),
+        }
+    }
+
+    async fn connect(&self, id: Id) -> RedisResult<Connection> {
         let connection = self.endpoint.connect(self.timeouts).await?;
         let alive = Arc::new(());
         let runtime_alive = Arc::downgrade(&alive);
         // Parks forever; dropped (with `alive`) when the runtime shuts down.
-        drop(runtime.spawn(async move {
+        drop(tokio::spawn(async move {
             let _alive = alive;
             std::future::pending::<()>().await;
         }));

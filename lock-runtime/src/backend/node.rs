@@ -1,5 +1,6 @@
 //! One Redis endpoint — a standalone server or a whole cluster — and the lock operations on it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisResult;
@@ -11,11 +12,11 @@ use crate::scripts;
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
 pub(crate) struct Node {
-    connections: Connections,
+    connections: Arc<Connections>,
 }
 
 impl Node {
-    pub(crate) fn new(connections: Connections) -> Self {
+    pub(crate) fn new(connections: Arc<Connections>) -> Self {
         Node { connections }
     }
 
