@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
@@ -40,11 +41,26 @@ impl Quorum {
         self.nodes.len() / 2 + 1
     }
 
-    /// Checks that a majority of the masters answer.
+    /// Checks that a majority of the masters answer; done as soon as one has.
+    ///
+    /// Not bounded by the per-node timeout, which is for lock operations on open connections:
+    /// opening one (TCP, handshake, loading the scripts) takes longer, and under load more than
+    /// 100 ms, so that bound would fail `connect` on healthy masters. Each master's connect and
+    /// response timeouts bound it instead, and a frozen minority costs nothing once a majority
+    /// answered.
     pub(crate) async fn ping(&self) -> RedisResult<()> {
-        let results = self.on_each(Node::ping).await;
-        let answered = results.iter().filter(|result| result.is_ok()).count();
-        self.check_quorum(&results, answered).map(|_| ())
+        let mut pending: FuturesUnordered<_> = self.nodes.iter().map(Node::ping).collect();
+        let (mut results, mut answered) = (Vec::new(), 0);
+        while let Some(result) = pending.next().await {
+            if result.is_ok() {
+                answered += 1;
+                if answered >= self.majority() {
+                    return Ok(());
+                }
+            }
+            results.push(result);
+        }
+        self.check_quorum(&results, answered)
     }
 
     /// One attempt on every master; see the module documentation.
