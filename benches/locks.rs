@@ -63,9 +63,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-// rslock's public API exists only with its `tokio-comp` feature. While the dev-dependency lacks
-// it, point this at "support_rslock/disabled.rs": the bench then skips rslock and says so.
-#[path = "support_rslock/disabled.rs"]
+// rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
+#[path = "support_rslock/mod.rs"]
 mod support_rslock;
 
 #[path = "support_idle/mod.rs"]

@@ -10,34 +10,67 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type CleanUp<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send>;
+/// What to do with the output of a call whose caller is gone.
+pub(crate) trait CleanUp<T>: Send + 'static {
+    fn run(self, output: T) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+impl<T, C, G> CleanUp<T> for C
+where
+    C: FnOnce(T) -> G + Send + 'static,
+    G: Future<Output = ()> + Send + 'static,
+{
+    fn run(self, output: T) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        // Boxed only on the rare path where a caller gave up mid-call.
+        Box::pin(self(output))
+    }
+}
 
 /// A future that, if dropped before it completes, is driven to completion in the background
 /// and its output handed to `clean_up`.
-pub(crate) struct FinishOnDrop<T: Send + 'static> {
-    future: Option<BoxFuture<T>>,
-    clean_up: Option<CleanUp<T>>,
+pub(crate) struct FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
+    // Boxed so that it can move into a background task half-way through: one allocation.
+    future: Option<Pin<Box<F>>>,
+    clean_up: Option<C>,
 }
 
-impl<T: Send + 'static> FinishOnDrop<T> {
-    pub(crate) fn new<F, C, G>(future: F, clean_up: C) -> Self
-    where
-        F: Future<Output = T> + Send + 'static,
-        C: FnOnce(T) -> G + Send + 'static,
-        G: Future<Output = ()> + Send + 'static,
-    {
+impl<F, C> FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
+    pub(crate) fn new(future: F, clean_up: C) -> Self {
         FinishOnDrop {
             future: Some(Box::pin(future)),
-            clean_up: Some(Box::new(move |output| Box::pin(clean_up(output)))),
+            clean_up: Some(clean_up),
         }
     }
 }
 
-impl<T: Send + 'static> Future for FinishOnDrop<T> {
-    type Output = T;
+// Nothing is pinned in place: the future is behind its own box.
+impl<F, C> Unpin for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+impl<F, C> Future for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let future = self
             .future
             .as_mut()
@@ -48,12 +81,17 @@ impl<T: Send + 'static> Future for FinishOnDrop<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+impl<F, C> Drop for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
     fn drop(&mut self) {
         let (Some(future), Some(clean_up)) = (self.future.take(), self.clean_up.take()) else {
             return;
         };
-        let finish = async move { clean_up(future.await).await };
+        let finish = async move { clean_up.run(future.await).await };
         // The caller's runtime drives the connection the call went out on; finish there when
         // we can, otherwise on the background runtime.
         match tokio::runtime::Handle::try_current() {

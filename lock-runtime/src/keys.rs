@@ -30,14 +30,21 @@ impl LockKeys {
     }
 }
 
-/// `{key}:suffix`, or `key:suffix` when `key` already has a hash tag (which then still decides
-/// the slot).
+/// `{key}:distlock:suffix`, or `key:distlock:suffix` when `key` already has a hash tag (which
+/// then still decides the slot). Built by hand, not with `format!`: this runs for every lock.
 fn helper(key: &str, suffix: &str) -> String {
+    const MIDDLE: &str = ":distlock:";
+    let mut name = String::with_capacity(key.len() + MIDDLE.len() + suffix.len() + 2);
     if has_hash_tag(key) {
-        format!("{key}:distlock:{suffix}")
+        name.push_str(key);
     } else {
-        format!("{{{key}}}:distlock:{suffix}")
+        name.push('{');
+        name.push_str(key);
+        name.push('}');
     }
+    name.push_str(MIDDLE);
+    name.push_str(suffix);
+    name
 }
 
 /// Whether Redis Cluster would hash `key` by a tag rather than by the whole key.

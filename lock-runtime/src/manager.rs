@@ -171,10 +171,16 @@ impl LockManager {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
-        let Ok(turn) =
-            tokio::time::timeout_at(deadline, self.inner.queues.wait_turn(&queue_key)).await
-        else {
-            return Err(timeout(&keys, started));
+        // The usual case, nobody else here wants this key, needs no timer.
+        let turn = match self.inner.queues.try_turn(&queue_key) {
+            Some(turn) => turn,
+            None => {
+                let waiting = self.inner.queues.wait_turn(&queue_key);
+                let Ok(turn) = tokio::time::timeout_at(deadline, waiting).await else {
+                    return Err(timeout(&keys, started));
+                };
+                turn
+            }
         };
         let mut token = uuid::Uuid::new_v4().to_string();
         let mut watch = None;
