@@ -202,13 +202,23 @@ impl LockManagerBuilder {
 impl LockManagerBuilder {
     /// A client for `url`, or a `Config` error that shows the expected form (password hidden).
     fn open(&self, url: &str) -> Result<redis::Client, LockError> {
+        let tls_url = url
+            .get(..9)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
         let client = match self.tls_certificates() {
+            // Refused here, not left to redis-rs: another crate in the build may have turned on
+            // redis' TLS support (features unify), and TLS without ours has no crypto provider
+            // chosen, so rustls would panic inside the connecting task.
+            _ if tls_url && !cfg!(feature = "tls") => Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "TLS is not enabled",
+            ))),
             #[cfg(feature = "tls")]
             Some(certificates) => redis::Client::build_with_tls(url, certificates),
             _ => redis::Client::open(url),
         };
         client.map_err(|error| {
-            let tls_hint = if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+            let tls_hint = if tls_url && !cfg!(feature = "tls") {
                 "; rediss:// (TLS) needs distlock's `tls` feature"
             } else {
                 ""
