@@ -3,9 +3,9 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::task::Poll;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Notify;
