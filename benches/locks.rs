@@ -1,11 +1,13 @@
 //! Where distlock stands: lock cycle, contention and parallel keys, next to the raw-Redis floor
-//! and to rslock, all in one run against one private `redis-server`.
+//! and to rslock, all in one run against one private `redis-server`; and the same cycle over a
+//! Redis Cluster and over Redlock, against servers the bench starts as well.
 //!
 //! ```text
 //! cargo bench --bench locks                                # full run (1-2 minutes on 2 cores)
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
+//!                                       (cycle, contend, parallel, backends)
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! ```
 //!
@@ -51,6 +53,20 @@
 //!    on the same `multi_thread` runtime; the floors do the same on one multiplexed connection
 //!    shared by the 256 tasks; rslock (one `LockManager`) for information. CPU per cycle as in 1.
 //! 4. **attribute overhead** — workload 1, `distlock attribute` against `distlock manual`.
+//! 5. **backends** (row label `5 backends`) — workload 1's `distlock manual` (one task, `N5`
+//!    uncontended `manager.acquire(name, &options)` + `guard.release()` cycles on new keys, the
+//!    same `current_thread` runtime, idle spinners as in 1) through three managers, each on
+//!    servers of its own that the bench starts: `LockManager::builder(url)` on one standalone
+//!    server (the private server of 1-3), `LockManager::cluster_builder` on a Redis Cluster of 3
+//!    masters without replicas, and `LockManager::redlock_builder` on 5 independent masters
+//!    (every option at its default but the response timeout, see `RESPONSE_TIMEOUT`; Redlock's
+//!    per-node timeout stays 100 ms). Rows: time per cycle, this process's CPU per cycle, and
+//!    Redis's CPU per cycle summed over every node of the backend; then, for cluster and
+//!    Redlock, `vs standalone`: the per-round ratio of their time per cycle to standalone's,
+//!    whose median is the target (issue 6: Redlock ≤ 1.5 × standalone, thanks to the concurrent
+//!    fan-out to the masters; cluster informational). Skipped, with a note, under `REDIS_URL`
+//!    (it needs servers of its own). Starting the 8 extra servers takes a few seconds; `N5` is
+//!    sized so that the whole workload stays under 30 s on 2 cores.
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
@@ -75,7 +91,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{LockError, LockManager, LockOptions};
+use distlock::{LockError, LockManager, LockManagerBuilder, LockOptions};
 use redis::aio::MultiplexedConnection;
 use support_idle::IdleSpinners;
 use support_rslock::Rslock;
@@ -122,6 +138,11 @@ const RSLOCK: &str = "rslock";
 const RSLOCK_DEFAULT: &str = "rslock (defaults: 3 x 0..200 ms)";
 const RSLOCK_TUNED: &str = "rslock (tuned: 3 x 0..2 ms)";
 const IN_PROCESS: &str = "tokio::sync::Mutex (no Redis)";
+const STANDALONE: &str = "distlock standalone";
+const CLUSTER: &str = "distlock cluster (3 masters)";
+const REDLOCK: &str = "distlock redlock (5 masters)";
+/// Workload 5's row label (`DISTLOCK_BENCH_ONLY=backends` selects it).
+const BACKENDS: &str = "5 backends";
 
 /// Counts of one run.
 #[derive(Debug, Clone)]
@@ -133,7 +154,9 @@ struct Config {
     critical: Duration,
     parallel_tasks: usize,
     parallel_k: usize,
-    /// Workloads to run (`DISTLOCK_BENCH_ONLY=cycle,contend,parallel`; default all).
+    /// Cycles per round of workload 5, per backend.
+    backends_n: usize,
+    /// Workloads to run (`DISTLOCK_BENCH_ONLY=cycle,contend,parallel,backends`; default all).
     only: Option<Vec<String>>,
     /// Contenders to run (`DISTLOCK_BENCH_CONTENDERS=floor,distlock manual`; default all).
     contenders: Option<Vec<String>>,
@@ -151,6 +174,7 @@ impl Config {
             critical: Duration::from_millis(1),
             parallel_tasks: 256,
             parallel_k: 50,
+            backends_n: 2000,
             only: std::env::var("DISTLOCK_BENCH_ONLY")
                 .ok()
                 .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
@@ -164,6 +188,7 @@ impl Config {
                 cycle_n: 300,
                 contend_m: 10,
                 parallel_k: 5,
+                backends_n: 200,
                 ..full.clone()
             }
         } else {
@@ -545,6 +570,54 @@ fn push_cycle_rows(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Workload 5: backends
+// ---------------------------------------------------------------------------------------------
+
+/// One deployment of workload 5: a manager on it, and a connection to each of its Redis nodes.
+struct Backend {
+    name: &'static str,
+    cycler: Cycler,
+    nodes: Vec<redis::Connection>,
+}
+
+impl Backend {
+    /// `builder` with the bench's response timeout, connected on `runtime` (whose tasks then
+    /// drive its connections).
+    fn connect(
+        name: &'static str,
+        runtime: &tokio::runtime::Runtime,
+        builder: LockManagerBuilder,
+        nodes: &[support::RedisServer],
+    ) -> Self {
+        let manager = runtime
+            .block_on(builder.response_timeout(RESPONSE_TIMEOUT).connect())
+            .unwrap_or_else(|error| panic!("{name}: cannot connect distlock: {error}"));
+        Backend {
+            name,
+            cycler: Cycler::Manual(manager, LockOptions::new().ttl(TTL)),
+            nodes: nodes.iter().map(support::RedisServer::conn).collect(),
+        }
+    }
+
+    /// Redis's CPU seconds so far, summed over every node of the backend.
+    fn redis_cpu_seconds(&mut self) -> Option<f64> {
+        self.nodes.iter_mut().map(redis_cpu_seconds).sum()
+    }
+
+    /// Keys on all its nodes together.
+    fn keys(&mut self) -> i64 {
+        self.nodes
+            .iter_mut()
+            .map(|node| {
+                redis::cmd("DBSIZE")
+                    .query::<i64>(node)
+                    .expect("DBSIZE failed")
+            })
+            .sum()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Workload 2: contention
 // ---------------------------------------------------------------------------------------------
 
@@ -748,6 +821,9 @@ fn summary<'a>(
         .map(|row| &row.summary)
 }
 
+/// The `op` of a figure shown next to the targets for information, with no limit.
+const INFO: &str = "info";
+
 /// A target of the issue; `value` is `None` when its contender could not run.
 struct Target {
     name: &'static str,
@@ -760,6 +836,7 @@ impl Target {
     fn verdict(&self) -> &'static str {
         match self.value {
             None => "SKIP",
+            Some(_) if self.op == INFO => "INFO",
             Some(value)
                 if (self.op == "<=" && value <= self.limit)
                     || (self.op == ">=" && value >= self.limit) =>
@@ -1140,12 +1217,118 @@ fn main() {
         );
     }
 
+    // ---- 5. backends -------------------------------------------------------------------------
+    // Workload 5's servers stay up until the end, after the runtime that drives the managers'
+    // connections (like `server`).
+    let mut backend_cluster: Option<support::RedisCluster> = None;
+    let mut backend_masters: Option<support::RedisServers> = None;
+    let mut keys_left_backends = None;
+    if config.runs("backends") {
+        if let Some(standalone) = server.as_ref() {
+            let backends_started = Instant::now();
+            let mut backends = Vec::new();
+            if config.includes(STANDALONE) {
+                let builder = LockManager::builder(url.as_str());
+                let nodes = std::slice::from_ref(standalone);
+                backends.push(Backend::connect(STANDALONE, &single, builder, nodes));
+            }
+            if config.includes(CLUSTER) {
+                let cluster = backend_cluster.insert(support::RedisCluster::start(3, 0));
+                let builder = LockManager::cluster_builder(&cluster.urls());
+                backends.push(Backend::connect(CLUSTER, &single, builder, cluster.nodes()));
+            }
+            if config.includes(REDLOCK) {
+                let masters = backend_masters.insert(support::RedisServers::start(5));
+                let builder = LockManager::redlock_builder(&masters.urls());
+                backends.push(Backend::connect(REDLOCK, &single, builder, masters));
+            }
+            eprintln!(
+                "backends: servers up and managers connected in {:.1} s",
+                backends_started.elapsed().as_secs_f64()
+            );
+            let spinners = spin.then(|| IdleSpinners::start(nproc));
+            spinners_running =
+                spinners_running.max(spinners.as_ref().map_or(0, IdleSpinners::running));
+            let n = config.backends_n;
+            let results = rounds(backends.len(), config.rounds, |backend, warm_up| {
+                let n = if warm_up { n.div_ceil(10) } else { n } as u64;
+                let first = next_keys(n);
+                let backend = &mut backends[backend];
+                let client_before = client_cpu_seconds(spinners.as_ref());
+                let redis_before = backend.redis_cpu_seconds();
+                let elapsed = single.block_on(async {
+                    let start = Instant::now();
+                    backend.cycler.run(first..first + n).await;
+                    start.elapsed()
+                });
+                let client_after = client_cpu_seconds(spinners.as_ref());
+                let redis_after = backend.redis_cpu_seconds();
+                let per_cycle = |a: Option<f64>, b: Option<f64>| {
+                    a.zip(b).map(|(a, b)| (b - a) * 1e6 / n as f64)
+                };
+                (
+                    micros(elapsed) / n as f64,
+                    per_cycle(client_before, client_after),
+                    per_cycle(redis_before, redis_after),
+                )
+            });
+            drop(spinners);
+            keys_left_backends = Some(backends.iter_mut().map(Backend::keys).sum::<i64>());
+            let names: Vec<_> = backends.iter().map(|backend| backend.name).collect();
+            // Paired ratios: each round's time per cycle over standalone's in the same round.
+            let times: Vec<Vec<f64>> = results
+                .iter()
+                .map(|rounds| rounds.iter().map(|round| round.0).collect())
+                .collect();
+            let mut ratio_rows = Vec::new();
+            if let Some(base) = names.iter().position(|name| *name == STANDALONE) {
+                for (index, name) in names.iter().enumerate().filter(|(i, _)| *i != base) {
+                    let ratios = times[index]
+                        .iter()
+                        .zip(&times[base])
+                        .map(|(time, base)| time / base)
+                        .collect();
+                    ratio_rows.push(Row {
+                        workload: BACKENDS,
+                        contender: name,
+                        metric: "vs standalone",
+                        unit: "x",
+                        summary: Summary::new(ratios),
+                        vs_floor: None,
+                        vs_rslock: None,
+                    });
+                }
+            }
+            push_cycle_rows(
+                &mut rows,
+                (BACKENDS, "time per cycle", "us"),
+                &names,
+                results,
+                RSLOCK,
+            );
+            rows.extend(ratio_rows);
+            // The managers go now; their connections' tasks stay idle in `single` until it drops.
+            drop(backends);
+            eprintln!(
+                "backends done after {:.1} s ({:.1} s for this workload)",
+                started.elapsed().as_secs_f64(),
+                backends_started.elapsed().as_secs_f64()
+            );
+        } else {
+            println!(
+                "{BACKENDS} skipped: REDIS_URL is set, and this workload compares servers the bench starts itself"
+            );
+        }
+    }
+
     // ---- targets ----------------------------------------------------------------------------
     let ratio = |a: Option<&Summary>, b: Option<&Summary>| a.zip(b).map(|(a, b)| a.ratio_to(b));
     let cycle = |contender| summary(&rows, "1 cycle", contender, "time per cycle");
     let parallel = |contender| summary(&rows, "3 parallel", contender, "cycles/s");
     let contend = |metric| summary(&rows, "2 contend", DISTLOCK, metric).map(Summary::median);
     let max_wait_ms = 3.0 * config.contend_tasks as f64 * config.critical.as_secs_f64() * 1e3;
+    let vs_standalone =
+        |contender| summary(&rows, BACKENDS, contender, "vs standalone").map(Summary::median);
     let targets = [
         Target {
             name: "1 cycle: distlock manual / floor",
@@ -1195,6 +1378,18 @@ fn main() {
             op: ">=",
             limit: 0.85,
         },
+        Target {
+            name: "5 backends: redlock / standalone",
+            value: vs_standalone(REDLOCK),
+            op: "<=",
+            limit: 1.5,
+        },
+        Target {
+            name: "5 backends: cluster / standalone (info)",
+            value: vs_standalone(CLUSTER),
+            op: INFO,
+            limit: f64::NAN,
+        },
     ];
     let machine = Machine::describe(redis_version, load_before);
     let total = started.elapsed();
@@ -1232,15 +1427,20 @@ fn main() {
     );
     let _ = writeln!(out, "{}", "-".repeat(72));
     for target in &targets {
+        let (op, limit) = if target.op == INFO {
+            ("", "-".to_owned())
+        } else {
+            (target.op, format!("{:.2}", target.limit))
+        };
         let _ = writeln!(
             out,
-            "{:<44} {:>8} {:>2} {:>6.2}  {}",
+            "{:<44} {:>8} {:>2} {:>6}  {}",
             target.name,
             target
                 .value
                 .map_or_else(|| "-".to_owned(), |value| format!("{value:.3}")),
-            target.op,
-            target.limit,
+            op,
+            limit,
             target.verdict()
         );
     }
@@ -1260,8 +1460,16 @@ fn main() {
     );
     let _ = writeln!(
         out,
-        "runtimes: tokio current_thread for 1 and 4, tokio multi_thread with {WORKERS} workers for 2 and 3; \
-         idle spinners: {spinners_running} SCHED_IDLE threads keep the CPUs from halting during 1 \
+        "backends: {} cycles per round per backend (manual API, one task); standalone = the private \
+         server, cluster = 3 masters without replicas, redlock = 5 independent masters, all started \
+         by the bench; redis CPU summed over every node; vs standalone = median of per-round ratios \
+         of time per cycle",
+        config.backends_n
+    );
+    let _ = writeln!(
+        out,
+        "runtimes: tokio current_thread for 1, 4 and 5, tokio multi_thread with {WORKERS} workers for 2 and 3; \
+         idle spinners: {spinners_running} SCHED_IDLE threads keep the CPUs from halting during 1 and 5 \
          (DISTLOCK_BENCH_IDLE_SPIN=0 turns them off)"
     );
     let _ = writeln!(
@@ -1271,8 +1479,10 @@ fn main() {
     );
     let _ = writeln!(
         out,
-        "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}",
-        keys_left.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string())
+        "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}; keys left \
+         after backends {}",
+        keys_left.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string()),
+        keys_left_backends.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string())
     );
     let _ = writeln!(
         out,
@@ -1304,11 +1514,11 @@ fn main() {
     );
     let _ = writeln!(
         json,
-        "  \"runtime\": {{\"cycle\": \"tokio current_thread\", \"contend\": \"tokio multi_thread, {WORKERS} workers\", \"parallel\": \"tokio multi_thread, {WORKERS} workers\"}},"
+        "  \"runtime\": {{\"cycle\": \"tokio current_thread\", \"contend\": \"tokio multi_thread, {WORKERS} workers\", \"parallel\": \"tokio multi_thread, {WORKERS} workers\", \"backends\": \"tokio current_thread\"}},"
     );
     let _ = writeln!(
         json,
-        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"redis\": {}, \"rslock\": {}, \"idle_spinners_during_cycle\": {}}},",
+        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"backends_n\": {}, \"backends\": \"standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters\", \"redis\": {}, \"rslock\": {}, \"idle_spinners_during_cycle_and_backends\": {}}},",
         config.rounds,
         config.cycle_n,
         config.contend_tasks,
@@ -1316,6 +1526,7 @@ fn main() {
         config.critical.as_micros(),
         config.parallel_tasks,
         config.parallel_k,
+        config.backends_n,
         json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
         support_rslock::AVAILABLE,
         spinners_running,
@@ -1360,8 +1571,9 @@ fn main() {
     json.push_str("  ],\n");
     let _ = writeln!(
         json,
-        "  \"checks\": {{\"overlapping_sections\": {overlaps}, \"keys_left_after_cycle\": {}}},",
-        keys_left.map_or_else(|| "null".to_owned(), |keys| keys.to_string())
+        "  \"checks\": {{\"overlapping_sections\": {overlaps}, \"keys_left_after_cycle\": {}, \"keys_left_after_backends\": {}}},",
+        keys_left.map_or_else(|| "null".to_owned(), |keys| keys.to_string()),
+        keys_left_backends.map_or_else(|| "null".to_owned(), |keys| keys.to_string())
     );
     let _ = writeln!(
         json,
@@ -1380,6 +1592,8 @@ fn main() {
     // The runtimes (and their connections) go before the server does.
     drop(multi);
     drop(single);
+    drop(backend_cluster);
+    drop(backend_masters);
     drop(server);
     assert_eq!(
         overlaps, 0,
