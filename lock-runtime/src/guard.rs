@@ -49,7 +49,7 @@ pub struct LockGuard {
 pub(crate) struct Held {
     pub(crate) manager: LockManager,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) token: String,
+    pub(crate) token: Arc<str>,
     fence: Option<u64>,
     lost: AtomicBool,
     lost_notify: Notify,
@@ -86,7 +86,7 @@ impl LockGuard {
     pub(crate) fn new(
         manager: LockManager,
         keys: Arc<LockKeys>,
-        token: String,
+        token: Arc<str>,
         fence: Option<u64>,
         turn: Turn,
     ) -> Self {

@@ -13,17 +13,20 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// Exists while somebody waits: tells the release script to publish a wake-up.
     pub(crate) wait_flag: String,
-    /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
-    pub(crate) fence: String,
     /// The pub/sub channel a release publishes on when someone waits.
     pub(crate) wake_channel: String,
 }
 
 impl LockKeys {
+    /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
+    /// Made on demand: only the acquire script needs it.
+    pub(crate) fn fence(&self) -> String {
+        helper(&self.lock, "fence")
+    }
+
     pub(crate) fn new(lock: String) -> Self {
         LockKeys {
             wait_flag: helper(&lock, "waiting"),
-            fence: helper(&lock, "fence"),
             wake_channel: helper(&lock, "released"),
             lock,
         }
@@ -63,14 +66,14 @@ mod tests {
     fn helpers_wrap_an_untagged_key_in_braces() {
         let keys = LockKeys::new("lock:trace:1".into());
         assert_eq!(keys.wait_flag, "{lock:trace:1}:distlock:waiting");
-        assert_eq!(keys.fence, "{lock:trace:1}:distlock:fence");
+        assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
         assert_eq!(keys.wake_channel, "{lock:trace:1}:distlock:released");
     }
 
     #[test]
     fn helpers_keep_an_existing_hash_tag() {
         let keys = LockKeys::new("lock:{user:7}:cart".into());
-        assert_eq!(keys.fence, "lock:{user:7}:cart:distlock:fence");
+        assert_eq!(keys.fence(), "lock:{user:7}:cart:distlock:fence");
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl LockManager {
                 turn
             }
         };
-        let mut token = uuid::Uuid::new_v4().to_string();
+        let mut token = new_token();
         let mut watch = None;
         let mut contended = false;
         let mut backoff = ERROR_BACKOFF.0;
@@ -262,7 +262,7 @@ impl LockManager {
                     tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                     // The failed attempt may still run (see `attempt`) and is released by its
                     // token: retry under a new one, so that release cannot hit a later grant.
-                    token = uuid::Uuid::new_v4().to_string();
+                    token = new_token();
                     let pause = backoff + jitter(backoff / 2);
                     backoff = (backoff * 2).min(ERROR_BACKOFF.1);
                     pause
@@ -313,7 +313,7 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&queue_key) else {
             return Ok(None);
         };
-        let token = uuid::Uuid::new_v4().to_string();
+        let token = new_token();
         let sent = Instant::now();
         match self
             .attempt(
@@ -385,13 +385,13 @@ impl LockManager {
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
-        token: &str,
+        token: &Arc<str>,
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
     ) -> redis::RedisResult<Attempt> {
         let (manager, request_keys, request_token) =
-            (self.clone(), Arc::clone(keys), token.to_owned());
+            (self.clone(), Arc::clone(keys), Arc::clone(token));
         let request = async move {
             manager
                 .inner
@@ -400,7 +400,7 @@ impl LockManager {
                 .await
         };
         let (manager, cleanup_keys, cleanup_token) =
-            (self.clone(), Arc::clone(keys), token.to_owned());
+            (self.clone(), Arc::clone(keys), Arc::clone(token));
         let outcome = FinishOnDrop::new(request, move |outcome| async move {
             match outcome {
                 Ok(Attempt::Acquired { .. }) => {
@@ -422,7 +422,7 @@ impl LockManager {
         .await;
         if let Err(error) = &outcome {
             if may_have_run(error) {
-                let (manager, keys, token) = (self.clone(), Arc::clone(keys), token.to_owned());
+                let (manager, keys, token) = (self.clone(), Arc::clone(keys), Arc::clone(token));
                 drop(tokio::spawn(async move {
                     manager.release_unanswered(&keys, &token, ttl_millis).await;
                 }));
@@ -489,6 +489,12 @@ fn subscribe_too_late() -> redis::RedisError {
 fn is_permanent(error: &redis::RedisError) -> bool {
     matches!(error.retry_method(), redis::RetryMethod::NoRetry)
         && matches!(error.kind(), redis::ErrorKind::Server(_))
+}
+
+/// A fresh UUID v4 for one acquisition, in one allocation.
+fn new_token() -> Arc<str> {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    Arc::from(&*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer))
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {

@@ -3,7 +3,37 @@
 //! Keys always travel in `KEYS`, values in `ARGV`: nothing is ever spliced into the script text.
 
 use once_cell::sync::Lazy;
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+/// `EVALSHA <sha> <number of keys> <keys...>`; the caller appends the `ARGV` values.
+///
+/// Built directly rather than through `Script::key(..).arg(..)`, which first copies every key and
+/// value into buffers of its own: this runs for every lock.
+pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
+/// Runs `cmd` (from [`evalsha`]); if Redis does not know the script yet (`NOSCRIPT`: a new or
+/// restarted server), loads it and runs it again.
+pub(crate) async fn run<T, C>(script: &Script, cmd: &Cmd, connection: &mut C) -> RedisResult<T>
+where
+    T: FromRedisValue,
+    C: ConnectionLike,
+{
+    match cmd.query_async(connection).await {
+        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(connection).await?;
+            cmd.query_async(connection).await
+        }
+        other => other,
+    }
+}
 
 /// Try to take the lock; on failure report how long the holder may still hold it.
 ///

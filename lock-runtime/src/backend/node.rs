@@ -67,16 +67,14 @@ impl Node {
                 Attempt::Held { remaining: None }
             });
         }
-        let (acquired, value): (i64, i64) = scripts::ACQUIRE
-            .key(&keys.lock)
-            .key(&keys.wait_flag)
-            .key(&keys.fence)
-            .arg(token)
+        let fence = keys.fence();
+        let mut cmd = scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &keys.wait_flag, &fence]);
+        cmd.arg(token)
             .arg(ttl_millis)
             .arg(flag(fencing))
-            .arg(flag(wait == Wait::Subscribed))
-            .invoke_async(&mut connection)
-            .await?;
+            .arg(flag(wait == Wait::Subscribed));
+        let (acquired, value): (i64, i64) =
+            scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
         Ok(if acquired == 1 {
             Attempt::Acquired {
                 fence: fencing.then(|| u64::try_from(value).unwrap_or(0)),
@@ -121,13 +119,9 @@ impl Node {
         keys: &LockKeys,
         token: &str,
     ) -> RedisResult<bool> {
-        let deleted: i64 = scripts::RELEASE
-            .key(&keys.lock)
-            .key(&keys.wait_flag)
-            .arg(token)
-            .arg(&keys.wake_channel)
-            .invoke_async(connection)
-            .await?;
+        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &keys.wait_flag]);
+        cmd.arg(token).arg(&keys.wake_channel);
+        let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
         Ok(deleted == 1)
     }
 
@@ -139,12 +133,9 @@ impl Node {
         ttl_millis: u64,
     ) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
-        let extended: i64 = scripts::EXTEND
-            .key(&keys.lock)
-            .arg(token)
-            .arg(ttl_millis)
-            .invoke_async(&mut connection)
-            .await?;
+        let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock]);
+        cmd.arg(token).arg(ttl_millis);
+        let extended: i64 = scripts::run(&scripts::EXTEND, &cmd, &mut connection).await?;
         Ok(extended == 1)
     }
 
