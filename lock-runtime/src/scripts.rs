@@ -1,5 +1,5 @@
-//! The Lua scripts. Each runs atomically on the Redis server, is sent once per connection by
-//! `SCRIPT LOAD` (through `redis::Script`'s NOSCRIPT fallback) and afterwards invoked by SHA.
+//! The Lua scripts. Each runs atomically on the Redis server, is invoked by SHA (`EVALSHA`), and
+//! is sent with `SCRIPT LOAD` only when a server answers that it does not know it yet ([`run`]).
 //! Keys always travel in `KEYS`, values in `ARGV`: nothing is ever spliced into the script text.
 
 use once_cell::sync::Lazy;
@@ -36,6 +36,9 @@ where
 }
 
 /// Try to take the lock; on failure report how long the holder may still hold it.
+///
+/// Runs from an acquisition's second attempt on, and from the first with fencing; a first try
+/// without fencing is a plain `SET NX PX` (see `backend/node.rs`).
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its wait flag, `KEYS[3]` its fencing counter.
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` to issue a fencing
