@@ -7,51 +7,22 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
-use support::RedisServer;
+use support::{eventually, global_server, shared_server};
 use tokio::sync::{oneshot, Barrier};
 
 // ---------------------------------------------------------------------------------------------
 // Shared setup
 // ---------------------------------------------------------------------------------------------
 
-static SERVER: OnceLock<RedisServer> = OnceLock::new();
-
-/// The redis-server of this test binary, started on first use (killed when the process ends).
-fn server() -> &'static RedisServer {
-    SERVER.get_or_init(RedisServer::start)
-}
-
-/// The server, with the global client installed on it (once per process; later calls find it).
-async fn init_global() -> &'static RedisServer {
-    let server = server();
-    match distlock::init(&server.url()).await {
-        Ok(()) | Err(LockError::AlreadyInitialized) => server,
-        Err(error) => panic!("distlock::init({}) failed: {error}", server.url()),
-    }
-}
-
 /// A manager of its own, for a competing holder that is not the global client.
 async fn other_manager() -> LockManager {
-    LockManager::connect(&server().url())
+    LockManager::connect(&shared_server().url())
         .await
         .expect("a second manager connects")
-}
-
-/// Polls `condition` every 10 ms (without blocking the runtime) until it holds; panics after
-/// `timeout` naming `what`.
-async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[derive(Debug)]
@@ -81,7 +52,7 @@ impl Observed {
         Observed {
             key: guard.key().to_owned(),
             token: guard.token().to_owned(),
-            stored: server().get(guard.key()),
+            stored: shared_server().get(guard.key()),
         }
     }
 
@@ -185,7 +156,7 @@ fn order() -> Order {
 
 #[tokio::test]
 async fn brace_placeholder_key_is_held_during_the_body_and_gone_after() {
-    let server = init_global().await;
+    let server = global_server().await;
     let first = brace_key("abc").await.unwrap();
     first.assert_held("lock:attr:brace:abc");
     assert!(
@@ -202,7 +173,7 @@ async fn brace_placeholder_key_is_held_during_the_body_and_gone_after() {
 
 #[tokio::test]
 async fn field_path_placeholders_are_interpolated() {
-    let server = init_global().await;
+    let server = global_server().await;
     let observed = fields_key(&order()).await.unwrap();
     observed.assert_held("lock:attr:fields:eu-west:77:3");
     assert!(!server.exists("lock:attr:fields:eu-west:77:3"));
@@ -210,7 +181,7 @@ async fn field_path_placeholders_are_interpolated() {
 
 #[tokio::test]
 async fn angle_placeholders_are_interpolated() {
-    let server = init_global().await;
+    let server = global_server().await;
     let observed = angle_key("xyz".to_owned(), order()).await.unwrap();
     observed.assert_held("lock:attr:angle:xyz/77");
     assert!(!server.exists("lock:attr:angle:xyz/77"));
@@ -218,7 +189,7 @@ async fn angle_placeholders_are_interpolated() {
 
 #[tokio::test]
 async fn doubled_braces_are_literal_braces() {
-    let server = init_global().await;
+    let server = global_server().await;
     let observed = escaped_key(7).await.unwrap();
     observed.assert_held("lock:attr:{literal}:7:}");
     assert!(!server.exists("lock:attr:{literal}:7:}"));
@@ -236,7 +207,7 @@ async fn short_timeout(id: &str, ran: Arc<AtomicBool>) -> Result<(), AppError> {
 
 #[tokio::test]
 async fn timeout_reaches_the_caller_through_from() {
-    let server = init_global().await;
+    let server = global_server().await;
     let holder = other_manager().await;
     let held = holder
         .acquire("attr:timeout:held", &LockOptions::new())
@@ -282,7 +253,7 @@ async fn io_locked(id: &str) -> std::io::Result<usize> {
 
 #[tokio::test]
 async fn io_result_gets_timed_out_kind_on_timeout() {
-    init_global().await;
+    global_server().await;
     let holder = other_manager().await;
     let held = holder
         .acquire("attr:io:busy", &LockOptions::new())
@@ -319,7 +290,7 @@ async fn fails_with_question_mark(id: u32, seen: Seen) -> Result<u32, AppError> 
 
 #[tokio::test]
 async fn released_after_question_mark_early_return() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     let result = fails_with_question_mark(1, seen.clone()).await;
     assert!(
@@ -345,7 +316,7 @@ async fn returns_early(id: u32, seen: Seen) -> Result<u32, AppError> {
 
 #[tokio::test]
 async fn released_after_return() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     let started = Instant::now();
     assert_eq!(returns_early(21, seen.clone()).await.unwrap(), 42);
@@ -371,7 +342,7 @@ async fn panics(id: u32, seen: Seen) -> Result<(), AppError> {
 
 #[tokio::test]
 async fn released_after_a_panic() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     let joined = tokio::spawn(panics(5, seen.clone())).await;
     let error = joined.expect_err("the body panicked");
@@ -394,7 +365,7 @@ async fn sleeps_long(id: u32, seen: Seen) -> Result<(), AppError> {
 
 #[tokio::test]
 async fn released_after_cancellation() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     // Boxed so that `drop(call)` below really drops the future (a `pin!` would only drop a
     // reference to it).
@@ -430,7 +401,7 @@ async fn released_after_cancellation() {
 
 #[tokio::test]
 async fn released_after_timeout_around_the_call() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     // A plain `tokio::time::timeout` around the call, as callers write it. The first second is
     // for acquiring; if a very slow machine has not entered the body by then, retry longer.
@@ -459,15 +430,15 @@ async fn released_after_timeout_around_the_call() {
 
 #[distributed_lock(key = "attr:extend:{id}", ttl = 5, guard = lock)]
 async fn extends(id: u32) -> Result<(i64, i64), AppError> {
-    let before = server().pttl(lock.key());
+    let before = shared_server().pttl(lock.key());
     lock.extend(Duration::from_secs(120)).await?;
-    let after = server().pttl(lock.key());
+    let after = shared_server().pttl(lock.key());
     Ok((before, after))
 }
 
 #[tokio::test]
 async fn guard_extend_sets_the_remaining_ttl() {
-    let server = init_global().await;
+    let server = global_server().await;
     let (before, after) = extends(3).await.unwrap();
     assert!(
         before > 0 && before <= 5_000,
@@ -494,7 +465,7 @@ async fn outlives_its_ttl(
 
 #[tokio::test]
 async fn holder_whose_ttl_ran_out_returns_its_result_and_spares_the_new_owner() {
-    let server = init_global().await;
+    let server = global_server().await;
     let seen = Seen::default();
     let (taken_over, taken_over_rx) = oneshot::channel();
     let old = tokio::spawn(outlives_its_ttl(7, seen.clone(), taken_over_rx));
@@ -559,7 +530,7 @@ impl Account {
 
 #[tokio::test]
 async fn methods_with_self_placeholders_take_the_lock() {
-    let server = init_global().await;
+    let server = global_server().await;
     let mut account = Account {
         id: 41,
         balance: 100,
@@ -590,7 +561,7 @@ async fn rendezvous(id: u32, barrier: Arc<Barrier>, patience: Duration) -> Resul
 
 #[tokio::test]
 async fn distinct_keys_run_in_parallel() {
-    init_global().await;
+    global_server().await;
     let barrier = Arc::new(Barrier::new(2));
     let (a, b) = tokio::join!(
         rendezvous(1, Arc::clone(&barrier), Duration::from_secs(5)),
@@ -607,7 +578,7 @@ async fn the_barrier_check_detects_serialised_calls() {
     // Control for the test above: on the *same* key the bodies cannot meet, so the first one
     // gives up at the barrier. (The second may then pass: a cancelled `Barrier::wait` still
     // counts. What matters is that serialised calls cannot both succeed.)
-    init_global().await;
+    global_server().await;
     let barrier = Arc::new(Barrier::new(2));
     let (a, b) = tokio::join!(
         rendezvous(3, Arc::clone(&barrier), Duration::from_millis(300)),

@@ -7,23 +7,12 @@
 mod support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::RedisServer;
+use support::{eventually, global_server, RedisServer};
 use tokio::time::Instant;
-
-/// The server of this binary, with the global client installed on it.
-async fn server() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    let server = SERVER.get_or_init(RedisServer::start);
-    match distlock::init(&server.url()).await {
-        Ok(()) | Err(LockError::AlreadyInitialized) => {}
-        Err(error) => panic!("cannot install the global client: {error}"),
-    }
-    server
-}
 
 async fn connect(server: &RedisServer) -> LockManager {
     LockManager::connect(&server.url())
@@ -41,20 +30,6 @@ fn steal(server: &RedisServer, key: &str, value: &str, millis: u64) {
         .arg(millis)
         .query::<()>(&mut conn)
         .unwrap_or_else(|error| panic!("SET {key} failed: {error}"));
-}
-
-async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// What the body of [`hold_for`] saw: its lock's token and when it started.
@@ -79,7 +54,7 @@ async fn tick_forever(ticks: &AtomicU64) -> Result<(), LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_holds_a_one_second_lock_through_a_three_second_body() {
-    let server = server().await;
+    let server = global_server().await;
     let other = connect(server).await;
     let seen: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
     let work = tokio::spawn(hold_for("long", Duration::from_secs(3), seen));
@@ -116,7 +91,7 @@ async fn the_watchdog_holds_a_one_second_lock_through_a_three_second_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_lock_cancels_the_body_and_returns_lost() {
-    let server = server().await;
+    let server = global_server().await;
     let ticks: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
     let work = tokio::spawn(async move {
         let result = tick_forever(ticks).await;
@@ -164,7 +139,7 @@ async fn a_stolen_lock_cancels_the_body_and_returns_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
-    let server = server().await;
+    let server = global_server().await;
     let manager = connect(server).await;
     let options = LockOptions::new()
         .ttl(Duration::from_secs(1))
@@ -197,7 +172,7 @@ async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_stops_when_the_body_ends() {
-    let server = server().await;
+    let server = global_server().await;
     let other = connect(server).await;
     let seen: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
     hold_for("short", Duration::from_millis(500), seen)

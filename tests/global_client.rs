@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{free_port, RedisServer};
+use support::{eventually, free_port, RedisServer};
 
 static SERVER: OnceLock<RedisServer> = OnceLock::new();
 
@@ -31,19 +31,6 @@ async fn init_global() -> &'static RedisServer {
         *initialized = true;
     }
     server
-}
-
-/// Polls `condition` every 10 ms (without blocking the runtime) until it holds; panics after
-/// `timeout` naming `what`.
-async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A locked function on the global client: returns its token after checking that Redis holds

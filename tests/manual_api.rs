@@ -10,25 +10,12 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockGuard, LockManager, LockOptions};
-use support::{FaultProxy, RedisServer};
+use support::{eventually, FaultProxy, RedisServer};
 
 async fn connect(server: &RedisServer) -> LockManager {
     LockManager::connect(&server.url())
         .await
         .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
-}
-
-/// Polls `condition` every 10 ms (without blocking the runtime) until it holds; panics after
-/// `timeout` naming `what`.
-async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn ttl(millis: u64) -> LockOptions {

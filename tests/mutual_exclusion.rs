@@ -6,12 +6,12 @@
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
-use support::{spawn_self, wait_all, RedisServer};
+use support::{global_server, shared_server, spawn_self, wait_all, RedisServer};
 
 // The fields are read only through `Debug`, in failure messages.
 #[allow(dead_code)]
@@ -31,19 +31,6 @@ impl From<LockError> for AppError {
 impl From<redis::RedisError> for AppError {
     fn from(error: redis::RedisError) -> Self {
         AppError::Redis(error)
-    }
-}
-
-static SERVER: OnceLock<RedisServer> = OnceLock::new();
-
-fn server() -> &'static RedisServer {
-    SERVER.get_or_init(RedisServer::start)
-}
-
-async fn init_global(url: &str) {
-    match distlock::init(url).await {
-        Ok(()) | Err(LockError::AlreadyInitialized) => {}
-        Err(error) => panic!("distlock::init({url}) failed: {error}"),
     }
 }
 
@@ -98,8 +85,7 @@ async fn increment_in_process(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_tasks_count_exactly() {
-    let server = server();
-    init_global(&server.url()).await;
+    let server = global_server().await;
     let conn = connection(&server.url()).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
@@ -289,7 +275,7 @@ fn processes_count_exactly() {
 fn the_counter_loses_updates_without_the_lock() {
     // Control: the same read-modify-write without the lock falls short, so the exact counts
     // above are evidence of exclusion and not of a read-modify-write that cannot race.
-    let server = server();
+    let server = shared_server();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -10,10 +10,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::RedisServer;
+use support::{global_server, RedisServer};
 
 /// `INFO commandstats` as command name → calls.
 fn command_stats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
@@ -98,17 +97,6 @@ async fn an_uncontended_acquire_and_release_is_two_round_trips() {
     assert_two_round_trips(&stats);
     assert!(server.pubsub_channels().is_empty());
     assert!(!server.exists("lock:rt:manual"));
-}
-
-/// The server of the attribute test, with the global client installed on it.
-async fn global_server() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    let server = SERVER.get_or_init(RedisServer::start);
-    match distlock::init(&server.url()).await {
-        Ok(()) | Err(LockError::AlreadyInitialized) => {}
-        Err(error) => panic!("cannot install the global client: {error}"),
-    }
-    server
 }
 
 #[distributed_lock(key = "rt:attr:{id}", ttl = 5)]

@@ -11,24 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use support::RedisServer;
+use support::{eventually, RedisServer};
 use tokio::time::Instant;
-
-/// Polls `condition` (a quick sync check against Redis) every 10 ms without blocking the
-/// runtime, and panics with `what` if it does not hold within `limit`.
-async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn connect(server: &RedisServer) -> LockManager {
     LockManager::connect(&server.url())

@@ -46,6 +46,7 @@ pub use tls::TlsFiles;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Polls `condition` every 10 ms until it returns `true`, panicking after `timeout` with
@@ -64,6 +65,37 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The async form of [`wait_until`]: polls `condition` every 10 ms without blocking the runtime
+/// until it returns `true`, panicking after `timeout` with
+/// "timed out after {timeout:?} waiting for {what}".
+pub async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The one redis-server this test binary shares between its tests, started on first use
+/// (killed when the process ends). Tests that share it use their own keys.
+pub fn shared_server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// [`shared_server`], with the global client (`distlock::init`) installed on it: once per
+/// process, later calls find it installed (`AlreadyInitialized` is fine); any other error panics.
+pub async fn global_server() -> &'static RedisServer {
+    let server = shared_server();
+    match distlock::init(&server.url()).await {
+        Ok(()) | Err(distlock::LockError::AlreadyInitialized) => server,
+        Err(error) => panic!("distlock::init({}) failed: {error}", server.url()),
     }
 }
 
