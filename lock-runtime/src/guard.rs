@@ -76,7 +76,7 @@ impl Held {
         } else {
             self.mark_lost("it was no longer ours at release");
             Err(LockError::Lost {
-                key: self.keys.lock.clone(),
+                key: self.keys.lock.to_string(),
             })
         }
     }
@@ -180,7 +180,7 @@ impl LockGuard {
         } else {
             held.mark_lost("it was no longer ours when extending");
             Err(LockError::Lost {
-                key: held.keys.lock.clone(),
+                key: held.keys.lock.to_string(),
             })
         }
     }

@@ -6,11 +6,14 @@
 //! else by the whole key; so a helper wraps the lock key in braces, or — when the lock key
 //! already carries a tag — appends to it and keeps the tag.
 
+use std::sync::Arc;
+
 /// The names derived from one full lock key.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// The lock key itself: `prefix + name`.
-    pub(crate) lock: String,
+    /// The lock key itself: `prefix + name`. Shared, not copied, with the in-process queue that
+    /// is keyed by it.
+    pub(crate) lock: Arc<str>,
     /// Exists while somebody waits: tells the release script to publish a wake-up.
     pub(crate) wait_flag: String,
     /// The pub/sub channel a release publishes on when someone waits.
@@ -24,11 +27,11 @@ impl LockKeys {
         helper(&self.lock, "fence")
     }
 
-    pub(crate) fn new(lock: String) -> Self {
+    pub(crate) fn new(lock: &str) -> Self {
         LockKeys {
-            wait_flag: helper(&lock, "waiting"),
-            wake_channel: helper(&lock, "released"),
-            lock,
+            wait_flag: helper(lock, "waiting"),
+            wake_channel: helper(lock, "released"),
+            lock: Arc::from(lock),
         }
     }
 }
@@ -64,7 +67,7 @@ mod tests {
 
     #[test]
     fn helpers_wrap_an_untagged_key_in_braces() {
-        let keys = LockKeys::new("lock:trace:1".into());
+        let keys = LockKeys::new("lock:trace:1");
         assert_eq!(keys.wait_flag, "{lock:trace:1}:distlock:waiting");
         assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
         assert_eq!(keys.wake_channel, "{lock:trace:1}:distlock:released");
@@ -72,7 +75,7 @@ mod tests {
 
     #[test]
     fn helpers_keep_an_existing_hash_tag() {
-        let keys = LockKeys::new("lock:{user:7}:cart".into());
+        let keys = LockKeys::new("lock:{user:7}:cart");
         assert_eq!(keys.fence(), "lock:{user:7}:cart:distlock:fence");
     }
 

@@ -14,7 +14,7 @@ use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::keys::LockKeys;
-use crate::queue::LocalQueues;
+use crate::queue::{LocalQueues, Turn};
 use crate::{LockError, LockGuard, LockOptions};
 
 /// Waiters that are not subscribed to wake-ups (the subscription failed) retry at least this
@@ -166,16 +166,14 @@ impl LockManager {
     /// # }
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
-        let ttl_millis = self.check(options)?;
-        let keys = Arc::new(self.keys(name));
+        let (ttl_millis, keys) = self.prepare(name, options)?;
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
-        let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
         // The usual case, nobody else here wants this key, needs no timer.
-        let turn = match self.inner.queues.try_turn(&queue_key) {
+        let turn = match self.inner.queues.try_turn(&keys.lock) {
             Some(turn) => turn,
             None => {
-                let waiting = self.inner.queues.wait_turn(&queue_key);
+                let waiting = self.inner.queues.wait_turn(&keys.lock);
                 let Ok(turn) = tokio::time::timeout_at(deadline, waiting).await else {
                     return Err(timeout(&keys, started));
                 };
@@ -204,11 +202,7 @@ impl LockManager {
                 Ok(Attempt::Acquired { fence }) => {
                     let waited = started.elapsed();
                     tracing::debug!(target: "distlock", key = %keys.lock, waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX), fence, "acquired");
-                    let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
-                    if options.auto_extend_enabled() {
-                        guard.start_watchdog(options.ttl_duration(), sent);
-                    }
-                    return Ok(guard);
+                    return Ok(self.guard(keys, token, fence, turn, options, sent));
                 }
                 Ok(Attempt::Held { remaining }) => {
                     if !contended {
@@ -307,10 +301,8 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let ttl_millis = self.check(options)?;
-        let keys = Arc::new(self.keys(name));
-        let queue_key: Arc<str> = Arc::from(keys.lock.as_str());
-        let Some(turn) = self.inner.queues.try_turn(&queue_key) else {
+        let (ttl_millis, keys) = self.prepare(name, options)?;
+        let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
         let token = new_token();
@@ -327,11 +319,7 @@ impl LockManager {
         {
             Attempt::Acquired { fence } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
-                let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
-                if options.auto_extend_enabled() {
-                    guard.start_watchdog(options.ttl_duration(), sent);
-                }
-                Ok(Some(guard))
+                Ok(Some(self.guard(keys, token, fence, turn, options, sent)))
             }
             Attempt::Held { .. } => Ok(None),
         }
@@ -349,8 +337,13 @@ impl LockManager {
         }
     }
 
-    /// Checks `options` against what this deployment can do; returns the ttl in milliseconds.
-    fn check(&self, options: &LockOptions) -> Result<u64, LockError> {
+    /// Checks `options` against what this deployment can do and names the lock's keys; returns
+    /// the ttl in milliseconds with the keys.
+    fn prepare(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<(u64, Arc<LockKeys>), LockError> {
         let ttl_millis = options.validate()?;
         if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
             return Err(LockError::config(
@@ -360,18 +353,32 @@ impl LockManager {
                  cluster manager when you need fencing",
             ));
         }
-        Ok(ttl_millis)
+        let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
+        lock.push_str(&self.inner.key_prefix);
+        lock.push_str(name);
+        Ok((ttl_millis, Arc::new(LockKeys::new(&lock))))
+    }
+
+    /// The guard of a lock just acquired with the attempt sent at `sent`, with its watchdog
+    /// when the options ask for one.
+    fn guard(
+        &self,
+        keys: Arc<LockKeys>,
+        token: Arc<str>,
+        fence: Option<u64>,
+        turn: Turn,
+        options: &LockOptions,
+        sent: Instant,
+    ) -> LockGuard {
+        let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
+        if options.auto_extend_enabled() {
+            guard.start_watchdog(options.ttl_duration(), sent);
+        }
+        guard
     }
 
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.backend
-    }
-
-    fn keys(&self, name: &str) -> LockKeys {
-        let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
-        lock.push_str(&self.inner.key_prefix);
-        lock.push_str(name);
-        LockKeys::new(lock)
     }
 
     /// One attempt to take the lock. If the caller stops waiting while the command is in
@@ -503,7 +510,7 @@ fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
 
 fn timeout(keys: &LockKeys, started: Instant) -> LockError {
     LockError::Timeout {
-        key: keys.lock.clone(),
+        key: keys.lock.to_string(),
         waited: started.elapsed(),
     }
 }

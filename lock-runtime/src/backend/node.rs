@@ -36,7 +36,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        let probe = LockKeys::new("distlock:connect-probe".to_owned());
+        let probe = LockKeys::new("distlock:connect-probe");
         self.unlock(&probe, "no token matches this").await.map(drop)
     }
 
@@ -54,7 +54,7 @@ impl Node {
         if !fencing && wait == Wait::FirstTry {
             // The plain command: no script to run when the lock is free, which is most times.
             let set: Option<String> = redis::cmd("SET")
-                .arg(&keys.lock)
+                .arg(&*keys.lock)
                 .arg(token)
                 .arg("NX")
                 .arg("PX")
@@ -143,7 +143,7 @@ impl Node {
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let holder: Option<String> = redis::cmd("GET")
-            .arg(&keys.lock)
+            .arg(&*keys.lock)
             .query_async(&mut connection)
             .await?;
         Ok(holder.as_deref() == Some(token))
