@@ -15,6 +15,7 @@ use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::keys::LockKeys;
 use crate::queue::{LocalQueues, Turn};
+use crate::wake::Watch;
 use crate::{LockError, LockGuard, LockOptions};
 
 /// Waiters that are not subscribed to wake-ups (the subscription failed) retry at least this
@@ -188,12 +189,7 @@ impl LockManager {
         loop {
             // Listen before asking: a release published while the attempt is in flight must
             // still wake us.
-            let mut wake_up = watch.as_ref().map(|watch: &crate::wake::Watch| {
-                Box::pin(Arc::clone(watch.notify()).notified_owned())
-            });
-            if let Some(wake_up) = wake_up.as_mut() {
-                wake_up.as_mut().enable();
-            }
+            let mut wake_up = watch.as_ref().map(Watch::next_release);
             let sent = Instant::now();
             let attempt = self
                 .attempt(&keys, &token, ttl_millis, options.fencing_enabled(), wait)

@@ -12,6 +12,7 @@
 //! ttl runs out, so a lost message (reconnect, expiry instead of release) costs at most that.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisResult};
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::connection::Timeouts;
@@ -149,9 +151,13 @@ impl WakeHub {
 }
 
 impl Watch {
-    /// The notifier that a release on this channel triggers.
-    pub(crate) fn notify(&self) -> &Arc<Notify> {
-        &self.notify
+    /// Completes at the next release published on this channel. Registered before it returns,
+    /// so a release that lands before the first poll (while an attempt is in flight) still
+    /// completes it.
+    pub(crate) fn next_release(&self) -> Pin<Box<OwnedNotified>> {
+        let mut release = Box::pin(Arc::clone(&self.notify).notified_owned());
+        release.as_mut().enable();
+        release
     }
 }
 
