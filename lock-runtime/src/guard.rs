@@ -74,10 +74,15 @@ impl Held {
             tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
             Ok(())
         } else {
-            self.mark_lost("it was no longer ours at release");
-            Err(LockError::Lost {
-                key: self.keys.lock.to_string(),
-            })
+            Err(self.lost("it was no longer ours at release"))
+        }
+    }
+
+    /// Marks the lock lost (see [`Held::mark_lost`]) and returns the error that says so.
+    fn lost(&self, why: &str) -> LockError {
+        self.mark_lost(why);
+        LockError::Lost {
+            key: self.keys.lock.to_string(),
         }
     }
 }
@@ -178,10 +183,7 @@ impl LockGuard {
             tracing::debug!(target: "distlock", key = %held.keys.lock, ttl_ms = ttl_millis, "extended");
             Ok(())
         } else {
-            held.mark_lost("it was no longer ours when extending");
-            Err(LockError::Lost {
-                key: held.keys.lock.to_string(),
-            })
+            Err(held.lost("it was no longer ours when extending"))
         }
     }
 
