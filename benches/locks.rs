@@ -1023,14 +1023,13 @@ fn main() {
     // what the attribute adds.
     let manager = distlock::global().expect("initialised above").clone();
     let options = LockOptions::new().ttl(TTL);
-    let rslock_note = if support_rslock::AVAILABLE {
-        ""
-    } else {
-        "; rslock skipped: the rslock dev-dependency lacks its `tokio-comp` feature"
-    };
     println!(
-        "distlock bench: redis {redis_version} at {url} ({}), {} rounds after a warm-up round{rslock_note}",
-        if server.is_some() { "private server" } else { "REDIS_URL" },
+        "distlock bench: redis {redis_version} at {url} ({}), {} rounds after a warm-up round",
+        if server.is_some() {
+            "private server"
+        } else {
+            "REDIS_URL"
+        },
         config.rounds
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -1518,7 +1517,7 @@ fn main() {
     );
     let _ = writeln!(
         json,
-        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"backends_n\": {}, \"backends\": \"standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters\", \"redis\": {}, \"rslock\": {}, \"idle_spinners_during_cycle_and_backends\": {}}},",
+        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"backends_n\": {}, \"backends\": \"standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters\", \"redis\": {}, \"rslock\": true, \"idle_spinners_during_cycle_and_backends\": {}}},",
         config.rounds,
         config.cycle_n,
         config.contend_tasks,
@@ -1528,7 +1527,6 @@ fn main() {
         config.parallel_k,
         config.backends_n,
         json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
-        support_rslock::AVAILABLE,
         spinners_running,
     );
     json.push_str("  \"results\": [\n");

@@ -1,13 +1,9 @@
 //! rslock (crates.io, the best-known Rust Redis lock) as a contender of `benches/locks.rs`.
 //!
-//! Needs rslock's `tokio-comp` feature: without `tokio-comp` (or `smol-comp`) rslock compiles
-//! to an empty crate. `benches/locks.rs` includes this module, or `disabled.rs` beside it (same
-//! API, no rslock) while the dev-dependency lacks the feature.
+//! Needs rslock's `tokio-comp` feature (set in Cargo.toml): without `tokio-comp` (or
+//! `smol-comp`) rslock compiles to an empty crate.
 
 use std::time::Duration;
-
-/// Whether the bench can run rslock.
-pub const AVAILABLE: bool = true;
 
 /// One rslock `LockManager` on one Redis server (connects on first use, on the runtime of that
 /// first use: make one per runtime).
