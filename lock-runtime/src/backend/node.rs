@@ -20,7 +20,7 @@ impl Node {
         Node { connections }
     }
 
-    pub(crate) async fn connection(&self) -> RedisResult<Connection> {
+    async fn connection(&self) -> RedisResult<Connection> {
         self.connections.get().await
     }
 
