@@ -22,9 +22,10 @@
 //!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
 //!      (`redis::Script::invoke_async`), one after the other;
 //!    - `floor with distlock's commands`: the same raw client sending exactly what distlock
-//!      sends for an uncontended cycle (since f0de0d6: `SET NX PX`, then distlock's release
-//!      script, which also names the wait flag and the wake-up channel). A diagnostic: the
-//!      distance from it to distlock is client-side cost only;
+//!      sends for an uncontended cycle: `SET NX PX`, then distlock's release script, with the
+//!      same key and argument as the floor's (the script also looks for the waiters' mark in
+//!      the value it reads). A diagnostic: the distance from it to distlock is client-side cost
+//!      only;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that
@@ -108,10 +109,13 @@ return 0
 /// that sends exactly distlock's commands with raw redis-rs: the distance from it to distlock
 /// is what distlock's client side costs.
 const DISTLOCK_RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-    redis.call('PUBLISH', ARGV[2], KEYS[1])
-  end
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+if held == ARGV[1] .. '+waiters' then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1] .. ':distlock:released', KEYS[1])
   return 1
 end
 return 0
@@ -299,9 +303,7 @@ impl Floor {
         let deleted: i64 = self
             .distlock_release
             .key(&key)
-            .key(format!("{{{key}}}:distlock:waiting"))
             .arg(&token)
-            .arg(format!("{{{key}}}:distlock:released"))
             .invoke_async(&mut self.connection)
             .await
             .expect("floor: release script failed");
@@ -1019,6 +1021,18 @@ fn main() {
         )
         .expect("cannot connect distlock");
     distlock::init_with(global).expect("distlock::init_with failed");
+    // `connect` has just loaded distlock's release script: the diagnostic's copy must be known
+    // to Redis by its SHA, or the copy has drifted from lock-runtime/src/scripts.rs.
+    let copy_is_current: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(redis::Script::new(DISTLOCK_RELEASE).get_hash())
+        .query(&mut client.get_connection().expect("cannot connect to Redis"))
+        .expect("SCRIPT EXISTS failed");
+    assert_eq!(
+        copy_is_current,
+        [true],
+        "DISTLOCK_RELEASE in benches/locks.rs differs from lock-runtime/src/scripts.rs"
+    );
     // The manual API uses the global manager too, so it differs from the attribute only in
     // what the attribute adds.
     let manager = distlock::global().expect("initialised above").clone();

@@ -79,7 +79,7 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
         let options = options.clone();
         async move {
             let started = Instant::now();
-            // Contended: PTTL, SET of the wait flag, SUBSCRIBE.
+            // Contended: PTTL, GET and APPEND (the waiting mark), SUBSCRIBE.
             let guard = waiter_manager.acquire("everything", &options).await;
             (guard, started.elapsed())
         }

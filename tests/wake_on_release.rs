@@ -20,13 +20,17 @@ async fn connect(server: &RedisServer) -> LockManager {
         .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
 }
 
-/// The wake-up channel and the wait flag of the lock `name` (default prefix).
+/// The wake-up channel of the lock `name` (default prefix).
 fn channel_of(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:released")
+    format!("lock:{name}:distlock:released")
 }
 
-fn wait_flag_of(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:waiting")
+/// Whether a waiter has marked the lock `name` (default prefix): its value is the holder's
+/// token followed by `+waiters`.
+fn marked_as_awaited(server: &RedisServer, name: &str) -> bool {
+    server
+        .get(&format!("lock:{name}"))
+        .is_some_and(|value| value.ends_with("+waiters"))
 }
 
 /// The ids of the clients in pub/sub mode (`CLIENT LIST TYPE pubsub`).
@@ -81,10 +85,22 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         || server.pubsub_channels().contains(&channel),
     )
     .await;
-    eventually(Duration::from_secs(5), "B to set the wait flag", || {
-        server.exists(&wait_flag_of("w1"))
-    })
+    eventually(
+        Duration::from_secs(5),
+        "B to mark A's lock as awaited",
+        || marked_as_awaited(&server, "w1"),
+    )
     .await;
+    assert_eq!(
+        server.get("lock:w1"),
+        Some(format!("{}+waiters", held.token())),
+        "the mark follows A's token"
+    );
+    assert!(held.is_held().await.unwrap(), "a marked lock is still A's");
+    held.extend(Duration::from_secs(30))
+        .await
+        .expect("A can extend its marked lock");
+    assert!(server.pttl("lock:w1") > 25_000, "and the extension took");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -118,9 +134,10 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         || !server.pubsub_channels().contains(&channel),
     )
     .await;
-    assert!(
-        !server.exists(&wait_flag_of("w1")),
-        "A's release deleted the wait flag"
+    assert_eq!(
+        server.get("lock:w1").as_deref(),
+        Some(guard.token()),
+        "B's lock carries no mark: nobody waits for it"
     );
     guard.release().await.expect("B still holds its lock");
     assert!(!server.exists("lock:w1"));
@@ -177,9 +194,10 @@ async fn a_release_publishes_only_when_someone_waits() {
     // Uncontended: nobody waits, so the release publishes nothing.
     let before = server.command_count("publish");
     let guard = a.acquire("p1", &options).await.expect("free lock");
-    assert!(
-        !server.exists(&wait_flag_of("p1")),
-        "nobody waits, so no wait flag"
+    assert_eq!(
+        server.get("lock:p1").as_deref(),
+        Some(guard.token()),
+        "nobody waits, so no mark"
     );
     guard.release().await.expect("still ours");
     assert_eq!(
@@ -196,11 +214,8 @@ async fn a_release_publishes_only_when_someone_waits() {
     };
     eventually(
         Duration::from_secs(5),
-        "B to wait with the wait flag set",
-        || {
-            server.exists(&wait_flag_of("p2"))
-                && server.pubsub_channels().contains(&channel_of("p2"))
-        },
+        "B to wait, subscribed, with A's lock marked",
+        || marked_as_awaited(&server, "p2") && server.pubsub_channels().contains(&channel_of("p2")),
     )
     .await;
     let before = server.command_count("publish");

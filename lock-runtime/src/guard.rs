@@ -48,7 +48,7 @@ pub struct LockGuard {
 /// What the guard and its watchdog share.
 pub(crate) struct Held {
     pub(crate) manager: LockManager,
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) keys: LockKeys,
     pub(crate) token: Arc<str>,
     fence: Option<u64>,
     lost: AtomicBool,
@@ -90,7 +90,7 @@ impl Held {
 impl LockGuard {
     pub(crate) fn new(
         manager: LockManager,
-        keys: Arc<LockKeys>,
+        keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
         turn: Turn,

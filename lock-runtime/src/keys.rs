@@ -1,57 +1,56 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
-//! Every helper of a lock (wait flag, fencing counter, wake-up channel) must live in the lock
-//! key's hash slot, so that one script can touch them all on a Redis Cluster. A key's slot is
-//! decided by its hash tag (the text between the first `{` and the next `}`, when not empty) or
-//! else by the whole key; so a helper wraps the lock key in braces, or — when the lock key
-//! already carries a tag — appends to it and keeps the tag.
+//! Every helper key of a lock (the fencing counter) must live in the lock key's hash slot, so
+//! that one script can touch them all on a Redis Cluster. A key's slot is decided by its hash
+//! tag (the text between the first `{` and the next `}`, when not empty) or else by the whole
+//! key; so a helper wraps the lock key in braces, or — when the lock key already carries a tag —
+//! appends to it and keeps the tag. The wake-up channel is not a key (classic pub/sub reaches
+//! every node of a cluster) and is named by the release script itself, from the lock key.
 
 use std::sync::Arc;
 
-/// The names derived from one full lock key.
+/// The names derived from one full lock key. Cheap to clone: the key is shared, and the
+/// helpers, which only a contended or fenced lock needs, are made on demand.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
     /// The lock key itself: `prefix + name`. Shared, not copied, with the in-process queue that
     /// is keyed by it.
     pub(crate) lock: Arc<str>,
-    /// Exists while somebody waits: tells the release script to publish a wake-up.
-    pub(crate) wait_flag: String,
-    /// The pub/sub channel a release publishes on when someone waits.
-    pub(crate) wake_channel: String,
 }
 
 impl LockKeys {
-    /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
-    /// Made on demand: only the acquire script needs it.
-    pub(crate) fn fence(&self) -> String {
-        helper(&self.lock, "fence")
-    }
-
-    pub(crate) fn new(lock: &str) -> Self {
+    pub(crate) fn new(lock: String) -> Self {
         LockKeys {
-            wait_flag: helper(lock, "waiting"),
-            wake_channel: helper(lock, "released"),
             lock: Arc::from(lock),
         }
     }
+
+    /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
+    pub(crate) fn fence(&self) -> String {
+        let mut name = String::with_capacity(self.lock.len() + 2 + FENCE_SUFFIX.len());
+        if has_hash_tag(&self.lock) {
+            name.push_str(&self.lock);
+        } else {
+            name.push('{');
+            name.push_str(&self.lock);
+            name.push('}');
+        }
+        name.push_str(FENCE_SUFFIX);
+        name
+    }
+
+    /// The pub/sub channel a release publishes on when someone waits: the lock key followed by
+    /// [`crate::scripts::WAKE_CHANNEL_SUFFIX`], as the release script names it.
+    pub(crate) fn wake_channel(&self) -> String {
+        let suffix = crate::scripts::WAKE_CHANNEL_SUFFIX;
+        let mut name = String::with_capacity(self.lock.len() + suffix.len());
+        name.push_str(&self.lock);
+        name.push_str(suffix);
+        name
+    }
 }
 
-/// `{key}:distlock:suffix`, or `key:distlock:suffix` when `key` already has a hash tag (which
-/// then still decides the slot). Built by hand, not with `format!`: this runs for every lock.
-fn helper(key: &str, suffix: &str) -> String {
-    const MIDDLE: &str = ":distlock:";
-    let mut name = String::with_capacity(key.len() + MIDDLE.len() + suffix.len() + 2);
-    if has_hash_tag(key) {
-        name.push_str(key);
-    } else {
-        name.push('{');
-        name.push_str(key);
-        name.push('}');
-    }
-    name.push_str(MIDDLE);
-    name.push_str(suffix);
-    name
-}
+const FENCE_SUFFIX: &str = ":distlock:fence";
 
 /// Whether Redis Cluster would hash `key` by a tag rather than by the whole key.
 fn has_hash_tag(key: &str) -> bool {
@@ -66,17 +65,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn helpers_wrap_an_untagged_key_in_braces() {
-        let keys = LockKeys::new("lock:trace:1");
-        assert_eq!(keys.wait_flag, "{lock:trace:1}:distlock:waiting");
+    fn the_fencing_counter_wraps_an_untagged_key_in_braces() {
+        let keys = LockKeys::new("lock:trace:1".to_owned());
         assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
-        assert_eq!(keys.wake_channel, "{lock:trace:1}:distlock:released");
     }
 
     #[test]
-    fn helpers_keep_an_existing_hash_tag() {
-        let keys = LockKeys::new("lock:{user:7}:cart");
+    fn the_fencing_counter_keeps_an_existing_hash_tag() {
+        let keys = LockKeys::new("lock:{user:7}:cart".to_owned());
         assert_eq!(keys.fence(), "lock:{user:7}:cart:distlock:fence");
+    }
+
+    #[test]
+    fn the_wake_channel_is_the_lock_key_and_a_suffix() {
+        let keys = LockKeys::new("lock:trace:1".to_owned());
+        assert_eq!(keys.wake_channel(), "lock:trace:1:distlock:released");
     }
 
     #[test]

@@ -335,11 +335,7 @@ impl LockManager {
 
     /// Checks `options` against what this deployment can do and names the lock's keys; returns
     /// the ttl in milliseconds with the keys.
-    fn prepare(
-        &self,
-        name: &str,
-        options: &LockOptions,
-    ) -> Result<(u64, Arc<LockKeys>), LockError> {
+    fn prepare(&self, name: &str, options: &LockOptions) -> Result<(u64, LockKeys), LockError> {
         let ttl_millis = options.validate()?;
         if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
             return Err(LockError::config(
@@ -352,14 +348,14 @@ impl LockManager {
         let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
         lock.push_str(&self.inner.key_prefix);
         lock.push_str(name);
-        Ok((ttl_millis, Arc::new(LockKeys::new(&lock))))
+        Ok((ttl_millis, LockKeys::new(lock)))
     }
 
     /// The guard of a lock just acquired with the attempt sent at `sent`, with its watchdog
     /// when the options ask for one.
     fn guard(
         &self,
-        keys: Arc<LockKeys>,
+        keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
         turn: Turn,
@@ -387,14 +383,14 @@ impl LockManager {
     /// attempt).
     async fn attempt(
         &self,
-        keys: &Arc<LockKeys>,
+        keys: &LockKeys,
         token: &Arc<str>,
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
     ) -> redis::RedisResult<Attempt> {
         let (manager, request_keys, request_token) =
-            (self.clone(), Arc::clone(keys), Arc::clone(token));
+            (self.clone(), keys.clone(), Arc::clone(token));
         let request = async move {
             manager
                 .inner
@@ -403,7 +399,7 @@ impl LockManager {
                 .await
         };
         let (manager, cleanup_keys, cleanup_token) =
-            (self.clone(), Arc::clone(keys), Arc::clone(token));
+            (self.clone(), keys.clone(), Arc::clone(token));
         let outcome = FinishOnDrop::new(request, move |outcome| async move {
             match outcome {
                 Ok(Attempt::Acquired { .. }) => {
@@ -425,7 +421,7 @@ impl LockManager {
         .await;
         if let Err(error) = &outcome {
             if may_have_run(error) {
-                let (manager, keys, token) = (self.clone(), Arc::clone(keys), Arc::clone(token));
+                let (manager, keys, token) = (self.clone(), keys.clone(), Arc::clone(token));
                 drop(tokio::spawn(async move {
                     manager.release_unanswered(&keys, &token, ttl_millis).await;
                 }));

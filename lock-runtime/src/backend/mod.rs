@@ -167,7 +167,7 @@ impl Backend {
 
     /// Subscribes to the lock's releases (see [`WakeHub::watch`]).
     pub(crate) async fn watch(&self, keys: &LockKeys) -> RedisResult<Watch> {
-        self.wake.watch(&keys.wake_channel).await
+        self.wake.watch(&keys.wake_channel()).await
     }
 
     /// Resource counts for leak tests: (runtime connections, watched channels).

@@ -36,7 +36,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        let probe = LockKeys::new("distlock:connect-probe");
+        let probe = LockKeys::new("distlock:connect-probe".to_owned());
         self.unlock(&probe, "no token matches this").await.map(drop)
     }
 
@@ -67,8 +67,11 @@ impl Node {
                 Attempt::Held { remaining: None }
             });
         }
-        let fence = keys.fence();
-        let mut cmd = scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &keys.wait_flag, &fence]);
+        let mut cmd = if fencing {
+            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &keys.fence()])
+        } else {
+            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock])
+        };
         cmd.arg(token)
             .arg(ttl_millis)
             .arg(flag(fencing))
@@ -89,11 +92,10 @@ impl Node {
     /// Deletes the lock if it is still ours (waking its waiters); `false` if it was not ours.
     ///
     /// On a Redis Cluster in flux the release is tried again for a while rather than left to
-    /// the ttl: while the lock's slot is half-migrated the script (two keys, the wait flag
-    /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
-    /// redis-rs gave up following, or a refused connection to the master that just died. Each
-    /// of these means the script did not run, so trying again cannot release twice; acquires
-    /// need no such loop, they retry until their deadline.
+    /// the ttl: during a failover Redis answers CLUSTERDOWN or a MOVED that redis-rs gave up
+    /// following, or the master that just died refuses the connection. Each of these means the
+    /// script did not run, so trying again cannot release twice; acquires need no such loop,
+    /// they retry until their deadline.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
         let mut pause = CLUSTER_IN_FLUX_RETRY.1;
@@ -119,8 +121,8 @@ impl Node {
         keys: &LockKeys,
         token: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &keys.wait_flag]);
-        cmd.arg(token).arg(&keys.wake_channel);
+        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock]);
+        cmd.arg(token);
         let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
         Ok(deleted == 1)
     }
@@ -139,14 +141,14 @@ impl Node {
         Ok(extended == 1)
     }
 
-    /// Whether the lock key holds `token` now.
+    /// Whether the lock key holds `token` now (marked as awaited or not).
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let holder: Option<String> = redis::cmd("GET")
             .arg(&*keys.lock)
             .query_async(&mut connection)
             .await?;
-        Ok(holder.as_deref() == Some(token))
+        Ok(holder.is_some_and(|value| scripts::holds(&value, token)))
     }
 }
 
