@@ -6,13 +6,20 @@ use once_cell::sync::Lazy;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
-/// `EVALSHA <sha> <number of keys> <keys...>`; the caller appends the `ARGV` values.
+/// `EVALSHA <sha> <number of keys> <keys...>`; the caller appends `argv_count` values of up to
+/// `argv_bytes` bytes in all.
 ///
 /// Built directly rather than through `Script::key(..).arg(..)`, which first copies every key and
-/// value into buffers of its own: this runs for every lock.
-pub(crate) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len());
+/// value into buffers of its own, and sized up front so that adding the arguments never
+/// reallocates: this runs for every lock.
+pub(crate) fn evalsha(script: &Script, keys: &[&str], argv_count: usize, argv_bytes: usize) -> Cmd {
+    let keys_bytes: usize = keys.iter().map(|key| key.len()).sum();
+    // "EVALSHA", the 40-hex-digit SHA, the key count (one or two digits).
+    let mut cmd = Cmd::with_capacity(
+        3 + keys.len() + argv_count,
+        7 + 40 + 2 + keys_bytes + argv_bytes,
+    );
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }

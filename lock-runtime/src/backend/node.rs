@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisResult;
+use redis::{Cmd, RedisResult, Value};
 
 use super::{Attempt, Wait};
 use crate::connection::{Connection, Connections};
@@ -53,24 +53,36 @@ impl Node {
         let mut connection = self.connection().await?;
         if !fencing && wait == Wait::FirstTry {
             // The plain command: no script to run when the lock is free, which is most times.
-            let set: Option<String> = redis::cmd("SET")
+            // Sized up front ("SET", key, token, "NX", "PX", up to 20 digits): no reallocation.
+            let mut set = Cmd::with_capacity(6, 3 + keys.lock.len() + token.len() + 4 + 20);
+            set.arg("SET")
                 .arg(&*keys.lock)
                 .arg(token)
                 .arg("NX")
                 .arg("PX")
-                .arg(ttl_millis)
-                .query_async(&mut connection)
-                .await?;
-            return Ok(if set.is_some() {
-                Attempt::Acquired { fence: None }
-            } else {
-                Attempt::Held { remaining: None }
-            });
+                .arg(ttl_millis);
+            // `+OK` or a nil reply: read as a `Value`, which needs no allocation for either.
+            return match set.query_async(&mut connection).await? {
+                Value::Okay => Ok(Attempt::Acquired { fence: None }),
+                Value::Nil => Ok(Attempt::Held { remaining: None }),
+                other => Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "SET NX PX answered neither OK nor nil",
+                    format!("{other:?}"),
+                ))),
+            };
         }
+        // Arguments: the token, the ttl and two one-digit flags.
+        let argv_bytes = token.len() + 20 + 2;
         let mut cmd = if fencing {
-            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &keys.fence()])
+            scripts::evalsha(
+                &scripts::ACQUIRE,
+                &[&keys.lock, &keys.fence()],
+                4,
+                argv_bytes,
+            )
         } else {
-            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock])
+            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock], 4, argv_bytes)
         };
         cmd.arg(token)
             .arg(ttl_millis)
@@ -121,7 +133,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock]);
+        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock], 1, token.len());
         cmd.arg(token);
         let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
         Ok(deleted == 1)
@@ -135,7 +147,7 @@ impl Node {
         ttl_millis: u64,
     ) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
-        let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock]);
+        let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
         cmd.arg(token).arg(ttl_millis);
         let extended: i64 = scripts::run(&scripts::EXTEND, &cmd, &mut connection).await?;
         Ok(extended == 1)
