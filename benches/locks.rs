@@ -71,7 +71,9 @@
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
-//! of them alike. A figure is the median over the rounds, with min..max as its spread. A ratio
+//! of them alike. In workload 1 (and so 4), whose contenders are within a few percent of each
+//! other, a round goes further: its `N` cycles per contender run in turns of 250 cycles (about
+//! 20 ms), the contenders taking turns in rotated order, so that each samples the same moments. A figure is the median over the rounds, with min..max as its spread. A ratio
 //! is the median over the rounds of the round's ratio (contenders of one round ran within a
 //! second or two of each other, so pairing cancels most of the machine's drift). Targets are
 //! judged on these medians, except the longest wait, which is judged on the worst round. A section that starts before the previous one ended fails the
@@ -447,6 +449,59 @@ fn rounds<T>(
             let result = run(contender, warm_up);
             if !warm_up {
                 results[contender].push(result);
+            }
+        }
+    }
+    results
+}
+
+/// Cycles per turn in [`interleaved_rounds`]: about 20 ms of workload 1, short enough that the
+/// machine's drift barely changes from one contender's turn to the next.
+const CYCLE_BLOCK: u64 = 250;
+
+/// Like [`rounds`], for workload 1, whose contenders differ by a few percent at most: each
+/// round's `n` cycles per contender run in turns of [`CYCLE_BLOCK`] cycles, the contenders
+/// taking turns in an order rotated from turn to turn, so that every contender samples the
+/// same moments of the round. `run(contender, count)` runs `count` cycles and returns
+/// per-cycle figures; a contender's round is the cycle-weighted mean of its turns.
+fn interleaved_rounds(
+    contenders: usize,
+    rounds: usize,
+    n: usize,
+    mut run: impl FnMut(usize, u64) -> (f64, Option<f64>, Option<f64>),
+) -> Vec<Vec<(f64, Option<f64>, Option<f64>)>> {
+    let mut results: Vec<Vec<(f64, Option<f64>, Option<f64>)>> =
+        (0..contenders).map(|_| Vec::new()).collect();
+    let add = |sum: Option<f64>, value: Option<f64>, weight: f64| {
+        sum.zip(value).map(|(sum, value)| sum + value * weight)
+    };
+    for round in 0..=rounds {
+        let warm_up = round == 0;
+        let n = if warm_up { n.div_ceil(10) } else { n } as u64;
+        let mut sums = vec![(0.0, Some(0.0), Some(0.0)); contenders];
+        let mut done = 0;
+        for turn in 0.. {
+            if done >= n {
+                break;
+            }
+            let count = CYCLE_BLOCK.min(n - done);
+            for step in 0..contenders {
+                let contender = (round + turn + step) % contenders;
+                let (time, client, redis) = run(contender, count);
+                let weight = count as f64;
+                let sum = &mut sums[contender];
+                *sum = (
+                    sum.0 + time * weight,
+                    add(sum.1, client, weight),
+                    add(sum.2, redis, weight),
+                );
+            }
+            done += count;
+        }
+        if !warm_up {
+            let mean = |sum: f64| sum / n as f64;
+            for (contender, sum) in sums.into_iter().enumerate() {
+                results[contender].push((mean(sum.0), sum.1.map(mean), sum.2.map(mean)));
             }
         }
     }
@@ -1069,18 +1124,17 @@ fn main() {
         }
         cyclers.retain(|(name, _)| config.includes(name));
         let n = config.cycle_n;
-        let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
-            let n = if warm_up { n.div_ceil(10) } else { n } as u64;
-            let first = next_keys(n);
+        let results = interleaved_rounds(cyclers.len(), config.rounds, n, |contender, count| {
+            let first = next_keys(count);
             let cycler = &mut cyclers[contender].1;
-            let (elapsed, client_cpu, redis_cpu) = meter.measure(n, || {
+            let (elapsed, client_cpu, redis_cpu) = meter.measure(count, || {
                 single.block_on(async {
                     let start = Instant::now();
-                    cycler.run(first..first + n).await;
+                    cycler.run(first..first + count).await;
                     start.elapsed()
                 })
             });
-            (micros(elapsed) / n as f64, client_cpu, redis_cpu)
+            (micros(elapsed) / count as f64, client_cpu, redis_cpu)
         });
         let names: Vec<_> = cyclers.iter().map(|(name, _)| *name).collect();
         push_cycle_rows(

@@ -41,7 +41,8 @@ pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, Loc
 /// Releases after the body. Never fails the function: the body's result is what the caller
 /// gets, and a lock that was lost meanwhile (or a release Redis did not answer) is logged.
 pub async fn release(guard: LockGuard) {
-    let key = guard.key().to_owned();
+    // Shared, not copied: only a warning needs it, after `release` has consumed the guard.
+    let key = guard.shared_key();
     match guard.release().await {
         Ok(()) => {}
         Err(LockError::Lost { .. }) => tracing::warn!(

@@ -128,7 +128,13 @@ impl LockGuard {
         &self.held.keys.lock
     }
 
-    /// The token stored in the lock key: a fresh UUID v4 for every acquisition.
+    /// The key, shared rather than copied: for callers that need it after the guard is gone.
+    pub(crate) fn shared_key(&self) -> Arc<str> {
+        Arc::clone(&self.held.keys.lock)
+    }
+
+    /// The token stored in the lock key: a fresh UUID v4 for every acquisition. (While another
+    /// process waits for the lock, the key's value is this token followed by `+waiters`.)
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) {
