@@ -455,6 +455,10 @@ fn rounds<T>(
     results
 }
 
+/// One contender's round of workload 1: time, client CPU and Redis CPU per cycle
+/// (microseconds; CPU when it could be read).
+type CycleRound = (f64, Option<f64>, Option<f64>);
+
 /// Cycles per turn in [`interleaved_rounds`]: about 20 ms of workload 1, short enough that the
 /// machine's drift barely changes from one contender's turn to the next.
 const CYCLE_BLOCK: u64 = 250;
@@ -468,9 +472,9 @@ fn interleaved_rounds(
     contenders: usize,
     rounds: usize,
     n: usize,
-    mut run: impl FnMut(usize, u64) -> (f64, Option<f64>, Option<f64>),
-) -> Vec<Vec<(f64, Option<f64>, Option<f64>)>> {
-    let mut results: Vec<Vec<(f64, Option<f64>, Option<f64>)>> =
+    mut run: impl FnMut(usize, u64) -> CycleRound,
+) -> Vec<Vec<CycleRound>> {
+    let mut results: Vec<Vec<CycleRound>> =
         (0..contenders).map(|_| Vec::new()).collect();
     let add = |sum: Option<f64>, value: Option<f64>, weight: f64| {
         sum.zip(value).map(|(sum, value)| sum + value * weight)
