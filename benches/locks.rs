@@ -1517,10 +1517,17 @@ fn main() {
     }
     let _ = writeln!(
         out,
+        "note: rslock sends the floor's own two commands for an uncontended cycle, so it can only \
+         be ~1.0 x distlock there (a cycle is two round trips for any lock whose release is \
+         awaited); the two differ under contention (workload 2)"
+    );
+    let _ = writeln!(
+        out,
         "\ncycle: {} cycles per round; contend: {} tasks x {} sections, {} ms critical section (spin \
          until acquired + 1 ms, yield_now between checks); parallel: {} tasks x {} cycles; {} rounds \
-         after a warm-up, every contender once per round in rotated order; median and min..max \
-         over rounds, ratios are medians of per-round ratios; the longest-wait target is judged on the worst round",
+         after a warm-up, every contender once per round in rotated order (workload 1: in turns of \
+         {CYCLE_BLOCK} cycles); median and min..max over rounds, ratios are medians of per-round \
+         ratios; the longest-wait target is judged on the worst round",
         config.cycle_n,
         config.contend_tasks,
         config.contend_m,
