@@ -474,8 +474,7 @@ fn interleaved_rounds(
     n: usize,
     mut run: impl FnMut(usize, u64) -> CycleRound,
 ) -> Vec<Vec<CycleRound>> {
-    let mut results: Vec<Vec<CycleRound>> =
-        (0..contenders).map(|_| Vec::new()).collect();
+    let mut results: Vec<Vec<CycleRound>> = (0..contenders).map(|_| Vec::new()).collect();
     let add = |sum: Option<f64>, value: Option<f64>, weight: f64| {
         sum.zip(value).map(|(sum, value)| sum + value * weight)
     };

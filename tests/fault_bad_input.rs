@@ -378,6 +378,40 @@ async fn a_fencing_counter_that_cannot_be_incremented_fails_the_acquire_and_leav
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_that_holds_another_type_is_an_error_that_says_so() {
+    let server = RedisServer::start();
+    // Something else in the application stores a list under the lock's key name.
+    let () = redis::cmd("RPUSH")
+        .arg("lock:jobs")
+        .arg("job-1")
+        .query(&mut server.conn())
+        .unwrap();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let started = Instant::now();
+    let error = manager
+        .acquire("jobs", &options().timeout(Duration::from_secs(5)))
+        .await
+        .map(drop)
+        .expect_err("a list is not a free lock");
+    let took = started.elapsed();
+    eprintln!("acquire ({took:?}): {error}");
+    assert!(matches!(error, LockError::Redis(_)), "{error:?}");
+    assert!(
+        error.to_string().contains("key prefix of their own"),
+        "{error}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "reported at once, not at the 5 s deadline: {took:?}"
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg("lock:jobs")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(kind, "list", "the application's list is untouched");
+}
+
 /// A TCP server on a free port that handles every connection with `serve` on its own thread.
 fn fake_server(serve: fn(std::net::TcpStream)) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
