@@ -22,10 +22,10 @@
 //!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
 //!      (`redis::Script::invoke_async`), one after the other;
 //!    - `floor with distlock's commands`: the same raw client sending exactly what distlock
-//!      sends for an uncontended cycle: `SET NX PX`, then distlock's release script, with the
-//!      same key and argument as the floor's (the script also looks for the waiters' mark in
-//!      the value it reads). A diagnostic: the distance from it to distlock is client-side cost
-//!      only;
+//!      sends for an uncontended cycle: `SET NX PX`, then distlock's release script, which also
+//!      names the lock's waiters key (whose name is the wake-up channel too). A diagnostic: the
+//!      distance from it to distlock is client-side cost only, and from the floor to it the
+//!      cost of that extra key;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that
@@ -111,13 +111,10 @@ return 0
 /// that sends exactly distlock's commands with raw redis-rs: the distance from it to distlock
 /// is what distlock's client side costs.
 const DISTLOCK_RELEASE: &str = r"
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-if held == ARGV[1] .. '+waiters' then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. ':distlock:released', KEYS[1])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
+    redis.call('PUBLISH', KEYS[2], KEYS[1])
+  end
   return 1
 end
 return 0
@@ -305,6 +302,7 @@ impl Floor {
         let deleted: i64 = self
             .distlock_release
             .key(&key)
+            .key(format!("{{{key}}}:distlock:waiters"))
             .arg(&token)
             .invoke_async(&mut self.connection)
             .await

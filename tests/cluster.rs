@@ -58,10 +58,6 @@ fn exists_on(node: &RedisServer, key: &str) -> redis::RedisResult<bool> {
         .map(|n| n == 1)
 }
 
-fn value_on(node: &RedisServer, key: &str) -> redis::RedisResult<Option<String>> {
-    redis::cmd("GET").arg(key).query(&mut node.conn())
-}
-
 /// One lock name per master: `lock:<prefix><i>` for the first `i` whose slot each master owns.
 fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
     let mut by_master = BTreeMap::new();
@@ -142,11 +138,13 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
         }
     }
 
-    // A fenced holder, and the annotated function waiting behind it: the fencing counter lives
-    // on the same node as the lock, in its slot; the waiter marks the lock's value there.
+    // A fenced holder, and the annotated function waiting behind it: the fencing counter and
+    // the waiters key live on the same node as the lock, in its slot.
     let fence_key = "{lock:job:1}:distlock:fence";
+    let waiters_key = "{lock:job:1}:distlock:waiters";
     let slot = cluster.slot_of(key);
     assert_eq!(cluster.slot_of(fence_key), slot);
+    assert_eq!(cluster.slot_of(waiters_key), slot);
     // The holder is another manager (another "process"): waiters of the same manager queue
     // in the process and never reach Redis.
     let other_process = cluster_manager(&cluster.urls()).await;
@@ -169,11 +167,10 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
         async move { job(1, seen).await }
     });
     let deadline = Instant::now() + Duration::from_secs(5);
-    let marked = format!("{}+waiters", holder.token());
-    while value_on(owner, key).unwrap().as_deref() != Some(marked.as_str()) {
+    while !exists_on(owner, waiters_key).unwrap() {
         assert!(
             Instant::now() < deadline,
-            "the waiting call never marked the lock's value on the lock's node"
+            "the waiting call never set the waiters key on the lock's node"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -185,6 +182,10 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
     assert_eq!(waiting.await.unwrap().expect("the waiter then runs"), 2);
     assert_eq!(seen.lock().unwrap().len(), 2);
     assert!(!cluster.exists(key));
+    assert!(
+        !cluster.exists(waiters_key),
+        "the release removes the waiters key"
+    );
 
     let next = manager
         .acquire("job:1", &LockOptions::new().fencing(true))

@@ -207,7 +207,9 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
     let granted = granted_to_cancelled.0.load(Ordering::Relaxed);
     eprintln!(
         "storm of {OPERATIONS} in {storm:?}: {completed} completed, {cancelled} cancelled, \
-         {granted} locks granted to an acquire cancelled in flight (and released)"
+         {granted} locks granted to an acquire cancelled in flight (and released); \
+         {} waiters keys left to expire",
+        server.keys("{lock:*}:distlock:waiters").len()
     );
 
     assert!(

@@ -21,7 +21,7 @@ use support::{spawn_self, wait_all, wait_until, RedisServer};
 const TTL: Duration = Duration::from_secs(2);
 const URL_VAR: &str = "DISTLOCK_KILLED_URL";
 const LOCK_KEY: &str = "lock:victim";
-const WAKE_CHANNEL: &str = "lock:victim:distlock:released";
+const WAKE_CHANNEL: &str = "{lock:victim}:distlock:waiters";
 
 fn unix_millis() -> u64 {
     let since_epoch = SystemTime::now()

@@ -2,7 +2,7 @@
 //! distinct keys, contended on one key across two processes (two managers), with fencing, with
 //! auto-extension, released by drop, and acquisitions of a key the other process holds,
 //! abandoned by timeout or by dropping the future mid-flight — nothing is left behind: no local queue, no wake-up subscription, no
-//! extra connection, no lock key, no tokio task.
+//! extra connection, no lock key, no waiters key, no tokio task.
 
 mod support;
 
@@ -297,7 +297,7 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
         server.keys("lock:*").is_empty()
     })
     .await;
-    // Only fencing counters may stay (they must: they keep tokens increasing).
+    // Only fencing counters may stay (they must: they keep tokens increasing); no waiters key.
     let leftovers: Vec<String> = server
         .keys("*")
         .into_iter()

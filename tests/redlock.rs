@@ -32,18 +32,12 @@ async fn connection(server: &RedisServer) -> MultiplexedConnection {
         .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
 }
 
-/// The indexes of the running masters on which `key` holds `token` (alone, or marked as
-/// awaited: `<token>+waiters`).
+/// The indexes of the running masters on which `key` holds exactly `token`.
 fn token_holders(servers: &RedisServers, key: &str, token: &str) -> Vec<usize> {
     servers
         .iter()
         .enumerate()
-        .filter(|(_, server)| {
-            server.is_running()
-                && server.get(key).is_some_and(|value| {
-                    value == token || value.strip_prefix(token) == Some("+waiters")
-                })
-        })
+        .filter(|(_, server)| server.is_running() && server.get(key).as_deref() == Some(token))
         .map(|(i, _)| i)
         .collect()
 }

@@ -79,7 +79,7 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
         let options = options.clone();
         async move {
             let started = Instant::now();
-            // Contended: PTTL, GET and APPEND (the waiting mark), SUBSCRIBE.
+            // Contended: PTTL, SET of the waiters key, SUBSCRIBE.
             let guard = waiter_manager.acquire("everything", &options).await;
             (guard, started.elapsed())
         }
@@ -146,6 +146,43 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
         Vec::<String>::new(),
         "nothing left held"
     );
+}
+
+/// The key patterns the README says the minimal ACL may be narrowed to: "(`~*` may be narrowed
+/// to your prefix, e.g. `~lock:* ~{lock:*`)".
+fn readme_narrowed_key_patterns() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("may be narrowed to your prefix, e.g. `")
+        .expect("README.md says how to narrow the ACL's keys")
+        + "may be narrowed to your prefix, e.g. `".len();
+    let patterns = &readme[start..];
+    let patterns = &patterns[..patterns
+        .find('`')
+        .expect("the patterns end with a backtick")];
+    patterns.split_whitespace().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_narrowed_to_the_key_prefix_as_the_readme_says_is_enough() {
+    let server = RedisServer::start();
+    let commands = readme_acl_commands();
+    let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let url = server.add_acl_user("locker", "s3cret", &allowed);
+    let patterns = readme_narrowed_key_patterns();
+    assert!(
+        patterns.iter().all(|pattern| pattern.starts_with('~')),
+        "key patterns: {patterns:?}"
+    );
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("resetkeys")
+        .arg(&patterns)
+        .query(&mut server.conn())
+        .expect("the README's key patterns are valid ACL rules");
+    // Connecting (its probe release included), fencing, extend, a woken waiter, release.
+    everything(&url, None).await;
 }
 
 #[tokio::test]

@@ -20,17 +20,10 @@ async fn connect(server: &RedisServer) -> LockManager {
         .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
 }
 
-/// The wake-up channel of the lock `name` (default prefix).
-fn channel_of(name: &str) -> String {
-    format!("lock:{name}:distlock:released")
-}
-
-/// Whether a waiter has marked the lock `name` (default prefix): its value is the holder's
-/// token followed by `+waiters`.
-fn marked_as_awaited(server: &RedisServer, name: &str) -> bool {
-    server
-        .get(&format!("lock:{name}"))
-        .is_some_and(|value| value.ends_with("+waiters"))
+/// The waiters key of the lock `name` (default prefix): it exists while someone waits, and its
+/// name is also the lock's wake-up channel.
+fn waiters_of(name: &str) -> String {
+    format!("{{lock:{name}}}:distlock:waiters")
 }
 
 /// The ids of the clients in pub/sub mode (`CLIENT LIST TYPE pubsub`).
@@ -78,29 +71,17 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
     };
 
     // B waits subscribed to the wake-up channel, and has told the release script so.
-    let channel = channel_of("w1");
+    let channel = waiters_of("w1");
     eventually(
         Duration::from_secs(5),
         "B to subscribe to the wake-up channel",
         || server.pubsub_channels().contains(&channel),
     )
     .await;
-    eventually(
-        Duration::from_secs(5),
-        "B to mark A's lock as awaited",
-        || marked_as_awaited(&server, "w1"),
-    )
+    eventually(Duration::from_secs(5), "B to set the waiters key", || {
+        server.exists(&waiters_of("w1"))
+    })
     .await;
-    assert_eq!(
-        server.get("lock:w1"),
-        Some(format!("{}+waiters", held.token())),
-        "the mark follows A's token"
-    );
-    assert!(held.is_held().await.unwrap(), "a marked lock is still A's");
-    held.extend(Duration::from_secs(30))
-        .await
-        .expect("A can extend its marked lock");
-    assert!(server.pttl("lock:w1") > 25_000, "and the extension took");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -134,10 +115,9 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         || !server.pubsub_channels().contains(&channel),
     )
     .await;
-    assert_eq!(
-        server.get("lock:w1").as_deref(),
-        Some(guard.token()),
-        "B's lock carries no mark: nobody waits for it"
+    assert!(
+        !server.exists(&waiters_of("w1")),
+        "A's release deleted the waiters key"
     );
     guard.release().await.expect("B still holds its lock");
     assert!(!server.exists("lock:w1"));
@@ -182,6 +162,72 @@ async fn without_a_release_the_waiter_retries_when_the_ttl_runs_out() {
     guard.release().await.expect("B holds it");
 }
 
+/// `EVAL script 1 key token [arg]` on a helper connection: a hand-written client's call.
+fn eval_by_hand(server: &RedisServer, script: &str, key: &str, args: &[&str]) -> i64 {
+    redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg(key)
+        .arg(args)
+        .query(&mut server.conn())
+        .unwrap_or_else(|error| panic!("EVAL on {key} failed: {error}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_lock_sharing_the_keys_is_never_disturbed_by_waiters() {
+    // The seeds' Python lock on the same key: `SET NX` with its own token, extend and release
+    // by comparing `GET` with that token. distlock's waiter must never write into that key.
+    let server = RedisServer::start();
+    let distlock = connect(&server).await;
+    set_px(&server, "lock:shared", "hand-written-token", 2_000);
+    let waiter = {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        tokio::spawn(async move { distlock.acquire("shared", &options).await })
+    };
+    eventually(
+        Duration::from_secs(5),
+        "distlock to wait, subscribed, with its waiters key set",
+        || {
+            server.exists(&waiters_of("shared"))
+                && server.pubsub_channels().contains(&waiters_of("shared"))
+        },
+    )
+    .await;
+    assert_eq!(
+        server.get("lock:shared").as_deref(),
+        Some("hand-written-token"),
+        "the waiter wrote into a key it does not hold"
+    );
+    let extend = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                  return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+    let release = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                   return redis.call('DEL', KEYS[1]) end return 0";
+    assert_eq!(
+        eval_by_hand(
+            &server,
+            extend,
+            "lock:shared",
+            &["hand-written-token", "2000"]
+        ),
+        1,
+        "the hand-written holder can still extend"
+    );
+    assert_eq!(
+        eval_by_hand(&server, release, "lock:shared", &["hand-written-token"]),
+        1,
+        "the hand-written holder can still release"
+    );
+    // Its release publishes nothing: distlock gets the lock when it retries, at the latest when
+    // the holder's 2 s ttl would have run out.
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("distlock retried within the holder's ttl")
+        .expect("waiter task")
+        .expect("distlock acquires");
+    assert_eq!(server.get("lock:shared").as_deref(), Some(guard.token()));
+    guard.release().await.expect("still ours");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_publishes_only_when_someone_waits() {
     let server = RedisServer::start();
@@ -194,10 +240,9 @@ async fn a_release_publishes_only_when_someone_waits() {
     // Uncontended: nobody waits, so the release publishes nothing.
     let before = server.command_count("publish");
     let guard = a.acquire("p1", &options).await.expect("free lock");
-    assert_eq!(
-        server.get("lock:p1").as_deref(),
-        Some(guard.token()),
-        "nobody waits, so no mark"
+    assert!(
+        !server.exists(&waiters_of("p1")),
+        "nobody waits, so no waiters key"
     );
     guard.release().await.expect("still ours");
     assert_eq!(
@@ -214,8 +259,8 @@ async fn a_release_publishes_only_when_someone_waits() {
     };
     eventually(
         Duration::from_secs(5),
-        "B to wait, subscribed, with A's lock marked",
-        || marked_as_awaited(&server, "p2") && server.pubsub_channels().contains(&channel_of("p2")),
+        "B to wait with the waiters key set",
+        || server.exists(&waiters_of("p2")) && server.pubsub_channels().contains(&waiters_of("p2")),
     )
     .await;
     let before = server.command_count("publish");
@@ -384,7 +429,7 @@ async fn a_waiter_is_still_woken_after_its_wake_up_connection_drops() {
         let b = b.clone();
         tokio::spawn(async move { b.acquire("w3", &options).await })
     };
-    let channel = channel_of("w3");
+    let channel = waiters_of("w3");
     eventually(Duration::from_secs(5), "B to subscribe", || {
         server.pubsub_channels().contains(&channel)
     })

@@ -193,8 +193,11 @@ impl LockManagerBuilder {
                 Backend::redlock(masters, self.timeouts, self.node_timeout)
             }
         };
+        // Under the key prefix, so an ACL narrowed to the prefix (`~lock:* ~{lock:*`) allows it.
+        let probe =
+            crate::keys::LockKeys::new(format!("{}distlock:connect-probe", self.key_prefix));
         let manager = LockManager::new(backend, self.key_prefix, describe(&self.topology));
-        manager.backend().ping().await?;
+        manager.backend().ping(&probe).await?;
         Ok(manager)
     }
 }

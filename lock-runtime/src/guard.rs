@@ -133,8 +133,7 @@ impl LockGuard {
         Arc::clone(&self.held.keys.lock)
     }
 
-    /// The token stored in the lock key: a fresh UUID v4 for every acquisition. (While another
-    /// process waits for the lock, the key's value is this token followed by `+waiters`.)
+    /// The token stored in the lock key: a fresh UUID v4 for every acquisition.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) {

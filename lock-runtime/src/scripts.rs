@@ -42,61 +42,36 @@ where
     }
 }
 
-/// Written after the holder's token, in the lock's value, by a waiter: "someone waits for this
-/// lock, wake them when you release it". It goes away with the lock (release, expiry), so it
-/// always describes the current holding. Reading it costs the release script nothing, as it
-/// reads the value anyway: that is why the mark lives in the value and not in a key of its own.
-macro_rules! waiting_mark {
-    () => {
-        "+waiters"
-    };
-}
-
-/// What the release script appends to the lock key to name the wake-up channel.
-macro_rules! wake_channel_suffix {
-    () => {
-        ":distlock:released"
-    };
-}
-
-/// See [`waiting_mark!`].
-pub(crate) const WAITING_MARK: &str = waiting_mark!();
-
-/// See [`wake_channel_suffix!`]; used by [`crate::keys::LockKeys::wake_channel`].
-pub(crate) const WAKE_CHANNEL_SUFFIX: &str = wake_channel_suffix!();
-
-/// Whether a lock's value says that `token` holds it: the token, alone or followed by the
-/// [`WAITING_MARK`].
-pub(crate) fn holds(value: &str, token: &str) -> bool {
-    value
-        .strip_prefix(token)
-        .is_some_and(|rest| rest.is_empty() || rest == WAITING_MARK)
-}
-
 /// Try to take the lock; on failure report how long the holder may still hold it.
 ///
 /// Runs from an acquisition's second attempt on, and from the first with fencing; a first try
 /// without fencing is a plain `SET NX PX` (see `backend/node.rs`).
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its fencing counter (only with fencing).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, `KEYS[3]` its fencing counter (only
+///   with fencing).
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` to issue a fencing
 ///   token, `ARGV[4]` `"1"` when the caller is subscribed to the wake-up channel and will wait.
 /// - Returns `{1, fence}` when acquired (`fence` is 0 unless asked for), `{0, pttl}` when someone
 ///   else holds it (`pttl` as `PTTL` returns it: milliseconds left, or -1 for a key without expiry).
 ///
-/// A waiter appends the [`WAITING_MARK`] to the holder's value (once: `APPEND` keeps the ttl),
-/// so that the release publishes a wake-up only then. A new holder's value carries no mark; its
-/// waiters mark it again on their next attempt, at the latest when the old ttl runs out.
+/// The waiters key tells the releasing script that someone waits, so a release publishes a
+/// wake-up only then. It outlives the holder's current ttl by a second; a waiter renews it on
+/// each failed attempt, and every waiter attempts again at the latest when that ttl runs out.
+/// The lock key itself is never written by a waiter: it holds exactly its holder's token.
+///
+/// A lock key that holds a list, a hash or any type other than a string was written by something
+/// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
+/// and it is in the minimal ACL already, unlike `TYPE`.)
 ///
 /// A script that fails halfway keeps what it did: if the `INCR` fails (a counter that is not a
 /// number, an ACL that denies `INCR`), the lock just taken is deleted again before the error is
 /// returned, so a caller who only sees the error leaves nothing held.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
+    Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] == '1' then
-    local fence = redis.pcall('INCR', KEYS[2])
+    local fence = redis.pcall('INCR', KEYS[3])
     if type(fence) == 'table' and fence.err then
       redis.call('DEL', KEYS[1])
       return fence
@@ -105,48 +80,43 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, 0}
 end
+local held = redis.pcall('GET', KEYS[1])
+if type(held) == 'table' and held.err then
+  return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
+end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[4] == '1' then
-  local mark = '",
-        waiting_mark!(),
-        r"'
-  if string.sub(redis.call('GET', KEYS[1]), -#mark) ~= mark then
-    redis.call('APPEND', KEYS[1], mark)
-  end
+  local keep = pttl
+  if keep < 0 then keep = tonumber(ARGV[2]) end
+  redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
 end
 return {0, pttl}
-"
-    ))
+",
+    )
 });
 
 /// Delete the lock if it is still ours, and wake the waiters if there are any.
 ///
-/// - `KEYS[1]` the lock key; `ARGV[1]` the token.
+/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, whose name is also the wake-up channel;
+///   `ARGV[1]` the token.
 /// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (expired, or
 ///   another holder's) and nothing was touched.
 ///
-/// The uncontended case is the plain compare-and-delete, with the same key and argument: it
-/// costs Redis what a hand-written lock's release costs. Only a value that carries the
-/// [`WAITING_MARK`] publishes, on the channel named after the lock key.
+/// One `DEL` removes the lock and the waiters key together: it returns 2 exactly when someone
+/// waits, so an uncontended release costs the same two commands as a plain compare-and-delete,
+/// with one more key to look up.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
+    Script::new(
         r"
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-if held == ARGV[1] .. '",
-        waiting_mark!(),
-        r"' then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. '",
-        wake_channel_suffix!(),
-        r"', KEYS[1])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
+    redis.call('PUBLISH', KEYS[2], KEYS[1])
+  end
   return 1
 end
 return 0
-"
-    ))
+",
+    )
 });
 
 /// Set the lock's remaining ttl if it is still ours.
@@ -154,29 +124,12 @@ return 0
 /// - `KEYS[1]` the lock key; `ARGV[1]` the token, `ARGV[2]` the new ttl in milliseconds.
 /// - Returns 1 when extended, 0 when the lock was not ours (nothing touched).
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
+    Script::new(
         r"
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] or held == ARGV[1] .. '",
-        waiting_mark!(),
-        r"' then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-"
-    ))
+",
+    )
 });
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_value_is_held_by_its_token_with_or_without_the_waiting_mark() {
-        assert!(holds("abc", "abc"));
-        assert!(holds("abc+waiters", "abc"));
-        assert!(!holds("abcd", "abc"));
-        assert!(!holds("ab", "abc"));
-        assert!(!holds("abc+waitersx", "abc"));
-    }
-}

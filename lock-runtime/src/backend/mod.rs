@@ -113,11 +113,12 @@ impl Backend {
         matches!(self.locks, Locks::Single(_))
     }
 
-    /// Checks that Redis answers (a majority of the masters, for Redlock).
-    pub(crate) async fn ping(&self) -> RedisResult<()> {
+    /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
+    /// `probe`, a lock nobody holds.
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
         match &self.locks {
-            Locks::Single(node) => node.ping().await,
-            Locks::Quorum(quorum) => quorum.ping().await,
+            Locks::Single(node) => node.ping(probe).await,
+            Locks::Quorum(quorum) => quorum.ping(probe).await,
         }
     }
 
@@ -167,7 +168,7 @@ impl Backend {
 
     /// Subscribes to the lock's releases (see [`WakeHub::watch`]).
     pub(crate) async fn watch(&self, keys: &LockKeys) -> RedisResult<Watch> {
-        self.wake.watch(&keys.wake_channel()).await
+        self.wake.watch(&keys.waiters()).await
     }
 
     /// Resource counts for leak tests: (runtime connections, watched channels).

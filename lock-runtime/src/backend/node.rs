@@ -31,13 +31,12 @@ impl Node {
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
     /// `PING`, then the release script on a probe key with a token that matches nothing (it
     /// deletes nothing, and loads the script for the first real release).
-    pub(crate) async fn ping(&self) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
         let mut connection = self.connection().await?;
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        let probe = LockKeys::new("distlock:connect-probe".to_owned());
-        self.unlock(&probe, "no token matches this").await.map(drop)
+        self.unlock(probe, "no token matches this").await.map(drop)
     }
 
     /// One attempt: `SET NX PX`; and, as `wait` asks, the holder's remaining ttl and the mark
@@ -74,15 +73,17 @@ impl Node {
         }
         // Arguments: the token, the ttl and two one-digit flags.
         let argv_bytes = token.len() + 20 + 2;
+        let waiters = keys.waiters();
         let mut cmd = if fencing {
+            let fence = keys.fence();
             scripts::evalsha(
                 &scripts::ACQUIRE,
-                &[&keys.lock, &keys.fence()],
+                &[&keys.lock, &waiters, &fence],
                 4,
                 argv_bytes,
             )
         } else {
-            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock], 4, argv_bytes)
+            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &waiters], 4, argv_bytes)
         };
         cmd.arg(token)
             .arg(ttl_millis)
@@ -104,10 +105,11 @@ impl Node {
     /// Deletes the lock if it is still ours (waking its waiters); `false` if it was not ours.
     ///
     /// On a Redis Cluster in flux the release is tried again for a while rather than left to
-    /// the ttl: during a failover Redis answers CLUSTERDOWN or a MOVED that redis-rs gave up
-    /// following, or the master that just died refuses the connection. Each of these means the
-    /// script did not run, so trying again cannot release twice; acquires need no such loop,
-    /// they retry until their deadline.
+    /// the ttl: while the lock's slot is half-migrated the script (two keys, the waiters key
+    /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
+    /// redis-rs gave up following, or a refused connection to the master that just died. Each
+    /// of these means the script did not run, so trying again cannot release twice; acquires
+    /// need no such loop, they retry until their deadline.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
         let mut pause = CLUSTER_IN_FLUX_RETRY.1;
@@ -133,7 +135,8 @@ impl Node {
         keys: &LockKeys,
         token: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock], 1, token.len());
+        let waiters = keys.waiters();
+        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &waiters], 1, token.len());
         cmd.arg(token);
         let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
         Ok(deleted == 1)
@@ -153,14 +156,14 @@ impl Node {
         Ok(extended == 1)
     }
 
-    /// Whether the lock key holds `token` now (marked as awaited or not).
+    /// Whether the lock key holds `token` now.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let holder: Option<String> = redis::cmd("GET")
             .arg(&*keys.lock)
             .query_async(&mut connection)
             .await?;
-        Ok(holder.is_some_and(|value| scripts::holds(&value, token)))
+        Ok(holder.as_deref() == Some(token))
     }
 }
 

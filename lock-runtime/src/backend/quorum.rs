@@ -48,8 +48,9 @@ impl Quorum {
     /// 100 ms, so that bound would fail `connect` on healthy masters. Each master's connect and
     /// response timeouts bound it instead, and a frozen minority costs nothing once a majority
     /// answered.
-    pub(crate) async fn ping(&self) -> RedisResult<()> {
-        let mut pending: FuturesUnordered<_> = self.nodes.iter().map(Node::ping).collect();
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+        let mut pending: FuturesUnordered<_> =
+            self.nodes.iter().map(|node| node.ping(probe)).collect();
         let (mut results, mut answered) = (Vec::new(), 0);
         while let Some(result) = pending.next().await {
             if result.is_ok() {
