@@ -1,12 +1,13 @@
-//! No leaks: after more than 10 000 acquire/release cycles of every kind — uncontended on
+//! No leaks: after more than 100 000 acquire/release cycles of every kind — uncontended on
 //! distinct keys, contended on one key across two processes (two managers), with fencing, with
 //! auto-extension, released by drop, and acquisitions of a key the other process holds,
 //! abandoned by timeout or by dropping the future mid-flight — nothing is left behind: no local queue, no wake-up subscription, no
-//! extra connection, no lock key, no waiters key, no tokio task.
+//! extra connection, no lock key, no waiters key, no tokio task; and while they run, the
+//! manager's internal maps stay bounded by what is in use, never growing with the cycles.
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use support::RedisServer;
 use tokio::time::Instant;
 
 const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
-const UNCONTENDED_CYCLES_PER_TASK: usize = 1_000;
+const UNCONTENDED_CYCLES_PER_TASK: usize = 12_250;
 const CONTENDED_TASKS_PER_MANAGER: usize = 4;
 const CONTENDED_CYCLES_PER_TASK: usize = 250;
 const HOLDER_CYCLES: usize = 300;
@@ -168,7 +169,7 @@ async fn abandoning(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_cycles_leave_nothing_behind() {
+async fn a_hundred_thousand_cycles_leave_nothing_behind() {
     let started = std::time::Instant::now();
     let server = RedisServer::start();
     let mut managers = Vec::new();
@@ -223,6 +224,24 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
         )));
         contested.push((counter, cycles));
     }
+    // While the cycles run, sample the managers' maps: a leak would grow them with the number
+    // of cycles (thousands of keys), whereas in use there are at most a few per task.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = tokio::spawn({
+        let (managers, sampling) = (managers.clone(), sampling.clone());
+        async move {
+            let mut largest = (0, 0);
+            while sampling.load(Ordering::SeqCst) {
+                for manager in &managers {
+                    let counts = manager.resource_counts();
+                    largest.0 = largest.0.max(counts.queued_keys);
+                    largest.1 = largest.1.max(counts.watched_channels);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            largest
+        }
+    });
     for task in tasks {
         tokio::time::timeout(Duration::from_secs(90), task)
             .await
@@ -241,6 +260,19 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
         );
         abandoned.push(outcome);
     }
+
+    sampling.store(false, Ordering::SeqCst);
+    let (most_queued_keys, most_watched_channels) = sampler.await.expect("sampler");
+    // Per manager at most: one key per uncontended task, the hot key, the two contested keys
+    // (and a few releases by drop still finishing); channels: the hot and contested keys.
+    assert!(
+        most_queued_keys <= 4 * (UNCONTENDED_TASKS_PER_MANAGER + 3),
+        "a manager's queue map grew to {most_queued_keys} keys during the run"
+    );
+    assert!(
+        most_watched_channels <= 4,
+        "a manager watched {most_watched_channels} channels at once during the run"
+    );
 
     // Mutual exclusion held throughout: every read-modify-write of every key counted once.
     let hot = hot_cycles.load(Ordering::SeqCst);
@@ -264,8 +296,8 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
         cycles += done;
     }
     assert!(
-        cycles >= 10_000,
-        "only {cycles} cycles completed (need at least 10 000)"
+        cycles >= 100_000,
+        "only {cycles} cycles completed (need at least 100 000)"
     );
     let elapsed_cycles = started.elapsed();
 
@@ -318,7 +350,8 @@ async fn ten_thousand_cycles_leave_nothing_behind() {
     .await;
     eprintln!(
         "{cycles} cycles in {elapsed_cycles:?} (abandoning attempts: {abandoned:?}); \
-         whole test {:?}; {} fencing counters; {} tasks before and {} after",
+         whole test {:?}; {} fencing counters; {} tasks before and {} after; at most \
+         {most_queued_keys} queued keys and {most_watched_channels} watched channels per manager",
         started.elapsed(),
         server.keys("*").len(),
         tasks_before,
