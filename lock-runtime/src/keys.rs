@@ -1,6 +1,6 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
-//! Every helper of a lock (waiters flag, fencing counter) must live in the lock key's hash slot,
+//! Every helper of a lock (waiters key, fencing counter) must live in the lock key's hash slot,
 //! so that one script can touch them all on a Redis Cluster. A key's slot is decided by its hash
 //! tag (the text between the first `{` and the next `}`, when not empty) or else by the whole
 //! key; so a helper wraps the lock key in braces, or — when the lock key already carries a tag —
