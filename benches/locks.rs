@@ -262,31 +262,18 @@ impl Floor {
 
     /// `SET key token NX PX 30000`, then the compare-and-delete script by SHA.
     async fn cycle(&mut self, n: u64) {
-        let key = format!("{PREFIX}bench:{n}");
-        let token = Self::token(n);
-        let set: redis::Value = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(&mut self.connection)
-            .await
-            .expect("floor: SET failed");
-        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
-        let deleted: i64 = self
-            .release
-            .key(&key)
-            .arg(&token)
-            .invoke_async(&mut self.connection)
-            .await
-            .expect("floor: release failed");
-        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
+        self.cycle_releasing_with(n, false).await;
     }
 
     /// What distlock sends for one uncontended cycle: the floor's `SET NX PX`, then its own
     /// release script with its keys and arguments.
     async fn cycle_with_distlock_commands(&mut self, n: u64) {
+        self.cycle_releasing_with(n, true).await;
+    }
+
+    /// `SET NX PX`, then the floor's release script, or distlock's (which also names the lock's
+    /// waiters key).
+    async fn cycle_releasing_with(&mut self, n: u64, distlock_release: bool) {
         let key = format!("{PREFIX}bench:{n}");
         let token = Self::token(n);
         let set: redis::Value = redis::cmd("SET")
@@ -299,14 +286,18 @@ impl Floor {
             .await
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
-        let deleted: i64 = self
-            .distlock_release
-            .key(&key)
-            .key(format!("{{{key}}}:distlock:waiters"))
+        let mut release = if distlock_release {
+            let mut release = self.distlock_release.key(&key);
+            release.key(format!("{{{key}}}:distlock:waiters"));
+            release
+        } else {
+            self.release.key(&key)
+        };
+        let deleted: i64 = release
             .arg(&token)
             .invoke_async(&mut self.connection)
             .await
-            .expect("floor: release script failed");
+            .expect("floor: release failed");
         assert_eq!(deleted, 1, "floor: {key} was not ours at release");
     }
 }
