@@ -22,14 +22,7 @@ async fn connect(server: &RedisServer) -> LockManager {
 
 /// `SET key value PX millis`, as a thief that ignores the lock protocol would.
 fn steal(server: &RedisServer, key: &str, value: &str, millis: u64) {
-    let mut conn = server.conn();
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("PX")
-        .arg(millis)
-        .query::<()>(&mut conn)
-        .unwrap_or_else(|error| panic!("SET {key} failed: {error}"));
+    server.set_px(key, value, millis);
 }
 
 /// What the body of [`hold_for`] saw: its lock's token and when it started.

@@ -144,14 +144,7 @@ fn harness_types_can_be_shared_across_threads() {
 #[test]
 fn key_helpers_see_ttl_and_scan() {
     let server = RedisServer::start();
-    let mut conn = server.conn();
-    let _: () = redis::cmd("SET")
-        .arg("lock:a")
-        .arg("t")
-        .arg("PX")
-        .arg(60_000)
-        .query(&mut conn)
-        .unwrap();
+    server.set_px("lock:a", "t", 60_000);
     for i in 0..2500 {
         server.set(&format!("other:{i}"), "x");
     }

@@ -325,13 +325,7 @@ async fn a_partial_grant_is_given_back() {
     let key = "lock:partial";
     // Another holder has the lock on 3 masters: a contender can win only the other 2.
     for server in &servers[..3] {
-        redis::cmd("SET")
-            .arg(key)
-            .arg("someone-else")
-            .arg("PX")
-            .arg(30_000)
-            .query::<()>(&mut server.conn())
-            .unwrap();
+        server.set_px(key, "someone-else", 30_000);
     }
 
     let got = manager

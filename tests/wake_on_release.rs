@@ -41,18 +41,6 @@ fn pubsub_client_ids(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
-/// `SET key value PX millis` on a helper connection: a holder that never runs a release script.
-fn set_px(server: &RedisServer, key: &str, value: &str, millis: u64) {
-    let mut conn = server.conn();
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("PX")
-        .arg(millis)
-        .query::<()>(&mut conn)
-        .unwrap_or_else(|error| panic!("SET {key} failed: {error}"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_in_another_process_at_once() {
     let server = RedisServer::start();
@@ -138,7 +126,7 @@ async fn without_a_release_the_waiter_retries_when_the_ttl_runs_out() {
 
     // A holder that never releases: the key is set directly, so no release script ever runs
     // and no wake-up is ever published.
-    set_px(&server, "lock:w2", "holder-that-vanished", 1000);
+    server.set_px("lock:w2", "holder-that-vanished", 1000);
     let set_at = Instant::now();
     let guard = b
         .acquire("w2", &LockOptions::new().timeout(Duration::from_secs(10)))
@@ -179,7 +167,7 @@ async fn a_hand_written_lock_sharing_the_keys_is_never_disturbed_by_waiters() {
     // by comparing `GET` with that token. distlock's waiter must never write into that key.
     let server = RedisServer::start();
     let distlock = connect(&server).await;
-    set_px(&server, "lock:shared", "hand-written-token", 2_000);
+    server.set_px("lock:shared", "hand-written-token", 2_000);
     let waiter = {
         let options = LockOptions::new().timeout(Duration::from_secs(20));
         tokio::spawn(async move { distlock.acquire("shared", &options).await })

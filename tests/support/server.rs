@@ -240,6 +240,12 @@ impl RedisServer {
         self.query::<()>(redis::cmd("SET").arg(key).arg(value));
     }
 
+    /// `SET key value PX millis`: a holder that bypasses distlock (a thief, a hand-written lock,
+    /// a holder that vanishes without releasing).
+    pub fn set_px(&self, key: &str, value: &str, millis: u64) {
+        self.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(millis));
+    }
+
     /// `DEL key`; returns whether the key existed.
     pub fn del(&self, key: &str) -> bool {
         self.query::<i64>(redis::cmd("DEL").arg(key)) == 1
