@@ -245,3 +245,69 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
         guard.release().await.unwrap();
     }
 }
+
+/// How many runtimes [`a_runtime_shutting_down_leaves_no_lock_held_by_nobody`] starts and drops.
+const RUNTIMES: u64 = 200;
+
+/// A runtime that stops while its tasks acquire or hold locks (the end of a `#[tokio::test]`, a
+/// service stopping, the end of `main`): 200 times, a fresh runtime spawns a task that takes
+/// `rt:<n>` (ttl 60 s) and then holds it, and the runtime is dropped a few hundred microseconds
+/// later — before, during or after the grant. Neither half may leave a lock held by nobody: a
+/// grant to an acquire whose runtime went away, nor a guard dropped during shutdown.
+#[test]
+fn a_runtime_shutting_down_leaves_no_lock_held_by_nobody() {
+    let server = RedisServer::start();
+    let setup = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let manager = setup.block_on(LockManager::connect(&server.url())).unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(60));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for n in 0..RUNTIMES {
+        let runtime = if n % 2 == 0 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (manager, options) = (manager.clone(), options.clone());
+        let stop_after = Duration::from_micros(rng.below(800));
+        runtime.block_on(async move {
+            drop(tokio::spawn(async move {
+                let guard = manager.acquire(&format!("rt:{n}"), &options).await;
+                std::future::pending::<()>().await;
+                drop(guard);
+            }));
+            tokio::time::sleep(stop_after).await;
+        });
+        drop(runtime);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut left = server.keys("lock:rt:*");
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left = server.keys("lock:rt:*");
+    }
+    assert!(
+        left.is_empty(),
+        "{} of {RUNTIMES} locks still held by nobody 10 s after their runtimes stopped: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
+    // The manager still works on a new runtime after all those shut down.
+    setup.block_on(async {
+        let guard = manager
+            .try_acquire("rt:after", &options)
+            .await
+            .unwrap()
+            .expect("free");
+        guard.release().await.unwrap();
+    });
+}

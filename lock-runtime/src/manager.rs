@@ -25,6 +25,9 @@ const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(200);
 const RETRY_JITTER: Duration = Duration::from_millis(2);
 /// Backoff after a Redis error while acquiring: from the first to the last value, doubling.
 const ERROR_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(500));
+/// After releasing the token of an unanswered attempt found nothing, how long until it looks
+/// once more: long enough for a command still in the network to have reached Redis.
+const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
 
 /// Takes and releases locks on one Redis deployment.
 ///
@@ -400,9 +403,9 @@ impl LockManager {
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
-        let outcome = FinishOnDrop::new(request, move |outcome| async move {
+        let clean_up = move |outcome: Option<redis::RedisResult<Attempt>>| async move {
             match outcome {
-                Ok(Attempt::Acquired { .. }) => {
+                Some(Ok(Attempt::Acquired { .. })) => {
                     tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
                     let _ = manager
                         .inner
@@ -410,21 +413,21 @@ impl LockManager {
                         .unlock(&cleanup_keys, &cleanup_token)
                         .await;
                 }
-                Err(error) if may_have_run(&error) => {
+                Some(Ok(Attempt::Held { .. })) => {}
+                Some(Err(error)) if !may_have_run(&error) => {}
+                // No answer, or none that will ever come (the runtime that drove the attempt
+                // shut down): it may have been granted.
+                Some(Err(_)) | None => {
                     manager
                         .release_unanswered(&cleanup_keys, &cleanup_token, ttl_millis)
                         .await;
                 }
-                _ => {}
             }
-        })
-        .await;
+        };
+        let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
         if let Err(error) = &outcome {
             if may_have_run(error) {
-                let (manager, keys, token) = (self.clone(), keys.clone(), Arc::clone(token));
-                drop(tokio::spawn(async move {
-                    manager.release_unanswered(&keys, &token, ttl_millis).await;
-                }));
+                crate::finish::spawn_clean_up(clean_up, None);
             }
         }
         outcome
@@ -437,14 +440,21 @@ impl LockManager {
     async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
         let give_up = Instant::now() + Duration::from_millis(ttl_millis);
         let mut backoff = ERROR_BACKOFF.0;
+        let mut rechecked = false;
         loop {
             match self.inner.backend.unlock(keys, token).await {
-                Ok(released) => {
-                    if released {
-                        tracing::debug!(target: "distlock", key = %keys.lock, "released a lock granted to an attempt that had failed without an answer");
-                    }
+                Ok(true) => {
+                    tracing::debug!(target: "distlock", key = %keys.lock, "released a lock granted to an attempt that had failed without an answer");
                     return;
                 }
+                // Not granted, as far as Redis has run the attempt. An attempt sent on another
+                // connection (one whose runtime shut down) can still be in the network: look
+                // once more after it has surely landed.
+                Ok(false) if !rechecked && Instant::now() + UNANSWERED_RECHECK < give_up => {
+                    rechecked = true;
+                    tokio::time::sleep(UNANSWERED_RECHECK).await;
+                }
+                Ok(false) => return,
                 Err(_) if Instant::now() + backoff < give_up => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(ERROR_BACKOFF.1);
