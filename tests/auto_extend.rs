@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -202,4 +203,156 @@ async fn the_watchdog_stops_when_the_body_ends() {
         "the 1 s lock did not expire"
     );
     assert!(guard.release().await.is_err(), "it had expired");
+}
+
+/// Holds `lock:ae:shortened` with `auto_extend` (ttl 3 s), then shortens it to 300 ms from the
+/// body and works on for `body`; records when the shortening returned.
+#[distributed_lock(key = "ae:shortened", ttl = 3, timeout = 5, auto_extend = true, guard = lock)]
+async fn shorten_then_work(body: Duration, shortened: &Seen) -> Result<(), LockError> {
+    lock.extend(Duration::from_millis(300)).await?;
+    *shortened.lock().unwrap() = Some((lock.token().to_owned(), Instant::now()));
+    tokio::time::sleep(body).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_extend_under_auto_extend_is_followed_by_the_watchdog() {
+    let server = global_server().await;
+    let other = connect(server).await;
+    let shortened: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
+    let work = tokio::spawn(shorten_then_work(Duration::from_secs(2), shortened));
+    eventually(
+        Duration::from_secs(5),
+        "the body to shorten its lock",
+        || shortened.lock().unwrap().is_some(),
+    )
+    .await;
+    // The watchdog last set 3 s and would next look 1 s after the acquisition: unless it follows
+    // the body's 300 ms, the key expires ~0.3 s from now and another worker gets in while the
+    // body still runs.
+    let deadline = Instant::now() + Duration::from_millis(1800);
+    while Instant::now() < deadline {
+        let stolen = other
+            .try_acquire("ae:shortened", &LockOptions::new())
+            .await
+            .expect("try_acquire");
+        if let Some(guard) = stolen {
+            let running = !work.is_finished();
+            guard.release().await.ok();
+            panic!(
+                "another worker took the lock while the body (still running: {running}) believed \
+                 it held it: the watchdog did not follow the manual extend"
+            );
+        }
+        let pttl = server.pttl("lock:ae:shortened");
+        assert!(
+            pttl <= 300,
+            "the watchdog restored its own ttl ({pttl} ms) over the body's 300 ms"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let result = tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the body ends")
+        .expect("task panicked");
+    assert!(result.is_ok(), "the function failed: {result:?}");
+    assert!(
+        !server.exists("lock:ae:shortened"),
+        "released after the body"
+    );
+}
+
+/// Without `auto_extend`: the body checks its lock with `extend`, handles the `Lost` itself and
+/// goes on awaiting; only a watchdog's loss may cancel a body.
+#[distributed_lock(key = "ae:handled", ttl = 5, timeout = 5, guard = lock)]
+async fn handle_own_loss(server_url: &str) -> Result<&'static str, LockError> {
+    let client = redis::Client::open(server_url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("SET")
+        .arg(lock.key())
+        .arg("thief")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let outcome = match lock.extend(Duration::from_secs(5)).await {
+        Err(LockError::Lost { .. }) => "noticed",
+        other => panic!("extend of a stolen lock: {other:?}"),
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(outcome)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_handles_its_own_lost_extend_is_not_cancelled() {
+    let server = global_server().await;
+    let result = handle_own_loss(&server.url()).await;
+    assert_eq!(
+        result.expect("the body's own result, not a cancellation"),
+        "noticed"
+    );
+    assert_eq!(
+        server.get("lock:ae:handled").as_deref(),
+        Some("thief"),
+        "the release left the other holder's lock alone"
+    );
+    server.del("lock:ae:handled");
+}
+
+/// Holds `lock:ae:cancelled-extend` with `auto_extend` (ttl 3 s) and starts 20 `extend(3 s)`
+/// calls that it abandons after 0–400 µs, then an `extend(200 ms)` abandoned right after it is
+/// sent: it reaches Redis, unconfirmed.
+#[distributed_lock(key = "ae:cancelled-extend", ttl = 3, timeout = 5, auto_extend = true, guard = lock)]
+async fn abandon_extends(body: Duration, started: &Seen) -> Result<(), LockError> {
+    // One that completes, so that Redis knows the extend script before any is abandoned.
+    lock.extend(Duration::from_secs(3)).await?;
+    for n in 0..20u64 {
+        let abandon_after = Duration::from_micros(n * 20);
+        let _ = tokio::time::timeout(abandon_after, lock.extend(Duration::from_secs(3))).await;
+    }
+    // The last one surely reaches Redis unconfirmed: polled once (which hands the command to
+    // the connection), then dropped.
+    // The last one surely reaches Redis and is never confirmed: polled once (which hands the
+    // command to the connection), given time to be sent and answered, then dropped unread.
+    {
+        let mut last = std::pin::pin!(lock.extend(Duration::from_millis(200)));
+        let polled =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(last.as_mut().poll(cx))).await;
+        assert!(polled.is_pending(), "one poll cannot complete a round trip");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    *started.lock().unwrap() = Some((lock.token().to_owned(), Instant::now()));
+    tokio::time::sleep(body).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_abandoned_in_flight_still_moves_the_watchdog() {
+    let server = global_server().await;
+    let other = connect(server).await;
+    let started: &'static Seen = Box::leak(Box::new(Mutex::new(None)));
+    let work = tokio::spawn(abandon_extends(Duration::from_millis(1500), started));
+    eventually(
+        Duration::from_secs(5),
+        "the body to abandon its extends",
+        || started.lock().unwrap().is_some(),
+    )
+    .await;
+    while !work.is_finished() {
+        let stolen = other
+            .try_acquire("ae:cancelled-extend", &LockOptions::new())
+            .await
+            .expect("try_acquire");
+        if let Some(guard) = stolen {
+            guard.release().await.ok();
+            panic!(
+                "another worker got in while the body ran: an extend abandoned in flight \
+                 shortened the lock behind the watchdog's back"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let result = work.await.expect("task panicked");
+    assert!(result.is_ok(), "the function failed: {result:?}");
 }

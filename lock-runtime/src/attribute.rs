@@ -15,15 +15,16 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
     global()?.acquire(key, options).await
 }
 
-/// Runs the body while the lock is held. With auto-extension, the body is raced against loss
-/// of the lock: when the watchdog gives the lock up, the body is dropped (it stops at its next
-/// `.await`) and `Err(LockError::Lost)` is returned. A body that completes wins a tie.
+/// Runs the body while the lock is held. With auto-extension, the body is raced against the
+/// watchdog: when it gives the lock up, the body is dropped (it stops at its next `.await`) and
+/// `Err(LockError::Lost)` is returned. A body that completes wins a tie. A loss the body learns
+/// from its own `extend` is the body's to handle: it does not cancel it.
 ///
 /// # Errors
-/// [`LockError::Lost`] when the lock was lost before the body completed (auto-extension only).
+/// [`LockError::Lost`] when the watchdog gave the lock up before the body completed.
 pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, LockError> {
     let mut body = pin!(body);
-    let mut lost = pin!(guard.lost());
+    let mut lost = pin!(guard.lost_by_watchdog());
     poll_fn(|cx| {
         if let Poll::Ready(output) = body.as_mut().poll(cx) {
             return Poll::Ready(Ok(output));

@@ -3,17 +3,15 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::keys::LockKeys;
+use crate::held::{Finder, Held};
 use crate::queue::Turn;
-use crate::{options, LockError, LockManager};
+use crate::LockError;
 
 /// A held lock.
 ///
@@ -45,65 +43,10 @@ pub struct LockGuard {
     released: bool,
 }
 
-/// What the guard and its watchdog share.
-pub(crate) struct Held {
-    pub(crate) manager: LockManager,
-    pub(crate) keys: LockKeys,
-    pub(crate) token: Arc<str>,
-    fence: Option<u64>,
-    lost: AtomicBool,
-    lost_notify: Notify,
-}
-
-impl Held {
-    /// Records that the lock is no longer ours and wakes whoever awaits [`LockGuard::lost`].
-    pub(crate) fn mark_lost(&self, why: &str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
-            self.lost_notify.notify_waiters();
-        }
-    }
-
-    async fn unlock(&self) -> Result<(), LockError> {
-        let ours = self
-            .manager
-            .backend()
-            .unlock(&self.keys, &self.token)
-            .await?;
-        if ours {
-            tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
-            Ok(())
-        } else {
-            Err(self.lost("it was no longer ours at release"))
-        }
-    }
-
-    /// Marks the lock lost (see [`Held::mark_lost`]) and returns the error that says so.
-    fn lost(&self, why: &str) -> LockError {
-        self.mark_lost(why);
-        LockError::Lost {
-            key: self.keys.lock.to_string(),
-        }
-    }
-}
-
 impl LockGuard {
-    pub(crate) fn new(
-        manager: LockManager,
-        keys: LockKeys,
-        token: Arc<str>,
-        fence: Option<u64>,
-        turn: Turn,
-    ) -> Self {
+    pub(crate) fn new(held: Held, turn: Turn) -> Self {
         LockGuard {
-            held: Arc::new(Held {
-                manager,
-                keys,
-                token,
-                fence,
-                lost: AtomicBool::new(false),
-                lost_notify: Notify::new(),
-            }),
+            held: Arc::new(held),
             turn: Some(turn),
             watchdog: None,
             released: false,
@@ -111,9 +54,9 @@ impl LockGuard {
     }
 
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
-    pub(crate) fn start_watchdog(&mut self, ttl: Duration, acquired_at: tokio::time::Instant) {
+    pub(crate) fn start_watchdog(&mut self) {
         let held = Arc::clone(&self.held);
-        self.watchdog = Some(tokio::spawn(crate::watchdog::run(held, ttl, acquired_at)));
+        self.watchdog = Some(tokio::spawn(crate::watchdog::run(held)));
     }
 
     /// The full Redis key of the lock (`key_prefix + name`).
@@ -165,6 +108,10 @@ impl LockGuard {
 
     /// Sets the lock's remaining time to live to `ttl`, if the lock is still ours.
     ///
+    /// With [`auto_extend`](crate::LockOptions::auto_extend), the watchdog follows: from now on
+    /// it renews the lock to this `ttl` every `ttl`/3, and cancels the holder by this expiry
+    /// if it cannot renew — also when `ttl` is shorter than the one it was acquired with.
+    ///
     /// # Errors
     /// [`LockError::Lost`] if the lock expired or belongs to someone else now (nothing is
     /// touched then), [`LockError::Config`] for a ttl outside 1 ms ..= 365 days,
@@ -177,19 +124,9 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        let ttl_millis = options::ttl_millis(ttl)?;
-        let held = &self.held;
-        if held
-            .manager
-            .backend()
-            .extend(&held.keys, &held.token, ttl_millis)
-            .await?
-        {
-            tracing::debug!(target: "distlock", key = %held.keys.lock, ttl_ms = ttl_millis, "extended");
-            Ok(())
-        } else {
-            Err(held.lost("it was no longer ours when extending"))
-        }
+        self.held.set_ttl(Some(ttl), Finder::Holder).await?;
+        tracing::debug!(target: "distlock", key = %self.held.keys.lock, ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX), "extended");
+        Ok(())
     }
 
     /// Asks Redis whether the lock is still ours.
@@ -232,14 +169,13 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn lost(&self) {
-        loop {
-            let mut notified = pin!(self.held.lost_notify.notified());
-            notified.as_mut().enable();
-            if self.held.lost.load(Ordering::Acquire) {
-                return;
-            }
-            notified.await;
-        }
+        self.held.until(Held::is_lost).await;
+    }
+
+    /// Completes when the watchdog gives the lock up — not when the holder's own `extend` or
+    /// `release` finds it gone, which the holder handles itself.
+    pub(crate) async fn lost_by_watchdog(&self) {
+        self.held.until(Held::is_lost_by_watchdog).await;
     }
 
     /// Whether the guard already knows the lock is lost (no Redis call; see [`lost`](Self::lost)).
@@ -251,7 +187,7 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.held.lost.load(Ordering::Acquire)
+        self.held.is_lost()
     }
 
     /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.

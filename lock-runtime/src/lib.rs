@@ -24,6 +24,7 @@ mod error;
 mod finish;
 mod global;
 mod guard;
+mod held;
 mod keys;
 mod manager;
 mod options;

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
+use crate::held::Held;
 use crate::keys::LockKeys;
 use crate::queue::{LocalQueues, Turn};
 use crate::wake::Watch;
@@ -365,9 +366,17 @@ impl LockManager {
         options: &LockOptions,
         sent: Instant,
     ) -> LockGuard {
-        let mut guard = LockGuard::new(self.clone(), keys, token, fence, turn);
+        let held = Held::new(
+            self.clone(),
+            keys,
+            token,
+            fence,
+            options.ttl_duration(),
+            sent,
+        );
+        let mut guard = LockGuard::new(held, turn);
         if options.auto_extend_enabled() {
-            guard.start_watchdog(options.ttl_duration(), sent);
+            guard.start_watchdog();
         }
         guard
     }

@@ -5,57 +5,71 @@
 //! Redis cannot be reached before the lock's last known expiry. That expiry is counted from
 //! when the last successful request was *sent*: Redis set it later than that, so the lock
 //! really lives at least that long, and a holder that stops by then never overlaps the next.
+//!
+//! The schedule follows the lock's recorded expiry ([`Held::expiry`]), not a clock of its own:
+//! when the holder calls `extend` itself — to a shorter ttl, say — the watchdog wakes, renews to
+//! that ttl from then on, and gives up by that expiry.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::guard::Held;
+use crate::held::{Finder, Held};
+use crate::LockError;
 
 /// Runs until the lock is lost; the guard aborts it on release or drop.
-pub(crate) async fn run(held: Arc<Held>, ttl: Duration, acquired_at: Instant) {
-    let ttl_millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    let period = ttl / 3;
-    // Stop this much before the computed expiry: room for clock-rate differences between this
-    // host and Redis, and for the holder to notice.
-    let margin = (ttl / 20).max(Duration::from_millis(1));
-    let mut valid_until = acquired_at + ttl;
-    let mut next = acquired_at + period;
+pub(crate) async fn run(held: Arc<Held>) {
+    // After a failed renewal: not before this instant again.
+    let mut retry_at: Option<Instant> = None;
     loop {
-        tokio::time::sleep_until(next).await;
-        let sent = Instant::now();
-        let budget = valid_until
-            .checked_duration_since(sent + margin)
-            .unwrap_or_default();
-        if budget.is_zero() {
-            held.mark_lost("Redis could not be reached before the lock expired");
+        let changed = held.changed();
+        let expiry = held.expiry();
+        // Stop this much before the computed expiry: room for clock-rate differences between
+        // this host and Redis, and for the holder to notice.
+        let margin = (expiry.ttl / 20).max(Duration::from_millis(1));
+        let give_up = expiry
+            .valid_until
+            .checked_sub(margin)
+            .unwrap_or(expiry.valid_until);
+        let now = Instant::now();
+        if now >= give_up {
+            held.mark_lost(
+                "Redis could not be reached before the lock expired",
+                Finder::Watchdog,
+            );
             return;
         }
-        let extension = held
-            .manager
-            .backend()
-            .extend(&held.keys, &held.token, ttl_millis);
-        match tokio::time::timeout(budget, extension).await {
-            Ok(Ok(true)) => {
+        // A third of the ttl after the last confirmed renewal; earlier when a change that may
+        // have shortened the lock is unconfirmed.
+        let mut due = expiry
+            .valid_until
+            .checked_sub(expiry.ttl * 2 / 3)
+            .unwrap_or(now);
+        if let Some(retry_at) = retry_at {
+            due = due.max(retry_at);
+        }
+        let due = due.min(give_up);
+        if now < due {
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                () = changed => {}
+            }
+            // Look again: the expiry may have changed, or this may be a spurious wake-up.
+            continue;
+        }
+        match tokio::time::timeout(give_up - now, held.set_ttl(None, Finder::Watchdog)).await {
+            Ok(Ok(())) => {
+                retry_at = None;
                 tracing::trace!(target: "distlock", key = %held.keys.lock, "auto-extended");
-                valid_until = sent + ttl;
-                next = sent + period;
             }
-            Ok(Ok(false)) => {
-                held.mark_lost("an extension found it expired or taken");
-                return;
-            }
+            Ok(Err(LockError::Lost { .. })) => return,
             Ok(Err(error)) => {
                 tracing::debug!(target: "distlock", key = %held.keys.lock, %error, "extension failed; retrying");
-                let retry = Instant::now() + (period / 4).max(Duration::from_millis(1));
-                // Never sleep past the point where the lock must be given up.
-                next = retry.min(valid_until.checked_sub(margin).unwrap_or(valid_until));
+                retry_at = Some(Instant::now() + (expiry.ttl / 12).max(Duration::from_millis(1)));
             }
-            Err(_) => {
-                // The budget ran out: the next turn of the loop declares the lock lost.
-                next = Instant::now();
-            }
+            // The budget ran out: the next turn of the loop declares the lock lost.
+            Err(_) => {}
         }
     }
 }

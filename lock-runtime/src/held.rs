@@ -1,0 +1,180 @@
+//! [`Held`]: what a guard and its watchdog share about one held lock — its identity, how long
+//! it is known to live, and whether it was lost.
+//!
+//! Every change of the lock's ttl, by the holder's `extend` or by the watchdog, goes through
+//! [`Held::set_ttl`], one at a time, and is recorded here before it is sent: so the watchdog
+//! always works from the expiry Redis may really have, whoever changed it last.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::keys::LockKeys;
+use crate::{LockError, LockManager};
+
+/// One held lock.
+pub(crate) struct Held {
+    pub(crate) manager: LockManager,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Arc<str>,
+    pub(crate) fence: Option<u64>,
+    expiry: Mutex<Expiry>,
+    /// Taken around each ttl change, so that their outcomes arrive in the order Redis applied
+    /// them.
+    setting_ttl: tokio::sync::Mutex<()>,
+    lost: AtomicBool,
+    /// Set with `lost` only when the watchdog gave the lock up: the attribute then cancels the
+    /// body. A loss the holder learns from its own `extend` or `release` is its to handle.
+    lost_by_watchdog: AtomicBool,
+    /// Signalled on every change of `expiry` and on loss.
+    changed: Notify,
+}
+
+/// What is known of the lock's expiry in Redis.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Expiry {
+    /// The ttl it was last set to: what the watchdog renews it to.
+    pub(crate) ttl: Duration,
+    /// The lock lives in Redis at least until then: the confirmed change's send time plus its
+    /// ttl, or earlier while a change to a shorter ttl may have been applied unconfirmed.
+    pub(crate) valid_until: Instant,
+}
+
+/// Who found the lock lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finder {
+    Watchdog,
+    Holder,
+}
+
+impl Held {
+    /// A lock acquired by the request sent at `acquired_at` with `ttl`.
+    pub(crate) fn new(
+        manager: LockManager,
+        keys: LockKeys,
+        token: Arc<str>,
+        fence: Option<u64>,
+        ttl: Duration,
+        acquired_at: Instant,
+    ) -> Self {
+        Held {
+            manager,
+            keys,
+            token,
+            fence,
+            expiry: Mutex::new(Expiry {
+                ttl,
+                valid_until: acquired_at + ttl,
+            }),
+            setting_ttl: tokio::sync::Mutex::new(()),
+            lost: AtomicBool::new(false),
+            lost_by_watchdog: AtomicBool::new(false),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn expiry(&self) -> Expiry {
+        *self.expiry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update_expiry(&self, update: impl FnOnce(&mut Expiry)) {
+        update(&mut self.expiry.lock().unwrap_or_else(PoisonError::into_inner));
+        self.changed.notify_waiters();
+    }
+
+    /// Sets the lock's remaining ttl in Redis, if it is still ours: to `ttl`, or to the ttl it
+    /// was last set to when `None` (the watchdog's renewal).
+    ///
+    /// Cancel-safe: the expiry is lowered to what the change may make it *before* it is sent,
+    /// so a change dropped in flight, which Redis may still apply, leaves a safe record.
+    pub(crate) async fn set_ttl(
+        &self,
+        ttl: Option<Duration>,
+        finder: Finder,
+    ) -> Result<(), LockError> {
+        let _one_at_a_time = self.setting_ttl.lock().await;
+        let ttl = ttl.unwrap_or_else(|| self.expiry().ttl);
+        let ttl_millis = crate::options::ttl_millis(ttl)?;
+        let sent = Instant::now();
+        self.update_expiry(|expiry| {
+            expiry.ttl = ttl;
+            expiry.valid_until = expiry.valid_until.min(sent + ttl);
+        });
+        let ours = self
+            .manager
+            .backend()
+            .extend(&self.keys, &self.token, ttl_millis)
+            .await?;
+        if !ours {
+            return Err(self.lost("it was no longer ours when extending", finder));
+        }
+        self.update_expiry(|expiry| expiry.valid_until = sent + ttl);
+        Ok(())
+    }
+
+    /// Deletes the lock if it is still ours.
+    pub(crate) async fn unlock(&self) -> Result<(), LockError> {
+        let ours = self
+            .manager
+            .backend()
+            .unlock(&self.keys, &self.token)
+            .await?;
+        if ours {
+            tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
+            Ok(())
+        } else {
+            Err(self.lost("it was no longer ours at release", Finder::Holder))
+        }
+    }
+
+    /// Records that the lock is no longer ours and wakes whoever waits for that.
+    pub(crate) fn mark_lost(&self, why: &str, finder: Finder) {
+        if finder == Finder::Watchdog {
+            self.lost_by_watchdog.store(true, Ordering::Release);
+        }
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Marks the lock lost (see [`Held::mark_lost`]) and returns the error that says so.
+    pub(crate) fn lost(&self, why: &str, finder: Finder) -> LockError {
+        self.mark_lost(why, finder);
+        LockError::Lost {
+            key: self.keys.lock.to_string(),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_lost_by_watchdog(&self) -> bool {
+        self.lost_by_watchdog.load(Ordering::Acquire)
+    }
+
+    /// Completes at the next change of the expiry or loss after this call: registered before
+    /// it returns, so a change between a check and the await is not missed.
+    pub(crate) fn changed(&self) -> Pin<Box<Notified<'_>>> {
+        let mut changed = Box::pin(self.changed.notified());
+        changed.as_mut().enable();
+        changed
+    }
+
+    /// Completes once `condition` holds, re-checking at every change.
+    pub(crate) async fn until(&self, condition: fn(&Self) -> bool) {
+        loop {
+            let changed = self.changed();
+            if condition(self) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
