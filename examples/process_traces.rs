@@ -488,7 +488,8 @@ async fn scan(
 }
 
 /// Deletes every key of this run: its data, its locks, and the locks' helper keys (which
-/// distlock names `{<lock key>}:distlock:...`, hence the leading `*`).
+/// start with `{` and contain the lock key, `{<lock key>}:distlock:...` here, hence the
+/// leading `*`).
 async fn delete_run_keys(
     redis: &mut MultiplexedConnection,
     keys: &RunKeys,

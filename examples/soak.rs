@@ -367,8 +367,9 @@ fn no_redis(url: &str, error: &redis::RedisError) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Deletes every key of this run, including distlock's helper keys of its locks (named
-/// `{<lock key>}:distlock:...`, among them the fencing counters, which never expire).
+/// Deletes every key of this run, including distlock's helper keys of its locks (which contain
+/// the lock key, `{<lock key>}:distlock:...` here; among them the fencing counters, which never
+/// expire).
 async fn delete_run_keys(
     redis: &mut MultiplexedConnection,
     keys: &RunKeys,

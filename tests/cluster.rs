@@ -1,7 +1,8 @@
 //! distlock on a Redis Cluster (3 masters made with `redis-cli --cluster create`): the same
 //! attribute and guard as on a standalone server, every key of a lock in the lock key's hash
-//! slot, mutual exclusion with exact counts, wake-ups across nodes, and a run that survives a
-//! failover and a slot migration (with ASK redirections) under load.
+//! slot (whatever braces the name and prefix have), mutual exclusion with exact counts,
+//! wake-ups across nodes, and a run that survives a failover and a slot migration (with ASK
+//! redirections) under load.
 
 mod support;
 
@@ -196,6 +197,134 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
         "fencing tokens increase on a cluster"
     );
     next.release().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names with braces anywhere: every key of a lock in the lock key's slot
+// ---------------------------------------------------------------------------------------------
+
+/// For every generated name (braces in every position, empty and nested tags, a `}` with no
+/// `{` before it): a fenced acquire, a contender from another manager that waits and marks its
+/// wait, every key of the lock in the lock key's slot (`CLUSTER KEYSLOT`) and on the master of
+/// that slot, a release that succeeds and hands the lock over, increasing fencing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
+    let cluster = shared_cluster();
+    let urls = cluster.urls();
+    let holder_manager = cluster_manager(&urls).await;
+    let contender_manager = cluster_manager(&urls).await;
+    let fenced = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20))
+        .fencing(true);
+    // The keys of one lock: the lock key and the helper keys that name it.
+    let keys_of = |lock: &str| -> Vec<String> {
+        let mut keys = cluster.keys("*");
+        keys.retain(|key| {
+            key == lock || support::names::helper_owner(key).is_some_and(|(_, owner)| owner == lock)
+        });
+        keys
+    };
+    for name in support::names::lock_names() {
+        let key = format!("lock:{name}");
+        let slot = cluster.slot_of(&key);
+        let holder = holder_manager
+            .acquire(&name, &fenced)
+            .await
+            .unwrap_or_else(|error| panic!("{key:?}: fenced acquire: {error}"));
+        let first = holder.fencing_token().expect("a fencing token");
+        let contender = tokio::spawn({
+            let (manager, name, fenced) = (contender_manager.clone(), name.clone(), fenced.clone());
+            async move { manager.acquire(&name, &fenced).await }
+        });
+        // The lock, its fencing counter and the contender's waiters key.
+        support::eventually(
+            Duration::from_secs(10),
+            &format!("{key:?}'s waiters key"),
+            || keys_of(&key).len() == 3 || contender.is_finished(),
+        )
+        .await;
+        assert!(
+            !contender.is_finished(),
+            "{key:?}: the contender did not wait: {:?}",
+            contender.await.unwrap().map(drop)
+        );
+        let owner = cluster.master_for_slot(slot);
+        for lock_key in keys_of(&key) {
+            assert_eq!(
+                cluster.slot_of(&lock_key),
+                slot,
+                "{lock_key:?} is not in the slot of {key:?}"
+            );
+            assert!(
+                exists_on(owner, &lock_key).unwrap(),
+                "{lock_key:?} is not on the master of slot {slot}"
+            );
+        }
+        holder
+            .release()
+            .await
+            .unwrap_or_else(|error| panic!("{key:?}: release: {error}"));
+        let handed = tokio::time::timeout(Duration::from_secs(10), contender)
+            .await
+            .unwrap_or_else(|_| panic!("{key:?}: the contender was not handed the lock"))
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{key:?}: the contender's acquire: {error}"));
+        assert!(
+            handed.fencing_token().expect("a fencing token") > first,
+            "{key:?}: fencing tokens increase"
+        );
+        handed
+            .release()
+            .await
+            .unwrap_or_else(|error| panic!("{key:?}: release: {error}"));
+        let left = keys_of(&key);
+        assert!(
+            left.len() == 1 && matches!(support::names::helper_owner(&left[0]), Some(("fence", _))),
+            "{key:?}: only the fencing counter stays: {left:?}"
+        );
+    }
+
+    // The connect probe and a lock under every prefix, braces included.
+    for prefix in support::names::PREFIXES.into_iter().chain(["a}", "{x}:"]) {
+        let manager = LockManager::cluster_builder(&urls)
+            .key_prefix(prefix)
+            .connect()
+            .await
+            .unwrap_or_else(|error| panic!("prefix {prefix:?}: {error}"));
+        let guard = manager
+            .acquire("prefixed", &fenced)
+            .await
+            .unwrap_or_else(|error| panic!("prefix {prefix:?}: {error}"));
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|error| panic!("prefix {prefix:?}: {error}"));
+    }
+}
+
+/// Every generated name under every prefix, held at once, contended and fenced, on a cluster
+/// of its own (the check counts every key): no two distinct locks share a key, and every
+/// helper key lies in its lock's slot (see `support::names::no_two_locks_share_a_key`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_two_locks_share_a_key_on_a_cluster_whatever_their_names_and_prefixes() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut managers = Vec::new();
+    for prefix in support::names::PREFIXES {
+        let connect = || {
+            LockManager::cluster_builder(&cluster.urls())
+                .key_prefix(prefix)
+                .connect()
+        };
+        managers.push((connect().await.unwrap(), connect().await.unwrap()));
+    }
+    support::names::no_two_locks_share_a_key(
+        &managers,
+        || cluster.keys("*"),
+        |key| cluster.get(key),
+        Some(&|key| cluster.slot_of(key)),
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-//! Fault case 9, bad input at run time: names, URLs, durations and servers a careless or unlucky
-//! caller hands the manual API. Every one ends in a typed result — the lock works on exactly
-//! the key named, or a `LockError::Config` / `LockError::Redis` whose message says what is
-//! wrong — promptly, never a panic or a hang.
+//! Fault case 9, bad input at run time: names, key prefixes, URLs, durations and servers a
+//! careless or unlucky caller hands the manual API. Every one ends in a typed result — the lock
+//! works on exactly the key named, or a `LockError::Config` / `LockError::Redis` whose message
+//! says what is wrong — promptly, never a panic or a hang; and no lock ever touches the keys of
+//! another, whatever the names and prefixes.
 
 mod support;
 
@@ -83,12 +84,8 @@ async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
         guards.push(guard);
     }
     // Every name is its own lock: all are held at once, and each refuses a second holder.
-    // (The fencing counter of a name with a hash tag keeps the tag, so it matches `lock:*` too.)
-    let locks = server
-        .keys("lock:*")
-        .into_iter()
-        .filter(|key| !key.ends_with(":distlock:fence"));
-    assert_eq!(locks.count(), names.len());
+    // (Helper keys start with `{`, so `lock:*` matches the lock keys alone.)
+    assert_eq!(server.keys("lock:*").len(), names.len());
     for name in &names {
         assert!(manager
             .try_acquire(name, &options())
@@ -102,9 +99,21 @@ async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
     }
     assert_eq!(
         server.keys("lock:*"),
-        ["lock:{tag}rest:distlock:fence"],
-        "every lock released; fencing counters stay"
+        Vec::<String>::new(),
+        "every lock released"
     );
+    let counters = server.keys("*");
+    assert_eq!(
+        counters.len(),
+        names.len(),
+        "one fencing counter per lock stays"
+    );
+    for counter in &counters {
+        let (word, lock) = support::names::helper_owner(counter)
+            .unwrap_or_else(|| panic!("{counter:?} is not a helper key"));
+        assert_eq!(word, "fence", "{counter:?}");
+        assert!(lock.starts_with("lock:"), "{counter:?}");
+    }
 
     // Through the attribute: the placeholder's value goes into the key unchanged.
     for name in ["鍵\0{x}", "a\r\nb", &megabyte] {
@@ -466,4 +475,201 @@ async fn a_server_that_is_not_redis_gives_an_error_not_a_hang() {
         // The default connect timeout is 2 s, with one reconnect attempt.
         assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lock names that look like distlock's own helper keys, and key prefixes
+// ---------------------------------------------------------------------------------------------
+
+/// A hand-written lock (or another application) holds `{t}:distlock:waiters` and
+/// `{t}:distlock:fence`, the names helpers of the lock `{t}` would get if its key were simply put
+/// in braces; distlock's waiting, releasing and fencing on `{t}` must never touch them. Names
+/// of that shape, reachable with an empty key prefix, are refused; `a` and `{a}` are two locks
+/// with two fencing counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_of_the_helper_shape_are_refused_and_no_lock_touches_another_locks_keys() {
+    let server = RedisServer::start();
+    let bare = || LockManager::builder(server.url()).key_prefix("").connect();
+    let manager = bare().await.unwrap();
+    let other_process = bare().await.unwrap();
+    let foreign = [
+        ("{t}:distlock:waiters", "foreign-1"),
+        ("{t}:distlock:fence", "foreign-2"),
+    ];
+    for (key, token) in foreign {
+        server.set_px(key, token, 60_000);
+    }
+    let untouched = |what: &str| {
+        for (key, token) in foreign {
+            assert_eq!(
+                server.get(key).as_deref(),
+                Some(token),
+                "{what} changed {key}, a lock distlock does not hold"
+            );
+            assert!(server.pttl(key) > 50_000, "{what} changed the ttl of {key}");
+        }
+    };
+
+    // `{t}` contended: the waiter marks its wait, the release wakes it.
+    let holder = manager
+        .acquire("{t}", &options())
+        .await
+        .expect("the lock {t}");
+    let keys_before = server.keys("*").len();
+    let waiter = tokio::spawn(async move { other_process.acquire("{t}", &options()).await });
+    support::eventually(Duration::from_secs(5), "the waiter's mark", || {
+        server.keys("*").len() > keys_before
+            || server.get(foreign[0].0).as_deref() != Some(foreign[0].1)
+    })
+    .await;
+    untouched("a waiter on {t}");
+    holder.release().await.expect("release of {t}");
+    untouched("the release of {t}");
+    let second: Option<String> = redis::cmd("SET")
+        .arg(foreign[0].0)
+        .arg("intruder")
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(second, None, "a second holder got into {}", foreign[0].0);
+    let handed = waiter.await.unwrap().expect("the waiter is handed {t}");
+    handed.release().await.unwrap();
+
+    // Fencing on `{t}` counts in a key of its own.
+    let fenced = options().fencing(true);
+    let guard = manager
+        .acquire("{t}", &fenced)
+        .await
+        .expect("a fenced acquire of {t}");
+    assert_eq!(guard.fencing_token(), Some(1));
+    guard.release().await.unwrap();
+    untouched("fencing on {t}");
+
+    // `a` and `{a}` (the same tag, hence the same slot) are two locks with two counters.
+    for name in ["a", "{a}"] {
+        let guard = manager.acquire(name, &fenced).await.unwrap();
+        assert_eq!(guard.key(), name);
+        assert_eq!(
+            guard.fencing_token(),
+            Some(1),
+            "{name}: its first fencing token (a counter shared with the other lock gives 2)"
+        );
+        guard.release().await.unwrap();
+    }
+
+    // The names of that shape are refused, so no lock key can ever be a helper key; so is the
+    // empty key. With the default prefix they are ordinary names.
+    for name in [
+        "{t}:distlock:waiters",
+        "{t}:distlock:fence",
+        "{}:distlock:waiters",
+        "{t}:distlock:other:{t}",
+        "",
+    ] {
+        for result in [
+            manager.acquire(name, &options()).await.map(drop),
+            manager.try_acquire(name, &options()).await.map(drop),
+        ] {
+            let error = result.expect_err(name);
+            let LockError::Config(message) = &error else {
+                panic!("{name:?}: expected LockError::Config, got {error:?}");
+            };
+            assert!(
+                message.contains("use another lock name or key prefix"),
+                "{name:?}: {message}"
+            );
+            let why = if name.is_empty() {
+                "empty"
+            } else {
+                "reserved for distlock's helper keys"
+            };
+            assert!(message.contains(why), "{name:?}: {message}");
+        }
+        let default = LockManager::connect(&server.url()).await.unwrap();
+        let guard = default
+            .try_acquire(name, &options())
+            .await
+            .unwrap()
+            .expect("free under the default prefix");
+        assert_eq!(guard.key(), format!("lock:{name}"));
+        guard.release().await.unwrap();
+    }
+    untouched("the refused names");
+}
+
+/// The manager's connect probe lives under the key prefix (so an ACL narrowed to the prefix
+/// allows it): it must work for every prefix, braces included; a prefix under which every lock
+/// key would have the helper shape is refused when connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_prefix_connects_but_one_that_reserves_every_key_is_refused() {
+    let server = RedisServer::start();
+    for prefix in [
+        "",
+        "{",
+        "}",
+        "{}",
+        "{x}",
+        "{x}:",
+        "{x}:d",
+        "{x}:distlock",
+        "a}",
+        "{a}}",
+        "x}{y",
+    ] {
+        let manager = LockManager::builder(server.url())
+            .key_prefix(prefix)
+            .connect()
+            .await
+            .unwrap_or_else(|error| panic!("prefix {prefix:?}: {error}"));
+        let guard = manager
+            .acquire("job", &options().fencing(true))
+            .await
+            .unwrap_or_else(|error| panic!("prefix {prefix:?}: {error}"));
+        assert_eq!(guard.key(), format!("{prefix}job"));
+        assert_eq!(guard.fencing_token(), Some(1));
+        guard.release().await.unwrap();
+    }
+    for prefix in ["{x}:distlock:", "{x}:distlock:waiters", "{}:distlock:x"] {
+        let error = LockManager::builder(server.url())
+            .key_prefix(prefix)
+            .connect()
+            .await
+            .expect_err(prefix);
+        let LockError::Config(message) = &error else {
+            panic!("{prefix:?}: expected LockError::Config, got {error:?}");
+        };
+        assert!(
+            message.contains(&format!("key prefix `{prefix}`")),
+            "{message}"
+        );
+        assert!(
+            message.contains("reserved for distlock's helper keys"),
+            "{message}"
+        );
+    }
+}
+
+/// Every generated name under every prefix, held at once, contended and fenced: no two
+/// distinct locks share a key (see `support::names::no_two_locks_share_a_key`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_two_locks_share_a_key_whatever_their_names_and_prefixes() {
+    let server = RedisServer::start();
+    let mut managers = Vec::new();
+    for prefix in support::names::PREFIXES {
+        let connect = || {
+            LockManager::builder(server.url())
+                .key_prefix(prefix)
+                .connect()
+        };
+        managers.push((connect().await.unwrap(), connect().await.unwrap()));
+    }
+    support::names::no_two_locks_share_a_key(
+        &managers,
+        || server.keys("*"),
+        |key| server.get(key),
+        None,
+    )
+    .await;
 }

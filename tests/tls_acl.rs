@@ -42,10 +42,10 @@ fn readme_acl_commands() -> Vec<String> {
     commands
 }
 
-/// Everything distlock does, against `url` (as the ACL user): connect, a fenced acquire,
-/// `is_held`, `extend`, a contended hand-off woken by the release, `try_acquire`, release.
-/// `tls_ca` is the CA to trust for a `rediss://` URL.
-async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
+/// Everything distlock does on the lock `name`, against `url` (as the ACL user): connect, a
+/// fenced acquire, `is_held`, `extend`, a contended hand-off woken by the release,
+/// `try_acquire`, release. `tls_ca` is the CA to trust for a `rediss://` URL.
+async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
     let connect = || {
         let builder = LockManager::builder(url);
         #[cfg(feature = "tls")]
@@ -65,7 +65,7 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
         .timeout(Duration::from_secs(10))
         .fencing(true);
     let holder = holder_manager
-        .acquire("everything", &options)
+        .acquire(name, &options)
         .await
         .expect("acquire (EVALSHA / SCRIPT LOAD, SET, INCR)");
     let first_fence = holder.fencing_token().expect("a fencing token");
@@ -76,11 +76,11 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
         .expect("extend (GET, PEXPIRE)");
 
     let waiter = tokio::spawn({
-        let options = options.clone();
+        let (options, name) = (options.clone(), name.to_owned());
         async move {
             let started = Instant::now();
             // Contended: PTTL, SET of the waiters key, SUBSCRIBE.
-            let guard = waiter_manager.acquire("everything", &options).await;
+            let guard = waiter_manager.acquire(&name, &options).await;
             (guard, started.elapsed())
         }
     });
@@ -104,7 +104,7 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>) {
     guard.release().await.expect("release");
 
     let again = holder_manager
-        .try_acquire("everything", &LockOptions::new())
+        .try_acquire(name, &LockOptions::new())
         .await
         .expect("try_acquire")
         .expect("free after the release");
@@ -125,7 +125,7 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
     // the command statistics show what distlock needed.
     server.reset_stats();
 
-    everything(&url, None).await;
+    everything(&url, None, "everything").await;
 
     // The waiter unsubscribes in the background once it holds the lock.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -149,7 +149,7 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
 }
 
 /// The key patterns the README says the minimal ACL may be narrowed to: "(`~*` may be narrowed
-/// to your prefix, e.g. `~lock:* ~{lock:*`)".
+/// to your prefix, e.g. `~lock:* ~{lock:* ...`".
 fn readme_narrowed_key_patterns() -> Vec<String> {
     let readme = include_str!("../README.md");
     let start = readme
@@ -181,8 +181,12 @@ async fn the_minimal_acl_narrowed_to_the_key_prefix_as_the_readme_says_is_enough
         .arg(&patterns)
         .query(&mut server.conn())
         .expect("the README's key patterns are valid ACL rules");
-    // Connecting (its probe release included), fencing, extend, a woken waiter, release.
-    everything(&url, None).await;
+    // Connecting (its probe release included), fencing, extend, a woken waiter, release; on a
+    // name without braces, one with a hash tag, and one with a `}` but no tag: the three forms
+    // of helper keys.
+    for name in ["everything", "{user:7}:cart", "order:a}b"] {
+        everything(&url, None, name).await;
+    }
 }
 
 #[tokio::test]
@@ -274,7 +278,7 @@ mod tls {
 
         // Contended hand-off woken by the release (pub/sub over TLS too), with fencing and
         // extension: everything, as the default user.
-        everything(&server.tls_url(), Some(server.ca_pem())).await;
+        everything(&server.tls_url(), Some(server.ca_pem()), "everything").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,7 +288,7 @@ mod tls {
         let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
         let url = server.add_acl_user("locker", "s3cret", &allowed);
         assert!(url.starts_with("rediss://locker:"), "{url}");
-        everything(&url, Some(server.ca_pem())).await;
+        everything(&url, Some(server.ca_pem()), "everything").await;
     }
 
     fn assert_certificate_refused(result: Result<LockManager, LockError>, what: &str) {

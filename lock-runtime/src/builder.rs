@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::connection::{Endpoint, Timeouts};
+use crate::keys::LockKeys;
 use crate::options::MAX_DURATION;
 use crate::{LockError, LockManager};
 
@@ -75,6 +76,13 @@ impl LockManagerBuilder {
 
     /// Prefix of every lock key: the lock named `trace:1` lives at `key_prefix + "trace:1"`.
     /// Default `"lock:"`.
+    ///
+    /// A lock's helper keys (its waiters key, its fencing counter) are named
+    /// `{<tag>}:distlock:<word>…`, so a full lock key of that shape — one that starts with `{`
+    /// and whose first `}` is followed by `:distlock:` — is refused with
+    /// [`LockError::Config`], as is the empty key. No name is ever refused under a prefix that
+    /// does not start with `{`, such as the default; `connect` refuses a prefix that has that
+    /// shape itself.
     ///
     /// ```
     /// let builder = distlock::LockManager::builder("redis://127.0.0.1").key_prefix("app1:lock:");
@@ -193,9 +201,7 @@ impl LockManagerBuilder {
                 Backend::redlock(masters, self.timeouts, self.node_timeout)
             }
         };
-        // Under the key prefix, so an ACL narrowed to the prefix (`~lock:* ~{lock:*`) allows it.
-        let probe =
-            crate::keys::LockKeys::new(format!("{}distlock:connect-probe", self.key_prefix));
+        let probe = probe_keys(&self.key_prefix)?;
         let manager = LockManager::new(backend, self.key_prefix, describe(&self.topology));
         manager.backend().ping(&probe).await?;
         Ok(manager)
@@ -252,6 +258,22 @@ impl LockManagerBuilder {
     }
 }
 
+/// The keys of the lock that `connect` releases (holding nothing) to check the scripts run.
+///
+/// Under the key prefix, so an ACL narrowed to the prefix allows it. Its name has no `}` and
+/// starts with `_`, which cannot continue `:distlock:`: so the probe key has the reserved shape
+/// of a helper key only when the prefix alone has it — and then every lock key would, so the
+/// prefix is refused here rather than at the first lock.
+fn probe_keys(prefix: &str) -> Result<LockKeys, LockError> {
+    LockKeys::new(format!("{prefix}_distlock:connect-probe")).map_err(|_| {
+        LockError::config(format!(
+            "key prefix `{prefix}` is reserved for distlock's helper keys: every lock key under \
+             it starts with `{{`, and its first `}}` is followed by `:distlock:`, the shape of \
+             the keys that hold a lock's waiters and fencing counter; use another key prefix"
+        ))
+    })
+}
+
 /// The deployment, passwords hidden, for `Debug` output.
 fn describe(topology: &Topology) -> String {
     let list = |urls: &[String]| {
@@ -292,6 +314,34 @@ pub(crate) fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_probe_works_under_every_prefix_but_those_that_reserve_every_key() {
+        const PIECES: [&str; 8] = ["", "{", "}", "x", ":", ":dist", "lock:", ":distlock:"];
+        let mut refused = 0;
+        for a in PIECES {
+            for b in PIECES {
+                for c in PIECES {
+                    let prefix = format!("{a}{b}{c}");
+                    // Every lock key under the prefix has the helper shape.
+                    let reserves_all = prefix.starts_with('{')
+                        && prefix
+                            .split_once('}')
+                            .is_some_and(|(_, after)| after.starts_with(":distlock:"));
+                    match probe_keys(&prefix) {
+                        Ok(_) => assert!(!reserves_all, "{prefix:?}"),
+                        Err(LockError::Config(message)) => {
+                            assert!(reserves_all, "{prefix:?}: {message}");
+                            assert!(message.contains(&format!("key prefix `{prefix}`")));
+                            refused += 1;
+                        }
+                        Err(error) => panic!("{prefix:?}: {error:?}"),
+                    }
+                }
+            }
+        }
+        assert!(refused > 0);
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

@@ -60,7 +60,8 @@ pub enum LockError {
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(#[from] redis::RedisError),
 
-    /// A setting is out of range or malformed (URL, ttl, timeout, ...).
+    /// A setting is out of range or malformed (URL, ttl, timeout, ...), or a lock key is
+    /// refused (empty, or reserved for distlock's helper keys).
     #[error("invalid distlock configuration: {0}")]
     Config(String),
 }

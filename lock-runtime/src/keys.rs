@@ -1,10 +1,48 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
-//! Every helper of a lock (waiters key, fencing counter) must live in the lock key's hash slot,
-//! so that one script can touch them all on a Redis Cluster. A key's slot is decided by its hash
-//! tag (the text between the first `{` and the next `}`, when not empty) or else by the whole
-//! key; so a helper wraps the lock key in braces, or — when the lock key already carries a tag —
-//! appends to it and keeps the tag.
+//! A lock `L` (the full key, `key_prefix + name`) has helper keys: its waiters key (whose name
+//! is also its wake-up channel) and its fencing counter, and later others, each named by a
+//! fixed word `s` (`waiters`, `fence`). Two rules hold for every name and prefix:
+//!
+//! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
+//!   can touch them all. Redis hashes a key by its hash tag — the text between the first `{`
+//!   and the first `}` after it, when that text is not empty — or else by the whole key
+//!   (CRC16-XMODEM modulo 16384; [`slot`]).
+//! - **Namespaces that cannot meet.** No helper key is a lock key, and no two locks share a
+//!   helper. Otherwise a waiter on one lock could overwrite another lock's token, a release
+//!   could delete another lock, and a lock held under a helper's name would break fencing.
+//!
+//! The helper `s` of `L` is
+//!
+//! ```text
+//! "{" + T + "}" + ":distlock:" + s              when T = L
+//! "{" + T + "}" + ":distlock:" + s + ":" + L    otherwise
+//! ```
+//!
+//! where the tag `T` is
+//! - `L`'s own hash tag when it has one (`lock:{user:7}:cart` →
+//!   `{user:7}:distlock:fence:lock:{user:7}:cart`);
+//! - else `L` itself when `L` contains no `}` — the common case, kept readable:
+//!   `lock:trace:1` → `{lock:trace:1}:distlock:waiters`. `L` is then hashed whole, and so is
+//!   `T` inside the braces;
+//! - else (a `}` but no hash tag, as in `order:a}b`, `x}{y`, `{}x`) a short alphanumeric tag
+//!   with `L`'s slot, from a table of one tag per slot built once, on first use.
+//!
+//! So `T` is never empty (an empty `L` is refused) and the helper's own hash tag is `T`, whose
+//! slot is `L`'s.
+//!
+//! **Reading a helper back.** `T` never contains `}`, so the helper's first `}` ends `T`; then
+//! come `:distlock:` and `s`, a word without `:`; then either the end (and `L = T`) or `:` and
+//! `L`. A helper therefore names exactly one `(s, L)`: two locks never share a helper, and one
+//! lock's helpers are distinct. Every helper contains `L`, so a `SCAN` for `*<lock key>*` finds
+//! a lock's helpers too.
+//!
+//! **Lock keys of the helper shape are refused.** Every helper starts with `{` and has
+//! `:distlock:` right after its first `}`; a lock key of that shape is refused with
+//! [`LockError::Config`], and so the lock keys and the helper keys are disjoint sets. With the
+//! default prefix `lock:` (or any prefix that does not start with `{`) no name is ever refused;
+//! an empty prefix, or one that starts with `{`, makes names like `{t}:distlock:waiters` reach
+//! that shape. The empty key is refused too: it has no text to give its helpers its slot.
 //!
 //! distlock never writes into a key it does not hold: waiting is recorded in a key of its own,
 //! so a lock key holds exactly its holder's token, and clients that share the keys and compare
@@ -12,20 +50,67 @@
 
 use std::sync::Arc;
 
-/// The names derived from one full lock key. Cheap to clone: the key is shared, and the
-/// helper names are made when an operation needs them.
+use once_cell::sync::Lazy;
+
+use crate::LockError;
+
+/// What follows a helper's tag, before its word.
+const MARKER: &str = ":distlock:";
+
+/// Number of Redis Cluster hash slots.
+const SLOTS: usize = 16384;
+
+/// The names derived from one full lock key. Cheap to clone: the key is shared, the tag is a
+/// position in it or a slot number, and the helper names are made when an operation needs them.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
     /// The lock key itself: `prefix + name`. Shared, not copied, with the in-process queue that
     /// is keyed by it.
     pub(crate) lock: Arc<str>,
+    /// The tag `T` of the helper keys (see the module docs).
+    tag: Tag,
+}
+
+/// Where the helper keys' tag `T` comes from.
+#[derive(Debug, Clone, Copy)]
+enum Tag {
+    /// The lock key's own hash tag, at these byte offsets of it.
+    Own { start: usize, end: usize },
+    /// The whole lock key: it has no hash tag and no `}`.
+    Whole,
+    /// The table's tag for this slot: the lock key has a `}` but no hash tag.
+    OfSlot(u16),
 }
 
 impl LockKeys {
-    pub(crate) fn new(lock: String) -> Self {
-        LockKeys {
-            lock: Arc::from(lock),
+    /// The keys of the lock whose full key is `lock`.
+    ///
+    /// # Errors
+    /// [`LockError::Config`] when `lock` is empty or has the shape of a helper key.
+    pub(crate) fn new(lock: String) -> Result<Self, LockError> {
+        if lock.is_empty() {
+            return Err(LockError::config(
+                "the lock key is empty (an empty name under an empty key prefix): distlock's \
+                 helper keys take their cluster slot from the lock key's text, and there is \
+                 none; use another lock name or key prefix",
+            ));
         }
+        if has_helper_shape(&lock) {
+            return Err(LockError::config(format!(
+                "lock key `{lock}` is reserved for distlock's helper keys: a key that starts \
+                 with `{{`, whose first `}}` is followed by `:distlock:`, names the waiters or \
+                 fencing counter of another lock; use another lock name or key prefix"
+            )));
+        }
+        let tag = match hash_tag(lock.as_bytes()) {
+            Some((start, end)) => Tag::Own { start, end },
+            None if !lock.contains('}') => Tag::Whole,
+            None => Tag::OfSlot(slot(lock.as_bytes())),
+        };
+        Ok(LockKeys {
+            lock: Arc::from(lock),
+            tag,
+        })
     }
 
     /// Two names in one: the key that exists while somebody waits (it tells the release script
@@ -40,56 +125,362 @@ impl LockKeys {
         self.helper("fence")
     }
 
-    /// `{key}:distlock:suffix`, or `key:distlock:suffix` when `key` already has a hash tag
-    /// (which then still decides the slot). Built by hand, not with `format!`: the release of
+    /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.
+    /// Built by hand into one allocation of the right size, not with `format!`: the release of
     /// every lock names its waiters key.
-    fn helper(&self, suffix: &str) -> String {
-        const MIDDLE: &str = ":distlock:";
-        let key = &*self.lock;
-        let mut name = String::with_capacity(key.len() + 2 + MIDDLE.len() + suffix.len());
-        if has_hash_tag(key) {
-            name.push_str(key);
-        } else {
-            name.push('{');
-            name.push_str(key);
-            name.push('}');
+    pub(crate) fn helper(&self, word: &str) -> String {
+        debug_assert!(!word.contains(':'), "a helper word without `:`: {word:?}");
+        let lock = &*self.lock;
+        let (tag, names_lock) = match self.tag {
+            Tag::Own { start, end } => (&lock[start..end], true),
+            Tag::Whole => (lock, false),
+            Tag::OfSlot(slot) => (SLOT_TAGS.tag(slot), true),
+        };
+        let tail = if names_lock { 1 + lock.len() } else { 0 };
+        let mut name = String::with_capacity(2 + tag.len() + MARKER.len() + word.len() + tail);
+        name.push('{');
+        name.push_str(tag);
+        name.push('}');
+        name.push_str(MARKER);
+        name.push_str(word);
+        if names_lock {
+            name.push(':');
+            name.push_str(lock);
         }
-        name.push_str(MIDDLE);
-        name.push_str(suffix);
         name
     }
 }
 
-/// Whether Redis Cluster would hash `key` by a tag rather than by the whole key.
-fn has_hash_tag(key: &str) -> bool {
-    match key.find('{') {
-        Some(open) => key[open + 1..].find('}').is_some_and(|len| len > 0),
-        None => false,
+/// Whether `key` has the shape of a helper key: it starts with `{`, and its first `}` is
+/// followed by `:distlock:`.
+fn has_helper_shape(key: &str) -> bool {
+    key.starts_with('{')
+        && key
+            .find('}')
+            .is_some_and(|close| key[close + 1..].starts_with(MARKER))
+}
+
+/// The byte offsets of `key`'s hash tag, as Redis Cluster finds it: the text after the first
+/// `{` up to the first `}` after it, when that text is not empty.
+fn hash_tag(key: &[u8]) -> Option<(usize, usize)> {
+    let start = key.iter().position(|&byte| byte == b'{')? + 1;
+    let len = key[start..].iter().position(|&byte| byte == b'}')?;
+    (len > 0).then_some((start, start + len))
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16-XMODEM, modulo 16384, of its hash tag, or of the
+/// whole key when it has none.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let hashed = match hash_tag(key) {
+        Some((start, end)) => &key[start..end],
+        None => key,
+    };
+    // 16384 is a power of two: the remainder is the low 14 bits, as in Redis.
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS as u16
+}
+
+/// One short alphanumeric tag per slot, for lock keys with a `}` but no hash tag. Built on
+/// first use, in a few milliseconds: most deployments never need it.
+static SLOT_TAGS: Lazy<SlotTags> = Lazy::new(SlotTags::build);
+
+/// The tags of all slots, one after the other in one string.
+struct SlotTags {
+    text: String,
+    /// Where the tag of slot `i` starts in `text`; entry `SLOTS` is `text.len()`.
+    starts: Vec<u32>,
+}
+
+impl SlotTags {
+    /// Enumerates alphanumeric words, shortest first and in a fixed order, keeping the first
+    /// word found for each slot, until every slot has one. 62³ words of three characters cover
+    /// almost every slot; four characters are enough for the rest.
+    fn build() -> SlotTags {
+        const ALPHABET: &[u8; 62] =
+            b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        const LONGEST: usize = 4;
+        let mut found: Vec<Option<([u8; LONGEST], usize)>> = vec![None; SLOTS];
+        let mut missing = SLOTS;
+        for len in 1..=LONGEST {
+            let mut digits = [0usize; LONGEST];
+            'words: loop {
+                let mut word = [0u8; LONGEST];
+                for (byte, &digit) in word.iter_mut().zip(&digits[..len]) {
+                    *byte = ALPHABET[digit];
+                }
+                let entry = &mut found[usize::from(slot(&word[..len]))];
+                if entry.is_none() {
+                    *entry = Some((word, len));
+                    missing -= 1;
+                    if missing == 0 {
+                        break;
+                    }
+                }
+                // The next word of this length, the first character counting fastest.
+                for digit in &mut digits[..len] {
+                    *digit += 1;
+                    if *digit < ALPHABET.len() {
+                        continue 'words;
+                    }
+                    *digit = 0;
+                }
+                break;
+            }
+            if missing == 0 {
+                break;
+            }
+        }
+        let mut text = String::with_capacity(SLOTS * 3);
+        let mut starts = Vec::with_capacity(SLOTS + 1);
+        for entry in found {
+            let (word, len) =
+                entry.expect("alphanumeric words of up to 4 characters cover every slot");
+            starts.push(u32::try_from(text.len()).expect("the table is small"));
+            text.extend(word[..len].iter().map(|&byte| char::from(byte)));
+        }
+        starts.push(u32::try_from(text.len()).expect("the table is small"));
+        SlotTags { text, starts }
+    }
+
+    /// The tag of `slot`, which hashes to `slot`.
+    fn tag(&self, slot: u16) -> &str {
+        let slot = usize::from(slot);
+        &self.text[self.starts[slot] as usize..self.starts[slot + 1] as usize]
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{HashMap, HashSet};
+
     use super::*;
 
+    /// Key prefixes: the default, none, and prefixes that open or close a brace or carry a tag.
+    const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
+
+    /// The helper words of today and of the helpers to come.
+    const WORDS: [&str; 4] = ["waiters", "fence", "line", "claim"];
+
+    /// Lock names with braces in every position: every sequence of three pieces (empty tags,
+    /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of
+    /// up to four characters over `{`, `}`, `a`, and names of 64 KiB.
+    fn names() -> Vec<String> {
+        const PIECES: [&str; 14] = [
+            "",
+            "a",
+            "{",
+            "}",
+            "{}",
+            "{{",
+            "}}",
+            "{a}",
+            ":distlock:",
+            "waiters",
+            ":",
+            "\u{0}",
+            "\u{7f}\u{ffff}",
+            "é鍵🔒",
+        ];
+        let mut names = Vec::new();
+        for a in PIECES {
+            for b in PIECES {
+                for c in PIECES {
+                    names.push(format!("{a}{b}{c}"));
+                }
+            }
+        }
+        let mut words = vec![String::new()];
+        for _ in 0..4 {
+            words = words
+                .iter()
+                .flat_map(|word| ["{", "}", "a"].map(|c| format!("{word}{c}")))
+                .collect();
+            names.extend(words.iter().cloned());
+        }
+        let long = "x".repeat(1 << 16);
+        names.extend([
+            long.clone(),
+            "}".repeat(1 << 16),
+            "{".repeat(1 << 16),
+            format!("{{{long}}}"),
+            format!("{{{long}"),
+            format!("{long}}}"),
+            format!("{long}}}{{a}}"),
+            format!("{{}}{long}"),
+            format!("{{t}}:distlock:waiters:{long}"),
+        ]);
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every generated full key: each name under each prefix.
+    fn full_keys() -> Vec<String> {
+        let mut keys: Vec<String> = PREFIXES
+            .iter()
+            .flat_map(|prefix| {
+                names()
+                    .into_iter()
+                    .map(move |name| format!("{prefix}{name}"))
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// The shape of a helper key, as the docs define it: `{`, then text up to the first `}`,
+    /// then `:distlock:`.
+    fn has_helper_shape(key: &str) -> bool {
+        let Some(rest) = key.strip_prefix('{') else {
+            return false;
+        };
+        rest.find('}')
+            .is_some_and(|close| rest[close + 1..].starts_with(":distlock:"))
+    }
+
+    /// The helper word and the lock key of a helper key, read as the docs say.
+    fn decode(helper: &str) -> (&str, &str) {
+        let rest = helper.strip_prefix('{').expect("a helper starts with `{`");
+        let (tag, after) = rest.split_once('}').expect("a helper's tag is closed");
+        let after = after
+            .strip_prefix(":distlock:")
+            .expect("`:distlock:` follows the tag");
+        match after.split_once(':') {
+            Some((word, lock)) => (word, lock),
+            None => (after, tag),
+        }
+    }
+
     #[test]
-    fn helpers_wrap_an_untagged_key_in_braces() {
-        let keys = LockKeys::new("lock:trace:1".to_owned());
+    fn slots_are_computed_as_redis_computes_them() {
+        // Values from `CLUSTER KEYSLOT` on redis-server 7.0.
+        for (key, expected) in [
+            ("somekey", 11058),
+            ("foo{hash_tag}", 2515),
+            ("bar{hash_tag}", 2515),
+            ("", 0),
+            ("foo{}{bar}", 8363),
+            ("foo{{bar}}zap", 4015),
+            ("{bar", 4015),
+            ("foo{bar}{zap}", 5061),
+            ("bar", 5061),
+            ("x}{y", 9970),
+            ("{}x", 10595),
+            ("order:a}b", 13027),
+            ("}", 12090),
+        ] {
+            assert_eq!(slot(key.as_bytes()), expected, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn every_helper_key_lies_in_its_lock_keys_slot() {
+        for key in full_keys() {
+            let Ok(keys) = LockKeys::new(key.clone()) else {
+                continue;
+            };
+            let lock_slot = slot(key.as_bytes());
+            for word in WORDS {
+                let helper = keys.helper(word);
+                assert_eq!(
+                    slot(helper.as_bytes()),
+                    lock_slot,
+                    "helper {helper:?} of {key:?}"
+                );
+            }
+            assert_eq!(keys.waiters(), keys.helper("waiters"));
+            assert_eq!(keys.fence(), keys.helper("fence"));
+        }
+    }
+
+    #[test]
+    fn no_helper_key_is_a_lock_key_or_another_locks_helper() {
+        let keys = full_keys();
+        let locks: HashSet<&str> = keys
+            .iter()
+            .map(String::as_str)
+            .filter(|key| LockKeys::new((*key).to_owned()).is_ok())
+            .collect();
+        let mut owners: HashMap<String, (&str, &str)> = HashMap::new();
+        for &lock in &locks {
+            let lock_keys = LockKeys::new(lock.to_owned()).unwrap();
+            for word in WORDS {
+                let helper = lock_keys.helper(word);
+                assert!(
+                    !locks.contains(helper.as_str()),
+                    "helper {helper:?} of {lock:?} is also a lock key"
+                );
+                assert!(
+                    LockKeys::new(helper.clone()).is_err(),
+                    "helper {helper:?} of {lock:?} would be accepted as a lock key"
+                );
+                assert_eq!(decode(&helper), (word, lock), "{helper:?} reads back");
+                if let Some(other) = owners.insert(helper.clone(), (word, lock)) {
+                    panic!("{helper:?} is the {other:?} helper and the {word} helper of {lock:?}");
+                }
+            }
+        }
+        assert!(locks.len() > 10_000, "{} locks", locks.len());
+    }
+
+    #[test]
+    fn exactly_the_keys_of_the_helper_shape_and_the_empty_key_are_refused() {
+        let mut refused = 0;
+        for key in full_keys() {
+            let expected = key.is_empty() || has_helper_shape(&key);
+            let result = LockKeys::new(key.clone());
+            assert_eq!(result.is_err(), expected, "{key:?}");
+            if let Err(error) = result {
+                refused += 1;
+                let LockError::Config(message) = &error else {
+                    panic!("{key:?}: {error:?}");
+                };
+                assert!(
+                    message.contains("use another lock name or key prefix"),
+                    "{message}"
+                );
+            }
+        }
+        assert!(refused > 100, "{refused} keys refused");
+    }
+
+    #[test]
+    fn every_slot_has_a_short_alphanumeric_tag_of_that_slot() {
+        let tags = SlotTags::build();
+        let mut longest = 0;
+        for number in 0..16384 {
+            let tag = tags.tag(number);
+            assert!(
+                (1..=4).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_alphanumeric()),
+                "slot {number}: {tag:?}"
+            );
+            assert_eq!(slot(tag.as_bytes()), number, "{tag:?}");
+            longest = longest.max(tag.len());
+        }
+        assert_eq!(longest, 3, "three characters cover every slot");
+        assert_eq!(
+            SLOT_TAGS.text, tags.text,
+            "the table is the same every time"
+        );
+    }
+
+    #[test]
+    fn common_names_keep_readable_helpers() {
+        let keys = LockKeys::new("lock:trace:1".to_owned()).unwrap();
         assert_eq!(keys.waiters(), "{lock:trace:1}:distlock:waiters");
         assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
-    }
-
-    #[test]
-    fn helpers_keep_an_existing_hash_tag() {
-        let keys = LockKeys::new("lock:{user:7}:cart".to_owned());
-        assert_eq!(keys.fence(), "lock:{user:7}:cart:distlock:fence");
-        assert_eq!(keys.waiters(), "lock:{user:7}:cart:distlock:waiters");
-    }
-
-    #[test]
-    fn empty_braces_are_not_a_hash_tag() {
-        assert!(!has_hash_tag("lock:{}x"));
-        assert!(has_hash_tag("a{b}c"));
-        assert!(!has_hash_tag("a{b"));
+        let keys = LockKeys::new("lock:{user:7}:cart".to_owned()).unwrap();
+        assert_eq!(keys.fence(), "{user:7}:distlock:fence:lock:{user:7}:cart");
+        assert_eq!(
+            keys.waiters(),
+            "{user:7}:distlock:waiters:lock:{user:7}:cart"
+        );
+        // A `}` without a hash tag: a tag of the key's slot, then the key.
+        let keys = LockKeys::new("lock:order:a}b".to_owned()).unwrap();
+        let tag = SLOT_TAGS.tag(slot(b"lock:order:a}b"));
+        assert_eq!(
+            keys.waiters(),
+            format!("{{{tag}}}:distlock:waiters:lock:order:a}}b")
+        );
     }
 }

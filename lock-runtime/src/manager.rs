@@ -160,7 +160,8 @@ impl LockManager {
     /// # Errors
     /// [`LockError::Timeout`] if the lock was still held when the timeout ran out,
     /// [`LockError::Redis`] if Redis failed until the deadline (with the last cause),
-    /// [`LockError::Config`] for an out-of-range ttl or timeout.
+    /// [`LockError::Config`] for an out-of-range ttl or timeout, or a lock key that distlock
+    /// refuses (see [`LockManagerBuilder::key_prefix`]).
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -285,7 +286,8 @@ impl LockManager {
     ///
     /// # Errors
     /// [`LockError::Redis`] if Redis could not be asked, [`LockError::Config`] for an
-    /// out-of-range ttl.
+    /// out-of-range ttl or a lock key that distlock refuses (see
+    /// [`LockManagerBuilder::key_prefix`]).
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -337,8 +339,8 @@ impl LockManager {
         }
     }
 
-    /// Checks `options` against what this deployment can do and names the lock's keys; returns
-    /// the ttl in milliseconds with the keys.
+    /// Checks `options` against what this deployment can do and names the lock's keys (the one
+    /// place where a lock key is refused); returns the ttl in milliseconds with the keys.
     fn prepare(&self, name: &str, options: &LockOptions) -> Result<(u64, LockKeys), LockError> {
         let ttl_millis = options.validate()?;
         if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
@@ -352,7 +354,7 @@ impl LockManager {
         let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
         lock.push_str(&self.inner.key_prefix);
         lock.push_str(name);
-        Ok((ttl_millis, LockKeys::new(lock)))
+        Ok((ttl_millis, LockKeys::new(lock)?))
     }
 
     /// The guard of a lock just acquired with the attempt sent at `sent`, with its watchdog

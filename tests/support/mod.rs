@@ -26,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod names;
 pub mod process;
 pub mod proxy;
 pub mod server;
