@@ -201,6 +201,12 @@ impl Connections {
             .map(|slot| slot.connection.clone())
     }
 
+    /// Whether this is a Redis Cluster, whose connection sends a command again after a dropped
+    /// connection or a response timeout.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Cluster(_))
+    }
+
     /// How many runtimes currently have a connection (for leak tests).
     pub(crate) fn len(&self) -> usize {
         self.lock().len()

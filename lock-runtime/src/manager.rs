@@ -323,6 +323,15 @@ impl LockManager {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
                 Ok(Some(self.guard(keys, token, fence, turn, options, sent)))
             }
+            // A connection that sends a command again after a dropped reply may have been
+            // answered "held" by the lock its first send took: ask whose it is.
+            Attempt::Held { .. }
+                if self.inner.backend.resends_commands()
+                    && self.inner.backend.is_held(&keys, &token).await? =>
+            {
+                tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
+                Ok(Some(self.guard(keys, token, None, turn, options, sent)))
+            }
             Attempt::Held { .. } => Ok(None),
         }
     }

@@ -59,6 +59,10 @@ where
 /// each failed attempt, and every waiter attempts again at the latest when that ttl runs out.
 /// The lock key itself is never written by a waiter: it holds exactly its holder's token.
 ///
+/// Finding its own token is a grant too: a command that the connection sent again after a
+/// dropped reply (a cluster connection does) has already taken the lock, and the fencing token
+/// it was issued is still the counter's value, as nobody else can have acquired since.
+///
 /// A lock key that holds a list, a hash or any type other than a string was written by something
 /// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
 /// and it is in the minimal ACL already, unlike `TYPE`.)
@@ -83,6 +87,12 @@ end
 local held = redis.pcall('GET', KEYS[1])
 if type(held) == 'table' and held.err then
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
+end
+if held == ARGV[1] then
+  if ARGV[3] == '1' then
+    return {1, tonumber(redis.call('GET', KEYS[3])) or 0}
+  end
+  return {1, 0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[4] == '1' then

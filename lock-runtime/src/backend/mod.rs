@@ -113,6 +113,16 @@ impl Backend {
         matches!(self.locks, Locks::Single(_))
     }
 
+    /// Whether the connection may send a command again after losing its reply (a cluster
+    /// connection does, on a dropped connection or a response timeout), so that a command can
+    /// run twice.
+    pub(crate) fn resends_commands(&self) -> bool {
+        match &self.locks {
+            Locks::Single(node) => node.resends_commands(),
+            Locks::Quorum(_) => false,
+        }
+    }
+
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
     /// `probe`, a lock nobody holds.
     pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {

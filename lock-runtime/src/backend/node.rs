@@ -28,6 +28,11 @@ impl Node {
         &self.connections
     }
 
+    /// Whether this endpoint's connection sends a command again after losing its reply.
+    pub(crate) fn resends_commands(&self) -> bool {
+        self.connections.is_cluster()
+    }
+
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
     /// `PING`, then the release script on a probe key with a token that matches nothing (it
     /// deletes nothing, and loads the script for the first real release).
