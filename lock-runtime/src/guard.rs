@@ -40,6 +40,8 @@ pub struct LockGuard {
     /// This process's turn on the key; handed to the next local waiter after the release.
     turn: Option<Turn>,
     watchdog: Option<JoinHandle<()>>,
+    /// Confirms the full ttl of a lock handed over with a shorter claim.
+    confirming: Option<JoinHandle<()>>,
     released: bool,
 }
 
@@ -49,8 +51,22 @@ impl LockGuard {
             held: Arc::new(held),
             turn: Some(turn),
             watchdog: None,
+            confirming: None,
             released: false,
         }
+    }
+
+    /// Sets the lock's ttl to the one it was asked for, in the background: a lock handed over
+    /// lives only for the claim until its new holder confirms it. If that fails, the lock
+    /// expires at the end of the claim, and the guard learns it is lost at its next `extend`,
+    /// `is_held` or `release`.
+    pub(crate) fn confirm_ttl(&mut self) {
+        let held = Arc::clone(&self.held);
+        self.confirming = Some(tokio::spawn(async move {
+            if let Err(error) = held.set_ttl(None, Finder::Holder).await {
+                tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over: it expires at the end of its claim");
+            }
+        }));
     }
 
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
@@ -226,9 +242,14 @@ impl LockGuard {
         result
     }
 
+    /// Stops what runs in the background for the lock: it is being released. (A confirmation
+    /// already sent travels ahead of the release on the same connection.)
     fn stop_watchdog(&mut self) {
-        if let Some(watchdog) = self.watchdog.take() {
-            watchdog.abort();
+        for task in [self.watchdog.take(), self.confirming.take()]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
         }
     }
 }

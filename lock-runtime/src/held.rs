@@ -53,24 +53,21 @@ pub(crate) enum Finder {
 }
 
 impl Held {
-    /// A lock acquired by the request sent at `acquired_at` with `ttl`.
+    /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`.
     pub(crate) fn new(
         manager: LockManager,
         keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
         ttl: Duration,
-        acquired_at: Instant,
+        valid_until: Instant,
     ) -> Self {
         Held {
             manager,
             keys,
             token,
             fence,
-            expiry: Mutex::new(Expiry {
-                ttl,
-                valid_until: acquired_at + ttl,
-            }),
+            expiry: Mutex::new(Expiry { ttl, valid_until }),
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),

@@ -113,11 +113,18 @@ impl LockKeys {
         })
     }
 
-    /// Two names in one: the key that exists while somebody waits (it tells the release script
-    /// to publish a wake-up), and the pub/sub channel that wake-up is published on. Keys and
-    /// channels are separate namespaces, and one name spares the release script an argument.
+    /// Redlock only — two names in one: the key that exists while somebody waits (it tells the
+    /// release script to publish a wake-up), and the pub/sub channel that wake-up is published
+    /// on. Keys and channels are separate namespaces, and one name spares the release script an
+    /// argument.
     pub(crate) fn waiters(&self) -> String {
         self.helper("waiters")
+    }
+
+    /// The line of waiters: a list of their entries (token, lease, ttl, fencing, grant
+    /// channel), oldest first.
+    pub(crate) fn line(&self) -> String {
+        self.helper("line")
     }
 
     /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.

@@ -14,6 +14,7 @@
 //! # }
 //! ```
 
+mod acquire;
 #[doc(hidden)]
 pub mod attribute;
 mod backend;
@@ -23,12 +24,14 @@ mod connection;
 mod error;
 mod finish;
 mod global;
+mod grants;
 mod guard;
 mod held;
 mod keys;
 mod manager;
 mod options;
 mod queue;
+mod retry;
 mod scripts;
 mod wake;
 mod watchdog;

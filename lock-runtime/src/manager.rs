@@ -1,31 +1,25 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
 use std::fmt;
-use std::future::{poll_fn, Future};
-use std::hash::{BuildHasher, Hasher};
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Wait};
+use crate::acquire::{Acquisition, Outcome, Request, Step};
+use crate::backend::{Attempt, Backend, Wait, Wakeups};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
+use crate::grants::{Grant, GrantWaiter};
 use crate::held::Held;
 use crate::keys::LockKeys;
 use crate::queue::{LocalQueues, Turn};
+use crate::retry::{jitter, Backoff};
 use crate::wake::Watch;
 use crate::{LockError, LockGuard, LockOptions};
 
-/// Waiters that are not subscribed to wake-ups (the subscription failed) retry at least this
-/// often, so a missed release costs them at most this much.
-const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(200);
-/// Spread of the retries of waiters that wake at the same moment (a ttl running out).
-const RETRY_JITTER: Duration = Duration::from_millis(2);
-/// Backoff after a Redis error while acquiring: from the first to the last value, doubling.
-const ERROR_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(500));
 /// After releasing the token of an unanswered attempt found nothing, how long until it looks
 /// once more: long enough for a command still in the network to have reached Redis.
 const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
@@ -186,96 +180,151 @@ impl LockManager {
                 turn
             }
         };
+        let fencing = options.fencing_enabled();
+        let mut machine = Acquisition::new(deadline, self.inner.backend.renew_period());
         let mut token = new_token();
-        let mut watch = None;
-        let mut contended = false;
-        let mut backoff = ERROR_BACKOFF.0;
-        let mut wait = Wait::FirstTry;
+        // Where this waiter listens, once it does; and its place in line, left if it gives up.
+        let mut listener: Option<Listener> = None;
+        let mut place = PlaceInLine::new(self, &keys);
+        // The send time of the last attempt that found the lock held: a hand-off announced
+        // later was made after that attempt ran.
+        let mut last_held_at = started;
+        let mut last_error = None;
+        let mut step = machine.start();
         loop {
-            // Listen before asking: a release published while the attempt is in flight must
-            // still wake us.
-            let mut wake_up = watch.as_ref().map(Watch::next_release);
-            let sent = Instant::now();
-            let attempt = self
-                .attempt(&keys, &token, ttl_millis, options.fencing_enabled(), wait)
-                .await;
-            let pause = match attempt {
-                Ok(Attempt::Acquired { fence }) => {
-                    let waited = started.elapsed();
-                    tracing::debug!(target: "distlock", key = %keys.lock, waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX), fence, "acquired");
-                    return Ok(self.guard(keys, token, fence, turn, options, sent));
-                }
-                Ok(Attempt::Held { remaining }) => {
-                    if !contended {
-                        contended = true;
-                        tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)), "contended; waiting");
+            step = match step {
+                Step::Attempt(request) => {
+                    // Listen before asking: a release published while the attempt is in flight
+                    // must still wake us.
+                    if let Some(listener) = listener.as_mut() {
+                        listener.arm();
                     }
-                    if Instant::now() >= deadline {
-                        return Err(timeout(&keys, started));
-                    }
-                    // From now on ask for the holder's ttl (and mark the wait, once subscribed).
-                    wait = if watch.is_some() {
-                        Wait::Subscribed
-                    } else {
-                        Wait::Poll
+                    let channel = match &listener {
+                        Some(listener) if machine.listening() => Some(listener.channel()),
+                        _ => None,
                     };
-                    if watch.is_none() {
-                        // Bounded by the deadline: a slow pub/sub connect must not stretch it.
-                        let subscribing =
-                            tokio::time::timeout_at(deadline, self.inner.backend.watch(&keys));
-                        match subscribing
-                            .await
-                            .unwrap_or_else(|_| Err(subscribe_too_late()))
-                        {
-                            // Subscribed: ask again at once, now marked as waiting.
-                            Ok(subscribed) => {
-                                watch = Some(subscribed);
-                                wait = Wait::Subscribed;
-                                continue;
+                    let wait = match request {
+                        Request::FirstTry => Wait::FirstTry,
+                        Request::InLine => Wait::InLine {
+                            channel,
+                            renewing: place.occupied(),
+                        },
+                    };
+                    if request == Request::InLine {
+                        place.occupy(&token);
+                    }
+                    let sent = Instant::now();
+                    let attempt = self.attempt(&keys, &token, ttl_millis, fencing, wait).await;
+                    let mut granted = None;
+                    let outcome = match attempt {
+                        Ok(Attempt::Acquired { fence, expires_in }) => {
+                            granted = Some((fence, expires_in));
+                            Outcome::Acquired
+                        }
+                        Ok(Attempt::Held { remaining }) => {
+                            if request == Request::FirstTry {
+                                tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
                             }
-                            Err(error) => {
-                                tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling")
+                            last_held_at = sent;
+                            Outcome::Held { remaining }
+                        }
+                        Err(error) => {
+                            let permanent = is_permanent(&error);
+                            if !permanent {
+                                tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
+                            last_error = Some(error);
+                            Outcome::Failed { permanent }
+                        }
+                    };
+                    let next = machine.attempted(Instant::now(), outcome);
+                    if let (Step::Acquired, Some((fence, expires_in))) = (next, granted) {
+                        place.vacate();
+                        tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired");
+                        return Ok(self.guard(keys, token, fence, turn, options, sent, expires_in));
+                    }
+                    if matches!(outcome, Outcome::Failed { permanent: false })
+                        && matches!(next, Step::Sleep { .. })
+                    {
+                        // The failed attempt may still run (see `attempt`) and is cleaned up by
+                        // its token: go on under a new one, listening for that one.
+                        place.give_up();
+                        listener = None;
+                        token = new_token();
+                    }
+                    next
+                }
+                Step::Subscribe => {
+                    // Bounded by the deadline: a slow pub/sub connect must not stretch it.
+                    let listening = self.listen(&keys, &token);
+                    match tokio::time::timeout_at(deadline, listening).await {
+                        Ok(Ok(subscribed)) => {
+                            listener = Some(subscribed);
+                            machine.subscribed(true)
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling");
+                            machine.subscribed(false)
+                        }
+                        Err(_) => {
+                            tracing::debug!(target: "distlock", key = %keys.lock, "wake-up subscription not confirmed before the deadline; polling");
+                            machine.subscribed(false)
                         }
                     }
-                    let until_expiry = remaining
-                        .unwrap_or(UNSUBSCRIBED_POLL)
-                        .max(Duration::from_millis(1));
-                    let pause = if watch.is_some() {
-                        until_expiry
-                    } else {
-                        until_expiry.min(UNSUBSCRIBED_POLL)
-                    };
-                    pause + jitter(RETRY_JITTER)
                 }
-                Err(error) => {
-                    // An error that retrying cannot cure (a permission, a script error) is
-                    // reported at once rather than at the deadline.
-                    if Instant::now() >= deadline || is_permanent(&error) {
-                        return Err(LockError::Redis(error));
+                Step::Sleep { until, spread } => {
+                    let until = (until + jitter(spread)).min(deadline);
+                    let woken = match listener.as_mut() {
+                        Some(listener) => {
+                            tokio::select! {
+                                () = tokio::time::sleep_until(until) => None,
+                                message = listener.message() => message,
+                            }
+                        }
+                        None => {
+                            tokio::time::sleep_until(until).await;
+                            None
+                        }
+                    };
+                    match woken {
+                        Some(Grant::Granted { fence }) => {
+                            // Handed over: ours for at least the claim from before the
+                            // hand-off; the guard confirms the full ttl.
+                            place.vacate();
+                            let expires_in = options.ttl_duration().min(crate::backend::CLAIM);
+                            tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
+                            let fence = fencing.then_some(fence);
+                            return Ok(self.guard(
+                                keys,
+                                token,
+                                fence,
+                                turn,
+                                options,
+                                last_held_at,
+                                expires_in,
+                            ));
+                        }
+                        Some(Grant::FenceFailed) => {
+                            place.give_up();
+                            return Err(LockError::Redis(fence_failed(&keys)));
+                        }
+                        None => machine.woke(),
                     }
-                    tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
-                    // The failed attempt may still run (see `attempt`) and is released by its
-                    // token: retry under a new one, so that release cannot hit a later grant.
-                    token = new_token();
-                    let pause = backoff + jitter(backoff / 2);
-                    backoff = (backoff * 2).min(ERROR_BACKOFF.1);
-                    pause
+                }
+                Step::Acquired => {
+                    unreachable!("an acquisition returns as soon as it holds the lock")
+                }
+                Step::TimedOut => {
+                    place.give_up();
+                    return Err(timeout(&keys, started));
+                }
+                Step::Failed => {
+                    place.give_up();
+                    return Err(
+                        last_error.map_or_else(|| timeout(&keys, started), LockError::Redis)
+                    );
                 }
             };
-            let mut sleep = pin!(tokio::time::sleep_until(
-                (Instant::now() + pause).min(deadline)
-            ));
-            poll_fn(|cx| {
-                if sleep.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(());
-                }
-                match wake_up.as_mut() {
-                    Some(wake_up) => wake_up.as_mut().poll(cx),
-                    None => Poll::Pending,
-                }
-            })
-            .await;
         }
     }
 
@@ -319,9 +368,11 @@ impl LockManager {
             )
             .await?
         {
-            Attempt::Acquired { fence } => {
+            Attempt::Acquired { fence, expires_in } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
-                Ok(Some(self.guard(keys, token, fence, turn, options, sent)))
+                Ok(Some(self.guard(
+                    keys, token, fence, turn, options, sent, expires_in,
+                )))
             }
             // A connection that sends a command again after a dropped reply may have been
             // answered "held" by the lock its first send took: ask whose it is.
@@ -330,7 +381,10 @@ impl LockManager {
                     && self.inner.backend.is_held(&keys, &token).await? =>
             {
                 tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
-                Ok(Some(self.guard(keys, token, None, turn, options, sent)))
+                let expires_in = options.ttl_duration();
+                Ok(Some(
+                    self.guard(keys, token, None, turn, options, sent, expires_in),
+                ))
             }
             Attempt::Held { .. } => Ok(None),
         }
@@ -340,11 +394,13 @@ impl LockManager {
     #[doc(hidden)]
     #[must_use]
     pub fn resource_counts(&self) -> ResourceCounts {
-        let (connections, watched_channels) = self.inner.backend.resource_counts();
+        let (connections, watched_channels, registered_waiters) =
+            self.inner.backend.resource_counts();
         ResourceCounts {
             queued_keys: self.inner.queues.len(),
             watched_channels,
             connections,
+            registered_waiters,
         }
     }
 
@@ -366,8 +422,11 @@ impl LockManager {
         Ok((ttl_millis, LockKeys::new(lock)?))
     }
 
-    /// The guard of a lock just acquired with the attempt sent at `sent`, with its watchdog
-    /// when the options ask for one.
+    /// The guard of a lock acquired by the attempt sent at `sent`, ours for at least
+    /// `expires_in` from then, with its watchdog when the options ask for one. A lock handed
+    /// over with a claim shorter than its ttl is confirmed to its full ttl at once (by the
+    /// watchdog, when there is one).
+    #[allow(clippy::too_many_arguments)]
     fn guard(
         &self,
         keys: LockKeys,
@@ -376,20 +435,33 @@ impl LockManager {
         turn: Turn,
         options: &LockOptions,
         sent: Instant,
+        expires_in: Duration,
     ) -> LockGuard {
-        let held = Held::new(
-            self.clone(),
-            keys,
-            token,
-            fence,
-            options.ttl_duration(),
-            sent,
-        );
+        let ttl = options.ttl_duration();
+        let held = Held::new(self.clone(), keys, token, fence, ttl, sent + expires_in);
         let mut guard = LockGuard::new(held, turn);
         if options.auto_extend_enabled() {
             guard.start_watchdog();
+        } else if expires_in < ttl {
+            guard.confirm_ttl();
         }
         guard
+    }
+
+    /// Starts listening where this deployment tells a waiter for `token` that it may have the
+    /// lock: this manager's grant channel, or the lock's release channel on Redlock.
+    async fn listen(&self, keys: &LockKeys, token: &Arc<str>) -> redis::RedisResult<Listener> {
+        match self.inner.backend.wakeups() {
+            Wakeups::Grants(grants) => {
+                let waiter = grants.register(token);
+                grants.subscribed().await?;
+                Ok(Listener::Grants(waiter))
+            }
+            Wakeups::Releases(releases) => Ok(Listener::Releases {
+                watch: releases.watch(&keys.waiters()).await?,
+                next: None,
+            }),
+        }
     }
 
     pub(crate) fn backend(&self) -> &Backend {
@@ -430,7 +502,7 @@ impl LockManager {
                     let _ = manager
                         .inner
                         .backend
-                        .unlock(&cleanup_keys, &cleanup_token)
+                        .leave(&cleanup_keys, &cleanup_token)
                         .await;
                 }
                 Some(Ok(Attempt::Held { .. })) => {}
@@ -459,10 +531,10 @@ impl LockManager {
     /// answers it NOSCRIPT and only a caller still waiting loads the script and tries again.
     async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
         let give_up = Instant::now() + Duration::from_millis(ttl_millis);
-        let mut backoff = ERROR_BACKOFF.0;
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
         let mut rechecked = false;
         loop {
-            match self.inner.backend.unlock(keys, token).await {
+            match self.inner.backend.leave(keys, token).await {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = %keys.lock, "released a lock granted to an attempt that had failed without an answer");
                     return;
@@ -475,9 +547,8 @@ impl LockManager {
                     tokio::time::sleep(UNANSWERED_RECHECK).await;
                 }
                 Ok(false) => return,
-                Err(_) if Instant::now() + backoff < give_up => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(ERROR_BACKOFF.1);
+                Err(_) if Instant::now() < give_up => {
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
                 Err(_) => return,
             }
@@ -495,6 +566,8 @@ pub struct ResourceCounts {
     pub watched_channels: usize,
     /// Runtimes with a connection.
     pub connections: usize,
+    /// Waiters registered for hand-off messages.
+    pub registered_waiters: usize,
 }
 
 impl fmt::Debug for LockManager {
@@ -504,13 +577,6 @@ impl fmt::Debug for LockManager {
             .field("key_prefix", &self.inner.key_prefix)
             .finish_non_exhaustive()
     }
-}
-
-fn subscribe_too_late() -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "the wake-up subscription was not confirmed before the acquire deadline",
-    ))
 }
 
 /// Whether retrying cannot help: Redis refused the command itself (a permission, a script
@@ -551,29 +617,120 @@ fn may_have_run(error: &redis::RedisError) -> bool {
     error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
 }
 
-/// A random duration in `0..=max`: spreads retries of waiters that woke together.
-pub(crate) fn jitter(max: Duration) -> Duration {
-    let max_micros = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
-    if max_micros == 0 {
-        return Duration::ZERO;
-    }
-    // RandomState is seeded randomly per thread and stepped per instance: cheap randomness
-    // without another dependency.
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    Duration::from_micros(random % (max_micros + 1))
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The error of a hand-off that could not issue the waiter's fencing token.
+fn fence_failed(keys: &LockKeys) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "fencing counter unusable",
+        format!(
+            "the fencing counter {} could not issue a token (it is not a number, or below 0), so \
+             the lock was passed on; set the counter above the largest token your storage has \
+             accepted, or delete it if no storage has seen its tokens",
+            keys.fence()
+        ),
+    ))
+}
 
-    #[test]
-    fn jitter_stays_within_its_bound() {
-        for _ in 0..1000 {
-            assert!(jitter(Duration::from_millis(2)) <= Duration::from_millis(2));
+/// Where one waiter listens for the news that it may have the lock.
+enum Listener {
+    /// This manager's grant channel, registered for the waiter's token.
+    Grants(GrantWaiter),
+    /// The lock's release channel (Redlock), with the next release registered before each
+    /// attempt.
+    Releases {
+        watch: Watch,
+        next: Option<Pin<Box<OwnedNotified>>>,
+    },
+}
+
+impl Listener {
+    /// Registers for the next release before an attempt is sent (a hand-off waits in its
+    /// mailbox anyway).
+    fn arm(&mut self) {
+        if let Listener::Releases { watch, next } = self {
+            *next = Some(watch.next_release());
         }
-        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+
+    /// The channel to name in the attempt.
+    fn channel(&self) -> Arc<str> {
+        match self {
+            Listener::Grants(waiter) => waiter.channel(),
+            Listener::Releases { watch, .. } => watch.channel(),
+        }
+    }
+
+    /// The next message: `Some` for a hand-off, `None` when the waiter should look again.
+    async fn message(&mut self) -> Option<Grant> {
+        match self {
+            Listener::Grants(waiter) => waiter.next().await,
+            Listener::Releases { watch, next } => {
+                match next.take() {
+                    Some(release) => release.await,
+                    None => watch.next_release().await,
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A waiter's place in the lock's line. If the acquisition gives up, or is dropped, while it may
+/// hold one, it leaves the line — passing on a lock handed to it meanwhile — in the background,
+/// also when its runtime is shutting down.
+struct PlaceInLine {
+    manager: LockManager,
+    keys: LockKeys,
+    token: Option<Arc<str>>,
+}
+
+impl PlaceInLine {
+    fn new(manager: &LockManager, keys: &LockKeys) -> Self {
+        PlaceInLine {
+            manager: manager.clone(),
+            keys: keys.clone(),
+            token: None,
+        }
+    }
+
+    /// Whether a place may be held (by the current token: a new token gives the old one up).
+    fn occupied(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// `token` may hold a place from now on.
+    fn occupy(&mut self, token: &Arc<str>) {
+        self.token = Some(Arc::clone(token));
+    }
+
+    /// The place became the lock: nothing to leave.
+    fn vacate(&mut self) {
+        self.token = None;
+    }
+
+    /// Leaves the line now, in the background.
+    fn give_up(&mut self) {
+        let Some(token) = self.token.take() else {
+            return;
+        };
+        let (manager, keys) = (self.manager.clone(), self.keys.clone());
+        crate::finish::spawn_clean_up(
+            move |_: Option<()>| async move {
+                if let Err(error) = manager.inner.backend.leave(&keys, &token).await {
+                    tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not leave the line; the place lapses with its lease");
+                }
+            },
+            None,
+        );
+    }
+}
+
+impl Drop for PlaceInLine {
+    fn drop(&mut self) {
+        self.give_up();
     }
 }

@@ -42,60 +42,231 @@ where
     }
 }
 
-/// Try to take the lock; on failure report how long the holder may still hold it.
+/// Lua shared by the line scripts below (prepended to their text, never spliced with data).
 ///
-/// Runs from an acquisition's second attempt on, and from the first with fencing; a first try
-/// without fencing is a plain `SET NX PX` (see `backend/node.rs`).
+/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter. The
+/// line is a list of waiters, oldest first, each entry `"<token> <lease deadline ms> <ttl ms>
+/// <fencing 0|1> <grant channel>"`: everything a release needs to hand the lock over is in the
+/// entry it pops, so a hand-off costs no lookup besides the clock.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, `KEYS[3]` its fencing counter (only
-///   with fencing).
-/// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` to issue a fencing
-///   token, `ARGV[4]` `"1"` when the caller is subscribed to the wake-up channel and will wait.
-/// - Returns `{1, fence}` when acquired (`fence` is 0 unless asked for), `{0, pttl}` when someone
-///   else holds it (`pttl` as `PTTL` returns it: milliseconds left, or -1 for a key without expiry).
+/// `next_fence()`: the next fencing token, or `nil` and an error reply. A counter that is not a
+/// number fails `INCR`; one that something else set below 0 would give a token that is not
+/// above every earlier one: it is put back as it was (so every later acquisition fails the same
+/// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
-/// The waiters key tells the releasing script that someone waits, so a release publishes a
-/// wake-up only then. It outlives the holder's current ttl by a second; a waiter renews it on
-/// each failed attempt, and every waiter attempts again at the latest when that ttl runs out.
-/// The lock key itself is never written by a waiter: it holds exactly its holder's token.
+/// `hand_off(claim)`: gives the free lock to the first waiter in line whose lease still runs:
+/// sets the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token
+/// when it asked for one, and publishes `"<token> <fence>"` on its grant channel (`"<token> !"`
+/// when its fencing token cannot be issued: it is then dropped from the line). Waiters whose
+/// lease ran out are dropped on the way. Returns `{token, fence, ttl}` of the new holder (fence
+/// 0 without fencing); `false` when nobody live waits.
 ///
-/// Finding its own token is a grant too: a command that the connection sent again after a
-/// dropped reply (a cluster connection does) has already taken the lock, and the fencing token
-/// it was issued is still the counter's value, as nobody else can have acquired since.
+/// `find(token)`: the index and text of `token`'s entry in line, or `nil`.
+const LINE_PRELUDE: &str = r"
+local function next_fence()
+  local fence = redis.pcall('INCR', KEYS[3])
+  if type(fence) == 'table' and fence.err then
+    return nil, fence
+  end
+  if fence < 1 then
+    redis.call('SET', KEYS[3], fence - 1)
+    return nil, redis.error_reply('ERR distlock: the fencing counter ' .. KEYS[3] .. ' holds ' ..
+      (fence - 1) .. ', below 0, so no token above every earlier one can be issued and the ' ..
+      'lock was not taken; set the counter above the largest token your storage has ' ..
+      'accepted, or delete it if no storage has seen its tokens')
+  end
+  return fence
+end
+
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+local function hand_off(claim)
+  local now = nil
+  while true do
+    local entry = redis.call('LPOP', KEYS[2])
+    if not entry then
+      return false
+    end
+    now = now or now_ms()
+    local waiter, deadline, ttl, fencing, channel =
+      string.match(entry, '^(%S+) (%d+) (%d+) ([01]) (.*)$')
+    if waiter and tonumber(deadline) >= now then
+      local fence, failed = 0, nil
+      if fencing == '1' then
+        fence, failed = next_fence()
+      end
+      if failed then
+        if channel ~= '' then
+          redis.call('PUBLISH', channel, waiter .. ' !')
+        end
+      else
+        local px = math.min(tonumber(ttl), claim)
+        redis.call('SET', KEYS[1], waiter, 'PX', px)
+        if channel ~= '' then
+          redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
+        end
+        return {waiter, fence, px}
+      end
+    end
+  end
+end
+
+local function find(token)
+  local entries = redis.call('LRANGE', KEYS[2], 0, -1)
+  local prefix = token .. ' '
+  for index, entry in ipairs(entries) do
+    if string.sub(entry, 1, #prefix) == prefix then
+      return index - 1, entry
+    end
+  end
+  return nil
+end
+";
+
+/// Take the lock, or wait in line for it: the contended path of an acquisition (its first try
+/// is a plain `SET NX PX`, see `backend/node.rs`), and every later look of a waiter.
+///
+/// - `KEYS` as in [`LINE_PRELUDE`].
+/// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` `"1"` to issue a fencing token,
+///   `ARGV[4]` the waiter's grant channel (empty: it is not subscribed, and finds its grant by
+///   looking again), `ARGV[5]` the lease of a place in line in ms, `ARGV[6]` the claim: the
+///   longest ttl a hand-off gives before the new holder confirms it, `ARGV[7]` `"1"` when the
+///   caller already took a place in line (so it renews it; `"0"`: it joins).
+/// - Returns `{1, fence, pttl}` when the caller holds the lock (`fence` 0 without fencing,
+///   `pttl` what is left of its ttl), `{0, pttl}` when it waits in line behind a holder with
+///   `pttl` left (-1: no expiry).
+///
+/// First come, first served: a free lock goes to the first live waiter in line, so a caller
+/// that was not in line, or not first, hands it on and waits. Finding its own token is a grant
+/// too: a hand-off whose message it has not heard, or a command that the connection sent again
+/// after a dropped reply (a cluster connection does) — the fencing token it was issued is the
+/// counter's value, as nobody else can have acquired since.
+///
+/// A waiter renews its place within its lease; one that does not (it died, or its network did)
+/// is skipped by the next hand-off, and one whose place lapsed joins again at the end. The line
+/// expires two leases after its last join or renewal, so nothing outlives the last waiter.
 ///
 /// A lock key that holds a list, a hash or any type other than a string was written by something
-/// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
-/// and it is in the minimal ACL already, unlike `TYPE`.)
-///
-/// A script that fails halfway keeps what it did: if the `INCR` fails (a counter that is not a
-/// number, an ACL that denies `INCR`), the lock just taken is deleted again before the error is
-/// returned, so a caller who only sees the error leaves nothing held.
+/// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            LINE_PRELUDE,
+            r"
+local held = redis.pcall('GET', KEYS[1])
+if type(held) == 'table' and held.err then
+  return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
+end
+if held == ARGV[1] then
+  local fence = 0
+  if ARGV[3] == '1' then
+    fence = tonumber(redis.call('GET', KEYS[3])) or 0
+  end
+  return {1, fence, redis.call('PTTL', KEYS[1])}
+end
+if not held then
+  local first = hand_off(tonumber(ARGV[6]))
+  if not first then
+    local fence = 0
+    if ARGV[3] == '1' then
+      local failed
+      fence, failed = next_fence()
+      if failed then
+        return failed
+      end
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return {1, fence, tonumber(ARGV[2])}
+  end
+  if first[1] == ARGV[1] then
+    return {1, first[2], first[3]}
+  end
+end
+local lease = tonumber(ARGV[5])
+local entry = ARGV[1] .. ' ' .. (now_ms() + lease) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' ..
+  ARGV[4]
+local index = nil
+if ARGV[7] == '1' then
+  index = find(ARGV[1])
+end
+if index then
+  redis.call('LSET', KEYS[2], index, entry)
+  redis.call('PEXPIRE', KEYS[2], 2 * lease)
+elseif redis.call('RPUSH', KEYS[2], entry) == 1 or ARGV[7] == '1' then
+  redis.call('PEXPIRE', KEYS[2], 2 * lease)
+end
+return {0, redis.call('PTTL', KEYS[1])}
+",
+        ]
+        .concat(),
+    )
+});
+
+/// Release the lock if it is still ours, handing it to the first live waiter in line.
+///
+/// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
+///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
+///   have been handed to it meanwhile.
+/// - Returns 1 when the lock was ours and is now released, 0 when it was not ours (expired, or
+///   another holder's) and nothing of the lock was touched.
+///
+/// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
+/// finds no line.
+pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            LINE_PRELUDE,
+            r"
+if ARGV[3] == '1' then
+  local index, entry = find(ARGV[1])
+  if index then
+    redis.call('LREM', KEYS[2], 1, entry)
+  end
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if not hand_off(tonumber(ARGV[2])) then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+",
+        ]
+        .concat(),
+    )
+});
+
+/// Redlock's acquisition on one master: like [`ACQUIRE`] without a line (independent masters
+/// cannot agree on one), marking instead that someone waits so that the release publishes a
+/// wake-up.
+///
+/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key (whose name is also the wake-up channel).
+/// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` when the caller is
+///   subscribed to the wake-up channel and will wait.
+/// - Returns `{1}` when acquired (or found already ours: a re-sent command), `{0, pttl}` when
+///   someone else holds it.
+///
+/// The waiters key outlives the holder's current ttl by a second; a waiter renews it on each
+/// failed attempt, and every waiter attempts again at the latest when that ttl runs out. The
+/// lock key itself is never written by a waiter.
+pub(crate) static QUORUM_ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[3] == '1' then
-    local fence = redis.pcall('INCR', KEYS[3])
-    if type(fence) == 'table' and fence.err then
-      redis.call('DEL', KEYS[1])
-      return fence
-    end
-    return {1, fence}
-  end
-  return {1, 0}
+  return {1}
 end
 local held = redis.pcall('GET', KEYS[1])
 if type(held) == 'table' and held.err then
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
 end
 if held == ARGV[1] then
-  if ARGV[3] == '1' then
-    return {1, tonumber(redis.call('GET', KEYS[3])) or 0}
-  end
-  return {1, 0}
+  return {1}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if ARGV[4] == '1' then
+if ARGV[3] == '1' then
   local keep = pttl
   if keep < 0 then keep = tonumber(ARGV[2]) end
   redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
@@ -105,17 +276,16 @@ return {0, pttl}
     )
 });
 
-/// Delete the lock if it is still ours, and wake the waiters if there are any.
+/// Redlock's release on one master: delete the lock if it is still ours, and wake the waiters if
+/// there are any.
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, whose name is also the wake-up channel;
 ///   `ARGV[1]` the token.
-/// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (expired, or
-///   another holder's) and nothing was touched.
+/// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours.
 ///
 /// One `DEL` removes the lock and the waiters key together: it returns 2 exactly when someone
-/// waits, so an uncontended release costs the same two commands as a plain compare-and-delete,
-/// with one more key to look up.
-pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
+/// waits, so an uncontended release publishes nothing.
+pub(crate) static QUORUM_RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then

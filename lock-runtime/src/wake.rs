@@ -151,6 +151,11 @@ impl WakeHub {
 }
 
 impl Watch {
+    /// The watched channel (the lock's waiters key, whose name it shares).
+    pub(crate) fn channel(&self) -> Arc<str> {
+        Arc::from(self.channel.as_str())
+    }
+
     /// Completes at the next release published on this channel. Registered before it returns,
     /// so a release that lands before the first poll (while an attempt is in flight) still
     /// completes it.

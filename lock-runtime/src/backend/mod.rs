@@ -1,52 +1,72 @@
 //! The one seam between the lock manager and Redis.
 //!
 //! Everything above this module (manager, guard, watchdog, the attribute) speaks in lock
-//! operations — try to take, release, extend, check, watch for releases — and never learns
-//! which deployment it runs on:
+//! operations — try to take, release, extend, check, wait for a hand-off or a release — and
+//! never learns which deployment it runs on:
 //!
 //! - **single**: one endpoint, a standalone server or a Redis Cluster (`node`): every key of a
-//!   lock shares one hash slot, so each script runs on the one node that owns it;
-//! - **quorum**: Redlock over independent masters (`quorum`).
+//!   lock shares one hash slot, so each script runs on the one node that owns it, and waiters
+//!   queue in one line per lock that releases hand the lock down ([`Protocol::Line`]);
+//! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
+//!   waiters mark the lock as awaited and compete when a release wakes them
+//!   ([`Protocol::Mark`]).
 
 mod node;
 mod quorum;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisResult;
 
 use crate::connection::{Connections, Endpoint, Timeouts};
+use crate::grants::GrantHub;
 use crate::keys::LockKeys;
-use crate::wake::{WakeHub, Watch};
-use node::Node;
+use crate::wake::WakeHub;
+use node::{Node, Protocol};
 use quorum::Quorum;
+
+/// How long a place in line lasts unless its waiter renews it: a waiter that dies in line is
+/// skipped at most this long after its last renewal.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+/// How often a waiter renews its place in line (and looks whether the lock is already its own,
+/// in case a hand-off message was lost).
+pub(crate) const RENEW: Duration = Duration::from_secs(1);
+/// The longest ttl a hand-off gives before its new holder confirms it: a lock handed to a
+/// waiter that has just died comes back at most this long after.
+pub(crate) const CLAIM: Duration = Duration::from_secs(3);
 
 /// What one attempt to take a lock found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The lock is ours now; `fence` is the fencing token when one was asked for.
-    Acquired { fence: Option<u64> },
+    /// The lock is ours now, for at least `expires_in` from when the attempt was sent; `fence`
+    /// is the fencing token when one was asked for.
+    Acquired {
+        fence: Option<u64>,
+        expires_in: Duration,
+    },
     /// Someone else holds it, for at most `remaining` more (`None`: unknown).
     Held { remaining: Option<Duration> },
 }
 
-/// What an attempt must find out besides whether it got the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an attempt must do besides trying to take the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wait {
     /// Nothing: a first try needs only `SET NX PX` — exactly the command a hand-written lock
     /// sends, the cheapest thing Redis can run.
     FirstTry,
-    /// The holder's remaining ttl, to know when to retry.
-    Poll,
-    /// That, and mark the lock as awaited, so that its release publishes a wake-up (the caller
-    /// is subscribed).
-    Subscribed,
+    /// Take a place in line — or renew it, when `renewing` — (or mark the lock as awaited), to
+    /// be told on `channel` (`None`: not subscribed, the waiter looks again on its own).
+    InLine {
+        channel: Option<Arc<str>>,
+        renewing: bool,
+    },
 }
 
-/// Where the locks live, and the wake-ups that come from there.
+/// Where the locks live, and how their waiters hear of a release.
 pub(crate) struct Backend {
     locks: Locks,
-    wake: WakeHub,
+    wakeups: Wakeups,
 }
 
 enum Locks {
@@ -54,28 +74,39 @@ enum Locks {
     Quorum(Quorum),
 }
 
+/// How a waiter hears that it may have the lock now.
+pub(crate) enum Wakeups {
+    /// A release handed it the lock (single endpoint).
+    Grants(GrantHub),
+    /// A release on some master: compete again (Redlock).
+    Releases(WakeHub),
+}
+
 impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
-            wake: WakeHub::new(vec![vec![client.clone()]], timeouts, 1),
-            locks: Locks::Single(Box::new(Node::new(Connections::new(
-                Endpoint::Standalone(client),
-                timeouts,
-            )))),
+            wakeups: Wakeups::Grants(GrantHub::new(vec![client.clone()], timeouts)),
+            locks: Locks::Single(Box::new(Node::new(
+                Connections::new(Endpoint::Standalone(client), timeouts),
+                Protocol::Line,
+            ))),
         }
     }
 
-    /// A Redis Cluster, reached through its seed nodes. Wake-ups use one pub/sub connection to
-    /// any node: a cluster forwards every publish to all its nodes.
+    /// A Redis Cluster, reached through its seed nodes. Hand-off messages use one pub/sub
+    /// connection to any node: a cluster forwards every publish to all its nodes.
     pub(crate) fn cluster(
         seeds: Vec<redis::Client>,
         endpoint: Endpoint,
         timeouts: Timeouts,
     ) -> Self {
         Backend {
-            wake: WakeHub::new(vec![seeds], timeouts, 1),
-            locks: Locks::Single(Box::new(Node::new(Connections::new(endpoint, timeouts)))),
+            wakeups: Wakeups::Grants(GrantHub::new(seeds, timeouts)),
+            locks: Locks::Single(Box::new(Node::new(
+                Connections::new(endpoint, timeouts),
+                Protocol::Line,
+            ))),
         }
     }
 
@@ -89,10 +120,10 @@ impl Backend {
             masters
                 .iter()
                 .map(|client| {
-                    Node::new(Connections::new(
-                        Endpoint::Standalone(client.clone()),
-                        timeouts,
-                    ))
+                    Node::new(
+                        Connections::new(Endpoint::Standalone(client.clone()), timeouts),
+                        Protocol::Mark,
+                    )
                 })
                 .collect(),
             node_timeout,
@@ -102,7 +133,7 @@ impl Backend {
         let confirmations = masters.len() - quorum.majority() + 1;
         let sources = masters.into_iter().map(|client| vec![client]).collect();
         Backend {
-            wake: WakeHub::new(sources, timeouts, confirmations),
+            wakeups: Wakeups::Releases(WakeHub::new(sources, timeouts, confirmations)),
             locks: Locks::Quorum(quorum),
         }
     }
@@ -111,6 +142,11 @@ impl Backend {
     /// increments in order, which independent masters cannot provide.
     pub(crate) fn supports_fencing(&self) -> bool {
         matches!(self.locks, Locks::Single(_))
+    }
+
+    /// How waiters hear of a release here.
+    pub(crate) fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
     }
 
     /// Whether the connection may send a command again after losing its reply (a cluster
@@ -147,10 +183,20 @@ impl Backend {
         }
     }
 
-    /// Deletes the lock if it is still ours (waking its waiters); `false` if it was not ours.
+    /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
+    /// waiters); `false` if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => node.unlock(keys, token).await,
+            Locks::Single(node) => node.unlock(keys, token, false).await,
+            Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+        }
+    }
+
+    /// Takes `token` out of the lock's line, and releases the lock as [`Backend::unlock`] does
+    /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
+    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+        match &self.locks {
+            Locks::Single(node) => node.unlock(keys, token, true).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
         }
     }
@@ -176,13 +222,18 @@ impl Backend {
         }
     }
 
-    /// Subscribes to the lock's releases (see [`WakeHub::watch`]).
-    pub(crate) async fn watch(&self, keys: &LockKeys) -> RedisResult<Watch> {
-        self.wake.watch(&keys.waiters()).await
+    /// How often a waiter renews its place in line; `None` on Redlock, whose waiters mark the
+    /// lock for as long as the holder's ttl.
+    pub(crate) fn renew_period(&self) -> Option<Duration> {
+        match &self.locks {
+            Locks::Single(_) => Some(RENEW),
+            Locks::Quorum(_) => None,
+        }
     }
 
-    /// Resource counts for leak tests: (runtime connections, watched channels).
-    pub(crate) fn resource_counts(&self) -> (usize, usize) {
+    /// Resource counts for leak tests: (runtime connections, watched channels, waiters
+    /// registered for hand-offs).
+    pub(crate) fn resource_counts(&self) -> (usize, usize, usize) {
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -191,6 +242,13 @@ impl Backend {
                 .map(|node| node.connections().len())
                 .sum(),
         };
-        (connections, self.wake.watched_channels())
+        match &self.wakeups {
+            Wakeups::Grants(grants) => (
+                connections,
+                usize::from(grants.is_subscribed()),
+                grants.waiters(),
+            ),
+            Wakeups::Releases(wake) => (connections, wake.watched_channels(), 0),
+        }
     }
 }

@@ -13,11 +13,28 @@ use crate::scripts;
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
 pub(crate) struct Node {
     connections: Arc<Connections>,
+    protocol: Protocol,
+}
+
+/// How waiters wait on an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// In one line per lock, served first come, first served, each release handing the lock to
+    /// the next waiter (`scripts::ACQUIRE`, `scripts::RELEASE`): a standalone server or a
+    /// cluster, where one node owns all of a lock's keys.
+    Line,
+    /// Marking the lock as awaited, each release waking every waiting process, which then
+    /// compete (`scripts::QUORUM_ACQUIRE`, `scripts::QUORUM_RELEASE`): a Redlock master, which
+    /// cannot hand a lock over on its own.
+    Mark,
 }
 
 impl Node {
-    pub(crate) fn new(connections: Arc<Connections>) -> Self {
-        Node { connections }
+    pub(crate) fn new(connections: Arc<Connections>, protocol: Protocol) -> Self {
+        Node {
+            connections,
+            protocol,
+        }
     }
 
     async fn connection(&self) -> RedisResult<Connection> {
@@ -41,11 +58,13 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        self.unlock(probe, "no token matches this").await.map(drop)
+        self.unlock(probe, "no token matches this", false)
+            .await
+            .map(drop)
     }
 
-    /// One attempt: `SET NX PX`; and, as `wait` asks, the holder's remaining ttl and the mark
-    /// that someone waits; with `fencing`, the next fencing token.
+    /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
+    /// which also takes or renews a place in line, as `wait` says.
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
@@ -67,7 +86,10 @@ impl Node {
                 .arg(ttl_millis);
             // `+OK` or a nil reply: read as a `Value`, which needs no allocation for either.
             return match set.query_async(&mut connection).await? {
-                Value::Okay => Ok(Attempt::Acquired { fence: None }),
+                Value::Okay => Ok(Attempt::Acquired {
+                    fence: None,
+                    expires_in: Duration::from_millis(ttl_millis),
+                }),
                 Value::Nil => Ok(Attempt::Held { remaining: None }),
                 other => Err(redis::RedisError::from((
                     redis::ErrorKind::UnexpectedReturnType,
@@ -76,52 +98,88 @@ impl Node {
                 ))),
             };
         }
-        // Arguments: the token, the ttl and two one-digit flags.
-        let argv_bytes = token.len() + 20 + 2;
-        let waiters = keys.waiters();
-        let mut cmd = if fencing {
-            let fence = keys.fence();
-            scripts::evalsha(
-                &scripts::ACQUIRE,
-                &[&keys.lock, &waiters, &fence],
-                4,
-                argv_bytes,
-            )
-        } else {
-            scripts::evalsha(&scripts::ACQUIRE, &[&keys.lock, &waiters], 4, argv_bytes)
+        let (channel, renewing) = match &wait {
+            Wait::FirstTry => ("", false),
+            Wait::InLine { channel, renewing } => (channel.as_deref().unwrap_or(""), *renewing),
         };
-        cmd.arg(token)
-            .arg(ttl_millis)
-            .arg(flag(fencing))
-            .arg(flag(wait == Wait::Subscribed));
-        let (acquired, value): (i64, i64) =
-            scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
-        Ok(if acquired == 1 {
-            Attempt::Acquired {
-                fence: fencing.then(|| u64::try_from(value).unwrap_or(0)),
+        match self.protocol {
+            Protocol::Line => {
+                let (line, fence) = (keys.line(), keys.fence());
+                let mut cmd = scripts::evalsha(
+                    &scripts::ACQUIRE,
+                    &[&keys.lock, &line, &fence],
+                    7,
+                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 1,
+                );
+                cmd.arg(token)
+                    .arg(ttl_millis)
+                    .arg(flag(fencing))
+                    .arg(channel)
+                    .arg(millis(super::LEASE))
+                    .arg(millis(super::CLAIM))
+                    .arg(flag(renewing));
+                let reply: Vec<i64> =
+                    scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
+                match reply.as_slice() {
+                    [1, fence, pttl] => Ok(Attempt::Acquired {
+                        fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
+                        expires_in: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
+                    }),
+                    [0, pttl] => Ok(Attempt::Held {
+                        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    }),
+                    other => Err(unexpected_reply("the acquire script", other)),
+                }
             }
-        } else {
-            Attempt::Held {
-                remaining: u64::try_from(value).ok().map(Duration::from_millis),
+            Protocol::Mark => {
+                let waiters = keys.waiters();
+                let mut cmd = scripts::evalsha(
+                    &scripts::QUORUM_ACQUIRE,
+                    &[&keys.lock, &waiters],
+                    3,
+                    token.len() + 20 + 1,
+                );
+                cmd.arg(token)
+                    .arg(ttl_millis)
+                    .arg(flag(!channel.is_empty()));
+                let reply: Vec<i64> =
+                    scripts::run(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
+                match reply.as_slice() {
+                    [1] => Ok(Attempt::Acquired {
+                        fence: None,
+                        expires_in: Duration::from_millis(ttl_millis),
+                    }),
+                    [0, pttl] => Ok(Attempt::Held {
+                        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    }),
+                    other => Err(unexpected_reply("the acquire script", other)),
+                }
             }
-        })
+        }
     }
 
-    /// Deletes the lock if it is still ours (waking its waiters); `false` if it was not ours.
+    /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
+    /// waiters); `false` if it was not ours. With `leave`, also takes `token` out of the line: a
+    /// waiter that gives up, and passes on a lock handed to it meanwhile.
     ///
     /// On a Redis Cluster in flux the release is tried again for a while rather than left to
-    /// the ttl: while the lock's slot is half-migrated the script (two keys, the waiters key
+    /// the ttl: while the lock's slot is half-migrated the script (several keys, the helpers
     /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
     /// redis-rs gave up following, or a refused connection to the master that just died. Each
     /// of these means the script did not run, so trying again cannot release twice; acquires
     /// need no such loop, they retry until their deadline.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn unlock(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        leave: bool,
+    ) -> RedisResult<bool> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
         let mut pause = CLUSTER_IN_FLUX_RETRY.1;
         loop {
             let mut connection = self.connection().await?;
             let in_cluster = matches!(connection, Connection::Cluster(_));
-            match Self::unlock_on(&mut connection, keys, token).await {
+            match self.unlock_on(&mut connection, keys, token, leave).await {
                 Err(error)
                     if in_cluster
                         && (cluster_in_flux(&error) || error.is_connection_refusal())
@@ -136,14 +194,36 @@ impl Node {
     }
 
     async fn unlock_on(
+        &self,
         connection: &mut Connection,
         keys: &LockKeys,
         token: &str,
+        leave: bool,
     ) -> RedisResult<bool> {
-        let waiters = keys.waiters();
-        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &waiters], 1, token.len());
-        cmd.arg(token);
-        let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
+        let deleted: i64 = match self.protocol {
+            Protocol::Line => {
+                let (line, fence) = (keys.line(), keys.fence());
+                let mut cmd = scripts::evalsha(
+                    &scripts::RELEASE,
+                    &[&keys.lock, &line, &fence],
+                    3,
+                    token.len() + 20 + 1,
+                );
+                cmd.arg(token).arg(millis(super::CLAIM)).arg(flag(leave));
+                scripts::run(&scripts::RELEASE, &cmd, connection).await?
+            }
+            Protocol::Mark => {
+                let waiters = keys.waiters();
+                let mut cmd = scripts::evalsha(
+                    &scripts::QUORUM_RELEASE,
+                    &[&keys.lock, &waiters],
+                    1,
+                    token.len(),
+                );
+                cmd.arg(token);
+                scripts::run(&scripts::QUORUM_RELEASE, &cmd, connection).await?
+            }
+        };
         Ok(deleted == 1)
     }
 
@@ -189,6 +269,18 @@ fn cluster_in_flux(error: &redis::RedisError) -> bool {
         error.kind(),
         redis::ErrorKind::Server(TryAgain | Moved | Ask | ClusterDown | MasterDown)
     )
+}
+
+fn unexpected_reply(what: &str, reply: &[i64]) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply",
+        format!("{what} answered {reply:?}"),
+    ))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn flag(on: bool) -> &'static str {

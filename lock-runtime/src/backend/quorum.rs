@@ -74,7 +74,7 @@ impl Quorum {
     ) -> RedisResult<Attempt> {
         let started = Instant::now();
         let results = self
-            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, wait))
+            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, wait.clone()))
             .await;
         let granted = results
             .iter()
@@ -82,7 +82,11 @@ impl Quorum {
             .count();
         let ttl = Duration::from_millis(ttl_millis);
         if granted >= self.majority() && started.elapsed() + drift(ttl) < ttl {
-            return Ok(Attempt::Acquired { fence: None });
+            return Ok(Attempt::Acquired {
+                fence: None,
+                // Counted from when the attempt was sent, less the drift allowance.
+                expires_in: ttl - drift(ttl),
+            });
         }
         // Not ours: give back what some masters granted (or may still grant, if they did not
         // answer) so the next contender does not wait for those to expire.
@@ -102,7 +106,7 @@ impl Quorum {
             // A split vote (each contender got a minority) has no holder to wait for: retry
             // soon, after a random delay, so the contenders do not collide again.
             remaining: if granted > 0 {
-                Some(Duration::from_millis(1) + crate::manager::jitter(Duration::from_millis(10)))
+                Some(Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10)))
             } else {
                 remaining
             },
@@ -111,7 +115,7 @@ impl Quorum {
 
     /// Releases on every master; ours if a majority still held it.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
-        let results = self.on_each(|node| node.unlock(keys, token)).await;
+        let results = self.on_each(|node| node.unlock(keys, token, false)).await;
         self.majority_true(&results)
     }
 

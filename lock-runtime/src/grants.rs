@@ -1,0 +1,347 @@
+//! Hand-off messages: how a waiter in line learns that a release gave it the lock.
+//!
+//! Each lock manager on a standalone server or a cluster has one grant channel of its own,
+//! `distlock:grants:<random id>`, and one pub/sub connection, driven by a task on the background
+//! runtime, subscribed to it while any of its acquisitions waits in line (and for a short while
+//! after, so that a busy process does not subscribe and unsubscribe around every section). A
+//! waiter names the channel when it takes its place in line; the release that hands it the lock
+//! publishes `"<token> <fencing token>"` there, so only that process wakes, and in it only that
+//! waiter.
+//!
+//! Messages are an optimisation, never a requirement: a waiter also looks again at Redis when
+//! its place in line is due for renewal and when the holder's ttl runs out, so a lost message
+//! (a reconnect) costs at most that. When the connection drops, every waiter is told to look
+//! again at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use redis::{Client, RedisResult};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::connection::Timeouts;
+
+/// How long the channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_millis(300);
+/// Delay before reconnecting after the connection dropped: first, then doubling up to the last.
+const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// What a hand-off message told a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// The lock is the waiter's now, with this fencing token (0 when it asked for none).
+    Granted { fence: u64 },
+    /// The lock was to be handed to the waiter, but its fencing token could not be issued (the
+    /// counter is not a number, or below 0): it was passed on, and the waiter left the line.
+    FenceFailed,
+}
+
+/// The grant channel of one lock manager.
+pub(crate) struct GrantHub {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    channel: Arc<str>,
+    state: Mutex<State>,
+    /// Wakes the hub's task: a subscription is wanted, or the last waiter left.
+    task: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    waiters: HashMap<Arc<str>, Arc<Mailbox>>,
+    subscribed: bool,
+    /// Callers waiting for the subscription to be confirmed; answered all at once.
+    pending: Vec<oneshot::Sender<RedisResult<()>>>,
+    /// When the last waiter left (for the linger).
+    idle_since: Option<Instant>,
+}
+
+/// One waiter's mailbox: a message, or a bare wake-up that means "look again".
+#[derive(Default)]
+struct Mailbox {
+    grant: Mutex<Option<Grant>>,
+    wake: Notify,
+}
+
+/// A waiter registered for its token's hand-off message; unregistered on drop.
+pub(crate) struct GrantWaiter {
+    shared: Arc<Shared>,
+    token: Arc<str>,
+    mailbox: Arc<Mailbox>,
+}
+
+impl GrantHub {
+    /// A hub for the server or cluster that `servers` reach (tried in turn), with a fresh
+    /// channel name.
+    pub(crate) fn new(servers: Vec<Client>, timeouts: Timeouts) -> Self {
+        let shared = Arc::new(Shared {
+            channel: Arc::from(format!("distlock:grants:{}", uuid::Uuid::new_v4().simple())),
+            state: Mutex::new(State::default()),
+            task: Notify::new(),
+        });
+        crate::background::spawn(run(Arc::downgrade(&shared), servers, timeouts));
+        GrantHub { shared }
+    }
+
+    /// Registers `token` for its hand-off message. Register before taking a place in line, so
+    /// that a message published right after is not missed.
+    pub(crate) fn register(&self, token: &Arc<str>) -> GrantWaiter {
+        let mailbox = Arc::new(Mailbox::default());
+        let mut state = self.shared.state();
+        state
+            .waiters
+            .insert(Arc::clone(token), Arc::clone(&mailbox));
+        state.idle_since = None;
+        GrantWaiter {
+            shared: Arc::clone(&self.shared),
+            token: Arc::clone(token),
+            mailbox,
+        }
+    }
+
+    /// Returns once the channel is subscribed, so that a hand-off published from now on reaches
+    /// this process.
+    pub(crate) async fn subscribed(&self) -> RedisResult<()> {
+        let confirmed = {
+            let mut state = self.shared.state();
+            if state.subscribed {
+                return Ok(());
+            }
+            let (done, confirmed) = oneshot::channel();
+            state.pending.push(done);
+            confirmed
+        };
+        self.shared.task.notify_one();
+        confirmed.await.unwrap_or_else(|_| Err(hub_gone()))
+    }
+
+    /// How many waiters are registered now (for leak tests).
+    pub(crate) fn waiters(&self) -> usize {
+        self.shared.state().waiters.len()
+    }
+
+    /// Whether the channel is subscribed now (for leak tests).
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.shared.state().subscribed
+    }
+}
+
+impl Drop for GrantHub {
+    fn drop(&mut self) {
+        // Lets the task see that the hub is gone.
+        self.shared.task.notify_one();
+    }
+}
+
+impl GrantWaiter {
+    /// The channel that hand-offs to this waiter are published on.
+    pub(crate) fn channel(&self) -> Arc<str> {
+        Arc::clone(&self.shared.channel)
+    }
+
+    /// Completes at the next message for this waiter: `Some` with what it said, or `None` when
+    /// the waiter should look at Redis again (the connection dropped, messages may be lost).
+    pub(crate) async fn next(&self) -> Option<Grant> {
+        self.mailbox.wake.notified().await;
+        self.mailbox
+            .grant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Drop for GrantWaiter {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        state.waiters.remove(&self.token);
+        if state.waiters.is_empty() {
+            state.idle_since = Some(Instant::now());
+            drop(state);
+            self.shared.task.notify_one();
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Delivers a message `"<token> <fence>"` (or `"<token> !"`) to its waiter, if it is ours.
+    fn deliver(&self, message: &str) {
+        let Some((token, rest)) = message.split_once(' ') else {
+            return;
+        };
+        let grant = match rest {
+            "!" => Grant::FenceFailed,
+            fence => match fence.parse() {
+                Ok(fence) => Grant::Granted { fence },
+                Err(_) => return,
+            },
+        };
+        let mailbox = self.state().waiters.get(token).cloned();
+        if let Some(mailbox) = mailbox {
+            *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = Some(grant);
+            mailbox.wake.notify_one();
+        }
+    }
+
+    /// Tells every waiter to look again (messages may have been lost).
+    fn wake_all(&self) {
+        for mailbox in self.state().waiters.values() {
+            mailbox.wake.notify_one();
+        }
+    }
+
+    /// Answers everyone waiting for the subscription.
+    fn confirm(&self, result: &RedisResult<()>) {
+        let pending = {
+            let mut state = self.state();
+            state.subscribed = result.is_ok();
+            std::mem::take(&mut state.pending)
+        };
+        for done in pending {
+            let _ = done.send(match result {
+                Ok(()) => Ok(()),
+                Err(error) => Err(error.clone()),
+            });
+        }
+    }
+}
+
+/// The hub's task: keeps the channel subscribed while it is wanted, and delivers messages. Ends
+/// when the hub is dropped.
+async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Timeouts) {
+    let mut next_server = 0usize;
+    let mut connection: Option<(PubSubSink, PubSubStream)> = None;
+    let mut backoff = RECONNECT_BACKOFF.0;
+    let mut reconnect_at: Option<Instant> = None;
+    loop {
+        let Some(hub) = shared.upgrade() else { return };
+        let (wanted, idle_since) = {
+            let state = hub.state();
+            (
+                !state.pending.is_empty() || !state.waiters.is_empty(),
+                state.idle_since,
+            )
+        };
+        let subscribed = hub.state().subscribed;
+        // Subscribe when someone waits or asks, and the connection is not in its backoff.
+        if wanted && !subscribed && reconnect_at.is_none_or(|at| Instant::now() >= at) {
+            let result = subscribe(
+                &servers,
+                &mut next_server,
+                timeouts,
+                &mut connection,
+                &hub.channel,
+            )
+            .await;
+            if let Err(error) = &result {
+                tracing::debug!(target: "distlock", %error, "grant channel subscription failed; waiters look at Redis on their own meanwhile");
+                connection = None;
+                reconnect_at = Some(Instant::now() + backoff);
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+            } else {
+                reconnect_at = None;
+                backoff = RECONNECT_BACKOFF.0;
+            }
+            hub.confirm(&result);
+            continue;
+        }
+        // Unsubscribe once nobody has waited for the linger.
+        let unsubscribe_at = match idle_since {
+            Some(since) if subscribed && !wanted => Some(since + LINGER),
+            _ => None,
+        };
+        if unsubscribe_at.is_some_and(|at| Instant::now() >= at) {
+            if let Some((sink, _)) = connection.as_mut() {
+                let unsubscribed =
+                    tokio::time::timeout(timeouts.response, sink.unsubscribe(&*hub.channel)).await;
+                if !matches!(unsubscribed, Ok(Ok(()))) {
+                    connection = None;
+                }
+            }
+            hub.state().subscribed = false;
+            continue;
+        }
+        let woken = Arc::clone(&hub);
+        let task_notified = woken.task.notified();
+        let wake_at = unsubscribe_at.or(reconnect_at.filter(|_| wanted));
+        drop(hub);
+        let message = async {
+            match connection.as_mut() {
+                Some((_, stream)) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        let timer = async {
+            match wake_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = task_notified => {}
+            () = timer => {}
+            message = message => match message {
+                Some(message) => {
+                    if let Ok(text) = message.get_payload::<String>() {
+                        woken.deliver(&text);
+                    }
+                }
+                None => {
+                    tracing::debug!(target: "distlock", "grant channel connection lost; reconnecting");
+                    connection = None;
+                    woken.state().subscribed = false;
+                    reconnect_at = Some(Instant::now() + backoff);
+                    woken.wake_all();
+                }
+            },
+        }
+    }
+}
+
+/// Subscribes to `channel`, connecting first when there is no connection.
+async fn subscribe(
+    servers: &[Client],
+    next_server: &mut usize,
+    timeouts: Timeouts,
+    connection: &mut Option<(PubSubSink, PubSubStream)>,
+    channel: &str,
+) -> RedisResult<()> {
+    if connection.is_none() {
+        let client = &servers[*next_server % servers.len()];
+        *next_server = next_server.wrapping_add(1);
+        let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
+            .await
+            .map_err(|_| {
+                timed_out("could not connect for hand-off messages", timeouts.connect)
+            })??;
+        *connection = Some(pubsub.split());
+    }
+    let (sink, _) = connection.as_mut().expect("connected above");
+    tokio::time::timeout(timeouts.response, sink.subscribe(channel))
+        .await
+        .map_err(|_| timed_out("SUBSCRIBE was not confirmed", timeouts.response))?
+}
+
+fn timed_out(what: &str, limit: Duration) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} within {limit:?}"),
+    ))
+}
+
+fn hub_gone() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "distlock hand-off task has stopped",
+    ))
+}

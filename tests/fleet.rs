@@ -1,0 +1,352 @@
+//! The fleet: waiters in several OS processes queue in one line per lock, in Redis, and a
+//! release hands the lock to the next in line.
+//!
+//! - processes that queued in a known order get the lock in that order;
+//! - a waiter SIGKILLed in line, and one SIGKILLed right after being handed the lock, hold the
+//!   others up for at most the documented bound (a lease, a claim: 3 s each), not the ttl;
+//! - a waiter that gives up (cancelled, timed out) leaves the line at once;
+//! - a release wakes only the next in line: Redis work per hand-off does not grow with the
+//!   number of waiting processes.
+//!
+//! Each worker is this test binary run again (`spawn_self`), told what to do by environment
+//! variables.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockManager, LockOptions};
+use support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+
+const URL: &str = "DISTLOCK_FLEET_URL";
+const NAME: &str = "DISTLOCK_FLEET_NAME";
+const INDEX: &str = "DISTLOCK_FLEET_INDEX";
+/// What the worker does once it holds the lock: `record` (append its index to the
+/// `<name>:order` list and release), `abort` (die on the spot, holding it).
+const THEN: &str = "DISTLOCK_FLEET_THEN";
+
+/// The line key of lock `lock:<name>` (a name without braces).
+fn line_key(name: &str) -> String {
+    format!("{{lock:{name}}}:distlock:line")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Worker: acquires `lock:<name>` (ttl 60 s, waiting up to 60 s), then does what `THEN` says.
+#[test]
+fn fleet_worker() {
+    let Ok(url) = std::env::var(URL) else { return };
+    let name = std::env::var(NAME).unwrap();
+    let index = std::env::var(INDEX).unwrap();
+    let then = std::env::var(THEN).unwrap();
+    runtime().block_on(async {
+        let manager = LockManager::connect(&url).await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(60))
+            .timeout(Duration::from_secs(60));
+        let guard = manager.acquire(&name, &options).await.unwrap();
+        match then.as_str() {
+            "abort" => std::process::abort(),
+            _ => {
+                let client = redis::Client::open(url.as_str()).unwrap();
+                let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+                let _: i64 = redis::cmd("RPUSH")
+                    .arg(format!("{name}:order"))
+                    .arg(&index)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }
+    });
+}
+
+/// Starts worker `index` for lock `name` and waits until it has taken its place in line (the
+/// line is `index + 1` long).
+fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> std::process::Child {
+    let child = spawn_self(
+        "fleet_worker",
+        &[
+            (URL, server.url()),
+            (NAME, name.to_owned()),
+            (INDEX, index.to_string()),
+            (THEN, then.to_owned()),
+        ],
+    );
+    let line = line_key(name);
+    wait_until(
+        Duration::from_secs(20),
+        "the worker to join the line",
+        || llen(server, &line) == index + 1,
+    );
+    child
+}
+
+fn llen(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("LLEN")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// Holds `lock:<name>` from this process: the workers queue behind it.
+fn hold(
+    server: &RedisServer,
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+) -> (LockManager, distlock::LockGuard) {
+    runtime.block_on(async {
+        let manager = LockManager::connect(&server.url()).await.unwrap();
+        let guard = manager
+            .acquire(name, &LockOptions::new().ttl(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        (manager, guard)
+    })
+}
+
+#[test]
+fn processes_get_the_lock_in_the_order_they_queued() {
+    const WORKERS: usize = 6;
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (_manager, guard) = hold(&server, &runtime, "fifo");
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|index| queue_worker(&server, "fifo", index, "record"))
+        .collect();
+    runtime.block_on(guard.release()).unwrap();
+    for status in wait_all(workers, Duration::from_secs(60)) {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let order: Vec<usize> = redis::cmd("LRANGE")
+        .arg("fifo:order")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(
+        order,
+        (0..WORKERS).collect::<Vec<_>>(),
+        "first come, first served across processes"
+    );
+    assert!(!server.exists("lock:fifo"), "released by the last worker");
+    assert!(!server.exists(&line_key("fifo")), "no line left behind");
+}
+
+/// How long the others may be held up by one dead waiter: its claim (3 s) or lease (3 s), plus
+/// the renewal period after which the next waiter notices (1 s), with room for a slow machine.
+const DEAD_WAITER_BOUND: Duration = Duration::from_secs(8);
+
+#[test]
+fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (_manager, guard) = hold(&server, &runtime, "killed-in-line");
+    let doomed = queue_worker(&server, "killed-in-line", 0, "record");
+    let next = queue_worker(&server, "killed-in-line", 1, "record");
+    send_signal(doomed.id(), "KILL");
+    let released = Instant::now();
+    runtime.block_on(guard.release()).unwrap();
+    let statuses = wait_all(vec![next], DEAD_WAITER_BOUND);
+    let took = released.elapsed();
+    assert!(
+        statuses[0].success(),
+        "the next waiter failed: {}",
+        statuses[0]
+    );
+    let order: Vec<usize> = redis::cmd("LRANGE")
+        .arg("killed-in-line:order")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(
+        order,
+        vec![1],
+        "the next waiter got the lock, the dead one never did"
+    );
+    eprintln!("a waiter killed in line held the next one up for {took:?} after the release");
+    assert!(took < DEAD_WAITER_BOUND, "held up {took:?}");
+    let _ = wait_all(vec![doomed], Duration::from_secs(5));
+}
+
+#[test]
+fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (_manager, guard) = hold(&server, &runtime, "killed-holding");
+    let doomed = queue_worker(&server, "killed-holding", 0, "abort");
+    let next = queue_worker(&server, "killed-holding", 1, "record");
+    let released = Instant::now();
+    runtime.block_on(guard.release()).unwrap();
+    let statuses = wait_all(vec![next], DEAD_WAITER_BOUND);
+    let took = released.elapsed();
+    assert!(
+        statuses[0].success(),
+        "the next waiter failed: {}",
+        statuses[0]
+    );
+    let doomed = wait_all(vec![doomed], Duration::from_secs(5));
+    assert!(
+        !doomed[0].success(),
+        "the first waiter died holding the lock"
+    );
+    eprintln!("a waiter killed right after the hand-off held the next one up for {took:?}");
+    assert!(
+        took < DEAD_WAITER_BOUND,
+        "held up {took:?}: a lock handed to a dead waiter lasted longer than its claim"
+    );
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_line_at_once() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (manager, guard) = hold(&server, &runtime, "gives-up");
+    let line = line_key("gives-up");
+    runtime.block_on(async {
+        let other = LockManager::connect(&server.url()).await.unwrap();
+        // Cancelled: the future is dropped while in line.
+        let waiting = other.acquire(
+            "gives-up",
+            &LockOptions::new().timeout(Duration::from_secs(30)),
+        );
+        let dropped = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+        assert!(dropped.is_err(), "the lock was held");
+        support::eventually(
+            Duration::from_secs(2),
+            "the cancelled waiter to leave the line",
+            || llen(&server, &line) == 0,
+        )
+        .await;
+        // Timed out: the same, through the acquire's own timeout.
+        let timed_out = other
+            .acquire(
+                "gives-up",
+                &LockOptions::new().timeout(Duration::from_millis(300)),
+            )
+            .await;
+        assert!(matches!(
+            timed_out,
+            Err(distlock::LockError::Timeout { .. })
+        ));
+        support::eventually(
+            Duration::from_secs(2),
+            "the timed-out waiter to leave the line",
+            || llen(&server, &line) == 0,
+        )
+        .await;
+        guard.release().await.unwrap();
+        assert!(
+            !server.exists("lock:gives-up"),
+            "nobody was waiting: the release deleted it"
+        );
+        let again = manager
+            .try_acquire("gives-up", &LockOptions::new())
+            .await
+            .unwrap()
+            .expect("free at once");
+        again.release().await.unwrap();
+    });
+}
+
+/// How many sections each looping worker runs.
+const LOOPS: usize = 20;
+
+/// Worker: waits for the key `<name>:go`, then takes `lock:<name>` and releases it after 1 ms,
+/// `LOOPS` times.
+#[test]
+fn looping_worker() {
+    let Ok(url) = std::env::var(URL) else { return };
+    let name = std::env::var(NAME).unwrap();
+    runtime().block_on(async {
+        let manager = LockManager::connect(&url).await.unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        loop {
+            let go: bool = redis::cmd("EXISTS")
+                .arg(format!("{name}:go"))
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            if go {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let options = LockOptions::new().timeout(Duration::from_secs(60));
+        for _ in 0..LOOPS {
+            let guard = manager.acquire(&name, &options).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            guard.release().await.unwrap();
+        }
+    });
+}
+
+/// Redis commands (INFO commandstats: scripts' inner commands included, the workers' polls for
+/// the start not) per section, for `workers` processes taking turns on one lock.
+fn commands_per_section(workers: usize) -> f64 {
+    let server = RedisServer::start();
+    let name = format!("herd{workers}");
+    let children: Vec<_> = (0..workers)
+        .map(|_| {
+            spawn_self(
+                "looping_worker",
+                &[(URL, server.url()), (NAME, name.clone())],
+            )
+        })
+        .collect();
+    // Let every worker connect and start polling for the go.
+    wait_until(Duration::from_secs(20), "the workers to connect", || {
+        server.client_count() > workers
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    server.reset_stats();
+    server.set(&format!("{name}:go"), "1");
+    for status in wait_all(children, Duration::from_secs(120)) {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let info = server.info("commandstats");
+    let total: u64 = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter(|line| {
+            !["exists:", "info:", "config"]
+                .iter()
+                .any(|skip| line.starts_with(skip))
+        })
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum::<u64>()
+        - 1; // the go
+    let sections = workers * LOOPS;
+    eprintln!("{workers} processes: {total} commands for {sections} sections");
+    total as f64 / sections as f64
+}
+
+#[test]
+fn a_release_wakes_only_the_next_in_line() {
+    let few = commands_per_section(2);
+    let many = commands_per_section(8);
+    eprintln!("commands per section: {few:.1} with 2 processes, {many:.1} with 8");
+    // With every release waking every waiting process, each of them would send its script
+    // again: the work per section would grow with the processes (8 processes: 7 scripts of
+    // several commands per release). Handed to the next in line, it stays about the same.
+    assert!(
+        many < few * 1.5 + 2.0,
+        "Redis work per section grew with the number of processes: {few:.1} → {many:.1}"
+    );
+}
