@@ -65,7 +65,11 @@ where
 ///
 /// A script that fails halfway keeps what it did: if the `INCR` fails (a counter that is not a
 /// number, an ACL that denies `INCR`), the lock just taken is deleted again before the error is
-/// returned, so a caller who only sees the error leaves nothing held.
+/// returned, so a caller who only sees the error leaves nothing held. The same holds for a
+/// counter that something else set below 0: its next value would not be above every token
+/// issued before, so the lock is given back, the counter put back as it was (so every later
+/// acquisition fails the same way until someone looks, rather than quietly counting up to 1),
+/// and the error names the counter.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
@@ -75,6 +79,14 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if type(fence) == 'table' and fence.err then
       redis.call('DEL', KEYS[1])
       return fence
+    end
+    if fence < 1 then
+      redis.call('DEL', KEYS[1])
+      redis.call('SET', KEYS[3], fence - 1)
+      return redis.error_reply('ERR distlock: the fencing counter ' .. KEYS[3] .. ' holds ' ..
+        (fence - 1) .. ', below 0, so no token above every earlier one can be issued and the ' ..
+        'lock was not taken; set the counter above the largest token your storage has ' ..
+        'accepted, or delete it if no storage has seen its tokens')
     end
     return {1, fence}
   end

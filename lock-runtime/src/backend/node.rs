@@ -92,9 +92,17 @@ impl Node {
         let (acquired, value): (i64, i64) =
             scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
         Ok(if acquired == 1 {
-            Attempt::Acquired {
-                fence: fencing.then(|| u64::try_from(value).unwrap_or(0)),
-            }
+            let fence = match u64::try_from(value) {
+                _ if !fencing => None,
+                Ok(fence) if fence > 0 => Some(fence),
+                // The script refuses a counter below 1 itself; should a token below 1 come
+                // back anyway, it is never handed out as if it were one.
+                _ => {
+                    let _ = self.unlock(keys, token).await;
+                    return Err(bad_fence(&keys.fence(), value));
+                }
+            };
+            Attempt::Acquired { fence }
         } else {
             Attempt::Held {
                 remaining: u64::try_from(value).ok().map(Duration::from_millis),
@@ -184,6 +192,18 @@ fn cluster_in_flux(error: &redis::RedisError) -> bool {
         error.kind(),
         redis::ErrorKind::Server(TryAgain | Moved | Ask | ClusterDown | MasterDown)
     )
+}
+
+/// The error for a fencing token below 1, naming the counter and what to do about it.
+fn bad_fence(counter: &str, value: i64) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "fencing counter below 1",
+        format!(
+            "the fencing counter {counter} gave {value}; set it above the largest token your \
+             storage has accepted, or delete it if no storage has seen its tokens"
+        ),
+    ))
 }
 
 fn flag(on: bool) -> &'static str {
