@@ -325,10 +325,11 @@ impl LockManager {
     #[doc(hidden)]
     #[must_use]
     pub fn resource_counts(&self) -> ResourceCounts {
-        let (connections, watched_channels) = self.inner.backend.resource_counts();
+        let (connections, watched_channels, wake_requests) = self.inner.backend.resource_counts();
         ResourceCounts {
             queued_keys: self.inner.queues.len(),
             watched_channels,
+            wake_requests,
             connections,
         }
     }
@@ -463,6 +464,8 @@ pub struct ResourceCounts {
     pub queued_keys: usize,
     /// Wake-up channels subscribed to.
     pub watched_channels: usize,
+    /// Subscribe and unsubscribe requests waiting to be sent, over all wake-up connections.
+    pub wake_requests: usize,
     /// Runtimes with a connection.
     pub connections: usize,
 }

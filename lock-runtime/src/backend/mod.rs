@@ -171,8 +171,9 @@ impl Backend {
         self.wake.watch(&keys.waiters()).await
     }
 
-    /// Resource counts for leak tests: (runtime connections, watched channels).
-    pub(crate) fn resource_counts(&self) -> (usize, usize) {
+    /// Resource counts for leak tests: (runtime connections, watched channels, wake-up
+    /// requests waiting to be sent).
+    pub(crate) fn resource_counts(&self) -> (usize, usize, usize) {
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -181,6 +182,10 @@ impl Backend {
                 .map(|node| node.connections().len())
                 .sum(),
         };
-        (connections, self.wake.watched_channels())
+        (
+            connections,
+            self.wake.watched_channels(),
+            self.wake.pending_requests(),
+        )
     }
 }
