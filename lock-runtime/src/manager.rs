@@ -105,9 +105,11 @@ impl LockManager {
     }
 
     /// Starts building a Redlock manager over independent Redis masters (at least 3; 5 is
-    /// usual): a lock is held when a majority of them granted it in time, so it survives the
-    /// loss of a minority. Fencing tokens are not available on Redlock (see
-    /// [`LockOptions::fencing`]).
+    /// usual): a lock is held when a majority of them granted it in time, so it survives a
+    /// minority of masters being down. Not a master that restarts without its data while the
+    /// locks it granted are live: it grants them again, so keep a restarted master out for the
+    /// longest ttl in use, or run the masters with `appendonly yes` and `appendfsync always`.
+    /// Fencing tokens are not available on Redlock (see [`LockOptions::fencing`]).
     ///
     /// ```
     /// let builder = distlock::LockManager::redlock_builder(&[
