@@ -72,8 +72,8 @@ impl Request {
 /// subscribe for any channel: a subscribe for a channel that already waits to be subscribed
 /// joins that request, and an unsubscribe takes back a subscribe that has not been sent yet
 /// (the server never heard of it, so there is nothing to undo). A connection whose server
-/// does not answer serves one request per connect timeout; without this its queue grew by two
-/// requests for every wait on a new key, for as long as the server stayed silent.
+/// does not answer serves one request per connect timeout: queued one by one, its requests
+/// would grow by two for every wait on a key, for as long as the server stays silent.
 struct Requests {
     pending: Mutex<Pending>,
     /// Signalled when a request arrives or the queue closes.
