@@ -112,8 +112,9 @@ impl Quorum {
     /// being how many must expire before no majority is left. Retrying sooner only wins the
     /// masters that lost their data and gives them back, over and over, for as long as the
     /// holder holds. A split among contenders that each give back their minority also ends
-    /// here, and ends early: every give-back on a master where this waiter found the lock held
-    /// deletes the waiter's mark there and so publishes its wake-up.
+    /// here, and ends early: a subscribed waiter marks the lock as awaited on every master
+    /// where it found it held, so each give-back there (by a distlock contender) deletes the
+    /// mark and publishes the waiter's wake-up.
     ///
     /// Otherwise no contender can have a majority (a split vote, or a majority granted too
     /// late): retry soon, after a random delay, so the contenders do not collide again.
