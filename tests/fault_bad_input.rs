@@ -6,12 +6,14 @@
 
 mod support;
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::net::TcpListener;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::RedisServer;
+use support::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -672,4 +674,237 @@ async fn no_two_locks_share_a_key_whatever_their_names_and_prefixes() {
         None,
     )
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passwords never shown
+// ---------------------------------------------------------------------------------------------
+
+/// The secret every password below contains; no output may show it, in any case or encoding.
+const SECRET: &str = "S3CR3T";
+/// A password with every character that can end a URL's userinfo early: `/`, `@`, `#`, `?`.
+const AWKWARD_PASSWORD: &str = "S3CR3T/p@ss#w?rd";
+/// The same, percent-encoded for a URL.
+const AWKWARD_PASSWORD_ENCODED: &str = "S3CR3T%2Fp%40ss%23w%3Frd";
+
+/// Panics if `text` shows the secret: as written, in another case, or percent-encoded.
+fn assert_hidden(what: &str, text: &str) {
+    let lower = text.to_ascii_lowercase();
+    assert!(
+        !lower.contains(&SECRET.to_ascii_lowercase()) && !lower.contains("%53%33cr3t"),
+        "{what} shows the password: {text}"
+    );
+}
+
+/// Every `tracing` event and span field of the process, as text.
+static TRACED: Mutex<String> = Mutex::new(String::new());
+
+struct RecordAll;
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.0, " {}={value:?}", field.name());
+    }
+}
+
+impl tracing::Subscriber for RecordAll {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut traced = TRACED.lock().unwrap();
+        let _ = write!(traced, "\nspan {}", span.metadata().name());
+        span.record(&mut Fields(&mut traced));
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        values.record(&mut Fields(&mut TRACED.lock().unwrap()));
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut traced = TRACED.lock().unwrap();
+        traced.push_str("\nevent");
+        event.record(&mut Fields(&mut traced));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The `Debug` of a builder of each kind for `url`, and the errors their `connect` returns.
+async fn builder_outputs(url: &str) -> Vec<(String, String)> {
+    let quick = Duration::from_millis(500);
+    let builders = [
+        ("builder", LockManager::builder(url)),
+        (
+            "cluster builder",
+            LockManager::cluster_builder(&[url, "redis://127.0.0.1:1"]),
+        ),
+        (
+            "redlock builder",
+            LockManager::redlock_builder(&[url, url, url]),
+        ),
+    ];
+    let mut outputs = Vec::new();
+    for (kind, builder) in builders {
+        outputs.push((format!("Debug of the {kind}"), format!("{builder:?}")));
+        let connecting = builder
+            .connect_timeout(quick)
+            .response_timeout(quick)
+            .connect();
+        match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+            Ok(Ok(manager)) => outputs.push((
+                format!("Debug of the {kind}'s manager"),
+                format!("{manager:?}"),
+            )),
+            Ok(Err(error)) => {
+                outputs.push((format!("the {kind}'s error"), error.to_string()));
+                outputs.push((format!("Debug of the {kind}'s error"), format!("{error:?}")));
+            }
+            Err(_) => panic!("connecting the {kind} for {url} hung"),
+        }
+    }
+    outputs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_url_form_shows_its_password_anywhere() {
+    tracing::subscriber::set_global_default(RecordAll).unwrap();
+    let sockets = support::unique_temp_dir("sockets");
+    let socket = sockets.join("redis.sock");
+    let socket_path = socket.to_str().unwrap();
+    let server = RedisServer::start_with(&[
+        "--user",
+        "app",
+        "on",
+        &format!(">{AWKWARD_PASSWORD}"),
+        "~*",
+        "&*",
+        "+@all",
+        "--unixsocket",
+        socket_path,
+        "--unixsocketperm",
+        "700",
+    ]);
+    let (port, refused) = (server.port(), support::free_port());
+
+    // Malformed, unreachable or refused: every form a password can take in a URL.
+    let failing = [
+        format!("redis://app:{SECRET}@127.0.0.1:{refused}/"),
+        format!("redis://:{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://{SECRET}@127.0.0.1:{refused}"),
+        format!("REDIS://APP:{SECRET}@127.0.0.1:{refused}"),
+        format!("valkey://app:{SECRET}@127.0.0.1:{refused}"),
+        format!("rediss://app:{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:pa/ss{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:12/{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:p@ss{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:p#ss{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:12#{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:p?ss{SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:pa ss {SECRET}@127.0.0.1:{refused}"),
+        format!("redis://app:{SECRET}@[::1]:{refused}/0"),
+        format!("redis://app:%53%33CR3T%2F@127.0.0.1:{refused}"),
+        format!("redis://app:{SECRET}@127.0.0.1:notaport"),
+        format!("redis://app:{SECRET}@"),
+        format!("redis://127.0.0.1:{refused}/?password={SECRET}"),
+        format!("redis://127.0.0.1:{refused}/?PassWord={SECRET}&protocol=resp3"),
+        format!("app:{SECRET}@127.0.0.1:{refused}"),
+        format!("redis:app:{SECRET}@127.0.0.1:{refused}"),
+        format!("redis+unix:///nonexistent/redis.sock?user=app&pass={SECRET}"),
+        format!("redis+unix:///nonexistent/redis.sock?pass=pa&ss{SECRET}&db=0"),
+        format!("redis+unix:///nonexistent/redis.sock?pa%73s={SECRET}"),
+        format!("unix:///nonexistent/redis.sock?pass={SECRET}#x"),
+        format!("unix:///nonexistent/redis.sock?pass=p@ss{SECRET}"),
+        // A server that is up, with a wrong password.
+        format!("redis://app:wrong{SECRET}@127.0.0.1:{port}/"),
+        format!("redis+unix://{socket_path}?user=app&pass=wrong{SECRET}"),
+    ];
+    // The right password, percent-encoded as it must be: these connect.
+    let working = [
+        format!("redis://app:{AWKWARD_PASSWORD_ENCODED}@127.0.0.1:{port}/"),
+        format!("redis+unix://{socket_path}?user=app&pass={AWKWARD_PASSWORD_ENCODED}"),
+        format!("unix://{socket_path}?user=app&pass={AWKWARD_PASSWORD_ENCODED}&db=0"),
+    ];
+    let error = LockManager::connect(&format!("redis://app:pa/ss{SECRET}@127.0.0.1:{refused}"))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("%2F %3F %23 %40"),
+        "a URL cut short by its password says how to write one: {error}"
+    );
+    for url in failing.iter().chain(&working) {
+        for (what, output) in builder_outputs(url).await {
+            eprintln!("{url} | {what}: {output}");
+            assert_hidden(&format!("{what} for {url}"), &output);
+        }
+    }
+    for url in &working {
+        let manager = LockManager::connect(url)
+            .await
+            .unwrap_or_else(|error| panic!("{url}: {error}"));
+        assert_hidden(
+            &format!("Debug of the manager for {url}"),
+            &format!("{manager:?}"),
+        );
+    }
+
+    // A cluster whose nodes know the user.
+    let cluster = RedisCluster::start(3, 0);
+    for node in cluster.nodes() {
+        let () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER",
+                "app",
+                "on",
+                &format!(">{AWKWARD_PASSWORD}"),
+                "~*",
+                "&*",
+                "+@all",
+            ])
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let cluster_urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            format!(
+                "redis://app:{AWKWARD_PASSWORD_ENCODED}@127.0.0.1:{}/",
+                node.port()
+            )
+        })
+        .collect();
+    let builder = LockManager::cluster_builder(&cluster_urls);
+    assert_hidden("Debug of a cluster builder", &format!("{builder:?}"));
+    let manager = builder.connect().await.expect("the cluster user logs in");
+    assert_hidden("Debug of a cluster manager", &format!("{manager:?}"));
+    let guard = manager.acquire("redacted", &options()).await.unwrap();
+    guard.release().await.unwrap();
+
+    // Locks taken, contended, and failing with Redis errors once the server is gone: every
+    // tracing event on the way.
+    let manager = LockManager::connect(&working[0]).await.unwrap();
+    let held = manager.acquire("redacted", &options()).await.unwrap();
+    let busy = manager
+        .acquire("redacted", &options().timeout(Duration::from_millis(300)))
+        .await
+        .map(drop);
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    drop(held);
+    server.kill();
+    let error = manager
+        .acquire("redacted", &options().timeout(Duration::from_millis(500)))
+        .await
+        .map(drop)
+        .expect_err("the server is gone");
+    assert_hidden("the error of a lost server", &format!("{error} {error:?}"));
+    let traced = TRACED.lock().unwrap().clone();
+    assert!(
+        traced.contains("Redis error while acquiring"),
+        "the subscriber saw the retries: {traced}"
+    );
+    assert_hidden("the tracing events", &traced);
+    let _ = std::fs::remove_dir_all(&sockets);
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::AsyncCommands;
-use support::{FaultProxy, RedisServer};
+use support::{FaultProxy, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -205,4 +205,63 @@ async fn a_slow_network_is_only_slower() {
         "took only {took:?}"
     );
     assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+}
+
+/// Unstalls the proxy when dropped, so a failing test does not leave its sockets frozen.
+struct Unstall<'a>(&'a FaultProxy);
+
+impl Drop for Unstall<'_> {
+    fn drop(&mut self) {
+        self.0.unstall();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_operation() {
+    const OPERATIONS: usize = 200;
+    let connect_timeout = Duration::from_secs(5);
+    let servers = RedisServers::start(5);
+    // The fifth master is behind a proxy that accepts connections and then forwards nothing:
+    // a connection to it never completes its handshake.
+    let proxy = FaultProxy::start(servers[4].port());
+    proxy.stall();
+    let _unstall = Unstall(&proxy);
+    let mut urls = servers.urls();
+    urls[4] = proxy.url();
+    let manager = LockManager::redlock_builder(&urls)
+        .connect_timeout(connect_timeout)
+        .connect()
+        .await
+        .expect("4 of 5 masters answer");
+
+    let started = Instant::now();
+    let operations: Vec<_> = (0..OPERATIONS)
+        .map(|i| {
+            let manager = manager.clone();
+            tokio::spawn(async move {
+                let guard = manager
+                    .acquire(&format!("storm:{i}"), &LockOptions::new())
+                    .await
+                    .expect("a majority grants it");
+                guard.release().await.expect("still held on a majority");
+            })
+        })
+        .collect();
+    for operation in operations {
+        operation.await.expect("an operation failed");
+    }
+    let took = started.elapsed();
+    let accepted = proxy.accepted_count();
+    eprintln!(
+        "{OPERATIONS} concurrent acquire+release with a stalled master in {took:?}: the proxy \
+         accepted {accepted} connections"
+    );
+    // One connect in flight at a time, each given up after the connect timeout; one more for
+    // a connect that starts as the previous one gives up.
+    let bound = 2 + took.as_secs() / connect_timeout.as_secs();
+    assert!(
+        accepted <= bound,
+        "{accepted} sockets opened to one stalled master by {OPERATIONS} operations in \
+         {took:?} (at most {bound} expected)"
+    );
 }

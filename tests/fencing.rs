@@ -212,3 +212,61 @@ async fn a_stale_holder_write_is_rejected_by_its_smaller_token() {
     assert!(matches!(stale.release().await, Err(LockError::Lost { .. })));
     fresh.release().await.expect("B still holds it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_counter_fails_the_acquire_with_advice_and_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let manager = connect(&server.url()).await;
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .timeout(Duration::from_secs(5));
+    // Something other than distlock wrote the counter: the next INCR would give a token that
+    // is not greater than every earlier one (-4, or 0).
+    for corrupt in ["-5", "-1"] {
+        let counter = "{lock:fence:negative}:distlock:fence";
+        server.set(counter, corrupt);
+        let started = tokio::time::Instant::now();
+        let tried = manager
+            .try_acquire("fence:negative", &fenced)
+            .await
+            .map(drop);
+        let waited = manager.acquire("fence:negative", &fenced).await.map(drop);
+        let took = started.elapsed();
+        for (what, result) in [("try_acquire", tried), ("acquire", waited)] {
+            let error = result.expect_err(what);
+            let message = error.to_string();
+            eprintln!("counter {corrupt}, {what}: {message}");
+            assert!(matches!(error, LockError::Redis(_)), "{what}: {error:?}");
+            assert!(
+                message.contains(counter),
+                "{what} names the counter: {message}"
+            );
+            assert!(
+                message.contains("delete") && message.contains(corrupt),
+                "{what} says what is wrong and what to do: {message}"
+            );
+        }
+        assert!(
+            took < Duration::from_secs(3),
+            "reported at once, not at the 5 s deadline: {took:?}"
+        );
+        assert!(
+            !server.exists("lock:fence:negative"),
+            "a failed acquisition left the lock held"
+        );
+        assert_eq!(
+            server.get(counter).as_deref(),
+            Some(corrupt),
+            "the counter is left as it was found, for someone to look at"
+        );
+    }
+
+    // Once the counter is deleted, tokens start again at 1.
+    server.del("{lock:fence:negative}:distlock:fence");
+    let guard = manager
+        .acquire("fence:negative", &fenced)
+        .await
+        .expect("a deleted counter starts over");
+    assert_eq!(guard.fencing_token(), Some(1));
+    guard.release().await.unwrap();
+}

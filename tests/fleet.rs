@@ -214,10 +214,8 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     runtime.block_on(async {
         let other = LockManager::connect(&server.url()).await.unwrap();
         // Cancelled: the future is dropped while in line.
-        let waiting = other.acquire(
-            "gives-up",
-            &LockOptions::new().timeout(Duration::from_secs(30)),
-        );
+        let patient = LockOptions::new().timeout(Duration::from_secs(30));
+        let waiting = other.acquire("gives-up", &patient);
         let dropped = tokio::time::timeout(Duration::from_millis(300), waiting).await;
         assert!(dropped.is_err(), "the lock was held");
         support::eventually(

@@ -4,6 +4,8 @@
 //! abandoned by timeout or by dropping the future mid-flight — nothing is left behind: no local queue, no wake-up subscription, no
 //! extra connection, no lock key, no waiters key, no tokio task; and while they run, the
 //! manager's internal maps stay bounded by what is in use, never growing with the cycles.
+//! Likewise with a Redlock master that accepts connections and never answers: the wake-up
+//! requests waiting for it stay bounded by the keys in use, and waiters are still woken.
 
 mod support;
 
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use support::RedisServer;
+use support::{FaultProxy, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
@@ -305,10 +307,10 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
     for (m, manager) in managers.iter().enumerate() {
         eventually(
             Duration::from_secs(10),
-            &format!("manager {m} to drop its queues and subscriptions"),
+            &format!("manager {m} to drop its queues, subscriptions and wake-up requests"),
             || {
                 let counts = manager.resource_counts();
-                counts.queued_keys == 0 && counts.watched_channels == 0
+                counts.queued_keys == 0 && counts.watched_channels == 0 && counts.wake_requests == 0
             },
         )
         .await;
@@ -357,4 +359,113 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
         tasks_before,
         metrics.num_alive_tasks()
     );
+}
+
+/// Unstalls the proxy when dropped, so a failing test does not leave its sockets frozen.
+struct Unstall<'a>(&'a FaultProxy);
+
+impl Drop for Unstall<'_> {
+    fn drop(&mut self) {
+        self.0.unstall();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_master_does_not_pile_up_wake_up_requests() {
+    const KEYS: usize = 20;
+    const ROUNDS: usize = 4;
+    let servers = RedisServers::start(5);
+    // The fifth master accepts connections and forwards nothing: each wake-up (re)connect to it
+    // hangs for the connect timeout, while waiters keep asking to subscribe and unsubscribe.
+    let proxy = FaultProxy::start(servers[4].port());
+    proxy.stall();
+    let _unstall = Unstall(&proxy);
+    let mut urls = servers.urls();
+    urls[4] = proxy.url();
+    // A generous per-node timeout: every operation waits it out for the stalled master, and
+    // on a loaded machine the live ones may need more than the default 100 ms.
+    let manager = || async {
+        LockManager::redlock_builder(&urls)
+            .node_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .expect("4 of 5 masters answer")
+    };
+    let (holder, waiter) = (manager().await, manager().await);
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+
+    let mut most_requests = 0;
+    let mut slowest_hand_off = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let held: Vec<_> = (0..KEYS)
+            .map(|key| {
+                let (holder, options) = (holder.clone(), options.clone());
+                tokio::spawn(async move { holder.acquire(&format!("wq:{key}"), &options).await })
+            })
+            .collect();
+        let mut guards = Vec::new();
+        for task in held {
+            guards.push(task.await.expect("holder task").expect("free"));
+        }
+        let waiters: Vec<_> = (0..KEYS)
+            .map(|key| {
+                let (waiter, options) = (waiter.clone(), options.clone());
+                tokio::spawn(async move {
+                    let guard = waiter.acquire(&format!("wq:{key}"), &options).await?;
+                    let got_it = Instant::now();
+                    guard.release().await?;
+                    Ok::<_, LockError>(got_it)
+                })
+            })
+            .collect();
+        eventually(
+            Duration::from_secs(10),
+            "every waiter to watch its key",
+            || waiter.resource_counts().watched_channels == KEYS,
+        )
+        .await;
+        // Let the waiters reach their wait.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        most_requests = most_requests.max(waiter.resource_counts().wake_requests);
+        let released = Instant::now();
+        let releases: Vec<_> = guards
+            .into_iter()
+            .map(|guard| tokio::spawn(guard.release()))
+            .collect();
+        for task in releases {
+            task.await.expect("holder task").expect("still held");
+        }
+        for task in waiters {
+            let got_it = task
+                .await
+                .expect("waiter task")
+                .expect("the waiter gets its lock");
+            slowest_hand_off = slowest_hand_off.max(got_it - released);
+        }
+        let requests = waiter.resource_counts().wake_requests;
+        most_requests = most_requests.max(requests);
+        eprintln!("round {round}: {requests} wake-up requests waiting");
+    }
+    eprintln!(
+        "{ROUNDS} rounds of {KEYS} waiters with a stalled master: at most {most_requests} \
+         wake-up requests waiting; slowest hand-off {slowest_hand_off:?}"
+    );
+    // With a 30 s ttl only a wake-up explains a hand-off within seconds.
+    assert!(
+        slowest_hand_off < Duration::from_secs(5),
+        "a waiter was not woken by the release: {slowest_hand_off:?}"
+    );
+    assert!(
+        most_requests <= 2 * KEYS,
+        "wake-up requests piled up behind the stalled master: {most_requests} waiting for \
+         {KEYS} keys in use"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the wake-up requests to drain",
+        || waiter.resource_counts().wake_requests == 0,
+    )
+    .await;
 }

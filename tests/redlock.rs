@@ -460,6 +460,82 @@ async fn a_release_wakes_a_redlock_waiter() {
     guard.release().await.unwrap();
 }
 
+/// How many commands the masters ran since their stats were last reset, leaving out the test's
+/// own `INFO` and `CONFIG` calls.
+fn commands_run(servers: &RedisServers) -> u64 {
+    servers
+        .iter()
+        .map(|server| {
+            server
+                .info("commandstats")
+                .lines()
+                .filter_map(|line| line.strip_prefix("cmdstat_"))
+                .filter(|line| !line.starts_with("info:") && !line.starts_with("config|"))
+                .filter_map(|line| {
+                    let calls = line.split("calls=").nth(1)?.split(',').next()?;
+                    calls.parse::<u64>().ok()
+                })
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_a_holder_that_keeps_its_majority_waits_without_spinning() {
+    let servers = RedisServers::start(5);
+    let holder_manager = redlock(&servers).await;
+    let waiter_manager = redlock(&servers).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let holder = holder_manager.acquire("kept", &options).await.unwrap();
+    // One master loses its data: the holder keeps 4 of 5, still a majority, and a waiter wins
+    // the emptied master on every try.
+    servers[0].flushall();
+    let waiter = tokio::spawn({
+        let options = options.clone();
+        async move { waiter_manager.acquire("kept", &options).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got a lock held on 4 of 5"
+    );
+
+    for server in servers.iter() {
+        server.reset_stats();
+    }
+    let window = Duration::from_millis(1500);
+    tokio::time::sleep(window).await;
+    let sent = commands_run(&servers);
+    eprintln!("commands sent to the 5 masters in {window:?} while waiting: {sent}");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got a lock held on 4 of 5"
+    );
+    assert!(
+        sent <= 12,
+        "a waiter behind a holder that keeps its majority must wait for the release or the \
+         holder's expiry, not retry: {sent} commands in {window:?}"
+    );
+
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter finished")
+        .unwrap()
+        .expect("the waiter gets the lock");
+    let after_release = released_at.elapsed();
+    eprintln!("got it {after_release:?} after the release");
+    assert!(
+        after_release < Duration::from_secs(3),
+        "with a 30 s ttl only a wake-up explains a hand-off within 3 s: {after_release:?}"
+    );
+    assert!(token_holders(&servers, guard.key(), guard.token()).len() >= MAJORITY);
+    guard.release().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // The attribute, unchanged, on a Redlock manager
 // ---------------------------------------------------------------------------------------------

@@ -232,9 +232,15 @@ impl LockManagerBuilder {
             } else {
                 ""
             };
+            // A password with one of these cuts the URL short where the parser sees it.
+            let password_hint = if url.contains('@') {
+                "; in a password, write / ? # @ : as %2F %3F %23 %40 %3A"
+            } else {
+                ""
+            };
             LockError::config(format!(
                 "`{}` is not a Redis URL ({error}){tls_hint}; write it as \
-                 redis://[user:password@]host[:port][/db] (rediss:// for TLS)",
+                 redis://[user:password@]host[:port][/db] (rediss:// for TLS){password_hint}",
                 redact(url)
             ))
         })
@@ -289,26 +295,103 @@ fn describe(topology: &Topology) -> String {
     }
 }
 
-/// The URL with any password replaced, for messages and logs.
+/// The URL with every password hidden (`***`), for messages and `Debug` output.
+///
+/// Fails safe rather than parsing the URL as redis-rs would: a password may hold characters
+/// that end the userinfo early for a URL parser (`/`, `?`, `#`, `@`), the URL may be malformed
+/// or lack its scheme, and whatever is shown of a URL that did not parse is shown to help find
+/// the mistake, which a password never does. So:
+/// - everything between `://` (or the start, without one) and the *last* `@` counts as
+///   userinfo: it is hidden but for a user name before its first `:` that looks like one;
+/// - the value of every query parameter whose name, decoded and in any case, contains `pass`
+///   (`pass` for unix sockets, `password`) is hidden up to the next parameter redis-rs reads
+///   (`&db=`, `&user=`, ...), or to the end: a raw `&` may be part of the password.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
-        }
-        None => url.to_owned(),
+    let mut hidden = vec![false; url.len()];
+    let start = url.find("://").map_or(0, |scheme_end| scheme_end + 3);
+    if let Some(at) = url[start..].rfind('@').map(|at| start + at) {
+        let userinfo = &url[start..at];
+        let shown = match userinfo.find(':') {
+            Some(colon) if userinfo[..colon].bytes().all(is_user_name_byte) => colon + 1,
+            _ => 0,
+        };
+        hidden[start + shown..at].fill(true);
     }
+    for (separator, _) in url.match_indices(['?', '&']) {
+        let name_start = separator + 1;
+        let Some(equals) = url[name_start..]
+            .find(['=', '&', '#'])
+            .map(|end| name_start + end)
+        else {
+            continue;
+        };
+        if url.as_bytes()[equals] != b'='
+            || !decoded_lowercase(&url[name_start..equals]).contains("pass")
+        {
+            continue;
+        }
+        let value_end = next_known_parameter(url, equals + 1).unwrap_or(url.len());
+        hidden[equals + 1..value_end].fill(true);
+    }
+    let mut shown = String::with_capacity(url.len());
+    let mut hiding = false;
+    for (index, character) in url.char_indices() {
+        if hidden[index] {
+            if !hiding {
+                shown.push_str("***");
+            }
+            hiding = true;
+        } else {
+            hiding = false;
+            shown.push(character);
+        }
+    }
+    shown
+}
+
+/// Whether `byte` may appear in a URL's user name as written (unreserved, percent-encoded or
+/// a sub-delimiter other than `&`); anything else suggests the `:` was not the user's.
+fn is_user_name_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"-._~%!$'()*+,;=".contains(&byte)
+}
+
+/// Where the query parameter after `from` that redis-rs reads begins (its `&`), if any.
+fn next_known_parameter(url: &str, from: usize) -> Option<usize> {
+    const KNOWN: [&str; 5] = ["db=", "user=", "pass=", "password=", "protocol="];
+    url[from..]
+        .match_indices('&')
+        .map(|(at, _)| from + at)
+        .find(|&at| {
+            let rest = &url.as_bytes()[at + 1..];
+            KNOWN.iter().any(|name| {
+                rest.get(..name.len())
+                    .is_some_and(|start| start.eq_ignore_ascii_case(name.as_bytes()))
+            })
+        })
+}
+
+/// A query parameter name percent-decoded and in lower case, as far as it is ASCII.
+fn decoded_lowercase(name: &str) -> String {
+    let bytes = name.as_bytes();
+    let mut decoded = String::with_capacity(name.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'%')
+            .then(|| name.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(char::from(byte.to_ascii_lowercase()));
+                index += 3;
+            }
+            None => {
+                decoded.push(char::from(bytes[index].to_ascii_lowercase()));
+                index += 1;
+            }
+        }
+    }
+    decoded
 }
 
 #[cfg(test)]
@@ -345,12 +428,48 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("redis://app:s3cret@host:6379/0"),
-            "redis://app:***@host:6379/0"
-        );
-        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-        assert_eq!(redact("not a url"), "not a url");
+        for (url, shown) in [
+            (
+                "redis://app:s3cret@host:6379/0",
+                "redis://app:***@host:6379/0",
+            ),
+            ("redis://:s3cret@host", "redis://:***@host"),
+            ("redis://host:6379", "redis://host:6379"),
+            ("not a url", "not a url"),
+            // Characters that end the userinfo early for a URL parser.
+            ("redis://app:pa/ss@host", "redis://app:***@host"),
+            ("redis://app:p@ss@host/1", "redis://app:***@host/1"),
+            ("redis://app:p#ss@host", "redis://app:***@host"),
+            (
+                "rediss://app:p?ss@[::1]:6380",
+                "rediss://app:***@[::1]:6380",
+            ),
+            // A lone name may be a password written in the wrong place.
+            ("redis://s3cret@host", "redis://***@host"),
+            // Without a scheme, or with a broken one.
+            ("app:s3cret@host:6379", "app:***@host:6379"),
+            ("redis:app:s3cret@host", "redis:***@host"),
+            ("redis://host/0?u=a@b", "redis://***@b"),
+            // Query parameters, in any case or encoding.
+            (
+                "redis+unix:///run/redis.sock?user=app&pass=s3cret",
+                "redis+unix:///run/redis.sock?user=app&pass=***",
+            ),
+            (
+                "unix:///run/redis.sock?pass=s3&cret&db=1",
+                "unix:///run/redis.sock?pass=***&db=1",
+            ),
+            (
+                "redis://host/?PassWord=s3cret#x",
+                "redis://host/?PassWord=***",
+            ),
+            (
+                "unix:///s?pa%73s=s3cret&Protocol=3",
+                "unix:///s?pa%73s=***&Protocol=3",
+            ),
+            ("unix:///s?pass=p@ss", "unix://***"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
     }
 }

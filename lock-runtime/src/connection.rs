@@ -10,11 +10,13 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::{Handle, Id};
+use tokio::sync::oneshot;
 
 /// Connection and response timeouts of one endpoint's connections.
 #[derive(Debug, Clone, Copy)]
@@ -130,12 +132,23 @@ pub(crate) struct Connections {
     slots: Mutex<Vec<Slot>>,
 }
 
+/// What one runtime has of the endpoint: a connection, or the one connect in flight.
 struct Slot {
     runtime: Id,
-    connection: Connection,
-    /// Upgradable while the runtime lives: a task parked on that runtime holds the `Arc`, and a
-    /// runtime drops its tasks when it shuts down.
-    runtime_alive: Weak<()>,
+    state: State,
+}
+
+enum State {
+    Connected {
+        connection: Connection,
+        /// Upgradable while the runtime lives: a task parked on that runtime holds the `Arc`,
+        /// and a runtime drops its tasks when it shuts down.
+        runtime_alive: Weak<()>,
+    },
+    /// Every caller of the runtime awaits this one attempt; it takes itself out of the map
+    /// when it ends (and when its runtime drops it), so the next caller after a failure
+    /// starts a new one.
+    Connecting(Shared<BoxFuture<'static, RedisResult<Connection>>>),
 }
 
 impl Connections {
@@ -149,56 +162,65 @@ impl Connections {
 
     /// The connection for the current runtime, connecting first if this runtime has none.
     ///
+    /// At most one connect per runtime is in flight: callers that find one join it and share
+    /// its result. Otherwise every operation on an endpoint that accepts connections but does
+    /// not answer (a stalled network, a frozen server) would open a socket of its own, at the
+    /// rate of operations, each held until its connect timeout.
+    ///
     /// Must be called from within a tokio runtime (every caller is an `async fn` of ours).
     pub(crate) async fn get(self: &Arc<Self>) -> RedisResult<Connection> {
         let runtime = Handle::current();
         let id = runtime.id();
-        if let Some(connection) = self.find(id) {
-            return Ok(connection);
+        let mut start = None;
+        let attempt = {
+            let mut slots = self.lock();
+            match slots
+                .iter()
+                .find(|slot| slot.runtime == id)
+                .map(|slot| &slot.state)
+            {
+                Some(State::Connected { connection, .. }) => return Ok(connection.clone()),
+                Some(State::Connecting(attempt)) => attempt.clone(),
+                None => {
+                    let (result, outcome) = oneshot::channel();
+                    let attempt = async move {
+                        outcome.await.unwrap_or_else(|_| {
+                            Err(redis::RedisError::from(std::io::Error::other(
+                                "the connecting task ended without a result (its runtime shut down)",
+                            )))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    slots.push(Slot {
+                        runtime: id,
+                        state: State::Connecting(attempt.clone()),
+                    });
+                    start = Some(result);
+                    attempt
+                }
+            }
+        };
+        if let Some(result) = start {
+            // Spawned with the map unlocked: a runtime that is shutting down drops the task at
+            // once, and its `EndAttempt` takes the lock. In a task of its own, a caller that
+            // gives up (a Redlock per-node timeout, a cancelled acquire) does not abort the
+            // connect, whose connection is then there for the next call.
+            let end = EndAttempt {
+                connections: Arc::clone(self),
+                runtime: id,
+                connected: false,
+            };
+            drop(runtime.spawn(async move {
+                let connected = end
+                    .connections
+                    .endpoint
+                    .connect(end.connections.timeouts)
+                    .await;
+                let _ = result.send(end.finish(connected));
+            }));
         }
-        // Connect in a task of its own: a caller that gives up (a Redlock per-node timeout, a
-        // cancelled acquire) does not abort the connection, which is then there for the next
-        // call instead of being started over and over.
-        let connections = Arc::clone(self);
-        match runtime
-            .spawn(async move { connections.connect(id).await })
-            .await
-        {
-            Ok(result) => result,
-            Err(join_error) => Err(redis::RedisError::from(std::io::Error::other(format!(
-                "the connecting task ended: {join_error}"
-            )))),
-        }
-    }
-
-    async fn connect(&self, id: Id) -> RedisResult<Connection> {
-        let connection = self.endpoint.connect(self.timeouts).await?;
-        let alive = Arc::new(());
-        let runtime_alive = Arc::downgrade(&alive);
-        // Parks forever; dropped (with `alive`) when the runtime shuts down.
-        drop(tokio::spawn(async move {
-            let _alive = alive;
-            std::future::pending::<()>().await;
-        }));
-        let mut slots = self.lock();
-        slots.retain(|slot| slot.runtime_alive.strong_count() > 0);
-        // Another task of this runtime may have connected meanwhile: keep one connection.
-        if let Some(slot) = slots.iter().find(|slot| slot.runtime == id) {
-            return Ok(slot.connection.clone());
-        }
-        slots.push(Slot {
-            runtime: id,
-            connection: connection.clone(),
-            runtime_alive,
-        });
-        Ok(connection)
-    }
-
-    fn find(&self, id: Id) -> Option<Connection> {
-        self.lock()
-            .iter()
-            .find(|slot| slot.runtime == id)
-            .map(|slot| slot.connection.clone())
+        attempt.await
     }
 
     /// Whether this is a Redis Cluster, whose connection sends a command again after a dropped
@@ -207,12 +229,85 @@ impl Connections {
         matches!(self.endpoint, Endpoint::Cluster(_))
     }
 
-    /// How many runtimes currently have a connection (for leak tests).
+    /// How many runtimes currently have a connection or a connect in flight (for leak tests).
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The end of a runtime's connect attempt: records the connection, or takes the attempt out
+/// so that the next caller starts another; also when the runtime drops the attempt unfinished.
+struct EndAttempt {
+    connections: Arc<Connections>,
+    runtime: Id,
+    connected: bool,
+}
+
+impl EndAttempt {
+    fn finish(mut self, result: RedisResult<Connection>) -> RedisResult<Connection> {
+        let Ok(connection) = &result else {
+            return result;
+        };
+        let alive = Arc::new(());
+        let runtime_alive = Arc::downgrade(&alive);
+        // Parks forever; dropped (with `alive`) when the runtime shuts down.
+        drop(tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await;
+        }));
+        let mut slots = self.connections.lock();
+        // Connections of runtimes that have shut down go now.
+        slots.retain(|slot| match &slot.state {
+            State::Connected { runtime_alive, .. } => runtime_alive.strong_count() > 0,
+            State::Connecting(_) => true,
+        });
+        let state = State::Connected {
+            connection: connection.clone(),
+            runtime_alive,
+        };
+        match slots.iter_mut().find(|slot| slot.runtime == self.runtime) {
+            Some(slot) => slot.state = state,
+            None => slots.push(Slot {
+                runtime: self.runtime,
+                state,
+            }),
+        }
+        self.connected = true;
+        result
+    }
+}
+
+impl Drop for EndAttempt {
+    fn drop(&mut self) {
+        if !self.connected {
+            self.connections.lock().retain(|slot| {
+                slot.runtime != self.runtime || !matches!(slot.state, State::Connecting(_))
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_connect_is_not_kept_and_the_next_caller_tries_again() {
+        // Nothing listens on port 1: every connect is refused at once.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Duration::from_secs(1),
+        };
+        let connections = Connections::new(Endpoint::Standalone(client), timeouts);
+        let (first, second) = tokio::join!(connections.get(), connections.get());
+        assert!(first.is_err() && second.is_err());
+        assert_eq!(connections.len(), 0, "the failed attempt is gone");
+        assert!(connections.get().await.is_err());
+        assert_eq!(connections.len(), 0);
     }
 }

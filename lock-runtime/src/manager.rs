@@ -103,9 +103,11 @@ impl LockManager {
     }
 
     /// Starts building a Redlock manager over independent Redis masters (at least 3; 5 is
-    /// usual): a lock is held when a majority of them granted it in time, so it survives the
-    /// loss of a minority. Fencing tokens are not available on Redlock (see
-    /// [`LockOptions::fencing`]).
+    /// usual): a lock is held when a majority of them granted it in time, so it survives a
+    /// minority of masters being down. Not a master that restarts without its data while the
+    /// locks it granted are live: it grants them again, so keep a restarted master out for the
+    /// longest ttl in use, or run the masters with `appendonly yes` and `appendfsync always`.
+    /// Fencing tokens are not available on Redlock (see [`LockOptions::fencing`]).
     ///
     /// ```
     /// let builder = distlock::LockManager::redlock_builder(&[
@@ -394,11 +396,12 @@ impl LockManager {
     #[doc(hidden)]
     #[must_use]
     pub fn resource_counts(&self) -> ResourceCounts {
-        let (connections, watched_channels, registered_waiters) =
+        let (connections, watched_channels, wake_requests, registered_waiters) =
             self.inner.backend.resource_counts();
         ResourceCounts {
             queued_keys: self.inner.queues.len(),
             watched_channels,
+            wake_requests,
             connections,
             registered_waiters,
         }
@@ -564,6 +567,8 @@ pub struct ResourceCounts {
     pub queued_keys: usize,
     /// Wake-up channels subscribed to.
     pub watched_channels: usize,
+    /// Subscribe and unsubscribe requests waiting to be sent, over all wake-up connections.
+    pub wake_requests: usize,
     /// Runtimes with a connection.
     pub connections: usize,
     /// Waiters registered for hand-off messages.

@@ -150,7 +150,9 @@ end
 /// expires two leases after its last join or renewal, so nothing outlives the last waiter.
 ///
 /// A lock key that holds a list, a hash or any type other than a string was written by something
-/// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for.
+/// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
+/// and it is in the minimal ACL already, unlike `TYPE`.) A fencing counter that cannot issue a
+/// token (see `next_fence`) fails the acquisition before anything is taken.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         &[

@@ -6,12 +6,15 @@
 //! to a lock's wake-up channel while some task of this process waits for the lock, and wakes that
 //! lock's local waiters when a release publishes on it. Subscribe and unsubscribe requests go
 //! through one ordered queue per connection, so a quick unsubscribe/subscribe pair can never
-//! leave a channel unsubscribed that someone still watches.
+//! leave a channel unsubscribed that someone still watches. The queue holds at most an
+//! unsubscribe and a subscribe per channel (see [`Requests`]): a connection that cannot keep up
+//! (a master that accepts connections and never answers) falls behind by the channels in use,
+//! not by every wait since.
 //!
 //! Wake-ups are an optimisation, never a requirement: a waiter also retries when the holder's
 //! ttl runs out, so a lost message (reconnect, expiry instead of release) costs at most that.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,14 +24,14 @@ use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisResult};
 use tokio::sync::futures::OwnedNotified;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 
 use crate::connection::Timeouts;
 
 /// The wake-up subscriptions of one lock manager.
 pub(crate) struct WakeHub {
     /// One request queue per pub/sub connection.
-    connections: Arc<[mpsc::UnboundedSender<Request>]>,
+    connections: Arc<Queues>,
     channels: Arc<Channels>,
     timeouts: Timeouts,
     /// How many connections must confirm a subscription before a waiter relies on it: enough to
@@ -47,16 +50,143 @@ struct Channel {
 enum Request {
     Subscribe {
         channel: String,
-        done: oneshot::Sender<RedisResult<()>>,
+        /// Everyone to tell how it went.
+        done: Vec<oneshot::Sender<RedisResult<()>>>,
     },
     Unsubscribe {
         channel: String,
     },
 }
 
+impl Request {
+    fn channel(&self) -> &str {
+        match self {
+            Request::Subscribe { channel, .. } | Request::Unsubscribe { channel } => channel,
+        }
+    }
+}
+
+/// The (un)subscribe requests of one pub/sub connection, served in order by its task.
+///
+/// Coalesced as they come in, so that it never holds more than an unsubscribe followed by a
+/// subscribe for any channel: a subscribe for a channel that already waits to be subscribed
+/// joins that request, and an unsubscribe takes back a subscribe that has not been sent yet
+/// (the server never heard of it, so there is nothing to undo). A connection whose server
+/// does not answer serves one request per connect timeout: queued one by one, its requests
+/// would grow by two for every wait on a key, for as long as the server stays silent.
+struct Requests {
+    pending: Mutex<Pending>,
+    /// Signalled when a request arrives or the queue closes.
+    ready: Notify,
+}
+
+struct Pending {
+    queue: VecDeque<Request>,
+    /// No request will come any more: the hub and every `Watch` are gone.
+    closed: bool,
+}
+
+impl Requests {
+    fn new() -> Self {
+        Requests {
+            pending: Mutex::new(Pending {
+                queue: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Asks to subscribe `channel`; `done` hears how it went.
+    fn subscribe(&self, channel: &str, done: oneshot::Sender<RedisResult<()>>) {
+        let mut pending = self.lock();
+        match pending
+            .queue
+            .iter_mut()
+            .rev()
+            .find(|request| request.channel() == channel)
+        {
+            Some(Request::Subscribe { done: waiting, .. }) => waiting.push(done),
+            _ => pending.queue.push_back(Request::Subscribe {
+                channel: channel.to_owned(),
+                done: vec![done],
+            }),
+        }
+        drop(pending);
+        self.ready.notify_one();
+    }
+
+    /// Asks to unsubscribe `channel`.
+    fn unsubscribe(&self, channel: &str) {
+        let mut pending = self.lock();
+        let last = pending
+            .queue
+            .iter()
+            .rposition(|request| request.channel() == channel);
+        match last {
+            // Not sent yet: taking it back (with its `done`, whose watchers are gone) is enough.
+            Some(index) if matches!(pending.queue[index], Request::Subscribe { .. }) => {
+                pending.queue.remove(index);
+            }
+            // Already on its way out.
+            Some(_) => {}
+            None => {
+                pending.queue.push_back(Request::Unsubscribe {
+                    channel: channel.to_owned(),
+                });
+                drop(pending);
+                self.ready.notify_one();
+            }
+        }
+    }
+
+    /// The next request, once there is one; `None` once the queue is closed and empty.
+    async fn next(&self) -> Option<Request> {
+        loop {
+            {
+                let mut pending = self.lock();
+                if let Some(request) = pending.queue.pop_front() {
+                    return Some(request);
+                }
+                if pending.closed {
+                    return None;
+                }
+            }
+            // `notify_one` keeps a permit when nobody waits, so a request queued between the
+            // check above and this wait is not missed.
+            self.ready.notified().await;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_one();
+    }
+}
+
+/// The request queues of a hub's connections, shared by the hub and its watches; the last of
+/// them to go closes the queues, which ends the connections' tasks.
+struct Queues(Box<[Arc<Requests>]>);
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        for requests in self.0.iter() {
+            requests.close();
+        }
+    }
+}
+
 /// A task's interest in one channel; the channel stays subscribed while any `Watch` of it lives.
 pub(crate) struct Watch {
-    connections: Arc<[mpsc::UnboundedSender<Request>]>,
+    connections: Arc<Queues>,
     channels: Arc<Channels>,
     channel: String,
     notify: Arc<Notify>,
@@ -71,13 +201,18 @@ impl WakeHub {
         let connections = sources
             .into_iter()
             .map(|servers| {
-                let (requests, receiver) = mpsc::unbounded_channel();
-                crate::background::spawn(run(servers, timeouts, receiver, Arc::clone(&channels)));
+                let requests = Arc::new(Requests::new());
+                crate::background::spawn(run(
+                    servers,
+                    timeouts,
+                    Arc::clone(&requests),
+                    Arc::clone(&channels),
+                ));
                 requests
             })
             .collect();
         WakeHub {
-            connections,
+            connections: Arc::new(Queues(connections)),
             channels,
             timeouts,
             confirmations,
@@ -108,17 +243,12 @@ impl WakeHub {
         if first {
             let mut confirmations: FuturesUnordered<_> = self
                 .connections
+                .0
                 .iter()
                 .map(|connection| {
                     let (done, confirmed) = oneshot::channel();
-                    let sent = connection.send(Request::Subscribe {
-                        channel: channel.to_owned(),
-                        done,
-                    });
-                    async move {
-                        sent.map_err(|_| hub_gone())?;
-                        confirmed.await.map_err(|_| hub_gone())?
-                    }
+                    connection.subscribe(channel, done);
+                    async move { confirmed.await.map_err(|_| hub_gone())? }
                 })
                 .collect();
             let limit = self.timeouts.connect + self.timeouts.response;
@@ -148,6 +278,15 @@ impl WakeHub {
     pub(crate) fn watched_channels(&self) -> usize {
         lock(&self.channels).len()
     }
+
+    /// How many (un)subscribe requests wait to be sent, over all connections (for leak tests).
+    pub(crate) fn pending_requests(&self) -> usize {
+        self.connections
+            .0
+            .iter()
+            .map(|requests| requests.len())
+            .sum()
+    }
 }
 
 impl Watch {
@@ -175,11 +314,9 @@ impl Drop for Watch {
         entry.watchers -= 1;
         if entry.watchers == 0 {
             channels.remove(&self.channel);
-            // Sent under the map's lock: ordered before any later subscribe to the same channel.
-            for connection in self.connections.iter() {
-                let _ = connection.send(Request::Unsubscribe {
-                    channel: self.channel.clone(),
-                });
+            // Queued under the map's lock: ordered before any later subscribe to the channel.
+            for connection in self.connections.0.iter() {
+                connection.unsubscribe(&self.channel);
             }
         }
     }
@@ -208,7 +345,7 @@ fn subscribe_timed_out(limit: Duration) -> redis::RedisError {
 async fn run(
     servers: Vec<Client>,
     timeouts: Timeouts,
-    mut requests: mpsc::UnboundedReceiver<Request>,
+    requests: Arc<Requests>,
     channels: Arc<Channels>,
 ) {
     let mut servers = Servers {
@@ -232,7 +369,7 @@ async fn run(
             }
         };
         tokio::select! {
-            request = requests.recv() => {
+            request = requests.next() => {
                 let Some(request) = request else { return };
                 serve(request, &mut servers, timeouts, &mut connection, &channels).await;
                 if connection.is_none() && reconnect.is_none() && !lock(&channels).is_empty() {
@@ -298,7 +435,9 @@ async fn serve(
             if result.is_err() {
                 *connection = None;
             }
-            let _ = done.send(result);
+            for done in done {
+                let _ = done.send(result.clone());
+            }
         }
         Request::Unsubscribe { channel } => {
             if let Some((sink, _)) = connection.as_mut() {
@@ -362,4 +501,66 @@ fn connect_timed_out(limit: Duration) -> redis::RedisError {
         std::io::ErrorKind::TimedOut,
         format!("could not connect for wake-ups within {limit:?}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    fn subscribe(requests: &Requests, channel: &str) -> oneshot::Receiver<RedisResult<()>> {
+        let (done, confirmed) = oneshot::channel();
+        requests.subscribe(channel, done);
+        confirmed
+    }
+
+    /// The queued requests, oldest first, as (`'S'` or `'U'`, channel, how many wait on it).
+    fn drain(requests: &Requests) -> Vec<(char, String, usize)> {
+        std::iter::from_fn(|| {
+            if requests.len() == 0 {
+                return None;
+            }
+            requests.next().now_or_never().flatten()
+        })
+        .map(|request| match request {
+            Request::Subscribe { channel, done } => ('S', channel, done.len()),
+            Request::Unsubscribe { channel } => ('U', channel, 0),
+        })
+        .collect()
+    }
+
+    #[test]
+    fn requests_coalesce_to_at_most_an_unsubscribe_and_a_subscribe_per_channel() {
+        let requests = Requests::new();
+        // A subscribe taken back before it was sent leaves nothing to send.
+        let taken_back = subscribe(&requests, "a");
+        requests.unsubscribe("a");
+        assert_eq!(requests.len(), 0);
+        assert!(taken_back.now_or_never().unwrap().is_err());
+
+        // Many waits come and go on many channels while nothing is served.
+        let mut confirmations = Vec::new();
+        for _ in 0..1000 {
+            for channel in ["a", "b", "c"] {
+                confirmations.push(subscribe(&requests, channel));
+                requests.unsubscribe(channel);
+            }
+        }
+        confirmations.push(subscribe(&requests, "b"));
+        confirmations.push(subscribe(&requests, "b"));
+        assert_eq!(drain(&requests), [('S', "b".to_owned(), 2)]);
+
+        // Once sent, a subscribe is undone by an unsubscribe, and a new one follows it.
+        requests.unsubscribe("b");
+        requests.unsubscribe("b");
+        confirmations.push(subscribe(&requests, "b"));
+        assert_eq!(
+            drain(&requests),
+            [('U', "b".to_owned(), 0), ('S', "b".to_owned(), 1)]
+        );
+
+        requests.close();
+        assert!(requests.next().now_or_never().unwrap().is_none());
+    }
 }

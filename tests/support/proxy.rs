@@ -46,6 +46,8 @@ struct Shared {
     connections: Mutex<Vec<Arc<Connection>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
+    /// Every connection the listener accepted, refused ones included.
+    accepted: AtomicU64,
 }
 
 struct Control {
@@ -93,6 +95,7 @@ impl FaultProxy {
             connections: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
         });
         let accept_shared = Arc::clone(&shared);
         let listener = std::thread::Builder::new()
@@ -162,6 +165,12 @@ impl FaultProxy {
     /// How many proxied connections are open now.
     pub fn connection_count(&self) -> usize {
         self.shared.connections().len()
+    }
+
+    /// How many connections the proxy has accepted since it started, whatever became of them
+    /// (refused, cut, closed): how many times the code under test opened a socket to it.
+    pub fn accepted_count(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 }
 
@@ -265,6 +274,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
         if shared.refuse.load(Ordering::SeqCst) {
             let _ = client.shutdown(Shutdown::Both);
             continue;

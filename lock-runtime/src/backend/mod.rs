@@ -231,9 +231,9 @@ impl Backend {
         }
     }
 
-    /// Resource counts for leak tests: (runtime connections, watched channels, waiters
-    /// registered for hand-offs).
-    pub(crate) fn resource_counts(&self) -> (usize, usize, usize) {
+    /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
+    /// waiting to be sent, waiters registered for hand-offs).
+    pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -246,9 +246,15 @@ impl Backend {
             Wakeups::Grants(grants) => (
                 connections,
                 usize::from(grants.is_subscribed()),
+                0,
                 grants.waiters(),
             ),
-            Wakeups::Releases(wake) => (connections, wake.watched_channels(), 0),
+            Wakeups::Releases(wake) => (
+                connections,
+                wake.watched_channels(),
+                wake.pending_requests(),
+                0,
+            ),
         }
     }
 }

@@ -121,6 +121,12 @@ impl Node {
                 let reply: Vec<i64> =
                     scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
                 match reply.as_slice() {
+                    // The script refuses a counter below 1 itself; should a token below 1 come
+                    // back anyway, it is never handed out as if it were one.
+                    [1, fence, _] if fencing && *fence < 1 => {
+                        let _ = self.unlock(keys, token, true).await;
+                        Err(bad_fence(&keys.fence(), *fence))
+                    }
                     [1, fence, pttl] => Ok(Attempt::Acquired {
                         fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
                         expires_in: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
@@ -281,6 +287,18 @@ fn unexpected_reply(what: &str, reply: &[i64]) -> redis::RedisError {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The error for a fencing token below 1, naming the counter and what to do about it.
+fn bad_fence(counter: &str, value: i64) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "fencing counter below 1",
+        format!(
+            "the fencing counter {counter} gave {value}; set it above the largest token your \
+             storage has accepted, or delete it if no storage has seen its tokens"
+        ),
+    ))
 }
 
 fn flag(on: bool) -> &'static str {

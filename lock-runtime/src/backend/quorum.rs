@@ -95,22 +95,47 @@ impl Quorum {
         }
         let answered = results.iter().filter(|result| result.is_ok()).count();
         self.check_quorum(&results, answered)?;
-        let remaining = results
+        let held: Vec<Option<Duration>> = results
             .iter()
             .filter_map(|result| match result {
-                Ok(Attempt::Held { remaining }) => *remaining,
+                Ok(Attempt::Held { remaining }) => Some(*remaining),
                 _ => None,
             })
-            .min();
+            .collect();
         Ok(Attempt::Held {
-            // A split vote (each contender got a minority) has no holder to wait for: retry
-            // soon, after a random delay, so the contenders do not collide again.
-            remaining: if granted > 0 {
-                Some(Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10)))
-            } else {
-                remaining
-            },
+            remaining: self.held_for(&held, results.len() - answered),
         })
+    }
+
+    /// How long to wait before trying again, given the remaining ttls of the masters that
+    /// answered "held by someone else" and how many masters did not answer.
+    ///
+    /// While those masters (and the silent ones, which may hold it too) can still make up a
+    /// majority, someone may hold the lock, and no retry can win before enough of them expire:
+    /// wait for the release's wake-up, or until the k-th shortest of those ttls has run out, k
+    /// being how many must expire before no majority is left. Retrying sooner only wins the
+    /// masters that lost their data and gives them back, over and over, for as long as the
+    /// holder holds. A split among contenders that each give back their minority also ends
+    /// here, and ends early: a subscribed waiter marks the lock as awaited on every master
+    /// where it found it held, so each give-back there (by a distlock contender) deletes the
+    /// mark and publishes the waiter's wake-up.
+    ///
+    /// Otherwise no contender can have a majority (a split vote, or a majority granted too
+    /// late): retry soon, after a random delay, so the contenders do not collide again.
+    /// `None` when the masters did not say when (a plain `SET NX` does not ask, a key without
+    /// expiry has no end).
+    fn held_for(&self, held: &[Option<Duration>], unanswered: usize) -> Option<Duration> {
+        let possible_holders = held.len() + unanswered;
+        if possible_holders < self.majority() {
+            return Some(
+                Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10)),
+            );
+        }
+        // A ttl not known (no expiry, or not asked) counts as the longest.
+        let must_expire = possible_holders - self.majority() + 1;
+        let mut known: Vec<Duration> = held.iter().flatten().copied().collect();
+        known.sort_unstable();
+        known.get(must_expire - 1).copied()
     }
 
     /// Releases on every master; ours if a majority still held it.
@@ -201,4 +226,55 @@ fn node_timed_out(limit: Duration) -> RedisError {
         std::io::ErrorKind::TimedOut,
         format!("a Redlock master did not answer within the per-node timeout of {limit:?}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::{Connections, Endpoint, Timeouts};
+
+    /// Five masters that are never contacted.
+    fn five() -> Quorum {
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Duration::from_secs(1),
+        };
+        let nodes = (0..5)
+            .map(|_| {
+                let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+                Node::new(Connections::new(Endpoint::Standalone(client), timeouts))
+            })
+            .collect();
+        Quorum::new(nodes, Duration::from_millis(100))
+    }
+
+    fn ms(millis: u64) -> Option<Duration> {
+        Some(Duration::from_millis(millis))
+    }
+
+    #[test]
+    fn a_held_majority_is_waited_for_until_it_cannot_be_a_majority_any_more() {
+        let quorum = five();
+        // Held on 4 (one master lost the key): a majority is gone once 2 have expired.
+        assert_eq!(
+            quorum.held_for(&[ms(900), ms(300), ms(500), ms(700)], 0),
+            ms(500)
+        );
+        // Held on 3: the first expiry ends the majority.
+        assert_eq!(quorum.held_for(&[ms(900), ms(300), ms(500)], 0), ms(300));
+        // Held on 2 and one master silent: it may hold it too.
+        assert_eq!(quorum.held_for(&[ms(900), ms(300)], 1), ms(300));
+        // Without an expiry, or not asked: not known.
+        assert_eq!(quorum.held_for(&[None, None, None], 0), None);
+        assert_eq!(quorum.held_for(&[None, ms(400), ms(200), None], 0), ms(400));
+    }
+
+    #[test]
+    fn a_split_with_no_possible_majority_retries_soon() {
+        let quorum = five();
+        for (held, unanswered) in [(vec![ms(30_000), ms(30_000)], 0), (vec![ms(30_000)], 1)] {
+            let retry = quorum.held_for(&held, unanswered).unwrap();
+            assert!(retry <= Duration::from_millis(11), "{retry:?}");
+        }
+    }
 }
