@@ -274,15 +274,35 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
             handed.fencing_token().expect("a fencing token") > first,
             "{key:?}: fencing tokens increase"
         );
+        let last_token = handed.token().to_owned();
         handed
             .release()
             .await
             .unwrap_or_else(|error| panic!("{key:?}: release: {error}"));
+        // The fencing counter, and the marker that recognises a release the cluster connection
+        // sends twice: it holds the last release's token, in the lock's slot, and expires.
         let left = keys_of(&key);
+        let words: BTreeSet<&str> = left
+            .iter()
+            .filter_map(|helper| support::names::helper_owner(helper).map(|(word, _)| word))
+            .collect();
         assert!(
-            left.len() == 1 && matches!(support::names::helper_owner(&left[0]), Some(("fence", _))),
-            "{key:?}: only the fencing counter stays: {left:?}"
+            left.len() == 2 && words == BTreeSet::from(["fence", "released"]),
+            "{key:?}: only the fencing counter and the release marker stay: {left:?}"
         );
+        for helper in &left {
+            assert_eq!(
+                cluster.slot_of(helper),
+                slot,
+                "{helper:?} is not in the slot of {key:?}"
+            );
+        }
+        let marker = left
+            .iter()
+            .find(|helper| matches!(support::names::helper_owner(helper), Some(("released", _))))
+            .unwrap();
+        assert_eq!(cluster.get(marker), Some(last_token), "{marker:?}");
+        assert!(cluster.pttl(marker) > 0, "{marker:?} expires");
     }
 
     // The connect probe and a lock under every prefix, braces included.

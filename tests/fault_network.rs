@@ -13,8 +13,8 @@
 //! after a lock command ran and before its reply arrived, and the redis-rs cluster connection
 //! sends it again (`FaultProxy::lose_next_reply` on a `ProxiedCluster`). The second run must
 //! not turn our own grant into "held by someone else", nor a release into a false `Lost`
-//! (DESIGN §4): `try_acquire`, `acquire`, a fenced `acquire` and `extend`, each checked
-//! against the key in Redis, read directly from the server.
+//! (DESIGN §4): `try_acquire`, `acquire`, a fenced `acquire`, `release` and `extend`, each
+//! checked against the key in Redis, read directly from the server.
 
 mod support;
 
@@ -363,6 +363,48 @@ async fn a_fenced_acquire_whose_script_reply_was_lost_gets_the_counters_value_as
     assert_eq!(node.get(key).as_deref(), Some(guard.token()));
     guard.release().await.expect("release");
     assert!(!node.exists(key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:release";
+    let guard = manager
+        .acquire("resend:release", &LockOptions::new().ttl(RESEND_TTL))
+        .await
+        .unwrap();
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+
+    // The release script was loaded by `connect`'s probe: the armed request is the release.
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let released = guard.release().await;
+    assert!(
+        released.is_ok(),
+        "a release that ran, then was sent again, answered {released:?}"
+    );
+    assert!(!node.exists(key), "the lock is gone");
+    assert_ran_twice(&cluster, "evalsha");
+
+    // What recognises the second run vouches for that release only: a holder whose lock
+    // expired is still told it lost it.
+    let stale = manager
+        .acquire(
+            "resend:release",
+            &LockOptions::new().ttl(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+    support::eventually(Duration::from_secs(10), "the lock to expire", || {
+        !node.exists(key)
+    })
+    .await;
+    match stale.release().await {
+        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        other => panic!("the release of an expired lock answered {other:?}, not Lost"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

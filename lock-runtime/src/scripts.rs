@@ -108,16 +108,35 @@ return {0, pttl}
 /// Delete the lock if it is still ours, and wake the waiters if there are any.
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, whose name is also the wake-up channel;
-///   `ARGV[1]` the token.
+///   `ARGV[1]` the token. From a connection that sends commands again, also `KEYS[3]` the
+///   lock's `released` marker and `ARGV[2]` its ttl in milliseconds (see below).
 /// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (expired, or
 ///   another holder's) and nothing was touched.
 ///
 /// One `DEL` removes the lock and the waiters key together: it returns 2 exactly when someone
 /// waits, so an uncontended release costs the same two commands as a plain compare-and-delete,
 /// with one more key to look up.
+///
+/// A connection that sends a command again after losing its reply (a cluster connection does)
+/// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
+/// a caller passes `ARGV[2]`, how long after its first run a command may still be re-sent; a
+/// release that deletes the lock then leaves its token in the marker for that long, and a
+/// release that finds the lock not ours but its own token in the marker is that same release
+/// run again, and answers 1. Tokens are never reused, so the marker vouches for no other
+/// release; a marker that expired before a late re-send, or that a later holder's release of
+/// the same lock overwrote, only brings back the "not ours", never a false "deleted". Without
+/// `ARGV[2]` (a standalone server, Redlock: nothing is re-sent) the first block is skipped and
+/// the release costs what it did.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
+if ARGV[2] then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
+    return 0
+  end
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
     redis.call('PUBLISH', KEYS[2], KEYS[1])

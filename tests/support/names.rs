@@ -89,10 +89,12 @@ pub fn helper_owner(key: &str) -> Option<(&str, &str)> {
 ///   fencing counter, its waiters key), each lock key still holds its own holder's token, and
 ///   every helper key names a held lock (and, with `slot_of`, lies in that lock's slot);
 /// - every release succeeds, every contender is then handed its lock with token 2, and only the
-///   fencing counters stay.
+///   fencing counters stay — and on a cluster each lock's `released` marker, which holds the
+///   token of its last release (the contender's) for a few seconds.
 ///
 /// `all_keys` lists every key of the deployment (which nothing else may use meanwhile); `get`
-/// reads one; `slot_of` gives a key's cluster slot as the server computes it.
+/// reads one; `slot_of`, given for a cluster and only there, gives a key's cluster slot as the
+/// server computes it.
 pub async fn no_two_locks_share_a_key(
     managers: &[(LockManager, LockManager)],
     all_keys: impl Fn() -> Vec<String>,
@@ -217,6 +219,7 @@ pub async fn no_two_locks_share_a_key(
             .await
             .unwrap_or_else(|error| panic!("release of {key:?}: {error}"));
     }
+    let mut last_releases = HashMap::new();
     for task in contenders {
         let guard = tokio::time::timeout(Duration::from_secs(30), task)
             .await
@@ -229,15 +232,26 @@ pub async fn no_two_locks_share_a_key(
             "{:?}: the second holder's token",
             guard.key()
         );
+        last_releases.insert(guard.key().to_owned(), guard.token().to_owned());
         guard.release().await.expect("release");
     }
     let left = all_keys();
+    let on_cluster = slot_of.is_some();
+    let per_lock = if on_cluster { 2 } else { 1 };
     assert_eq!(
         left.len(),
-        locks.len(),
-        "only the fencing counters stay: {left:?}"
+        per_lock * locks.len(),
+        "only the fencing counters stay (and on a cluster the release markers): {left:?}"
     );
-    assert!(left
-        .iter()
-        .all(|key| matches!(helper_owner(key), Some(("fence", lock)) if locks.contains_key(lock))));
+    for key in &left {
+        match helper_owner(key) {
+            Some(("fence", lock)) if locks.contains_key(lock) => {}
+            Some(("released", lock)) if on_cluster && locks.contains_key(lock) => assert_eq!(
+                get(key).as_ref(),
+                last_releases.get(lock),
+                "{key:?} holds the token of {lock:?}'s last release"
+            ),
+            _ => panic!("{key:?} is left after every lock was released"),
+        }
+    }
 }

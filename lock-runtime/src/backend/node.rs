@@ -121,7 +121,9 @@ impl Node {
         loop {
             let mut connection = self.connection().await?;
             let in_cluster = matches!(connection, Connection::Cluster(_));
-            match Self::unlock_on(&mut connection, keys, token).await {
+            // A cluster connection may run the release twice: mark it, see `RELEASE`.
+            let re_sent_within = in_cluster.then(|| self.connections.resend_window());
+            match Self::unlock_on(&mut connection, keys, token, re_sent_within).await {
                 Err(error)
                     if in_cluster
                         && (cluster_in_flux(&error) || error.is_connection_refusal())
@@ -139,10 +141,29 @@ impl Node {
         connection: &mut Connection,
         keys: &LockKeys,
         token: &str,
+        re_sent_within: Option<Duration>,
     ) -> RedisResult<bool> {
         let waiters = keys.waiters();
-        let mut cmd = scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &waiters], 1, token.len());
-        cmd.arg(token);
+        let cmd = match re_sent_within {
+            Some(window) => {
+                let released = keys.released();
+                let mut cmd = scripts::evalsha(
+                    &scripts::RELEASE,
+                    &[&keys.lock, &waiters, &released],
+                    2,
+                    token.len() + 20,
+                );
+                cmd.arg(token)
+                    .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
+                cmd
+            }
+            None => {
+                let mut cmd =
+                    scripts::evalsha(&scripts::RELEASE, &[&keys.lock, &waiters], 1, token.len());
+                cmd.arg(token);
+                cmd
+            }
+        };
         let deleted: i64 = scripts::run(&scripts::RELEASE, &cmd, connection).await?;
         Ok(deleted == 1)
     }
