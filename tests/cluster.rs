@@ -140,12 +140,12 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
     }
 
     // A fenced holder, and the annotated function waiting behind it: the fencing counter and
-    // the waiters key live on the same node as the lock, in its slot.
+    // the line live on the same node as the lock, in its slot.
     let fence_key = "{lock:job:1}:distlock:fence";
-    let waiters_key = "{lock:job:1}:distlock:waiters";
+    let line_key = "{lock:job:1}:distlock:line";
     let slot = cluster.slot_of(key);
     assert_eq!(cluster.slot_of(fence_key), slot);
-    assert_eq!(cluster.slot_of(waiters_key), slot);
+    assert_eq!(cluster.slot_of(line_key), slot);
     // The holder is another manager (another "process"): waiters of the same manager queue
     // in the process and never reach Redis.
     let other_process = cluster_manager(&cluster.urls()).await;
@@ -168,10 +168,10 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
         async move { job(1, seen).await }
     });
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !exists_on(owner, waiters_key).unwrap() {
+    while !exists_on(owner, line_key).unwrap() {
         assert!(
             Instant::now() < deadline,
-            "the waiting call never set the waiters key on the lock's node"
+            "the waiting call never took its place in line on the lock's node"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -184,8 +184,8 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
     assert_eq!(seen.lock().unwrap().len(), 2);
     assert!(!cluster.exists(key));
     assert!(
-        !cluster.exists(waiters_key),
-        "the release removes the waiters key"
+        !cluster.exists(line_key),
+        "the hand-off took the only waiter out of the line"
     );
 
     let next = manager
@@ -237,12 +237,10 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
             let (manager, name, fenced) = (contender_manager.clone(), name.clone(), fenced.clone());
             async move { manager.acquire(&name, &fenced).await }
         });
-        // The lock, its fencing counter and the contender's waiters key.
-        support::eventually(
-            Duration::from_secs(10),
-            &format!("{key:?}'s waiters key"),
-            || keys_of(&key).len() == 3 || contender.is_finished(),
-        )
+        // The lock, its fencing counter and the line the contender waits in.
+        support::eventually(Duration::from_secs(10), &format!("{key:?}'s line"), || {
+            keys_of(&key).len() == 3 || contender.is_finished()
+        })
         .await;
         assert!(
             !contender.is_finished(),
@@ -274,15 +272,35 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
             handed.fencing_token().expect("a fencing token") > first,
             "{key:?}: fencing tokens increase"
         );
+        let last_token = handed.token().to_owned();
         handed
             .release()
             .await
             .unwrap_or_else(|error| panic!("{key:?}: release: {error}"));
+        // The fencing counter, and the marker that recognises a release the cluster connection
+        // sends twice: it holds the last release's token, in the lock's slot, and expires.
         let left = keys_of(&key);
+        let words: BTreeSet<&str> = left
+            .iter()
+            .filter_map(|helper| support::names::helper_owner(helper).map(|(word, _)| word))
+            .collect();
         assert!(
-            left.len() == 1 && matches!(support::names::helper_owner(&left[0]), Some(("fence", _))),
-            "{key:?}: only the fencing counter stays: {left:?}"
+            left.len() == 2 && words == BTreeSet::from(["fence", "released"]),
+            "{key:?}: only the fencing counter and the release marker stay: {left:?}"
         );
+        for helper in &left {
+            assert_eq!(
+                cluster.slot_of(helper),
+                slot,
+                "{helper:?} is not in the slot of {key:?}"
+            );
+        }
+        let marker = left
+            .iter()
+            .find(|helper| matches!(support::names::helper_owner(helper), Some(("released", _))))
+            .unwrap();
+        assert_eq!(cluster.get(marker), Some(last_token), "{marker:?}");
+        assert!(cluster.pttl(marker) > 0, "{marker:?} expires");
     }
 
     // The connect probe and a lock under every prefix, braces included.

@@ -21,7 +21,7 @@ use support::{spawn_self, wait_all, wait_until, RedisServer};
 const TTL: Duration = Duration::from_secs(2);
 const URL_VAR: &str = "DISTLOCK_KILLED_URL";
 const LOCK_KEY: &str = "lock:victim";
-const WAKE_CHANNEL: &str = "{lock:victim}:distlock:waiters";
+const LINE_KEY: &str = "{lock:victim}:distlock:line";
 
 fn unix_millis() -> u64 {
     let since_epoch = SystemTime::now()
@@ -95,13 +95,12 @@ fn contender_worker() {
     });
 }
 
-fn numsub(server: &RedisServer, channel: &str) -> i64 {
-    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
+/// How many waiters have a place in the lock's line.
+fn in_line(server: &RedisServer) -> i64 {
+    redis::cmd("LLEN")
+        .arg(LINE_KEY)
         .query(&mut server.conn())
-        .expect("PUBSUB NUMSUB");
-    count
+        .expect("LLEN")
 }
 
 fn kill(mut child: Child) {
@@ -123,9 +122,9 @@ fn a_killed_holders_lock_passes_on_when_its_ttl_runs_out_and_never_earlier() {
     let contenders: Vec<Child> = (0..2)
         .map(|_| spawn_self("contender_worker", &env))
         .collect();
-    // Both contenders are waiting (subscribed to the lock's wake-up channel) before the kill.
+    // Both contenders are waiting (each has its place in the lock's line) before the kill.
     wait_until(Duration::from_secs(15), "both contenders to wait", || {
-        numsub(&server, WAKE_CHANNEL) == 2
+        in_line(&server) == 2
     });
 
     let read_at = unix_millis();

@@ -8,6 +8,13 @@
 //!   stops running.
 //! - Case 6, **slow network** (50 ms one way, so ≥ 100 ms per round trip): two clients × 4 tasks
 //!   × 5 read-modify-write sections still count exactly, only slower.
+//!
+//! Fault case 10, **a command re-sent after its reply was lost** (cluster): the connection drops
+//! after a lock command ran and before its reply arrived, and the redis-rs cluster connection
+//! sends it again (`FaultProxy::lose_next_reply` on a `ProxiedCluster`). The second run must
+//! not turn our own grant into "held by someone else", nor a release into a false `Lost`
+//! (DESIGN §4): `try_acquire`, `acquire`, a fenced `acquire`, `release` and `extend`, each
+//! checked against the key in Redis, read directly from the server.
 
 mod support;
 
@@ -17,7 +24,7 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::AsyncCommands;
-use support::{FaultProxy, RedisServer, RedisServers};
+use support::{FaultProxy, ProxiedCluster, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -264,4 +271,229 @@ async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_oper
         "{accepted} sockets opened to one stalled master by {OPERATIONS} operations in \
          {took:?} (at most {bound} expected)"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Case 10: a command re-sent after its reply was lost (cluster)
+// ---------------------------------------------------------------------------------------------
+
+/// A cluster manager whose every connection goes through `cluster`'s proxy.
+async fn proxied_cluster_manager(cluster: &ProxiedCluster) -> LockManager {
+    LockManager::cluster_builder(&cluster.urls())
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect a cluster lock manager: {error}"))
+}
+
+/// Asserts that the proxy lost one reply and that the server ran `command` twice since its
+/// stats were reset: the fault under test happened, the first run and the re-sent one.
+fn assert_ran_twice(cluster: &ProxiedCluster, command: &str) {
+    assert_eq!(
+        cluster.proxy().replies_lost(),
+        1,
+        "the proxy lost the reply it was armed for"
+    );
+    assert_eq!(
+        cluster.node().command_count(command),
+        2,
+        "{command} ran, its reply was lost, and the connection sent it again"
+    );
+}
+
+/// Long enough that a lock left to expire would outlast every bound below by far.
+const RESEND_TTL: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_acquire_whose_set_reply_was_lost_gets_the_lock_it_took() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:try";
+    let options = LockOptions::new().ttl(RESEND_TTL);
+
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let guard = manager
+        .try_acquire("resend:try", &options)
+        .await
+        .expect("try_acquire answers")
+        .unwrap_or_else(|| {
+            panic!(
+                "try_acquire reported the lock held, by the SET it sent itself: the key holds \
+                 {:?} for {} ms more, which nobody will release",
+                node.get(key),
+                node.pttl(key)
+            )
+        });
+    assert_ran_twice(&cluster, "set");
+    assert_eq!(
+        node.get(key).as_deref(),
+        Some(guard.token()),
+        "the key holds our token"
+    );
+    assert!(guard.is_held().await.unwrap());
+
+    guard
+        .release()
+        .await
+        .expect("the release of the lock we took");
+    assert!(!node.exists(key), "the release deleted the key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_set_reply_was_lost_acquires_promptly_not_at_its_orphans_expiry() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:acquire";
+    let options = LockOptions::new()
+        .ttl(RESEND_TTL)
+        .timeout(RESEND_TTL + Duration::from_secs(10));
+
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let started = Instant::now();
+    let guard = manager
+        .acquire("resend:acquire", &options)
+        .await
+        .expect("acquire");
+    let took = started.elapsed();
+    eprintln!("acquired {took:?} after a lost SET reply");
+    assert_eq!(
+        cluster.proxy().replies_lost(),
+        1,
+        "the SET's reply was lost"
+    );
+    // Generous, and still half the ttl: waiting out our own orphaned SET takes the whole ttl.
+    assert!(
+        took < RESEND_TTL / 2,
+        "acquire took {took:?}: it waited for the lock its own first SET had taken (ttl {RESEND_TTL:?})"
+    );
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+    assert!(
+        node.pttl(key) > i64::try_from(RESEND_TTL.as_millis()).unwrap() / 2,
+        "the lock is the one just taken, with most of its ttl left"
+    );
+    guard.release().await.expect("release");
+    assert!(!node.exists(key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_acquire_whose_script_reply_was_lost_gets_the_counters_value_as_its_token() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:fenced";
+    let counter = "{lock:resend:fenced}:distlock:fence";
+    let options = LockOptions::new()
+        .ttl(RESEND_TTL)
+        .timeout(RESEND_TTL + Duration::from_secs(10))
+        .fencing(true);
+
+    // A first holder: the counter starts at 1, and the acquire script is loaded, so the armed
+    // request below is the script itself and not a first EVALSHA answered NOSCRIPT.
+    let first = manager.acquire("resend:fenced", &options).await.unwrap();
+    assert_eq!(first.fencing_token(), Some(1));
+    first.release().await.unwrap();
+
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let started = Instant::now();
+    let guard = manager
+        .acquire("resend:fenced", &options)
+        .await
+        .expect("fenced acquire");
+    let took = started.elapsed();
+    assert_eq!(
+        guard.fencing_token(),
+        Some(2),
+        "the token the first run issued: not 0, not a second increment"
+    );
+    assert_eq!(
+        node.get(counter).as_deref(),
+        Some("2"),
+        "the counter was incremented once"
+    );
+    assert!(
+        took < RESEND_TTL / 2,
+        "acquire took {took:?}: it waited for the lock its own first run had taken"
+    );
+    assert_ran_twice(&cluster, "evalsha");
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+    guard.release().await.expect("release");
+    assert!(!node.exists(key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:release";
+    let guard = manager
+        .acquire("resend:release", &LockOptions::new().ttl(RESEND_TTL))
+        .await
+        .unwrap();
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+
+    // The release script was loaded by `connect`'s probe: the armed request is the release.
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let released = guard.release().await;
+    assert!(
+        released.is_ok(),
+        "a release that ran, then was sent again, answered {released:?}"
+    );
+    assert!(!node.exists(key), "the lock is gone");
+    assert_ran_twice(&cluster, "evalsha");
+
+    // What recognises the second run vouches for that release only: a holder whose lock
+    // expired is still told it lost it.
+    let stale = manager
+        .acquire(
+            "resend:release",
+            &LockOptions::new().ttl(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+    support::eventually(Duration::from_secs(10), "the lock to expire", || {
+        !node.exists(key)
+    })
+    .await;
+    match stale.release().await {
+        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        other => panic!("the release of an expired lock answered {other:?}, not Lost"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_whose_reply_was_lost_is_not_reported_lost() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:extend";
+    let guard = manager
+        .acquire("resend:extend", &LockOptions::new().ttl(RESEND_TTL))
+        .await
+        .unwrap();
+    // A first extension loads the script, so the armed request is the extension itself.
+    guard.extend(RESEND_TTL).await.unwrap();
+
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let extended = guard.extend(RESEND_TTL * 3).await;
+    assert!(
+        extended.is_ok(),
+        "an extension that ran, then was sent again, answered {extended:?}"
+    );
+    assert_ran_twice(&cluster, "evalsha");
+    assert!(!guard.is_lost(), "the guard does not count the lock lost");
+    assert!(
+        node.pttl(key) > i64::try_from((RESEND_TTL * 2).as_millis()).unwrap(),
+        "the new ttl is in Redis: {} ms left",
+        node.pttl(key)
+    );
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+    guard.release().await.expect("release");
+    assert!(!node.exists(key));
 }

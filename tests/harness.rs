@@ -441,6 +441,54 @@ fn proxy_refuse_rejects_new_connections_only() {
 }
 
 #[test]
+fn proxy_lose_next_reply_runs_the_command_and_drops_its_reply_and_connection() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let mut conn = connect(&proxy.url(), Duration::from_secs(5));
+    assert_eq!(ping(&mut conn).unwrap(), "PONG");
+    let server_clients = server.client_count();
+
+    // Armed for a key: a request without it passes untouched and leaves the proxy armed.
+    proxy.lose_next_reply_to("lost:counter");
+    assert_eq!(ping(&mut conn).unwrap(), "PONG");
+    assert!(proxy.is_armed());
+    let error = redis::cmd("INCR")
+        .arg("lost:counter")
+        .query::<i64>(&mut conn)
+        .expect_err("the reply was delivered");
+    assert!(
+        error.is_connection_dropped() || error.is_io_error(),
+        "expected the connection to drop, got {error}"
+    );
+    assert_eq!(
+        server.get("lost:counter").as_deref(),
+        Some("1"),
+        "the command reached the server and ran once"
+    );
+    assert_eq!(proxy.replies_lost(), 1);
+    assert!(!proxy.is_armed(), "the fault fires once");
+    wait_until(
+        Duration::from_secs(5),
+        "the proxied connection to close on both sides",
+        || proxy.connection_count() == 0 && server.client_count() == server_clients - 1,
+    );
+
+    // One-shot: the next connection and its replies go through.
+    let mut again = connect(&proxy.url(), Duration::from_secs(5));
+    let n: i64 = redis::cmd("INCR")
+        .arg("lost:counter")
+        .query(&mut again)
+        .unwrap();
+    assert_eq!(n, 2);
+
+    // Unfiltered: the very next request loses its reply, whatever it is.
+    proxy.lose_next_reply();
+    assert!(ping(&mut again).is_err(), "the PING's reply was delivered");
+    assert_eq!(proxy.replies_lost(), 2);
+    assert_eq!(server.get("lost:counter").as_deref(), Some("2"));
+}
+
+#[test]
 fn proxy_to_a_dead_upstream_closes_clients() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());

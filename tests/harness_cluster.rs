@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::tls::run_bounded;
-use support::{unique_temp_dir, wait_until, RedisCluster, RedisServer, RedisServers, TlsFiles};
+use support::{
+    unique_temp_dir, wait_until, ProxiedCluster, RedisCluster, RedisServer, RedisServers, TlsFiles,
+};
 
 /// `GET key` sent to this very node, without following redirections.
 fn raw_get(node: &RedisServer, key: &str) -> redis::RedisResult<Option<String>> {
@@ -267,6 +269,68 @@ fn migrate_slot_moves_the_keys_and_redirects_with_ask_then_moved() {
     eprintln!("migration back took {:?}", started.elapsed());
     assert_eq!(cluster.node_for_key(key).port(), source_port);
     assert_eq!(cluster.get(key).as_deref(), Some("moved along"));
+}
+
+/// The one-node cluster behind a proxy: a cluster client that is given the proxy's URL is sent
+/// back to the proxy by the topology (so every connection crosses it), and a command whose reply
+/// the proxy loses is sent again by redis-rs and runs twice — the fault the tests of re-sent
+/// lock commands build on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_cluster_routes_every_connection_through_its_proxy() {
+    let started = Instant::now();
+    let cluster = ProxiedCluster::start();
+    eprintln!(
+        "one-node proxied cluster started in {:?}",
+        started.elapsed()
+    );
+    let (node, proxy) = (cluster.node(), cluster.proxy());
+    assert!(node.info("cluster").contains("cluster_enabled:1"));
+    let slots = redis_cli(&["-p", &node.port().to_string(), "CLUSTER", "SLOTS"]);
+    assert_eq!(
+        slots.lines().collect::<Vec<_>>()[..4],
+        ["0", "16383", "127.0.0.1", &proxy.port().to_string()],
+        "CLUSTER SLOTS points at the proxy: {slots}"
+    );
+    assert_eq!(cluster.urls(), vec![proxy.url()]);
+
+    let mut connection = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let n: i64 = redis::cmd("INCR")
+        .arg("harness:proxied")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(node.get("harness:proxied").as_deref(), Some("1"));
+    assert!(
+        proxy.connection_count() >= 1,
+        "the cluster client bypassed the proxy"
+    );
+    // Connections the client drops (a seed it no longer needs) leave both counts a moment apart.
+    wait_until(
+        Duration::from_secs(5),
+        "every client connection of the node to come through the proxy",
+        || node.client_count() == proxy.connection_count(),
+    );
+
+    proxy.lose_next_reply_to("harness:proxied");
+    let n: i64 = redis::cmd("INCR")
+        .arg("harness:proxied")
+        .query_async(&mut connection)
+        .await
+        .expect("redis-rs sends the command again on a new connection");
+    assert_eq!(proxy.replies_lost(), 1);
+    assert_eq!(
+        n, 3,
+        "the first send ran, its reply was lost, and the re-sent one ran too"
+    );
+    assert_eq!(node.get("harness:proxied").as_deref(), Some("3"));
 }
 
 #[test]

@@ -3,9 +3,9 @@
 //! release script — once the script is loaded: the same two commands a hand-written lock sends.
 //! No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.
 //!
-//! `INFO commandstats` also counts the commands that a script runs inside Redis (`GET` and `DEL`
-//! in the release script); those are not round trips, and the tests pin them down too, so that
-//! any extra command shows up. The one `EVALSHA` is the release, so the one `SET` is the client's.
+//! `INFO commandstats` also counts the commands that a script runs inside Redis (`GET`, `LPOP`
+//! and `DEL` in the release script); those are not round trips, and the tests pin them down too,
+//! so that any extra command shows up. The one `EVALSHA` is the release, so the one `SET` is the client's.
 
 mod support;
 
@@ -57,8 +57,10 @@ fn expected() -> BTreeMap<String, u64> {
         // The two round trips: the acquire's plain SET NX PX, the release script.
         ("set", 1),
         ("evalsha", 1),
-        // Inside the release script: GET (compare) and DEL.
+        // Inside the release script: GET (compare), LPOP (the line: nobody to hand over to)
+        // and DEL.
         ("get", 1),
+        ("lpop", 1),
         ("del", 1),
     ]
     .into_iter()

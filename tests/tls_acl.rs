@@ -75,11 +75,21 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
         .await
         .expect("extend (GET, PEXPIRE)");
 
+    // A waiter that renews its place in line (after a second: LRANGE, LSET) and then gives up
+    // (LRANGE, LREM).
+    let impatient = waiter_manager
+        .acquire(name, &options.clone().timeout(Duration::from_millis(1500)))
+        .await;
+    assert!(
+        matches!(impatient, Err(LockError::Timeout { .. })),
+        "the lock is held: {impatient:?}"
+    );
+
     let waiter = tokio::spawn({
         let (options, name) = (options.clone(), name.to_owned());
         async move {
             let started = Instant::now();
-            // Contended: PTTL, SET of the waiters key, SUBSCRIBE.
+            // Contended: SUBSCRIBE, then a place in line (TIME, RPUSH, PEXPIRE, PTTL).
             let guard = waiter_manager.acquire(&name, &options).await;
             (guard, started.elapsed())
         }
@@ -87,7 +97,10 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "the waiter got a held lock");
     let released_at = Instant::now();
-    holder.release().await.expect("release (GET, DEL, PUBLISH)");
+    holder
+        .release()
+        .await
+        .expect("release (GET, LPOP, SET, INCR, PUBLISH)");
     let (guard, waited) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter finished")

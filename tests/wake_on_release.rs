@@ -1,9 +1,10 @@
-//! Wake-on-release: a waiter sleeps until the holder's release (a pub/sub message that the
-//! release script publishes only when someone waits), falls back to the holder's ttl when no
-//! message ever comes, and tasks of one process are served first come, first served.
+//! Wake-on-release: a waiter sleeps in the lock's line until the holder's release hands it the
+//! lock (a pub/sub message on the waiter's grant channel, published only when someone waits),
+//! falls back to looking again when no message ever comes, and tasks of one process are served
+//! first come, first served.
 //!
-//! Two `LockManager`s stand for two processes: each has its own connections, its own wake-up
-//! subscription and its own in-process queue, so Redis cannot tell them from two processes.
+//! Two `LockManager`s stand for two processes: each has its own connections, its own grant
+//! channel and its own in-process queue, so Redis cannot tell them from two processes.
 
 mod support;
 
@@ -20,10 +21,23 @@ async fn connect(server: &RedisServer) -> LockManager {
         .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
 }
 
-/// The waiters key of the lock `name` (default prefix): it exists while someone waits, and its
-/// name is also the lock's wake-up channel.
-fn waiters_of(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:waiters")
+/// The line of the lock `name` (default prefix): it exists while someone waits.
+fn line_of(name: &str) -> String {
+    format!("{{lock:{name}}}:distlock:line")
+}
+
+/// The grant channels subscribed now (one per lock manager with a waiter).
+fn grant_channels(server: &RedisServer) -> Vec<String> {
+    server
+        .pubsub_channels()
+        .into_iter()
+        .filter(|channel| channel.starts_with("distlock:grants:"))
+        .collect()
+}
+
+/// Whether someone waits for `name`, in its line and listening on a grant channel.
+fn waiting(server: &RedisServer, name: &str) -> bool {
+    server.exists(&line_of(name)) && !grant_channels(server).is_empty()
 }
 
 /// The ids of the clients in pub/sub mode (`CLIENT LIST TYPE pubsub`).
@@ -58,17 +72,12 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         })
     };
 
-    // B waits subscribed to the wake-up channel, and has told the release script so.
-    let channel = waiters_of("w1");
+    // B listens on its grant channel, and waits in the lock's line.
     eventually(
         Duration::from_secs(5),
-        "B to subscribe to the wake-up channel",
-        || server.pubsub_channels().contains(&channel),
+        "B to take its place in line, listening",
+        || waiting(&server, "w1"),
     )
-    .await;
-    eventually(Duration::from_secs(5), "B to set the waiters key", || {
-        server.exists(&waiters_of("w1"))
-    })
     .await;
 
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -91,29 +100,36 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         "hand-off took {handoff:?}"
     );
     assert_eq!(server.get("lock:w1").as_deref(), Some(guard.token()));
-    assert!(
-        server.pttl("lock:w1") > 25_000,
-        "B's lock carries B's own 30 s ttl"
-    );
+    // Handed over with a short claim, which B confirms to its own 30 s ttl at once.
+    eventually(
+        Duration::from_secs(2),
+        "B's lock to carry B's own 30 s ttl",
+        || server.pttl("lock:w1") > 25_000,
+    )
+    .await;
 
-    // Nobody waits any more: the subscription is dropped.
+    // Nobody waits any more: the subscription is dropped (after a short linger).
     eventually(
         Duration::from_secs(2),
         "B to unsubscribe after acquiring",
-        || !server.pubsub_channels().contains(&channel),
+        || grant_channels(&server).is_empty(),
     )
     .await;
     assert!(
-        !server.exists(&waiters_of("w1")),
-        "A's release deleted the waiters key"
+        !server.exists(&line_of("w1")),
+        "A's release took B out of the line"
     );
     guard.release().await.expect("B still holds its lock");
     assert!(!server.exists("lock:w1"));
     for manager in [&a, &b] {
         let counts = manager.resource_counts();
         assert_eq!(
-            (counts.queued_keys, counts.watched_channels),
-            (0, 0),
+            (
+                counts.queued_keys,
+                counts.watched_channels,
+                counts.registered_waiters
+            ),
+            (0, 0, 0),
             "{counts:?}"
         );
     }
@@ -174,11 +190,8 @@ async fn a_hand_written_lock_sharing_the_keys_is_never_disturbed_by_waiters() {
     };
     eventually(
         Duration::from_secs(5),
-        "distlock to wait, subscribed, with its waiters key set",
-        || {
-            server.exists(&waiters_of("shared"))
-                && server.pubsub_channels().contains(&waiters_of("shared"))
-        },
+        "distlock to wait in line, listening",
+        || waiting(&server, "shared"),
     )
     .await;
     assert_eq!(
@@ -205,8 +218,8 @@ async fn a_hand_written_lock_sharing_the_keys_is_never_disturbed_by_waiters() {
         1,
         "the hand-written holder can still release"
     );
-    // Its release publishes nothing: distlock gets the lock when it retries, at the latest when
-    // the holder's 2 s ttl would have run out.
+    // Its release hands nothing over: distlock gets the lock when it looks again (its place's
+    // renewal every second), at the latest when the holder's 2 s ttl would have run out.
     let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("distlock retried within the holder's ttl")
@@ -228,10 +241,7 @@ async fn a_release_publishes_only_when_someone_waits() {
     // Uncontended: nobody waits, so the release publishes nothing.
     let before = server.command_count("publish");
     let guard = a.acquire("p1", &options).await.expect("free lock");
-    assert!(
-        !server.exists(&waiters_of("p1")),
-        "nobody waits, so no waiters key"
-    );
+    assert!(!server.exists(&line_of("p1")), "nobody waits, so no line");
     guard.release().await.expect("still ours");
     assert_eq!(
         server.command_count("publish") - before,
@@ -245,11 +255,9 @@ async fn a_release_publishes_only_when_someone_waits() {
         let (b, options) = (b.clone(), options.clone());
         tokio::spawn(async move { b.acquire("p2", &options).await })
     };
-    eventually(
-        Duration::from_secs(5),
-        "B to wait with the waiters key set",
-        || server.exists(&waiters_of("p2")) && server.pubsub_channels().contains(&waiters_of("p2")),
-    )
+    eventually(Duration::from_secs(5), "B to wait in line", || {
+        waiting(&server, "p2")
+    })
     .await;
     let before = server.command_count("publish");
     held.release().await.expect("still ours");
@@ -417,11 +425,13 @@ async fn a_waiter_is_still_woken_after_its_wake_up_connection_drops() {
         let b = b.clone();
         tokio::spawn(async move { b.acquire("w3", &options).await })
     };
-    let channel = waiters_of("w3");
-    eventually(Duration::from_secs(5), "B to subscribe", || {
-        server.pubsub_channels().contains(&channel)
-    })
+    eventually(
+        Duration::from_secs(5),
+        "B to wait in line, listening",
+        || waiting(&server, "w3"),
+    )
     .await;
+    let channel = grant_channels(&server).remove(0);
 
     // The wake-up connection dies (a network blip, a proxy, an admin's CLIENT KILL) while B
     // waits for a lock whose holder still has ~30 s of ttl.

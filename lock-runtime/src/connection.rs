@@ -18,6 +18,11 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
 
+/// How many times a cluster connection sends a command again (after a dropped connection, a
+/// response timeout, a redirection), and its longest pause before doing so, in milliseconds.
+const CLUSTER_RETRIES: u32 = 3;
+const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 200;
+
 /// Connection and response timeouts of one endpoint's connections.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
@@ -94,9 +99,9 @@ impl Endpoint {
             .response_timeout(timeouts.response)
             // A few quick retries ride out MOVED/ASK and a failover; our callers retry until
             // their own deadline after that.
-            .retries(3)
+            .retries(CLUSTER_RETRIES)
             .min_retry_wait(10)
-            .max_retry_wait(200)
+            .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
             .build()
             .map(Endpoint::Cluster)
     }
@@ -227,6 +232,15 @@ impl Connections {
     /// connection or a response timeout.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.endpoint, Endpoint::Cluster(_))
+    }
+
+    /// How long after a command first ran a cluster connection may still send it again: each of
+    /// its sends may wait out a connect, a response and a retry pause.
+    pub(crate) fn resend_window(&self) -> Duration {
+        (self.timeouts.connect
+            + self.timeouts.response
+            + Duration::from_millis(CLUSTER_MAX_RETRY_WAIT_MS))
+            * (CLUSTER_RETRIES + 1)
     }
 
     /// How many runtimes currently have a connection or a connect in flight (for leak tests).

@@ -94,11 +94,11 @@ fn redis_hint(error: &redis::RedisError) -> &'static str {
         ErrorKind::Server(ServerErrorKind::NoPerm) => {
             "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
              SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
-             PUBLISH) on the lock keys, and SUBSCRIBE"
+             PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET, LREM) on the lock keys, and SUBSCRIBE"
         }
         ErrorKind::Server(_) if denied_in_script => {
             "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
-             GET, DEL, PEXPIRE, PTTL, INCR and PUBLISH"
+             GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
         }
         _ if crate::manager::is_wrong_type(error) => {
             "the lock's key holds a value of another type, so something other than distlock \

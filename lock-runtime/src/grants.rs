@@ -223,8 +223,17 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
     let mut backoff = RECONNECT_BACKOFF.0;
     let mut reconnect_at: Option<Instant> = None;
+    let Some(channel) = shared.upgrade().map(|hub| Arc::clone(&hub.channel)) else {
+        return;
+    };
     loop {
-        let Some(hub) = shared.upgrade() else { return };
+        let Some(hub) = shared.upgrade() else {
+            // The manager is gone: leave the channel before the connection closes.
+            if let Some((sink, _)) = connection.as_mut() {
+                let _ = tokio::time::timeout(timeouts.response, sink.unsubscribe(&*channel)).await;
+            }
+            return;
+        };
         let (wanted, idle_since) = {
             let state = hub.state();
             (

@@ -1,8 +1,9 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its waiters key (whose name
-//! is also its wake-up channel) and its fencing counter, and later others, each named by a
-//! fixed word `s` (`waiters`, `fence`). Two rules hold for every name and prefix:
+//! is also its wake-up channel), its fencing counter and, on a cluster, the marker of its last
+//! release, each named by a fixed word `s` (`waiters`, `fence`, `released`). Two rules hold
+//! for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
 //!   can touch them all. Redis hashes a key by its hash tag — the text between the first `{`
@@ -130,6 +131,12 @@ impl LockKeys {
     /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
     pub(crate) fn fence(&self) -> String {
         self.helper("fence")
+    }
+
+    /// The token of the lock's last release, kept for as long as a cluster connection may send
+    /// that release again, so that a second run is known for what it is (see `RELEASE`).
+    pub(crate) fn released(&self) -> String {
+        self.helper("released")
     }
 
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.

@@ -445,7 +445,7 @@ impl LockManager {
         let mut guard = LockGuard::new(held, turn);
         if options.auto_extend_enabled() {
             guard.start_watchdog();
-        } else if expires_in < ttl {
+        } else if expires_in < ttl && expires_in <= crate::backend::CLAIM {
             guard.confirm_ttl();
         }
         guard

@@ -54,12 +54,14 @@ where
 /// above every earlier one: it is put back as it was (so every later acquisition fails the same
 /// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
-/// `hand_off(claim)`: gives the free lock to the first waiter in line whose lease still runs:
+/// `hand_off(claim, except, quiet)`: gives the free lock to the first waiter in line whose lease
+/// still runs, other than `except` (a releasing holder is never handed its own lock back):
 /// sets the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token
 /// when it asked for one, and publishes `"<token> <fence>"` on its grant channel (`"<token> !"`
 /// when its fencing token cannot be issued: it is then dropped from the line). Waiters whose
 /// lease ran out are dropped on the way. Returns `{token, fence, ttl}` of the new holder (fence
-/// 0 without fencing); `false` when nobody live waits.
+/// 0 without fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message:
+/// it is the caller, and learns from the reply.
 ///
 /// `find(token)`: the index and text of `token`'s entry in line, or `nil`.
 const LINE_PRELUDE: &str = r"
@@ -83,7 +85,7 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function hand_off(claim)
+local function hand_off(claim, except, quiet)
   local now = nil
   while true do
     local entry = redis.call('LPOP', KEYS[2])
@@ -93,7 +95,7 @@ local function hand_off(claim)
     now = now or now_ms()
     local waiter, deadline, ttl, fencing, channel =
       string.match(entry, '^(%S+) (%d+) (%d+) ([01]) (.*)$')
-    if waiter and tonumber(deadline) >= now then
+    if waiter and waiter ~= except and tonumber(deadline) >= now then
       local fence, failed = 0, nil
       if fencing == '1' then
         fence, failed = next_fence()
@@ -105,7 +107,7 @@ local function hand_off(claim)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
-        if channel ~= '' then
+        if channel ~= '' and waiter ~= quiet then
           redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
         end
         return {waiter, fence, px}
@@ -133,8 +135,10 @@ end
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` `"1"` to issue a fencing token,
 ///   `ARGV[4]` the waiter's grant channel (empty: it is not subscribed, and finds its grant by
 ///   looking again), `ARGV[5]` the lease of a place in line in ms, `ARGV[6]` the claim: the
-///   longest ttl a hand-off gives before the new holder confirms it, `ARGV[7]` `"1"` when the
-///   caller already took a place in line (so it renews it; `"0"`: it joins).
+///   longest ttl a hand-off gives before the new holder confirms it, `ARGV[7]` what to do when
+///   the lock is someone else's: `"first"` nothing (a first try, which takes no place in line
+///   before it listens for hand-offs), `"join"` take a place at the end, `"renew"` renew the
+///   caller's place (or take one at the end, when it lapsed).
 /// - Returns `{1, fence, pttl}` when the caller holds the lock (`fence` 0 without fencing,
 ///   `pttl` what is left of its ttl), `{0, pttl}` when it waits in line behind a holder with
 ///   `pttl` left (-1: no expiry).
@@ -170,7 +174,7 @@ if held == ARGV[1] then
   return {1, fence, redis.call('PTTL', KEYS[1])}
 end
 if not held then
-  local first = hand_off(tonumber(ARGV[6]))
+  local first = hand_off(tonumber(ARGV[6]), nil, ARGV[1])
   if not first then
     local fence = 0
     if ARGV[3] == '1' then
@@ -187,17 +191,20 @@ if not held then
     return {1, first[2], first[3]}
   end
 end
+if ARGV[7] == 'first' then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 local lease = tonumber(ARGV[5])
 local entry = ARGV[1] .. ' ' .. (now_ms() + lease) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' ..
   ARGV[4]
 local index = nil
-if ARGV[7] == '1' then
+if ARGV[7] == 'renew' then
   index = find(ARGV[1])
 end
 if index then
   redis.call('LSET', KEYS[2], index, entry)
   redis.call('PEXPIRE', KEYS[2], 2 * lease)
-elseif redis.call('RPUSH', KEYS[2], entry) == 1 or ARGV[7] == '1' then
+elseif redis.call('RPUSH', KEYS[2], entry) == 1 or ARGV[7] == 'renew' then
   redis.call('PEXPIRE', KEYS[2], 2 * lease)
 end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -217,6 +224,17 @@ return {0, redis.call('PTTL', KEYS[1])}
 ///
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
 /// finds no line.
+///
+/// A connection that sends a command again after losing its reply (a cluster connection does)
+/// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
+/// a caller also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after
+/// its first run a command may still be re-sent; a release that frees the lock then leaves its
+/// token in the marker for that long, and a release that finds the lock not ours but its own
+/// token in the marker is that same release run again, and answers 1. Tokens are never reused,
+/// so the marker vouches for no other release; a marker that expired before a late re-send, or
+/// that a later holder's release of the same lock overwrote, only brings back the "not ours",
+/// never a false "released". Without them (a standalone server: nothing is re-sent) the release
+/// costs what it did.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         &[
@@ -229,9 +247,15 @@ if ARGV[3] == '1' then
   end
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+    return 1
+  end
   return 0
 end
-if not hand_off(tonumber(ARGV[2])) then
+if ARGV[4] then
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+end
+if not hand_off(tonumber(ARGV[2]), ARGV[1], nil) then
   redis.call('DEL', KEYS[1])
 end
 return 1
@@ -290,6 +314,13 @@ return {0, pttl}
 pub(crate) static QUORUM_RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
+if ARGV[2] then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
+    return 0
+  end
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
     redis.call('PUBLISH', KEYS[2], KEYS[1])

@@ -1,5 +1,6 @@
 //! [`RedisCluster`]: a throwaway Redis Cluster of [`RedisServer`]s made with
-//! `redis-cli --cluster create`, with failover and slot migration on demand; and
+//! `redis-cli --cluster create`, with failover and slot migration on demand;
+//! [`ProxiedCluster`]: a one-node cluster reached only through a [`FaultProxy`]; and
 //! [`RedisServers`]: independent masters for Redlock.
 //!
 //! ```ignore
@@ -17,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::process::free_port;
+use super::proxy::FaultProxy;
 use super::server::{Readiness, RedisServer};
 use super::tls::{require_redis_cli, run_bounded};
 
@@ -802,6 +804,111 @@ fn start_all(n: usize, start: impl Fn() -> RedisServer + Sync) -> Vec<RedisServe
         std::panic::resume_unwind(panic);
     }
     servers
+}
+
+/// A one-node Redis Cluster that clients reach only through a [`FaultProxy`]: a
+/// cluster-enabled server that owns all 16 384 slots and announces the proxy's address
+/// (`cluster-announce-ip 127.0.0.1`, `cluster-announce-port <proxy port>`), so `CLUSTER
+/// SLOTS`, `SHARDS` and `NODES` send a cluster client back to the proxy and every connection
+/// it makes — to the seed, to the slot owner, to reconnect — goes through it.
+///
+/// For faults that a cluster client meets differently from a standalone one: a redis-rs
+/// cluster connection sends a command again when its connection drops
+/// ([`FaultProxy::lose_next_reply`] makes it run twice). One node is enough for that, and
+/// starts in about 2 s (a new master waits that long before it reports `cluster_state:ok`).
+///
+/// The helpers of [`node`](Self::node) (`get`, `pttl`, ...) talk to the server directly,
+/// bypassing the proxy and its faults. Dropping the cluster stops the proxy and the server.
+pub struct ProxiedCluster {
+    proxy: FaultProxy,
+    node: RedisServer,
+}
+
+impl ProxiedCluster {
+    /// Starts the node and its proxy, gives the node every slot and the proxy's address, and
+    /// waits until it reports `cluster_state:ok` and announces the proxy's port; panics if that
+    /// has not happened within 30 s.
+    pub fn start() -> Self {
+        let node = start_cluster_node();
+        let proxy = FaultProxy::start(node.port());
+        let run = |cmd: &mut redis::Cmd| {
+            cmd.query::<()>(&mut node.conn()).unwrap_or_else(|e| {
+                panic!(
+                    "ProxiedCluster: {cmd:?} on port {} failed: {e}",
+                    node.port()
+                )
+            })
+        };
+        run(redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-ip")
+            .arg("127.0.0.1"));
+        run(redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port()));
+        run(redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(SLOTS - 1));
+        let cluster = Self { proxy, node };
+        let start = Instant::now();
+        loop {
+            let last = match cluster.check_ready() {
+                Ok(()) => return cluster,
+                Err(reason) => reason,
+            };
+            if start.elapsed() >= READY_TIMEOUT {
+                panic!(
+                    "timed out after {READY_TIMEOUT:?} waiting for the one-node cluster on port {} \
+                     to serve every slot behind proxy port {}; last: {last}",
+                    cluster.node.port(),
+                    cluster.proxy.port()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn check_ready(&self) -> Result<(), String> {
+        let info: String = self
+            .node
+            .try_conn()
+            .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query(&mut c))
+            .map_err(|e| format!("CLUSTER INFO failed: {e}"))?;
+        if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+            return Err("cluster_state is not ok".to_string());
+        }
+        let view = read_view(&self.node)?;
+        match view.lines.as_slice() {
+            [me] if me.port == self.proxy.port() && me.slots == [(0, SLOTS - 1)] => Ok(()),
+            lines => Err(format!("CLUSTER NODES shows {lines:?}")),
+        }
+    }
+
+    /// The proxy every client connection goes through.
+    pub fn proxy(&self) -> &FaultProxy {
+        &self.proxy
+    }
+
+    /// The server itself, for checks that must not go through the proxy.
+    pub fn node(&self) -> &RedisServer {
+        &self.node
+    }
+
+    /// The seed URLs for a cluster client: the proxy's.
+    pub fn urls(&self) -> Vec<String> {
+        vec![self.proxy.url()]
+    }
+}
+
+impl std::fmt::Debug for ProxiedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxiedCluster")
+            .field("proxy", &self.proxy)
+            .field("node", &self.node)
+            .finish()
+    }
 }
 
 /// `n` independent standalone masters (no replication, no cluster), e.g. for Redlock.

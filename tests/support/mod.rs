@@ -35,7 +35,7 @@ pub mod tls;
 // Short paths for what tests use most (`support::RedisServer`). A binary that uses none of a
 // re-export would get an unused-import warning, which `dead_code` does not cover.
 #[allow(unused_imports)]
-pub use cluster::{RedisCluster, RedisServers};
+pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
 #[allow(unused_imports)]
 pub use process::{free_port, send_signal, spawn_self, wait_all};
 #[allow(unused_imports)]

@@ -89,10 +89,12 @@ pub fn helper_owner(key: &str) -> Option<(&str, &str)> {
 ///   fencing counter, its waiters key), each lock key still holds its own holder's token, and
 ///   every helper key names a held lock (and, with `slot_of`, lies in that lock's slot);
 /// - every release succeeds, every contender is then handed its lock with token 2, and only the
-///   fencing counters stay.
+///   fencing counters stay — and on a cluster each lock's `released` marker, which holds the
+///   token of its last release (the contender's) for a few seconds.
 ///
 /// `all_keys` lists every key of the deployment (which nothing else may use meanwhile); `get`
-/// reads one; `slot_of` gives a key's cluster slot as the server computes it.
+/// reads one; `slot_of`, given for a cluster and only there, gives a key's cluster slot as the
+/// server computes it.
 pub async fn no_two_locks_share_a_key(
     managers: &[(LockManager, LockManager)],
     all_keys: impl Fn() -> Vec<String>,
@@ -152,8 +154,8 @@ pub async fn no_two_locks_share_a_key(
             tokio::spawn(async move { contender.acquire(&name, &fenced).await })
         })
         .collect();
-    // Each contender marks its wait with a waiters key; a key shared with another lock would
-    // keep the count below three per lock.
+    // Each contender waits in the lock's line (a waiters key on Redlock); a key shared with
+    // another lock would keep the count below three per lock.
     let expected = 3 * holders.len();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut keys = all_keys();
@@ -172,7 +174,7 @@ pub async fn no_two_locks_share_a_key(
             locks.contains_key(lock),
             "helper {key:?} names {lock:?}, not a held lock"
         );
-        assert!(["waiters", "fence"].contains(&word), "{key:?}");
+        assert!(["line", "waiters", "fence"].contains(&word), "{key:?}");
         if let Some(slot_of) = slot_of {
             assert_eq!(
                 slot_of(key),
@@ -185,7 +187,7 @@ pub async fn no_two_locks_share_a_key(
     assert_eq!(
         keys.len(),
         expected,
-        "{} locks with a contender each should make {expected} keys (lock, fence, waiters)",
+        "{} locks with a contender each should make {expected} keys (lock, fence, line)",
         holders.len()
     );
     assert_eq!(
@@ -217,6 +219,7 @@ pub async fn no_two_locks_share_a_key(
             .await
             .unwrap_or_else(|error| panic!("release of {key:?}: {error}"));
     }
+    let mut last_releases = HashMap::new();
     for task in contenders {
         let guard = tokio::time::timeout(Duration::from_secs(30), task)
             .await
@@ -229,15 +232,26 @@ pub async fn no_two_locks_share_a_key(
             "{:?}: the second holder's token",
             guard.key()
         );
+        last_releases.insert(guard.key().to_owned(), guard.token().to_owned());
         guard.release().await.expect("release");
     }
     let left = all_keys();
+    let on_cluster = slot_of.is_some();
+    let per_lock = if on_cluster { 2 } else { 1 };
     assert_eq!(
         left.len(),
-        locks.len(),
-        "only the fencing counters stay: {left:?}"
+        per_lock * locks.len(),
+        "only the fencing counters stay (and on a cluster the release markers): {left:?}"
     );
-    assert!(left
-        .iter()
-        .all(|key| matches!(helper_owner(key), Some(("fence", lock)) if locks.contains_key(lock))));
+    for key in &left {
+        match helper_owner(key) {
+            Some(("fence", lock)) if locks.contains_key(lock) => {}
+            Some(("released", lock)) if on_cluster && locks.contains_key(lock) => assert_eq!(
+                get(key).as_ref(),
+                last_releases.get(lock),
+                "{key:?} holds the token of {lock:?}'s last release"
+            ),
+            _ => panic!("{key:?} is left after every lock was released"),
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! [`FaultProxy`]: a TCP proxy between the code under test and a Redis server that can add
-//! latency, hold traffic, cut connections and refuse new ones.
+//! latency, hold traffic, cut connections, refuse new ones and lose a reply.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -24,7 +24,9 @@ const STALL_POLL: Duration = Duration::from_millis(50);
 /// - [`set_delay`](Self::set_delay): one-way latency added to every chunk in each direction;
 /// - [`stall`](Self::stall) / [`unstall`](Self::unstall): hold all bytes (nothing is dropped);
 /// - [`cut`](Self::cut): close every current connection on both sides;
-/// - [`set_refuse`](Self::set_refuse): accept new connections and close them at once.
+/// - [`set_refuse`](Self::set_refuse): accept new connections and close them at once;
+/// - [`lose_next_reply`](Self::lose_next_reply): let one request through, then drop its reply
+///   and cut its connection (the command ran, the client never hears so).
 ///
 /// Dropping the proxy closes every connection and stops all its threads.
 pub struct FaultProxy {
@@ -43,6 +45,8 @@ struct Shared {
     changed: Condvar,
     refuse: AtomicBool,
     shutdown: AtomicBool,
+    /// How many replies [`FaultProxy::lose_next_reply`] has dropped.
+    replies_lost: AtomicUsize,
     connections: Mutex<Vec<Arc<Connection>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
@@ -53,6 +57,9 @@ struct Shared {
 struct Control {
     delay: Duration,
     stalled: bool,
+    /// Armed by [`FaultProxy::lose_next_reply`]: the next request from a client whose bytes
+    /// contain this (any request when empty) has its reply dropped.
+    lose_reply_to: Option<Vec<u8>>,
 }
 
 /// One proxied connection: the client's socket and the upstream socket.
@@ -63,6 +70,18 @@ struct Connection {
     closed: AtomicBool,
     /// How many of the two directions have finished; the second one unregisters the connection.
     finished: AtomicUsize,
+    /// Set when a request that is to lose its reply went through: the next bytes from the
+    /// upstream are dropped and the connection is cut.
+    losing_reply: AtomicBool,
+}
+
+/// Which way a forwarding thread copies bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Requests, from the client to the upstream.
+    ToUpstream,
+    /// Replies, from the upstream to the client.
+    ToClient,
 }
 
 /// Bytes read from one side, to be written to the other once `due`.
@@ -88,10 +107,12 @@ impl FaultProxy {
             control: Mutex::new(Control {
                 delay: Duration::ZERO,
                 stalled: false,
+                lose_reply_to: None,
             }),
             changed: Condvar::new(),
             refuse: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            replies_lost: AtomicUsize::new(0),
             connections: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
@@ -162,6 +183,39 @@ impl FaultProxy {
         self.shared.refuse.store(refuse, Ordering::SeqCst);
     }
 
+    /// Loses the reply to the next request: the next bytes any client sends are forwarded to
+    /// the upstream as usual, so the server runs the command; the first bytes of its reply are
+    /// dropped and that connection is closed on both sides instead. To the client this is a
+    /// connection that dropped after its command ran and before the reply arrived — what makes
+    /// a client that re-sends on a dropped connection (a redis-rs cluster connection) run the
+    /// command twice. One-shot: later requests and other connections are untouched.
+    ///
+    /// "A request" is one read from the client's socket: meant for a client with one command
+    /// in flight on that connection (a reply to an earlier request still in flight there would
+    /// be the one dropped). Use [`lose_next_reply_to`](Self::lose_next_reply_to) when other
+    /// traffic (a handshake, another connection) may come first.
+    pub fn lose_next_reply(&self) {
+        self.lose_next_reply_to("");
+    }
+
+    /// [`lose_next_reply`](Self::lose_next_reply) for the next request whose bytes contain
+    /// `needle` (a key name, say); requests without it pass untouched and leave the proxy armed.
+    /// The needle must lie within one read of the client's socket, as it does in a small
+    /// command.
+    pub fn lose_next_reply_to(&self, needle: &str) {
+        self.shared.control().lose_reply_to = Some(needle.as_bytes().to_vec());
+    }
+
+    /// How many replies [`lose_next_reply`](Self::lose_next_reply) has dropped so far.
+    pub fn replies_lost(&self) -> usize {
+        self.shared.replies_lost.load(Ordering::SeqCst)
+    }
+
+    /// Whether a [`lose_next_reply`](Self::lose_next_reply) is still waiting for its request.
+    pub fn is_armed(&self) -> bool {
+        self.shared.control().lose_reply_to.is_some()
+    }
+
     /// How many proxied connections are open now.
     pub fn connection_count(&self) -> usize {
         self.shared.connections().len()
@@ -227,6 +281,20 @@ impl Shared {
 
     fn unregister(&self, id: u64) {
         self.connections().retain(|c| c.id != id);
+    }
+
+    /// Called with each request read from `connection`'s client, before it is forwarded (so
+    /// before its reply can exist): if a lost reply is armed and `request` matches, disarms and
+    /// marks the connection to lose the reply.
+    fn mark_if_losing(&self, connection: &Connection, request: &[u8]) {
+        let mut control = self.control();
+        let matches = control.lose_reply_to.as_deref().is_some_and(|needle| {
+            needle.is_empty() || request.windows(needle.len()).any(|window| window == needle)
+        });
+        if matches {
+            control.lose_reply_to = None;
+            connection.losing_reply.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -308,23 +376,32 @@ fn start_connection(
         upstream: upstream.try_clone()?,
         closed: AtomicBool::new(false),
         finished: AtomicUsize::new(0),
+        losing_reply: AtomicBool::new(false),
     });
     let directions = [
-        ("c2u", client.try_clone()?, upstream.try_clone()?),
-        ("u2c", upstream, client),
+        (
+            Direction::ToUpstream,
+            client.try_clone()?,
+            upstream.try_clone()?,
+        ),
+        (Direction::ToClient, upstream, client),
     ];
     shared.connections().push(Arc::clone(&connection));
 
     let mut threads = lock(&shared.threads);
     // Forget threads that are done, so a long test with many reconnects does not pile them up.
     threads.retain(|t| !t.is_finished());
-    for (name, src, dst) in directions {
+    for (direction, src, dst) in directions {
         let thread_shared = Arc::clone(shared);
         let thread_connection = Arc::clone(&connection);
+        let name = match direction {
+            Direction::ToUpstream => "c2u",
+            Direction::ToClient => "u2c",
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("fault-proxy-{}-{name}", connection.id))
             .spawn(move || {
-                forward(&thread_shared, &thread_connection, src, dst);
+                forward(&thread_shared, &thread_connection, direction, src, dst);
                 finish_direction(&thread_shared, &thread_connection);
             });
         match spawned {
@@ -353,7 +430,16 @@ fn finish_direction(shared: &Shared, connection: &Connection) {
 /// oldest queued chunk is due, so the thread wakes up to write it even when no new bytes come.
 /// On EOF from `src` the queue is drained and only the write half of `dst` is shut down, so a
 /// reply still in flight in the other direction is delivered.
-fn forward(shared: &Shared, connection: &Connection, mut src: TcpStream, mut dst: TcpStream) {
+///
+/// A reply to be lost ([`FaultProxy::lose_next_reply`]) is dropped as soon as its first bytes
+/// are read, and the connection closed: nothing of it reaches the client.
+fn forward(
+    shared: &Shared,
+    connection: &Connection,
+    direction: Direction,
+    mut src: TcpStream,
+    mut dst: TcpStream,
+) {
     let mut queue: VecDeque<Chunk> = VecDeque::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut eof = false;
@@ -411,6 +497,15 @@ fn forward(shared: &Shared, connection: &Connection, mut src: TcpStream, mut dst
         match src.read(&mut buf) {
             Ok(0) => eof = true,
             Ok(n) => {
+                match direction {
+                    Direction::ToUpstream => shared.mark_if_losing(connection, &buf[..n]),
+                    Direction::ToClient if connection.losing_reply.load(Ordering::SeqCst) => {
+                        shared.replies_lost.fetch_add(1, Ordering::SeqCst);
+                        connection.close();
+                        return;
+                    }
+                    Direction::ToClient => {}
+                }
                 let delay = shared.control().delay;
                 queue.push_back(Chunk {
                     due: Instant::now() + delay,

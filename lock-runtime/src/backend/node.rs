@@ -98,9 +98,9 @@ impl Node {
                 ))),
             };
         }
-        let (channel, renewing) = match &wait {
-            Wait::FirstTry => ("", false),
-            Wait::InLine { channel, renewing } => (channel.as_deref().unwrap_or(""), *renewing),
+        let channel = match &wait {
+            Wait::FirstTry => "",
+            Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
         };
         match self.protocol {
             Protocol::Line => {
@@ -109,7 +109,7 @@ impl Node {
                     &scripts::ACQUIRE,
                     &[&keys.lock, &line, &fence],
                     7,
-                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 1,
+                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 5,
                 );
                 cmd.arg(token)
                     .arg(ttl_millis)
@@ -117,7 +117,13 @@ impl Node {
                     .arg(channel)
                     .arg(millis(super::LEASE))
                     .arg(millis(super::CLAIM))
-                    .arg(flag(renewing));
+                    .arg(match wait {
+                        Wait::FirstTry => "first",
+                        Wait::InLine {
+                            renewing: false, ..
+                        } => "join",
+                        Wait::InLine { renewing: true, .. } => "renew",
+                    });
                 let reply: Vec<i64> =
                     scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
                 match reply.as_slice() {
@@ -185,7 +191,12 @@ impl Node {
         loop {
             let mut connection = self.connection().await?;
             let in_cluster = matches!(connection, Connection::Cluster(_));
-            match self.unlock_on(&mut connection, keys, token, leave).await {
+            // A cluster connection may run the release twice: mark it, see `RELEASE`.
+            let re_sent_within = in_cluster.then(|| self.connections.resend_window());
+            match self
+                .unlock_on(&mut connection, keys, token, leave, re_sent_within)
+                .await
+            {
                 Err(error)
                     if in_cluster
                         && (cluster_in_flux(&error) || error.is_connection_refusal())
@@ -205,17 +216,37 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         leave: bool,
+        re_sent_within: Option<Duration>,
     ) -> RedisResult<bool> {
         let deleted: i64 = match self.protocol {
             Protocol::Line => {
                 let (line, fence) = (keys.line(), keys.fence());
-                let mut cmd = scripts::evalsha(
-                    &scripts::RELEASE,
-                    &[&keys.lock, &line, &fence],
-                    3,
-                    token.len() + 20 + 1,
-                );
-                cmd.arg(token).arg(millis(super::CLAIM)).arg(flag(leave));
+                let cmd = match re_sent_within {
+                    Some(window) => {
+                        let released = keys.released();
+                        let mut cmd = scripts::evalsha(
+                            &scripts::RELEASE,
+                            &[&keys.lock, &line, &fence, &released],
+                            4,
+                            token.len() + 20 + 1 + 20,
+                        );
+                        cmd.arg(token)
+                            .arg(millis(super::CLAIM))
+                            .arg(flag(leave))
+                            .arg(millis(window));
+                        cmd
+                    }
+                    None => {
+                        let mut cmd = scripts::evalsha(
+                            &scripts::RELEASE,
+                            &[&keys.lock, &line, &fence],
+                            3,
+                            token.len() + 20 + 1,
+                        );
+                        cmd.arg(token).arg(millis(super::CLAIM)).arg(flag(leave));
+                        cmd
+                    }
+                };
                 scripts::run(&scripts::RELEASE, &cmd, connection).await?
             }
             Protocol::Mark => {

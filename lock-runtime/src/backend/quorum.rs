@@ -242,7 +242,10 @@ mod tests {
         let nodes = (0..5)
             .map(|_| {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-                Node::new(Connections::new(Endpoint::Standalone(client), timeouts))
+                Node::new(
+                    Connections::new(Endpoint::Standalone(client), timeouts),
+                    super::super::node::Protocol::Mark,
+                )
             })
             .collect();
         Quorum::new(nodes, Duration::from_millis(100))
