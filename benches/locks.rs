@@ -8,6 +8,7 @@
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
 //!                                       (cycle, contend, parallel, backends)
+//! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! ```
 //!
@@ -169,6 +170,12 @@ impl Config {
     fn from_env() -> Self {
         let quick = std::env::var_os("DISTLOCK_BENCH_QUICK").is_some_and(|v| v != "0")
             || std::env::args().any(|arg| arg == "--quick");
+        // `cargo bench --bench locks -- contend`: workloads named as arguments (cargo itself adds
+        // `--bench`, a flag).
+        let named: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|arg| !arg.starts_with('-'))
+            .collect();
         let full = Config {
             rounds: 15,
             cycle_n: 5000,
@@ -180,7 +187,8 @@ impl Config {
             backends_n: 2000,
             only: std::env::var("DISTLOCK_BENCH_ONLY")
                 .ok()
-                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
+                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect())
+                .or((!named.is_empty()).then_some(named)),
             contenders: std::env::var("DISTLOCK_BENCH_CONTENDERS")
                 .ok()
                 .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
