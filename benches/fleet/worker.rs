@@ -56,7 +56,6 @@ pub struct WorkerSpec {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WorkerReport {
     pub process: usize,
-    pub pid: u32,
     pub sections: Vec<Section>,
 }
 
@@ -116,7 +115,6 @@ fn run(spec: &WorkerSpec) {
     });
     let report = WorkerReport {
         process: spec.process,
-        pid: std::process::id(),
         sections,
     };
     let json = serde_json::to_string(&report).expect("fleet worker: cannot encode its report");
