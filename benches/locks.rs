@@ -7,8 +7,13 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends)
+//!                                       (cycle, contend, parallel, backends, fleet)
+//! cargo bench --bench locks -- cycle parallel              # the same, as arguments
+//! cargo bench --bench locks -- fleet                       # only the fleet workload (~40 s)
+//! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~10 s)
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
+//! DISTLOCK_BENCH_FLEET_SHAPES=16x1 DISTLOCK_BENCH_FLEET_SECTIONS=50 DISTLOCK_BENCH_FLEET_ROUNDS=3
+//!                                                          # fleet configurations and counts
 //! ```
 //!
 //! Prints a table and writes the same numbers, with the machine they came from, to
@@ -68,6 +73,14 @@
 //!    fan-out to the masters; cluster informational). Skipped, with a note, under `REDIS_URL`
 //!    (it needs servers of its own). Starting the 8 extra servers takes a few seconds; `N5` is
 //!    sized so that the whole workload stays under 30 s on 2 cores.
+//! 6. **fleet** — one key contended by several OS processes: `P` worker processes (this binary
+//!    run again) × `T` tasks × 25 sections of 1 ms, for 8x1, 16x1 and 4x2, each worker with its
+//!    own runtime and client, all started together; distlock against a hand-written
+//!    `SET NX PX` lock polling every 100 ms (and every 5 ms); 5 rounds (quick: 1) after one
+//!    uncounted 2x1 run per contender, contenders in rotated order within a round. Holder and
+//!    process changes, longest wait, cross-process hand-off gap, Redis commands per section,
+//!    busy fraction, overlaps: see `fleet/mod.rs`. Its figures are tables of their own and the
+//!    `fleet` member of the JSON.
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
@@ -88,6 +101,9 @@ mod support_rslock;
 
 #[path = "support_idle/mod.rs"]
 mod support_idle;
+
+// A directory module: a `benches/fleet.rs` would be taken by cargo for a bench target of its own.
+mod fleet;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -163,12 +179,19 @@ struct Config {
     only: Option<Vec<String>>,
     /// Contenders to run (`DISTLOCK_BENCH_CONTENDERS=floor,distlock manual`; default all).
     contenders: Option<Vec<String>>,
+    fleet: fleet::FleetConfig,
 }
 
 impl Config {
     fn from_env() -> Self {
         let quick = std::env::var_os("DISTLOCK_BENCH_QUICK").is_some_and(|v| v != "0")
             || std::env::args().any(|arg| arg == "--quick");
+        // `cargo bench --bench locks -- contend`: workloads named as arguments (cargo itself adds
+        // `--bench`, a flag).
+        let named: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|arg| !arg.starts_with('-'))
+            .collect();
         let full = Config {
             rounds: 15,
             cycle_n: 5000,
@@ -180,10 +203,12 @@ impl Config {
             backends_n: 2000,
             only: std::env::var("DISTLOCK_BENCH_ONLY")
                 .ok()
-                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
+                .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect())
+                .or((!named.is_empty()).then_some(named)),
             contenders: std::env::var("DISTLOCK_BENCH_CONTENDERS")
                 .ok()
                 .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
+            fleet: fleet::FleetConfig::from_env(quick),
         };
         if quick {
             Config {
@@ -1005,6 +1030,10 @@ fn load_average() -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn main() {
+    // A worker process of the fleet workload: this binary, started again by the bench.
+    if fleet::run_worker_if_asked() {
+        return;
+    }
     let started = Instant::now();
     let config = Config::from_env();
     let load_before = load_average();
@@ -1380,6 +1409,13 @@ fn main() {
         }
     }
 
+    // ---- 6. fleet ---------------------------------------------------------------------------
+    let fleet = config.runs("fleet").then(|| {
+        let report = fleet::run(&url, &config.fleet, |name| config.includes(name));
+        eprintln!("fleet done after {:.1} s", started.elapsed().as_secs_f64());
+        report
+    });
+
     // ---- targets ----------------------------------------------------------------------------
     let ratio = |a: Option<&Summary>, b: Option<&Summary>| a.zip(b).map(|(a, b)| a.ratio_to(b));
     let cycle = |contender| summary(&rows, "1 cycle", contender, "time per cycle");
@@ -1543,6 +1579,14 @@ fn main() {
         "hand-off gap: next holder's acquired-at - previous holder's release-start, for consecutive \
          sections of different holders"
     );
+    if rows.is_empty() {
+        // Only the fleet ran (`-- fleet`): an empty table, its skipped targets and notes on
+        // workloads that did not run would only hide its own tables.
+        out.clear();
+    }
+    if let Some(fleet) = &fleet {
+        out.push_str(&fleet.render());
+    }
     let _ = writeln!(
         out,
         "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}; keys left \
@@ -1642,6 +1686,11 @@ fn main() {
     );
     let _ = writeln!(
         json,
+        "  \"fleet\": {},",
+        serde_json::to_string(&fleet).expect("the fleet report is plain data")
+    );
+    let _ = writeln!(
+        json,
         "  \"total_seconds\": {}\n}}",
         json_number(total.as_secs_f64())
     );
@@ -1663,5 +1712,10 @@ fn main() {
     assert_eq!(
         overlaps, 0,
         "a lock let two holders in at once: see the contend rows"
+    );
+    assert_eq!(
+        fleet.as_ref().map_or(0, |fleet| fleet.overlaps),
+        0,
+        "a lock let two holders in at once: see the fleet's OVERLAP lines and table"
     );
 }

@@ -1,0 +1,296 @@
+//! The worker side of the fleet workload: what the bench binary does when it is started as one of
+//! the fleet's processes (see [`super::processes`] for the other side).
+//!
+//! Conversation with the parent, one line each way at a time:
+//! 1. the parent starts the binary with [`WORKER_ENV`] set to a [`WorkerSpec`] in JSON;
+//! 2. the worker builds its runtime, connects, runs one cycle on a key of its own (so that its
+//!    connection is open and the scripts are loaded before anything is counted), then prints
+//!    `ready`;
+//! 3. the parent prints `go <t>` to every worker's stdin once all are ready, `t` a
+//!    [`monotonic_ns`] reading a little ahead; every worker sleeps until `t`, so they start
+//!    together however long each took to read the line;
+//! 4. the worker runs its tasks and prints one line of JSON, a [`WorkerReport`].
+//!
+//! The parent keeps the worker's stdin open until the worker has exited, so a worker that sees
+//! its stdin close mid-run knows its parent is gone (even one killed by SIGKILL, which runs no
+//! drop) and exits instead of running on alone.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockManager, LockOptions};
+use redis::aio::MultiplexedConnection;
+use serde::{Deserialize, Serialize};
+
+use super::stats::Section;
+use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
+
+/// Set (to a [`WorkerSpec`] in JSON) in the environment of a worker process.
+pub const WORKER_ENV: &str = "DISTLOCK_BENCH_FLEET_WORKER";
+
+/// The exit code of a worker whose parent went away mid-run.
+const ORPHANED: i32 = 3;
+
+/// Long enough never to fire: a waiter that gives up would end the run with a panic, not with a
+/// figure.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What one worker process does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub url: String,
+    pub lock: Lock,
+    /// The contended lock's name (without [`PREFIX`]), the same for every worker of the run.
+    pub name: String,
+    /// This worker's number, `0..P`.
+    pub process: usize,
+    /// Tasks in this process (T).
+    pub tasks: usize,
+    /// Sections per task.
+    pub sections: usize,
+    pub critical_us: u64,
+}
+
+/// What a worker prints when done.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub process: usize,
+    pub sections: Vec<Section>,
+}
+
+/// Runs as a fleet worker and returns `true` if this process was started as one; `false` (at
+/// once) otherwise.
+pub fn run_if_asked() -> bool {
+    let Ok(spec) = std::env::var(WORKER_ENV) else {
+        return false;
+    };
+    let spec: WorkerSpec = serde_json::from_str(&spec)
+        .unwrap_or_else(|error| panic!("fleet worker: bad {WORKER_ENV}: {error}"));
+    run(&spec);
+    true
+}
+
+fn run(spec: &WorkerSpec) {
+    // What a service's `#[tokio::main]` builds: a worker thread per CPU.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("fleet worker: cannot build its runtime");
+    let lock = Arc::new(runtime.block_on(WorkerLock::connect(spec)));
+    runtime.block_on(lock.warm_up(spec));
+
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "ready")
+        .and_then(|()| stdout.flush())
+        .expect("fleet worker: stdout");
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .expect("fleet worker: cannot read the start line");
+    let start: u64 = line
+        .strip_prefix("go ")
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("fleet worker: expected `go <t>`, got {line:?}"));
+    watch_parent();
+    let now = monotonic_ns();
+    if start > now {
+        std::thread::sleep(Duration::from_nanos(start - now));
+    }
+
+    let sections = runtime.block_on(async {
+        let tasks: Vec<_> = (0..spec.tasks)
+            .map(|task| {
+                let lock = Arc::clone(&lock);
+                let spec = spec.clone();
+                tokio::spawn(async move { lock.sections(&spec, task).await })
+            })
+            .collect();
+        let mut sections = Vec::with_capacity(spec.tasks * spec.sections);
+        for task in tasks {
+            sections.extend(task.await.expect("fleet worker: a task panicked"));
+        }
+        sections
+    });
+    let report = WorkerReport {
+        process: spec.process,
+        sections,
+    };
+    let json = serde_json::to_string(&report).expect("fleet worker: cannot encode its report");
+    writeln!(stdout, "{json}")
+        .and_then(|()| stdout.flush())
+        .expect("fleet worker: stdout");
+}
+
+/// Exits this process once its stdin reaches end-of-file: the parent holds it open until this
+/// worker has exited, so an end-of-file before then means the parent is gone.
+fn watch_parent() {
+    std::thread::Builder::new()
+        .name("parent-watch".to_owned())
+        .spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            eprintln!(
+                "fleet worker {}: the bench went away; exiting",
+                std::process::id()
+            );
+            std::process::exit(ORPHANED);
+        })
+        .expect("fleet worker: cannot start the parent watch");
+}
+
+/// Holds the lock until `acquired + critical` by spinning, yielding to the runtime between checks
+/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick).
+async fn critical_section(acquired: u64, critical_us: u64) {
+    let end = acquired + critical_us * 1_000;
+    while monotonic_ns() < end {
+        tokio::task::yield_now().await;
+        std::hint::spin_loop();
+    }
+}
+
+/// A lock taken by [`WorkerLock::acquire`].
+enum Held {
+    Guard(distlock::LockGuard),
+    /// The hand-written lock: released by the token it was taken with.
+    Token,
+}
+
+/// The lock as one worker process takes it; its tasks share it (and so its connections).
+enum WorkerLock {
+    Distlock {
+        manager: LockManager,
+        options: LockOptions,
+    },
+    /// What users write by hand: `SET key token NX PX ttl` until it answers OK, sleeping
+    /// `interval` after each refusal; released with a compare-and-delete script.
+    Poll {
+        connection: MultiplexedConnection,
+        release: redis::Script,
+        interval: Duration,
+    },
+}
+
+impl WorkerLock {
+    async fn connect(spec: &WorkerSpec) -> Self {
+        match spec.lock {
+            Lock::Distlock => WorkerLock::Distlock {
+                manager: LockManager::builder(spec.url.as_str())
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .connect()
+                    .await
+                    .expect("fleet worker: cannot connect distlock"),
+                options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
+            },
+            Lock::Poll { interval_ms } => {
+                let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                WorkerLock::Poll {
+                    connection: client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .expect("fleet worker: cannot connect to Redis"),
+                    release: redis::Script::new(crate::FLOOR_RELEASE),
+                    interval: Duration::from_millis(interval_ms),
+                }
+            }
+        }
+    }
+
+    /// One uncontended cycle on a key of this worker's own, so that the run itself starts with
+    /// open connections and loaded scripts, and counts only the commands of its sections.
+    async fn warm_up(&self, spec: &WorkerSpec) {
+        let name = format!("{}:warm-up:{}", spec.name, spec.process);
+        let token = format!("warm-up-{}", std::process::id());
+        let held = self.acquire(&name, &token).await;
+        self.release(held, &name, &token).await;
+    }
+
+    /// One task's sections on the contended lock.
+    async fn sections(&self, spec: &WorkerSpec, task: usize) -> Vec<Section> {
+        let pid = std::process::id();
+        let mut sections = Vec::with_capacity(spec.sections);
+        for n in 0..spec.sections {
+            // Unique in the run: no task can ever release another's hold.
+            let token = format!("fleet-{pid}-{task}-{n}");
+            let called = monotonic_ns();
+            let held = self.acquire(&spec.name, &token).await;
+            let acquired = monotonic_ns();
+            critical_section(acquired, spec.critical_us).await;
+            let release_start = monotonic_ns();
+            self.release(held, &spec.name, &token).await;
+            sections.push(Section {
+                process: spec.process,
+                task: spec.process * spec.tasks + task,
+                called,
+                acquired,
+                release_start,
+                released: monotonic_ns(),
+            });
+        }
+        sections
+    }
+
+    async fn acquire(&self, name: &str, token: &str) -> Held {
+        match self {
+            WorkerLock::Distlock { manager, options } => Held::Guard(
+                manager
+                    .acquire(name, options)
+                    .await
+                    .expect("fleet worker: distlock acquire failed"),
+            ),
+            WorkerLock::Poll {
+                connection,
+                interval,
+                ..
+            } => {
+                let key = format!("{PREFIX}{name}");
+                loop {
+                    let set: redis::Value = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .query_async(&mut connection.clone())
+                        .await
+                        .expect("fleet worker: SET NX PX failed");
+                    match set {
+                        redis::Value::Okay => return Held::Token,
+                        redis::Value::Nil => tokio::time::sleep(*interval).await,
+                        other => panic!("fleet worker: SET NX PX answered {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases what [`acquire`](Self::acquire) took: distlock's guard, or the hand-written lock
+    /// by its token. Either must find the lock still ours (the ttl is far longer than the run).
+    async fn release(&self, held: Held, name: &str, token: &str) {
+        match (self, held) {
+            (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
+                .release()
+                .await
+                .expect("fleet worker: distlock release failed"),
+            (
+                WorkerLock::Poll {
+                    connection,
+                    release,
+                    ..
+                },
+                Held::Token,
+            ) => {
+                let deleted: i64 = release
+                    .key(format!("{PREFIX}{name}"))
+                    .arg(token)
+                    .invoke_async(&mut connection.clone())
+                    .await
+                    .expect("fleet worker: release script failed");
+                assert_eq!(deleted, 1, "fleet worker: the lock was no longer ours");
+            }
+            _ => unreachable!("a guard comes from distlock, and only from it"),
+        }
+    }
+}
