@@ -348,3 +348,206 @@ fn a_release_wakes_only_the_next_in_line() {
         "Redis work per section grew with the number of processes: {few:.1} → {many:.1}"
     );
 }
+
+/// The entries of the line of `lock:<name>`.
+fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(line_key(name))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// A fenced `try_acquire` that finds the lock held (a first try: the acquire script, because of
+/// the fencing) takes no place in line: a place nobody waits in would be handed the lock by the
+/// holder's release, and the lock would then be held by nobody for the claim.
+#[tokio::test]
+async fn fenced_try_acquire_that_fails_leaves_no_ghost_in_line() {
+    let server = RedisServer::start();
+    let a = LockManager::connect(&server.url()).await.unwrap();
+    let x = LockManager::connect(&server.url()).await.unwrap();
+    let c = LockManager::connect(&server.url()).await.unwrap();
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(30));
+
+    let held = a.acquire("ghost", &fenced).await.expect("free");
+    assert!(x
+        .try_acquire("ghost", &fenced)
+        .await
+        .expect("redis")
+        .is_none());
+    let entries = line_entries(&server, "ghost");
+    held.release().await.expect("still ours");
+
+    // Nobody waits: the lock is free right after the release.
+    let got = c
+        .try_acquire("ghost", &LockOptions::new())
+        .await
+        .expect("redis");
+    assert!(
+        got.is_some(),
+        "the lock is held by {:?} (pttl {} ms) after its only holder released it; line before \
+         the release: {entries:?}",
+        server.get("lock:ghost"),
+        server.pttl("lock:ghost"),
+    );
+}
+
+/// A contended fenced `acquire` takes exactly one place in line, is told of its hand-off at
+/// once, and its own release frees the lock (a second place would outlive the acquisition and
+/// be handed the lock after it).
+#[tokio::test]
+async fn fenced_waiter_takes_one_place_and_its_release_frees_the_lock() {
+    let server = RedisServer::start();
+    let a = LockManager::connect(&server.url()).await.unwrap();
+    let b = LockManager::connect(&server.url()).await.unwrap();
+    let c = LockManager::connect(&server.url()).await.unwrap();
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+
+    let held = a.acquire("double", &fenced).await.expect("free");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        let fenced = fenced.clone();
+        async move { b.acquire("double", &fenced).await }
+    });
+    support::eventually(Duration::from_secs(5), "b in line", || {
+        llen(&server, &line_key("double")) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let entries = line_entries(&server, "double");
+    let released = Instant::now();
+    held.release().await.expect("still ours");
+    let guard = waiter.await.unwrap().expect("handed over");
+    let handed_after = released.elapsed();
+    guard.release().await.expect("still ours");
+
+    let got = c
+        .try_acquire("double", &LockOptions::new())
+        .await
+        .expect("redis");
+    assert!(
+        entries.len() == 1 && got.is_some() && handed_after < Duration::from_millis(500),
+        "line while b waited: {entries:?}; hand-off took {handed_after:?}; after b released, \
+         the lock is held by {:?} (pttl {} ms)",
+        server.get("lock:double"),
+        server.pttl("lock:double"),
+    );
+}
+
+/// A hand-off message read too late is not trusted. A waiter whose runtime does not run for
+/// longer than the claim (3 s: a paused process, a blocked current-thread runtime) is handed
+/// the lock; the claim runs out; another client takes the lock; then the waiter runs again. Its
+/// `acquire` must not return a guard from the stale message — whether it reads the message
+/// first, or first looks at Redis and finds the lock held.
+#[test]
+fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, c) = main.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let held = main.block_on(a.acquire("stale", &options)).expect("free");
+
+    // B waits on a current-thread runtime of its own, which we then block for 6 s.
+    let (freeze_tx, freeze_rx) = tokio::sync::oneshot::channel::<()>();
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let b_url = url.clone();
+    let b_options = options.clone().timeout(Duration::from_secs(10));
+    let b_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let b = LockManager::connect(&b_url).await.unwrap();
+            let waiter = tokio::spawn(async move {
+                let result = b.acquire("stale", &b_options).await;
+                let token = result.as_ref().ok().map(|g| g.token().to_owned());
+                (result, token)
+            });
+            freeze_rx.await.unwrap();
+            std::thread::sleep(Duration::from_secs(6)); // the runtime does not run
+            let (result, token) = waiter.await.unwrap();
+            let ok = result.is_ok();
+            result_tx.send((ok, token)).unwrap();
+            // keep the guard's release from racing the check below
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(result);
+        });
+    });
+    support::wait_until(Duration::from_secs(5), "b in line", || {
+        llen(&server, &line_key("stale")) >= 1
+    });
+    freeze_tx.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    main.block_on(held.release()).expect("still ours");
+    // The lock went to frozen B for the 3 s claim; C takes it after that.
+    let c_guard = main
+        .block_on(c.acquire("stale", &options))
+        .expect("c gets the lock once b's claim ran out");
+    let c_token = c_guard.token().to_owned();
+    let (b_ok, b_token) = result_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let holder = server.get("lock:stale");
+    assert!(
+        !b_ok,
+        "b's acquire returned a guard (token {b_token:?}) while c (token {c_token}) holds the \
+         lock: Redis says the holder is {holder:?}"
+    );
+    b_thread.join().unwrap();
+    main.block_on(c_guard.release()).ok();
+}
+
+/// With `auto_extend` and a long ttl (60 s), a lock handed over through the line is kept: the
+/// watchdog schedules by the claim it was handed with (3 s), not by the ttl, and the hand-off is
+/// confirmed at once.
+#[tokio::test]
+async fn a_handed_over_auto_extended_lock_with_a_long_ttl_is_kept() {
+    let server = RedisServer::start();
+    let a = LockManager::connect(&server.url()).await.unwrap();
+    let b = LockManager::connect(&server.url()).await.unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .auto_extend(true)
+        .timeout(Duration::from_secs(20));
+
+    let held = a.acquire("long", &options).await.expect("free");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        let options = options.clone();
+        async move { b.acquire("long", &options).await }
+    });
+    support::eventually(Duration::from_secs(5), "b in line", || {
+        llen(&server, &line_key("long")) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("still ours");
+    let guard = waiter.await.unwrap().expect("handed over");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !guard.is_lost() && guard.is_held().await.unwrap(),
+        "4 s after the hand-off: lost = {}, Redis holder {:?} (b's token {}), pttl {}",
+        guard.is_lost(),
+        server.get("lock:long"),
+        guard.token(),
+        server.pttl("lock:long"),
+    );
+    guard.release().await.expect("still ours");
+}

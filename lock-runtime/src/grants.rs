@@ -145,6 +145,19 @@ impl GrantWaiter {
         Arc::clone(&self.shared.channel)
     }
 
+    /// Forgets what the mailbox holds: called before each attempt, whose answer supersedes any
+    /// message that arrived earlier (a grant that arrived before an attempt that then found the
+    /// lock held by someone else is stale: its claim ran out while the waiter did not look).
+    pub(crate) fn clear(&self) {
+        use futures_util::FutureExt;
+        let _ = self.mailbox.wake.notified().now_or_never();
+        self.mailbox
+            .grant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
     /// Completes at the next message for this waiter: `Some` with what it said, or `None` when
     /// the waiter should look at Redis again (the connection dropped, messages may be lost).
     pub(crate) async fn next(&self) -> Option<Grant> {

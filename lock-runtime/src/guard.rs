@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::held::{Finder, Held};
 use crate::queue::Turn;
+use crate::retry::Backoff;
 use crate::LockError;
 
 /// A held lock.
@@ -57,14 +58,31 @@ impl LockGuard {
     }
 
     /// Sets the lock's ttl to the one it was asked for, in the background: a lock handed over
-    /// lives only for the claim until its new holder confirms it. If that fails, the lock
-    /// expires at the end of the claim, and the guard learns it is lost at its next `extend`,
-    /// `is_held` or `release`.
+    /// lives only for its claim until its new holder confirms it. A failed attempt is retried
+    /// while the claim runs; if it still cannot confirm, the lock is marked lost before the
+    /// claim runs out (`extend`, `is_held` and `release` then report it), as when a ttl runs out.
     pub(crate) fn confirm_ttl(&mut self) {
         let held = Arc::clone(&self.held);
         self.confirming = Some(tokio::spawn(async move {
-            if let Err(error) = held.set_ttl(None, Finder::Holder).await {
-                tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over: it expires at the end of its claim");
+            let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
+            loop {
+                match held.set_ttl(None, Finder::Holder).await {
+                    Ok(()) | Err(LockError::Lost { .. }) => return,
+                    Err(error) => {
+                        let expiry = held.expiry();
+                        let pause = backoff.next_pause();
+                        let margin = expiry.span / 20;
+                        if tokio::time::Instant::now() + pause + margin >= expiry.valid_until {
+                            held.mark_lost(
+                                "its hand-off could not be confirmed before the claim ran out",
+                                Finder::Holder,
+                            );
+                            tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over");
+                            return;
+                        }
+                        tokio::time::sleep(pause).await;
+                    }
+                }
             }
         }));
     }

@@ -38,8 +38,12 @@ pub(crate) struct Held {
 /// What is known of the lock's expiry in Redis.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Expiry {
-    /// The ttl it was last set to: what the watchdog renews it to.
+    /// The ttl it is meant to have: what the watchdog renews it to.
     pub(crate) ttl: Duration,
+    /// The ttl of the setting `valid_until` comes from: the span the watchdog schedules and
+    /// keeps its margin by. Shorter than `ttl` for a lock handed over with a claim not yet
+    /// confirmed.
+    pub(crate) span: Duration,
     /// The lock lives in Redis at least until then: the confirmed change's send time plus its
     /// ttl, or earlier while a change to a shorter ttl may have been applied unconfirmed.
     pub(crate) valid_until: Instant,
@@ -53,7 +57,8 @@ pub(crate) enum Finder {
 }
 
 impl Held {
-    /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`.
+    /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`, which
+    /// the setting it got (its full ttl, or a hand-off's claim) put `span` after its send time.
     pub(crate) fn new(
         manager: LockManager,
         keys: LockKeys,
@@ -61,13 +66,18 @@ impl Held {
         fence: Option<u64>,
         ttl: Duration,
         valid_until: Instant,
+        span: Duration,
     ) -> Self {
         Held {
             manager,
             keys,
             token,
             fence,
-            expiry: Mutex::new(Expiry { ttl, valid_until }),
+            expiry: Mutex::new(Expiry {
+                ttl,
+                span,
+                valid_until,
+            }),
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),
@@ -100,6 +110,7 @@ impl Held {
         let sent = Instant::now();
         self.update_expiry(|expiry| {
             expiry.ttl = ttl;
+            expiry.span = expiry.span.min(ttl);
             expiry.valid_until = expiry.valid_until.min(sent + ttl);
         });
         let ours = self
@@ -110,7 +121,10 @@ impl Held {
         if !ours {
             return Err(self.lost("it was no longer ours when extending", finder));
         }
-        self.update_expiry(|expiry| expiry.valid_until = sent + ttl);
+        self.update_expiry(|expiry| {
+            expiry.span = ttl;
+            expiry.valid_until = sent + ttl;
+        });
         Ok(())
     }
 

@@ -20,6 +20,9 @@ use crate::retry::{jitter, Backoff};
 use crate::wake::Watch;
 use crate::{LockError, LockGuard, LockOptions};
 
+/// A hand-off message is trusted without asking Redis only while the claim it announces has at
+/// least this much left.
+const GRANT_MARGIN: Duration = Duration::from_millis(300);
 /// After releasing the token of an unanswered attempt found nothing, how long until it looks
 /// once more: long enough for a command still in the network to have reached Redis.
 const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
@@ -289,9 +292,14 @@ impl LockManager {
                         }
                     };
                     match woken {
-                        Some(Grant::Granted { fence }) => {
-                            // Handed over: ours for at least the claim from before the
-                            // hand-off; the guard confirms the full ttl.
+                        // Handed over: ours for at least the claim, counted from before the
+                        // last attempt that found the lock held (the hand-off came after it) —
+                        // if that is still well ahead. The guard confirms the full ttl.
+                        Some(Grant::Granted { fence })
+                            if Instant::now() + GRANT_MARGIN
+                                < last_held_at
+                                    + options.ttl_duration().min(crate::backend::CLAIM) =>
+                        {
                             place.vacate();
                             let expires_in = options.ttl_duration().min(crate::backend::CLAIM);
                             tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
@@ -306,6 +314,9 @@ impl LockManager {
                                 expires_in,
                             ));
                         }
+                        // A message read too late to trust (this waiter did not run for a
+                        // while): ask Redis whether the lock is still ours.
+                        Some(Grant::Granted { .. }) => machine.woke(),
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
@@ -427,8 +438,7 @@ impl LockManager {
 
     /// The guard of a lock acquired by the attempt sent at `sent`, ours for at least
     /// `expires_in` from then, with its watchdog when the options ask for one. A lock handed
-    /// over with a claim shorter than its ttl is confirmed to its full ttl at once (by the
-    /// watchdog, when there is one).
+    /// over with a claim shorter than its ttl is confirmed to its full ttl at once.
     #[allow(clippy::too_many_arguments)]
     fn guard(
         &self,
@@ -441,12 +451,21 @@ impl LockManager {
         expires_in: Duration,
     ) -> LockGuard {
         let ttl = options.ttl_duration();
-        let held = Held::new(self.clone(), keys, token, fence, ttl, sent + expires_in);
+        let held = Held::new(
+            self.clone(),
+            keys,
+            token,
+            fence,
+            ttl,
+            sent + expires_in,
+            expires_in,
+        );
         let mut guard = LockGuard::new(held, turn);
+        if expires_in < ttl && expires_in <= crate::backend::CLAIM {
+            guard.confirm_ttl();
+        }
         if options.auto_extend_enabled() {
             guard.start_watchdog();
-        } else if expires_in < ttl && expires_in <= crate::backend::CLAIM {
-            guard.confirm_ttl();
         }
         guard
     }
@@ -653,11 +672,12 @@ enum Listener {
 }
 
 impl Listener {
-    /// Registers for the next release before an attempt is sent (a hand-off waits in its
-    /// mailbox anyway).
+    /// Before an attempt is sent: registers for the next release (Redlock), or forgets hand-off
+    /// messages that the attempt's answer supersedes.
     fn arm(&mut self) {
-        if let Listener::Releases { watch, next } = self {
-            *next = Some(watch.next_release());
+        match self {
+            Listener::Grants(waiter) => waiter.clear(),
+            Listener::Releases { watch, next } => *next = Some(watch.next_release()),
         }
     }
 

@@ -27,7 +27,7 @@ pub(crate) async fn run(held: Arc<Held>) {
         let expiry = held.expiry();
         // Stop this much before the computed expiry: room for clock-rate differences between
         // this host and Redis, and for the holder to notice.
-        let margin = (expiry.ttl / 20).max(Duration::from_millis(1));
+        let margin = (expiry.span / 20).max(Duration::from_millis(1));
         let give_up = expiry
             .valid_until
             .checked_sub(margin)
@@ -44,7 +44,7 @@ pub(crate) async fn run(held: Arc<Held>) {
         // have shortened the lock is unconfirmed.
         let mut due = expiry
             .valid_until
-            .checked_sub(expiry.ttl * 2 / 3)
+            .checked_sub(expiry.span * 2 / 3)
             .unwrap_or(now);
         if let Some(retry_at) = retry_at {
             due = due.max(retry_at);
@@ -66,7 +66,7 @@ pub(crate) async fn run(held: Arc<Held>) {
             Ok(Err(LockError::Lost { .. })) => return,
             Ok(Err(error)) => {
                 tracing::debug!(target: "distlock", key = %held.keys.lock, %error, "extension failed; retrying");
-                retry_at = Some(Instant::now() + (expiry.ttl / 12).max(Duration::from_millis(1)));
+                retry_at = Some(Instant::now() + (expiry.span / 12).max(Duration::from_millis(1)));
             }
             // The budget ran out: the next turn of the loop declares the lock lost.
             Err(_) => {}
