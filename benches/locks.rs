@@ -123,19 +123,6 @@ end
 return 0
 ";
 
-/// A copy of distlock's release script (lock-runtime/src/scripts.rs), for a diagnostic floor
-/// that sends exactly distlock's commands with raw redis-rs: the distance from it to distlock
-/// is what distlock's client side costs.
-const DISTLOCK_RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-    redis.call('PUBLISH', KEYS[2], KEYS[1])
-  end
-  return 1
-end
-return 0
-";
-
 /// Lock ttl everywhere (the seed's default): long enough never to expire during the bench.
 const TTL: Duration = Duration::from_secs(30);
 /// Every lock key starts with this (distlock's default prefix, used by all contenders).
@@ -273,7 +260,10 @@ impl Floor {
         Floor {
             connection,
             release: redis::Script::new(FLOOR_RELEASE),
-            distlock_release: redis::Script::new(DISTLOCK_RELEASE),
+            // distlock's release script, from lock-runtime itself: a diagnostic floor that sends
+            // exactly distlock's commands with raw redis-rs, so the distance from it to distlock
+            // is what distlock's client side costs.
+            distlock_release: redis::Script::new(&lock_runtime::release_script_source()),
         }
     }
 
@@ -312,14 +302,22 @@ impl Floor {
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let mut release = if distlock_release {
+            // The lock key, its line and its fencing counter; the token, the claim (3 s), and
+            // "not leaving a line".
             let mut release = self.distlock_release.key(&key);
-            release.key(format!("{{{key}}}:distlock:waiters"));
+            release
+                .key(format!("{{{key}}}:distlock:line"))
+                .key(format!("{{{key}}}:distlock:fence"))
+                .arg(&token)
+                .arg(3000)
+                .arg("0");
             release
         } else {
-            self.release.key(&key)
+            let mut release = self.release.key(&key);
+            release.arg(&token);
+            release
         };
         let deleted: i64 = release
-            .arg(&token)
             .invoke_async(&mut self.connection)
             .await
             .expect("floor: release failed");
@@ -1097,17 +1095,17 @@ fn main() {
         )
         .expect("cannot connect distlock");
     distlock::init_with(global).expect("distlock::init_with failed");
-    // `connect` has just loaded distlock's release script: the diagnostic's copy must be known
-    // to Redis by its SHA, or the copy has drifted from lock-runtime/src/scripts.rs.
+    // `connect` has just loaded distlock's release script: the diagnostic floor sends the same
+    // script by its SHA.
     let copy_is_current: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(redis::Script::new(DISTLOCK_RELEASE).get_hash())
+        .arg(redis::Script::new(&lock_runtime::release_script_source()).get_hash())
         .query(&mut client.get_connection().expect("cannot connect to Redis"))
         .expect("SCRIPT EXISTS failed");
     assert_eq!(
         copy_is_current,
         [true],
-        "DISTLOCK_RELEASE in benches/locks.rs differs from lock-runtime/src/scripts.rs"
+        "the benchmark's floor does not send the release script distlock loads"
     );
     // The manual API uses the global manager too, so it differs from the attribute only in
     // what the attribute adds.

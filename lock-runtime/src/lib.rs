@@ -44,3 +44,11 @@ pub use manager::LockManager;
 #[doc(hidden)]
 pub use manager::ResourceCounts;
 pub use options::LockOptions;
+
+/// The release script's text, for the benchmark's floor that sends distlock's commands by hand.
+/// Not a public API.
+#[doc(hidden)]
+#[must_use]
+pub fn release_script_source() -> String {
+    scripts::release_source()
+}

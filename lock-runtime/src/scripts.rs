@@ -235,11 +235,14 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// that a later holder's release of the same lock overwrote, only brings back the "not ours",
 /// never a false "released". Without them (a standalone server: nothing is re-sent) the release
 /// costs what it did.
-pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(
-        &[
-            LINE_PRELUDE,
-            r"
+pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_source()));
+
+/// The text of [`RELEASE`] (for the benchmark, which sends it by hand as a floor).
+pub(crate) fn release_source() -> String {
+    [LINE_PRELUDE, RELEASE_BODY].concat()
+}
+
+const RELEASE_BODY: &str = r"
 if ARGV[3] == '1' then
   local index, entry = find(ARGV[1])
   if index then
@@ -259,11 +262,7 @@ if not hand_off(tonumber(ARGV[2]), ARGV[1], nil) then
   redis.call('DEL', KEYS[1])
 end
 return 1
-",
-        ]
-        .concat(),
-    )
-});
+";
 
 /// Redlock's acquisition on one master: like [`ACQUIRE`] without a line (independent masters
 /// cannot agree on one), marking instead that someone waits so that the release publishes a
