@@ -301,7 +301,7 @@ impl Floor {
             .await
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
-        let mut release = if distlock_release {
+        let release = if distlock_release {
             // The lock key, its line and its fencing counter; the token, the claim (3 s), and
             // "not leaving a line".
             let mut release = self.distlock_release.key(&key);
