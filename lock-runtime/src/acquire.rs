@@ -16,8 +16,8 @@
 //!   published right after the place is taken is not missed.
 //! - **InLine**: the attempt takes (then renews) a place in line and reports the holder's
 //!   remaining ttl. The waiter then sleeps until the first of: a message (a hand-off: done; a
-//!   release on Redlock: look again), its place's renewal ([`RENEW`]), the holder's expiry (a
-//!   holder that died releases nothing), or the deadline — and looks again.
+//!   release on Redlock: look again), its place's renewal ([`crate::backend::RENEW`]), the
+//!   holder's expiry (a holder that died releases nothing), or the deadline — and looks again.
 //! - Errors from Redis are retried with backoff until the deadline, under a new token (the
 //!   failed attempt may still run, and is cleaned up by its own token), so the waiter
 //!   subscribes again for it.
