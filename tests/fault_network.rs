@@ -235,8 +235,11 @@ async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_oper
     let _unstall = Unstall(&proxy);
     let mut urls = servers.urls();
     urls[4] = proxy.url();
+    // A generous per-node timeout: 200 operations at once on a loaded 2-core machine must not
+    // miss a majority for being slow; what is counted here is connections, not speed.
     let manager = LockManager::redlock_builder(&urls)
         .connect_timeout(connect_timeout)
+        .node_timeout(Duration::from_secs(1))
         .connect()
         .await
         .expect("4 of 5 masters answer");

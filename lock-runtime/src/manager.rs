@@ -506,6 +506,7 @@ impl LockManager {
         fencing: bool,
         wait: Wait,
     ) -> redis::RedisResult<Attempt> {
+        let in_line = matches!(wait, Wait::InLine { .. });
         let (manager, request_keys, request_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
         let request = async move {
@@ -521,6 +522,15 @@ impl LockManager {
             match outcome {
                 Some(Ok(Attempt::Acquired { .. })) => {
                     tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
+                    let _ = manager
+                        .inner
+                        .backend
+                        .leave(&cleanup_keys, &cleanup_token)
+                        .await;
+                }
+                // It took (or renewed) a place in line, maybe after the waiter's own leaving
+                // ran (a call finished in the background is sent late): leave again.
+                Some(Ok(Attempt::Held { .. })) if in_line => {
                     let _ = manager
                         .inner
                         .backend
