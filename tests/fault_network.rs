@@ -214,15 +214,6 @@ async fn a_slow_network_is_only_slower() {
     assert_eq!(server.keys("lock:*"), Vec::<String>::new());
 }
 
-/// Unstalls the proxy when dropped, so a failing test does not leave its sockets frozen.
-struct Unstall<'a>(&'a FaultProxy);
-
-impl Drop for Unstall<'_> {
-    fn drop(&mut self) {
-        self.0.unstall();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_operation() {
     const OPERATIONS: usize = 200;
@@ -232,7 +223,7 @@ async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_oper
     // a connection to it never completes its handshake.
     let proxy = FaultProxy::start(servers[4].port());
     proxy.stall();
-    let _unstall = Unstall(&proxy);
+    let _unstall = support::proxy::Unstall(&proxy);
     let mut urls = servers.urls();
     urls[4] = proxy.url();
     // A generous per-node timeout: 200 operations at once on a loaded 2-core machine must not

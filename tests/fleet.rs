@@ -349,6 +349,32 @@ fn a_release_wakes_only_the_next_in_line() {
     );
 }
 
+/// `holder` takes `lock:<name>`, and `waiter` waits for it in a task of its own: returns the
+/// held guard and the waiting task once the waiter has its place in line.
+async fn hold_with_a_waiter(
+    server: &RedisServer,
+    holder: &LockManager,
+    waiter: &LockManager,
+    name: &str,
+    options: &LockOptions,
+) -> (
+    distlock::LockGuard,
+    tokio::task::JoinHandle<Result<distlock::LockGuard, distlock::LockError>>,
+) {
+    let held = holder.acquire(name, options).await.expect("free");
+    let waiting = tokio::spawn({
+        let (waiter, name, options) = (waiter.clone(), name.to_owned(), options.clone());
+        async move { waiter.acquire(&name, &options).await }
+    });
+    support::eventually(
+        Duration::from_secs(5),
+        "the waiter to take its place in line",
+        || llen(server, &line_key(name)) >= 1,
+    )
+    .await;
+    (held, waiting)
+}
+
 /// The entries of the line of `lock:<name>`.
 fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
@@ -409,16 +435,7 @@ async fn fenced_waiter_takes_one_place_and_its_release_frees_the_lock() {
         .ttl(Duration::from_secs(30))
         .timeout(Duration::from_secs(20));
 
-    let held = a.acquire("double", &fenced).await.expect("free");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        let fenced = fenced.clone();
-        async move { b.acquire("double", &fenced).await }
-    });
-    support::eventually(Duration::from_secs(5), "b in line", || {
-        llen(&server, &line_key("double")) >= 1
-    })
-    .await;
+    let (held, waiter) = hold_with_a_waiter(&server, &a, &b, "double", &fenced).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let entries = line_entries(&server, "double");
     let released = Instant::now();
@@ -527,16 +544,7 @@ async fn a_handed_over_auto_extended_lock_with_a_long_ttl_is_kept() {
         .auto_extend(true)
         .timeout(Duration::from_secs(20));
 
-    let held = a.acquire("long", &options).await.expect("free");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        let options = options.clone();
-        async move { b.acquire("long", &options).await }
-    });
-    support::eventually(Duration::from_secs(5), "b in line", || {
-        llen(&server, &line_key("long")) >= 1
-    })
-    .await;
+    let (held, waiter) = hold_with_a_waiter(&server, &a, &b, "long", &options).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.release().await.expect("still ours");
     let guard = waiter.await.unwrap().expect("handed over");

@@ -361,15 +361,6 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
     );
 }
 
-/// Unstalls the proxy when dropped, so a failing test does not leave its sockets frozen.
-struct Unstall<'a>(&'a FaultProxy);
-
-impl Drop for Unstall<'_> {
-    fn drop(&mut self) {
-        self.0.unstall();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_master_does_not_pile_up_wake_up_requests() {
     const KEYS: usize = 20;
@@ -379,7 +370,7 @@ async fn a_stalled_master_does_not_pile_up_wake_up_requests() {
     // hangs for the connect timeout, while waiters keep asking to subscribe and unsubscribe.
     let proxy = FaultProxy::start(servers[4].port());
     proxy.stall();
-    let _unstall = Unstall(&proxy);
+    let _unstall = support::proxy::Unstall(&proxy);
     let mut urls = servers.urls();
     urls[4] = proxy.url();
     // A generous per-node timeout: every operation waits it out for the stalled master, and

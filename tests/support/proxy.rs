@@ -524,3 +524,12 @@ fn forward(
         }
     }
 }
+
+/// Unstalls its proxy when dropped, so a failing test does not leave its sockets frozen.
+pub struct Unstall<'a>(pub &'a FaultProxy);
+
+impl Drop for Unstall<'_> {
+    fn drop(&mut self) {
+        self.0.unstall();
+    }
+}
