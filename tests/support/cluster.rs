@@ -47,9 +47,10 @@ const MAX_REDIRECTS: usize = 5;
 /// by the watchdog if the test process dies).
 ///
 /// Nodes run with `--cluster-enabled yes --cluster-config-file <dir>/nodes.conf
-/// --cluster-node-timeout 1000 --cluster-port Q --cluster-replica-validity-factor 0
+/// --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
 /// --repl-diskless-sync-delay 0` besides the usual `--save "" --appendonly no`:
-/// - the bus port Q is a free port of its own (not P + 10000, which can exceed 65535);
+/// - the port P is chosen so that its bus port P + 10000 (where every server version puts
+///   it) is a port, and free;
 /// - a replica may always take over, however long it was cut off (validity factor 0), so a
 ///   failover never stalls on a loaded machine;
 /// - replicas get their first copy at once, not after Redis's default 5 s delay.
@@ -708,12 +709,11 @@ impl std::fmt::Debug for RedisCluster {
 fn start_cluster_node() -> RedisServer {
     let dir = super::unique_temp_dir("redis-cluster");
     let nodes_conf: PathBuf = dir.join("nodes.conf");
-    RedisServer::start_custom(dir, Readiness::Plain, move |_port| {
+    RedisServer::start_custom_on(dir, Readiness::Plain, free_port_with_bus, move |_port| {
         // An attempt that lost its port may have written nodes.conf already: start afresh.
         let _ = std::fs::remove_file(&nodes_conf);
         let conf = nodes_conf.to_string_lossy().into_owned();
         let node_timeout = NODE_TIMEOUT_MS.to_string();
-        let bus_port = free_port().to_string();
         [
             "--cluster-enabled",
             "yes",
@@ -721,8 +721,6 @@ fn start_cluster_node() -> RedisServer {
             &conf,
             "--cluster-node-timeout",
             &node_timeout,
-            "--cluster-port",
-            &bus_port,
             "--cluster-replica-validity-factor",
             "0",
             "--repl-diskless-sync-delay",
@@ -732,6 +730,24 @@ fn start_cluster_node() -> RedisServer {
         .map(|s| s.to_string())
         .collect()
     })
+}
+
+/// Where every server version puts a node's cluster bus: its port + 10000. (Redis 7 can be told
+/// another with `--cluster-port`; Redis 6.2 refuses that option.)
+const BUS_PORT_OFFSET: u16 = 10000;
+
+/// A port P that was free a moment ago, and whose bus port P + 10000 exists and was free too.
+fn free_port_with_bus() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        let Some(bus) = port.checked_add(BUS_PORT_OFFSET) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port P with a free cluster bus port P + {BUS_PORT_OFFSET} in 1000 tries");
 }
 
 /// `CLUSTER NODES` of `node`, parsed.
