@@ -707,9 +707,16 @@ impl std::fmt::Debug for RedisCluster {
 
 /// Starts one cluster-enabled node with a bus port of its own.
 fn start_cluster_node() -> RedisServer {
+    start_cluster_node_on(free_port_with_bus, &[])
+}
+
+/// Starts one cluster-enabled node on ports from `pick_port`, with `extra_args` after the
+/// cluster's own.
+fn start_cluster_node_on(pick_port: impl FnMut() -> u16, extra_args: &[String]) -> RedisServer {
     let dir = super::unique_temp_dir("redis-cluster");
     let nodes_conf: PathBuf = dir.join("nodes.conf");
-    RedisServer::start_custom_on(dir, Readiness::Plain, free_port_with_bus, move |_port| {
+    let extra_args = extra_args.to_vec();
+    RedisServer::start_custom_on(dir, Readiness::Plain, pick_port, move |_port| {
         // An attempt that lost its port may have written nodes.conf already: start afresh.
         let _ = std::fs::remove_file(&nodes_conf);
         let conf = nodes_conf.to_string_lossy().into_owned();
@@ -728,6 +735,7 @@ fn start_cluster_node() -> RedisServer {
         ]
         .iter()
         .map(|s| s.to_string())
+        .chain(extra_args.iter().cloned())
         .collect()
     })
 }
@@ -845,8 +853,18 @@ impl ProxiedCluster {
     /// waits until it reports `cluster_state:ok` and announces the proxy's port; panics if that
     /// has not happened within 30 s.
     pub fn start() -> Self {
-        let node = start_cluster_node();
-        let proxy = FaultProxy::start(node.port());
+        // The proxy first, so that the node can announce its port from the start: Redis 6.2
+        // takes `cluster-announce-port` into its own entry only when it starts, not from a
+        // later CONFIG SET. The proxy needs no upstream until a client connects.
+        let port = free_port_with_bus();
+        let proxy = FaultProxy::start(port);
+        let announce = [
+            "--cluster-announce-ip".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--cluster-announce-port".to_owned(),
+            proxy.port().to_string(),
+        ];
+        let node = start_cluster_node_on(|| port, &announce);
         let run = |cmd: &mut redis::Cmd| {
             cmd.query::<()>(&mut node.conn()).unwrap_or_else(|e| {
                 panic!(
@@ -855,18 +873,10 @@ impl ProxiedCluster {
                 )
             })
         };
-        run(redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-announce-ip")
-            .arg("127.0.0.1"));
-        run(redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-announce-port")
-            .arg(proxy.port()));
+        // ADDSLOTS with every slot, not ADDSLOTSRANGE, which Redis 6.2 does not know.
         run(redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(0)
-            .arg(SLOTS - 1));
+            .arg("ADDSLOTS")
+            .arg((0..SLOTS).collect::<Vec<u16>>()));
         let cluster = Self { proxy, node };
         let start = Instant::now();
         loop {
