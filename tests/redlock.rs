@@ -473,7 +473,14 @@ fn commands_run(servers: &RedisServers) -> u64 {
                 .filter(|line| !line.starts_with("info:") && !line.starts_with("config|"))
                 .filter_map(|line| {
                     let calls = line.split("calls=").nth(1)?.split(',').next()?;
-                    calls.parse::<u64>().ok()
+                    let calls = calls.parse::<u64>().ok()?;
+                    // A server that counts no subcommands (Redis 6.2) counts the reset itself
+                    // as one `config` call: only that one is the test's.
+                    Some(if line.starts_with("config:") {
+                        calls.saturating_sub(1)
+                    } else {
+                        calls
+                    })
                 })
                 .sum::<u64>()
         })

@@ -85,39 +85,50 @@ impl From<LockError> for std::io::Error {
 /// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
 /// answered: a permission error or a server that is not Redis at all get their own advice.
 fn redis_hint(error: &redis::RedisError) -> &'static str {
-    use redis::{ErrorKind, ServerErrorKind};
-    // An ACL that denies a command *inside* a script answers a plain error, not NOPERM.
-    let denied_in_script = error
-        .detail()
-        .is_some_and(|detail| detail.contains("can't run this command"));
-    match error.kind() {
-        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+    use crate::classify::{classify, Meaning};
+    use redis::ErrorKind;
+    match classify(error) {
+        // Refused by the client's own command: the user may lack the script commands.
+        Meaning::PermissionDenied if error.code() == Some("NOPERM") => {
             "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
              SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
              PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET, LREM) on the lock keys, and SUBSCRIBE"
         }
-        ErrorKind::Server(_) if denied_in_script => {
+        // Refused inside a script, which only runs the commands below.
+        Meaning::PermissionDenied => {
             "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
              GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
         }
-        _ if crate::manager::is_wrong_type(error) => {
+        Meaning::WrongType => {
             "the lock's key holds a value of another type, so something other than distlock \
              uses that key name: give the locks a key prefix of their own \
              (`LockManager::builder(url).key_prefix(..)`) or another name"
         }
-        ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
-        ErrorKind::Parse => {
-            "the server at the configured URL does not speak the Redis protocol; check the host \
-             and port"
+        Meaning::ReadOnly => {
+            "the URL points at a read-only replica: point it at the master (or a cluster node, \
+             which follows failovers)"
         }
-        ErrorKind::Server(_) => "Redis is reachable and answered with this error",
-        // rustls refused the server's certificate: the server runs, the trust is missing.
-        _ if error.to_string().contains("invalid peer certificate") => {
-            "the server's TLS certificate was not accepted: trust the CA that signed it with \
-             `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a name \
-             the certificate was issued for"
+        Meaning::Loading | Meaning::BusyScript => {
+            "Redis is reachable but cannot answer yet (loading its data, or blocked by a slow \
+             script); distlock retries until the timeout"
         }
-        _ => "check that Redis is running and reachable at the configured URL",
+        Meaning::ScriptError | Meaning::OtherReply => {
+            "Redis is reachable and answered with this error"
+        }
+        Meaning::NotAReply => match error.kind() {
+            ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
+            ErrorKind::Parse => {
+                "the server at the configured URL does not speak the Redis protocol; check the \
+                 host and port"
+            }
+            // rustls refused the server's certificate: the server runs, the trust is missing.
+            _ if error.to_string().contains("invalid peer certificate") => {
+                "the server's TLS certificate was not accepted: trust the CA that signed it with \
+                 `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a \
+                 name the certificate was issued for"
+            }
+            _ => "check that Redis is running and reachable at the configured URL",
+        },
     }
 }
 

@@ -20,6 +20,7 @@ pub mod attribute;
 mod backend;
 mod background;
 mod builder;
+mod classify;
 mod connection;
 mod error;
 mod finish;

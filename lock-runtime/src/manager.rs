@@ -234,7 +234,7 @@ impl LockManager {
                             Outcome::Held { remaining }
                         }
                         Err(error) => {
-                            let permanent = is_permanent(&error);
+                            let permanent = crate::classify::is_permanent(&error);
                             if !permanent {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
@@ -611,22 +611,6 @@ impl fmt::Debug for LockManager {
             .field("key_prefix", &self.inner.key_prefix)
             .finish_non_exhaustive()
     }
-}
-
-/// Whether retrying cannot help: Redis refused the command itself (a permission, a script
-/// error, a wrong type), as opposed to a connection problem, a timeout or a cluster in flux.
-///
-/// A key of another type (`WRONGTYPE`) reaches redis-rs as an error code it does not know, so
-/// it is recognised by its code; other unknown codes (`OOM`, say) may pass, and are retried.
-fn is_permanent(error: &redis::RedisError) -> bool {
-    let refused = matches!(error.retry_method(), redis::RetryMethod::NoRetry)
-        && matches!(error.kind(), redis::ErrorKind::Server(_));
-    refused || is_wrong_type(error)
-}
-
-/// Whether Redis answered `WRONGTYPE`: the lock's key holds something that is not a lock.
-pub(crate) fn is_wrong_type(error: &redis::RedisError) -> bool {
-    error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE")
 }
 
 /// A fresh UUID v4 for one acquisition, in one allocation.

@@ -47,9 +47,10 @@ const MAX_REDIRECTS: usize = 5;
 /// by the watchdog if the test process dies).
 ///
 /// Nodes run with `--cluster-enabled yes --cluster-config-file <dir>/nodes.conf
-/// --cluster-node-timeout 1000 --cluster-port Q --cluster-replica-validity-factor 0
+/// --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
 /// --repl-diskless-sync-delay 0` besides the usual `--save "" --appendonly no`:
-/// - the bus port Q is a free port of its own (not P + 10000, which can exceed 65535);
+/// - the port P is chosen so that its bus port P + 10000 (where every server version puts
+///   it) is a port, and free;
 /// - a replica may always take over, however long it was cut off (validity factor 0), so a
 ///   failover never stalls on a loaded machine;
 /// - replicas get their first copy at once, not after Redis's default 5 s delay.
@@ -706,14 +707,20 @@ impl std::fmt::Debug for RedisCluster {
 
 /// Starts one cluster-enabled node with a bus port of its own.
 fn start_cluster_node() -> RedisServer {
+    start_cluster_node_on(free_port_with_bus, &[])
+}
+
+/// Starts one cluster-enabled node on ports from `pick_port`, with `extra_args` after the
+/// cluster's own.
+fn start_cluster_node_on(pick_port: impl FnMut() -> u16, extra_args: &[String]) -> RedisServer {
     let dir = super::unique_temp_dir("redis-cluster");
     let nodes_conf: PathBuf = dir.join("nodes.conf");
-    RedisServer::start_custom(dir, Readiness::Plain, move |_port| {
+    let extra_args = extra_args.to_vec();
+    RedisServer::start_custom_on(dir, Readiness::Plain, pick_port, move |_port| {
         // An attempt that lost its port may have written nodes.conf already: start afresh.
         let _ = std::fs::remove_file(&nodes_conf);
         let conf = nodes_conf.to_string_lossy().into_owned();
         let node_timeout = NODE_TIMEOUT_MS.to_string();
-        let bus_port = free_port().to_string();
         [
             "--cluster-enabled",
             "yes",
@@ -721,8 +728,6 @@ fn start_cluster_node() -> RedisServer {
             &conf,
             "--cluster-node-timeout",
             &node_timeout,
-            "--cluster-port",
-            &bus_port,
             "--cluster-replica-validity-factor",
             "0",
             "--repl-diskless-sync-delay",
@@ -730,8 +735,27 @@ fn start_cluster_node() -> RedisServer {
         ]
         .iter()
         .map(|s| s.to_string())
+        .chain(extra_args.iter().cloned())
         .collect()
     })
+}
+
+/// Where every server version puts a node's cluster bus: its port + 10000. (Redis 7 can be told
+/// another with `--cluster-port`; Redis 6.2 refuses that option.)
+const BUS_PORT_OFFSET: u16 = 10000;
+
+/// A port P that was free a moment ago, and whose bus port P + 10000 exists and was free too.
+fn free_port_with_bus() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        let Some(bus) = port.checked_add(BUS_PORT_OFFSET) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port P with a free cluster bus port P + {BUS_PORT_OFFSET} in 1000 tries");
 }
 
 /// `CLUSTER NODES` of `node`, parsed.
@@ -829,8 +853,18 @@ impl ProxiedCluster {
     /// waits until it reports `cluster_state:ok` and announces the proxy's port; panics if that
     /// has not happened within 30 s.
     pub fn start() -> Self {
-        let node = start_cluster_node();
-        let proxy = FaultProxy::start(node.port());
+        // The proxy first, so that the node can announce its port from the start: Redis 6.2
+        // takes `cluster-announce-port` into its own entry only when it starts, not from a
+        // later CONFIG SET. The proxy needs no upstream until a client connects.
+        let port = free_port_with_bus();
+        let proxy = FaultProxy::start(port);
+        let announce = [
+            "--cluster-announce-ip".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--cluster-announce-port".to_owned(),
+            proxy.port().to_string(),
+        ];
+        let node = start_cluster_node_on(|| port, &announce);
         let run = |cmd: &mut redis::Cmd| {
             cmd.query::<()>(&mut node.conn()).unwrap_or_else(|e| {
                 panic!(
@@ -839,18 +873,10 @@ impl ProxiedCluster {
                 )
             })
         };
-        run(redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-announce-ip")
-            .arg("127.0.0.1"));
-        run(redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-announce-port")
-            .arg(proxy.port()));
+        // ADDSLOTS with every slot, not ADDSLOTSRANGE, which Redis 6.2 does not know.
         run(redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(0)
-            .arg(SLOTS - 1));
+            .arg("ADDSLOTS")
+            .arg((0..SLOTS).collect::<Vec<u16>>()));
         let cluster = Self { proxy, node };
         let start = Instant::now();
         loop {

@@ -25,6 +25,7 @@
 // every binary would warn about the helpers *it* happens not to call.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod cluster;
 pub mod names;
 pub mod process;
@@ -34,6 +35,8 @@ pub mod tls;
 
 // Short paths for what tests use most (`support::RedisServer`). A binary that uses none of a
 // re-export would get an unused-import warning, which `dead_code` does not cover.
+#[allow(unused_imports)]
+pub use binary::{skip_without, Feature};
 #[allow(unused_imports)]
 pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
 #[allow(unused_imports)]

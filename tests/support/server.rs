@@ -25,7 +25,8 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const NOT_FOUND_MESSAGE: &str = "redis-server not found on PATH: install it \
-     (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`)";
+     (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`), or name \
+     a server binary in DISTLOCK_REDIS_SERVER";
 
 /// A `redis-server` child process on `127.0.0.1`, on a port of its own, with its own temp dir.
 ///
@@ -131,11 +132,22 @@ impl RedisServer {
     pub fn start_custom(
         dir: PathBuf,
         readiness: Readiness,
+        args_for_port: impl FnMut(u16) -> Vec<String>,
+    ) -> Self {
+        Self::start_custom_on(dir, readiness, free_port, args_for_port)
+    }
+
+    /// [`start_custom`](Self::start_custom) on ports chosen by `pick_port` instead of any
+    /// free port (a cluster node needs its bus port free too).
+    pub fn start_custom_on(
+        dir: PathBuf,
+        readiness: Readiness,
+        mut pick_port: impl FnMut() -> u16,
         mut args_for_port: impl FnMut(u16) -> Vec<String>,
     ) -> Self {
         for _ in 0..START_ATTEMPTS {
             // The port was free a moment ago; losing a race for it is the only expected failure.
-            let port = free_port();
+            let port = pick_port();
             let extra_args = args_for_port(port);
             match launch(port, &dir, &extra_args, &readiness, START_TIMEOUT) {
                 Ok(running) => {
@@ -295,9 +307,16 @@ impl RedisServer {
     /// from `INFO commandstats` (`cmdstat_<name>:calls=N,...`); `0` if it never ran.
     ///
     /// `name` is case-insensitive; subcommands are written `"client|setinfo"`, as Redis does.
+    /// A server that counts no subcommands of their own (Redis before 7: `cmdstat_script`, not
+    /// `cmdstat_script|load`) gives the count of the whole command, every subcommand of it.
     /// The helper's own `INFO` call is counted under `info` and nothing else.
     pub fn command_count(&self, name: &str) -> u64 {
-        let prefix = format!("cmdstat_{}:", name.to_ascii_lowercase());
+        let name = name.to_ascii_lowercase();
+        let name = match name.split_once('|') {
+            Some((command, _)) if !self.counts_subcommands() => command.to_owned(),
+            _ => name,
+        };
+        let prefix = format!("cmdstat_{name}:");
         let info = self.info("commandstats");
         let Some(stats) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
             return 0;
@@ -307,6 +326,22 @@ impl RedisServer {
             .find_map(|field| field.strip_prefix("calls="))
             .and_then(|calls| calls.parse().ok())
             .unwrap_or_else(|| panic!("cannot parse the calls of {prefix} in {stats:?}"))
+    }
+
+    /// Whether `INFO commandstats` counts subcommands on their own lines (`cmdstat_config|get`):
+    /// Redis 7 and later, and Valkey (which reports `redis_version:7.2.4`).
+    pub fn counts_subcommands(&self) -> bool {
+        let info = self.info("server");
+        let version = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .unwrap_or_else(|| panic!("no redis_version in INFO server: {info}"));
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|major| major.trim().parse().ok())
+            .unwrap_or_else(|| panic!("cannot parse redis_version:{version}"));
+        major >= 7
     }
 
     /// `CONFIG RESETSTAT`: sets every [`command_count`](Self::command_count) back to 0.
@@ -465,7 +500,7 @@ fn launch(
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
     let port_arg = port.to_string();
-    let mut child = match Command::new("redis-server")
+    let mut child = match Command::new(super::binary::server_program())
         .args(["--port", &port_arg, "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
@@ -477,12 +512,13 @@ fn launch(
         .spawn()
     {
         Ok(child) => child,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+        Err(e) if e.kind() == ErrorKind::NotFound && super::binary::is_primary() => {
             return Err(LaunchError::Failed(NOT_FOUND_MESSAGE.to_string()))
         }
         Err(e) => {
             return Err(LaunchError::Failed(format!(
-                "cannot spawn redis-server: {e}"
+                "cannot spawn {}: {e}",
+                super::binary::server_program().to_string_lossy()
             )))
         }
     };

