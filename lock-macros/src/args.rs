@@ -34,9 +34,9 @@ const OPTIONS: [&str; 7] = [
     "crate",
 ];
 
-/// Lock expiry when `ttl` is not given: 30 s, the seed's default.
+/// Lock expiry when `ttl` is not given: 30 s.
 pub(crate) const DEFAULT_TTL_MS: u64 = 30_000;
-/// How long to wait for the lock when `timeout` is not given: 10 s, the seed's default.
+/// How long to wait for the lock when `timeout` is not given: 10 s.
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 /// The accepted duration forms, quoted in every duration error.

@@ -47,7 +47,7 @@
 //!
 //! distlock never writes into a key it does not hold: waiting is recorded in a key of its own,
 //! so a lock key holds exactly its holder's token, and clients that share the keys and compare
-//! `GET` with their token (the seeds' Python locks, say) keep working next to distlock.
+//! `GET` with their token (a hand-written Python lock during a migration, say) keep working next to distlock.
 
 use std::sync::Arc;
 

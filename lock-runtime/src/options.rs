@@ -10,7 +10,7 @@ pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60
 
 /// How to take one lock: its ttl, how long to wait, auto-extension and fencing.
 ///
-/// The defaults are the seed's: ttl 30 s, timeout 10 s, no auto-extension, no fencing.
+/// The defaults: ttl 30 s, timeout 10 s, no auto-extension, no fencing.
 ///
 /// ```
 /// use distlock::LockOptions;
