@@ -45,9 +45,10 @@
 //! an empty prefix, or one that starts with `{`, makes names like `{t}:distlock:waiters` reach
 //! that shape. The empty key is refused too: it has no text to give its helpers its slot.
 //!
-//! distlock never writes into a key it does not hold: waiting is recorded in a key of its own,
-//! so a lock key holds exactly its holder's token, and clients that share the keys and compare
-//! `GET` with their token (a hand-written Python lock during a migration, say) keep working next to distlock.
+//! distlock never writes into a key that someone else holds: waiting is recorded in a key of its
+//! own, so a lock key holds exactly its holder's token, and clients that share the keys and
+//! compare `GET` with their token (a hand-written Python lock during a migration, say) keep
+//! working next to distlock.
 
 use std::sync::Arc;
 
