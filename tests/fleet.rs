@@ -89,6 +89,16 @@ fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> s
     child
 }
 
+/// The indexes of the workers that held `lock:<name>`, in the order they got it.
+fn order_of(server: &RedisServer, name: &str) -> Vec<usize> {
+    redis::cmd("LRANGE")
+        .arg(format!("{name}:order"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
 fn llen(server: &RedisServer, key: &str) -> usize {
     redis::cmd("LLEN")
         .arg(key)
@@ -125,12 +135,7 @@ fn processes_get_the_lock_in_the_order_they_queued() {
     for status in wait_all(workers, Duration::from_secs(60)) {
         assert!(status.success(), "a worker failed: {status}");
     }
-    let order: Vec<usize> = redis::cmd("LRANGE")
-        .arg("fifo:order")
-        .arg(0)
-        .arg(-1)
-        .query(&mut server.conn())
-        .unwrap();
+    let order = order_of(&server, "fifo");
     assert_eq!(
         order,
         (0..WORKERS).collect::<Vec<_>>(),
@@ -161,12 +166,7 @@ fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
         "the next waiter failed: {}",
         statuses[0]
     );
-    let order: Vec<usize> = redis::cmd("LRANGE")
-        .arg("killed-in-line:order")
-        .arg(0)
-        .arg(-1)
-        .query(&mut server.conn())
-        .unwrap();
+    let order = order_of(&server, "killed-in-line");
     assert_eq!(
         order,
         vec![1],
