@@ -520,24 +520,18 @@ impl LockManager {
             (self.clone(), keys.clone(), Arc::clone(token));
         let clean_up = move |outcome: Option<redis::RedisResult<Attempt>>| async move {
             match outcome {
-                Some(Ok(Attempt::Acquired { .. })) => {
-                    tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
-                    let _ = manager
-                        .inner
-                        .backend
-                        .leave(&cleanup_keys, &cleanup_token)
-                        .await;
+                // Granted to a caller that is gone; or it took (or renewed) a place in line,
+                // maybe after the waiter's own leaving ran (a call finished in the background
+                // is sent late): leave, passing on the lock if it is ours.
+                Some(Ok(attempt)) => {
+                    let granted = matches!(attempt, Attempt::Acquired { .. });
+                    if granted {
+                        tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
+                    }
+                    if granted || in_line {
+                        manager.leave_line(&cleanup_keys, &cleanup_token).await;
+                    }
                 }
-                // It took (or renewed) a place in line, maybe after the waiter's own leaving
-                // ran (a call finished in the background is sent late): leave again.
-                Some(Ok(Attempt::Held { .. })) if in_line => {
-                    let _ = manager
-                        .inner
-                        .backend
-                        .leave(&cleanup_keys, &cleanup_token)
-                        .await;
-                }
-                Some(Ok(Attempt::Held { .. })) => {}
                 Some(Err(error)) if !may_have_run(&error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
@@ -555,6 +549,13 @@ impl LockManager {
             }
         }
         outcome
+    }
+
+    /// Takes `token` out of the lock's line, passing on the lock if it was handed to it.
+    async fn leave_line(&self, keys: &LockKeys, token: &str) {
+        if let Err(error) = self.inner.backend.leave(keys, token).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not leave the line; the place lapses with its lease");
+        }
     }
 
     /// Releases whatever `token` was granted by an attempt that got no answer: retries until
@@ -738,11 +739,7 @@ impl PlaceInLine {
         };
         let (manager, keys) = (self.manager.clone(), self.keys.clone());
         crate::finish::spawn_clean_up(
-            move |_: Option<()>| async move {
-                if let Err(error) = manager.inner.backend.leave(&keys, &token).await {
-                    tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not leave the line; the place lapses with its lease");
-                }
-            },
+            move |_: Option<()>| async move { manager.leave_line(&keys, &token).await },
             None,
         );
     }
