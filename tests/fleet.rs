@@ -145,6 +145,25 @@ fn processes_get_the_lock_in_the_order_they_queued() {
     assert!(!server.exists(&line_key("fifo")), "no line left behind");
 }
 
+/// Releases `guard` and returns how long it took until the `next` waiter had the lock, used it
+/// and exited (successfully: it is checked), at most [`DEAD_WAITER_BOUND`].
+fn release_and_time_the_next(
+    runtime: &tokio::runtime::Runtime,
+    guard: distlock::LockGuard,
+    next: std::process::Child,
+) -> Duration {
+    let released = Instant::now();
+    runtime.block_on(guard.release()).unwrap();
+    let statuses = wait_all(vec![next], DEAD_WAITER_BOUND);
+    let took = released.elapsed();
+    assert!(
+        statuses[0].success(),
+        "the next waiter failed: {}",
+        statuses[0]
+    );
+    took
+}
+
 /// How long the others may be held up by one dead waiter: its claim (3 s) or lease (3 s), plus
 /// the renewal period after which the next waiter notices (1 s), with room for a slow machine.
 const DEAD_WAITER_BOUND: Duration = Duration::from_secs(8);
@@ -157,15 +176,7 @@ fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
     let doomed = queue_worker(&server, "killed-in-line", 0, "record");
     let next = queue_worker(&server, "killed-in-line", 1, "record");
     send_signal(doomed.id(), "KILL");
-    let released = Instant::now();
-    runtime.block_on(guard.release()).unwrap();
-    let statuses = wait_all(vec![next], DEAD_WAITER_BOUND);
-    let took = released.elapsed();
-    assert!(
-        statuses[0].success(),
-        "the next waiter failed: {}",
-        statuses[0]
-    );
+    let took = release_and_time_the_next(&runtime, guard, next);
     let order = order_of(&server, "killed-in-line");
     assert_eq!(
         order,
@@ -184,15 +195,7 @@ fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time
     let (_manager, guard) = hold(&server, &runtime, "killed-holding");
     let doomed = queue_worker(&server, "killed-holding", 0, "abort");
     let next = queue_worker(&server, "killed-holding", 1, "record");
-    let released = Instant::now();
-    runtime.block_on(guard.release()).unwrap();
-    let statuses = wait_all(vec![next], DEAD_WAITER_BOUND);
-    let took = released.elapsed();
-    assert!(
-        statuses[0].success(),
-        "the next waiter failed: {}",
-        statuses[0]
-    );
+    let took = release_and_time_the_next(&runtime, guard, next);
     let doomed = wait_all(vec![doomed], Duration::from_secs(5));
     assert!(
         !doomed[0].success(),

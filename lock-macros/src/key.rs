@@ -3,7 +3,7 @@
 //! A template is literal text with placeholders:
 //!
 //! - `{param}` / `{param.field.sub}` / `{self.id}`: the `Display` of an argument (or a field of it);
-//! - `<param>` / `<param.field>`: the same, in the notation of the original design card;
+//! - `<param>` / `<param.field>`: the same, in angle brackets (for templates written that way);
 //! - `{{` and `}}`: a literal `{` and `}`.
 //!
 //! A `<` that does not open `<ident>` or `<ident.field...>` is literal text, so keys such as
