@@ -56,6 +56,18 @@ pub enum LockError {
         key: String,
     },
 
+    /// One attempt found the lock held by someone else: a function with `on_busy = "fail"`
+    /// does not wait for it.
+    #[error(
+        "lock `{key}` is held by another worker and this call does not wait (`on_busy = \"fail\"`); \
+         retry later, use `on_busy = \"skip\"` to return without running, or `on_busy = \"wait\"` \
+         to wait up to `timeout`"
+    )]
+    Busy {
+        /// The full Redis key of the lock.
+        key: String,
+    },
+
     /// Redis could not be reached or answered with an error.
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(#[from] redis::RedisError),
@@ -71,6 +83,7 @@ impl From<LockError> for std::io::Error {
         use std::io::ErrorKind;
         let kind = match &error {
             LockError::Timeout { .. } => ErrorKind::TimedOut,
+            LockError::Busy { .. } => ErrorKind::WouldBlock,
             LockError::Config(_) => ErrorKind::InvalidInput,
             LockError::Redis(redis) if redis.is_timeout() => ErrorKind::TimedOut,
             LockError::Redis(redis) if redis.is_connection_refusal() => {

@@ -187,21 +187,26 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Delivers a message `"<token> <fence>"` (or `"<token> !"`) to its waiter, if it is ours.
+    /// Delivers a message `"<token> <fence>"` (or `"<token> !"`) to its waiter, if it is ours;
+    /// `"<token> ?"` only wakes it to look again (the holder's expiry changed).
     fn deliver(&self, message: &str) {
         let Some((token, rest)) = message.split_once(' ') else {
             return;
         };
         let grant = match rest {
-            "!" => Grant::FenceFailed,
+            "!" => Some(Grant::FenceFailed),
+            "?" => None,
             fence => match fence.parse() {
-                Ok(fence) => Grant::Granted { fence },
+                Ok(fence) => Some(Grant::Granted { fence }),
                 Err(_) => return,
             },
         };
         let mailbox = self.state().waiters.get(token).cloned();
         if let Some(mailbox) = mailbox {
-            *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = Some(grant);
+            // A wake-up never overwrites a grant not yet read.
+            if let Some(grant) = grant {
+                *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = Some(grant);
+            }
             mailbox.wake.notify_one();
         }
     }

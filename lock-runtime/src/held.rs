@@ -23,6 +23,8 @@ pub(crate) struct Held {
     pub(crate) keys: LockKeys,
     pub(crate) token: Arc<str>,
     pub(crate) fence: Option<u64>,
+    /// With `hold_at_least`: a release before this instant leaves the lock to expire then.
+    hold_until: Option<Instant>,
     expiry: Mutex<Expiry>,
     /// Taken around each ttl change, so that their outcomes arrive in the order Redis applied
     /// them.
@@ -58,7 +60,9 @@ pub(crate) enum Finder {
 
 impl Held {
     /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`, which
-    /// the setting it got (its full ttl, or a hand-off's claim) put `span` after its send time.
+    /// the setting it got (its full ttl, or a hand-off's claim) put `span` after its send time;
+    /// a release before `hold_until` leaves it to expire then.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         manager: LockManager,
         keys: LockKeys,
@@ -67,12 +71,14 @@ impl Held {
         ttl: Duration,
         valid_until: Instant,
         span: Duration,
+        hold_until: Option<Instant>,
     ) -> Self {
         Held {
             manager,
             keys,
             token,
             fence,
+            hold_until,
             expiry: Mutex::new(Expiry {
                 ttl,
                 span,
@@ -128,15 +134,25 @@ impl Held {
         Ok(())
     }
 
-    /// Deletes the lock if it is still ours.
+    /// Deletes the lock if it is still ours — or, before its `hold_at_least` is over, leaves
+    /// it to expire when the hold ends.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
-        let ours = self
-            .manager
-            .backend()
-            .unlock(&self.keys, &self.token)
-            .await?;
+        let backend = self.manager.backend();
+        // Rounded up: Redis applies it later than now, so the lock lives past the hold's end.
+        let keep_millis = self
+            .hold_until
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .map(|keep| u64::try_from(keep.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
+            .filter(|millis| *millis > 0);
+        let ours = match keep_millis {
+            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await?,
+            None => backend.unlock(&self.keys, &self.token).await?,
+        };
         if ours {
-            tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
+            match keep_millis {
+                Some(keep_ms) => tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends"),
+                None => tracing::debug!(target: "distlock", key = %self.keys.lock, "released"),
+            }
             Ok(())
         } else {
             Err(self.lost("it was no longer ours at release", Finder::Holder))

@@ -459,6 +459,10 @@ impl LockManager {
             ttl,
             sent + expires_in,
             expires_in,
+            // From when Redis answered, which is after it granted: never a shorter hold.
+            options
+                .hold_at_least_duration()
+                .map(|hold| Instant::now() + hold),
         );
         let mut guard = LockGuard::new(held, turn);
         if expires_in < ttl && expires_in <= crate::backend::CLAIM {

@@ -30,6 +30,7 @@ pub struct LockOptions {
     timeout: Duration,
     auto_extend: bool,
     fencing: bool,
+    hold_at_least: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -39,6 +40,7 @@ impl Default for LockOptions {
             timeout: Duration::from_secs(10),
             auto_extend: false,
             fencing: false,
+            hold_at_least: None,
         }
     }
 }
@@ -105,6 +107,31 @@ impl LockOptions {
         self
     }
 
+    /// Keep the lock at least until `hold` after it was acquired, even when it is released
+    /// sooner: a release before then does not delete the lock but leaves it to expire then
+    /// (still only if it is ours), and a waiter gets it when it expires. At most the ttl;
+    /// zero turns it off.
+    ///
+    /// For a job that every node of a fleet starts on its own clock at "the same" time: the
+    /// first node to start runs it, and a node whose clock runs behind by less than `hold`
+    /// finds the lock still held instead of running the job a second time. The hold is
+    /// measured on the acquiring process's monotonic clock from when Redis answered, so it is
+    /// never shorter than asked, whatever the wall clocks say.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let options = distlock::LockOptions::new()
+    ///     .ttl(Duration::from_secs(60))
+    ///     .hold_at_least(Duration::from_secs(10));
+    /// assert_eq!(options.hold_at_least_duration(), Some(Duration::from_secs(10)));
+    /// ```
+    #[must_use]
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = (!hold.is_zero()).then_some(hold);
+        self
+    }
+
     /// The configured ttl.
     ///
     /// ```
@@ -145,6 +172,16 @@ impl LockOptions {
         self.fencing
     }
 
+    /// The configured minimum hold, if any (see [`LockOptions::hold_at_least`]).
+    ///
+    /// ```
+    /// assert_eq!(distlock::LockOptions::new().hold_at_least_duration(), None);
+    /// ```
+    #[must_use]
+    pub fn hold_at_least_duration(&self) -> Option<Duration> {
+        self.hold_at_least
+    }
+
     /// Checks every setting, so that a bad value is a `Config` error before any Redis call;
     /// returns the ttl in whole milliseconds.
     pub(crate) fn validate(&self) -> Result<u64, LockError> {
@@ -154,6 +191,15 @@ impl LockOptions {
                 "timeout {:?} is longer than the maximum of 365 days; use a shorter timeout",
                 self.timeout
             )));
+        }
+        if let Some(hold) = self.hold_at_least {
+            if hold > self.ttl {
+                return Err(LockError::config(format!(
+                    "hold_at_least {hold:?} is longer than the ttl {:?}: the lock would expire \
+                     before the hold ends; use a hold_at_least of at most the ttl, or a longer ttl",
+                    self.ttl
+                )));
+            }
         }
         Ok(ttl_millis)
     }
@@ -192,6 +238,26 @@ mod tests {
             .timeout(Duration::MAX)
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn hold_at_least_must_fit_in_the_ttl() {
+        let ttl = Duration::from_secs(5);
+        let options = LockOptions::new().ttl(ttl);
+        assert!(options.clone().hold_at_least(ttl).validate().is_ok());
+        let error = options
+            .clone()
+            .hold_at_least(ttl + Duration::from_millis(1))
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&error, LockError::Config(message) if message.contains("at most the ttl")),
+            "{error}"
+        );
+        assert_eq!(
+            options.hold_at_least(Duration::ZERO).hold_at_least_duration(),
+            None
+        );
     }
 
     #[test]

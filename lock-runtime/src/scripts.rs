@@ -345,3 +345,55 @@ return 0
 ",
     )
 });
+
+/// Release a lock taken with `hold_at_least` before that time is up: instead of deleting it,
+/// set it to expire when the hold ends, if it is still ours; and tell the first waiter in line
+/// to look again, so that it sleeps until that expiry rather than until the ttl it last saw.
+///
+/// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the milliseconds the lock
+///   is to live from now (at least 1).
+/// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
+///   touched).
+///
+/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again. The
+/// message `"<token> ?"` grants nothing: it only wakes that waiter. A waiter further back learns
+/// of the expiry at its next renewal, and is handed the lock by the first waiter's attempt then.
+pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local first = redis.call('LRANGE', KEYS[2], 0, 0)[1]
+if first then
+  local waiter, channel = string.match(first, '^(%S+) %d+ %d+ [01] (.*)$')
+  if waiter and channel ~= '' then
+    redis.call('PUBLISH', channel, waiter .. ' ?')
+  end
+end
+return 1
+",
+    )
+});
+
+/// Redlock's [`HOLD`] on one master: set the lock to expire when the hold ends if it is still
+/// ours, and wake the waiters if there are any, so that they learn the new expiry.
+///
+/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key (also the wake-up channel); `ARGV[1]` the
+///   token, `ARGV[2]` the milliseconds the lock is to live from now.
+/// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours.
+pub(crate) static QUORUM_HOLD: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[2]) then
+  redis.call('PUBLISH', KEYS[2], KEYS[1])
+end
+return 1
+",
+    )
+});

@@ -201,6 +201,21 @@ impl Backend {
         }
     }
 
+    /// Releases a lock whose `hold_at_least` is not over: leaves it to expire `keep_millis`
+    /// from now rather than deleting it, if it is still ours (`false` if it was not), and wakes
+    /// its waiters to learn that expiry. Whoever waits gets it when it expires.
+    pub(crate) async fn hold(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        keep_millis: u64,
+    ) -> RedisResult<bool> {
+        match &self.locks {
+            Locks::Single(node) => node.hold(keys, token, keep_millis).await,
+            Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
+        }
+    }
+
     /// Sets the lock's remaining ttl if it is still ours; `false` if it was not ours.
     pub(crate) async fn extend(
         &self,

@@ -264,6 +264,39 @@ impl Node {
         Ok(deleted == 1)
     }
 
+    /// Leaves the lock to expire `keep_millis` from now instead of deleting it, if it is still
+    /// ours, and wakes whoever waits for it to learn that expiry; `false` if it was not ours.
+    pub(crate) async fn hold(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        keep_millis: u64,
+    ) -> RedisResult<bool> {
+        let mut connection = self.connection().await?;
+        let (script, cmd) = match self.protocol {
+            Protocol::Line => {
+                let line = keys.line();
+                let mut cmd =
+                    scripts::evalsha(&scripts::HOLD, &[&keys.lock, &line], 2, token.len() + 20);
+                cmd.arg(token).arg(keep_millis);
+                (&*scripts::HOLD, cmd)
+            }
+            Protocol::Mark => {
+                let waiters = keys.waiters();
+                let mut cmd = scripts::evalsha(
+                    &scripts::QUORUM_HOLD,
+                    &[&keys.lock, &waiters],
+                    2,
+                    token.len() + 20,
+                );
+                cmd.arg(token).arg(keep_millis);
+                (&*scripts::QUORUM_HOLD, cmd)
+            }
+        };
+        let held: i64 = scripts::run(script, &cmd, &mut connection).await?;
+        Ok(held == 1)
+    }
+
     /// Sets the lock's remaining ttl if it is still ours; `false` if it was not ours.
     pub(crate) async fn extend(
         &self,

@@ -144,6 +144,20 @@ impl Quorum {
         self.majority_true(&results)
     }
 
+    /// Leaves the lock to expire `keep_millis` from now on every master; ours if a majority
+    /// still held it.
+    pub(crate) async fn hold(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        keep_millis: u64,
+    ) -> RedisResult<bool> {
+        let results = self
+            .on_each(|node| node.hold(keys, token, keep_millis))
+            .await;
+        self.majority_true(&results)
+    }
+
     /// Extends on every master; succeeds if a majority extended it within the ttl.
     pub(crate) async fn extend(
         &self,
