@@ -150,7 +150,9 @@ impl Held {
         };
         if ours {
             match keep_millis {
-                Some(keep_ms) => tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends"),
+                Some(keep_ms) => {
+                    tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends")
+                }
                 None => tracing::debug!(target: "distlock", key = %self.keys.lock, "released"),
             }
             Ok(())

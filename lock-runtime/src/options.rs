@@ -255,7 +255,9 @@ mod tests {
             "{error}"
         );
         assert_eq!(
-            options.hold_at_least(Duration::ZERO).hold_at_least_duration(),
+            options
+                .hold_at_least(Duration::ZERO)
+                .hold_at_least_duration(),
             None
         );
     }
