@@ -1,5 +1,5 @@
-//! [`LockManagerBuilder`]: where the locks live (standalone, cluster, Redlock) and how to talk
-//! to it.
+//! [`LockManagerBuilder`]: where the locks live (standalone, cluster, Redlock, Sentinel) and
+//! how to talk to it.
 
 use std::fmt;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::connection::{Endpoint, Timeouts};
 use crate::keys::LockKeys;
 use crate::options::MAX_DURATION;
+use crate::sentinel::Sentinels;
 use crate::{LockError, LockManager};
 
 /// Which Redis deployment a manager locks on.
@@ -16,10 +17,14 @@ pub(crate) enum Topology {
     Standalone(String),
     Cluster(Vec<String>),
     Redlock(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
 }
 
-/// Builds a [`LockManager`]: [`LockManager::builder`], [`LockManager::cluster_builder`] or
-/// [`LockManager::redlock_builder`], options, then `.connect().await`. The options are the same
+/// Builds a [`LockManager`]: [`LockManager::builder`], [`LockManager::cluster_builder`],
+/// [`LockManager::redlock_builder`] or [`LockManager::sentinel_builder`], options, then `.connect().await`. The options are the same
 /// for every deployment; the attribute, the guard and the options never learn which one it is.
 ///
 /// ```no_run
@@ -200,6 +205,29 @@ impl LockManagerBuilder {
                     .collect::<Result<_, _>>()?;
                 Backend::redlock(masters, self.timeouts, self.node_timeout)
             }
+            Topology::Sentinel { sentinels, service } => {
+                if sentinels.is_empty() {
+                    return Err(LockError::config(
+                        "a Sentinel manager needs the URL of at least one sentinel (three or \
+                         more are usual)",
+                    ));
+                }
+                if service.is_empty() {
+                    return Err(LockError::config(
+                        "a Sentinel manager needs the name of the service whose master holds \
+                         the locks (`sentinel monitor <name> ...` in the sentinels' \
+                         configuration)",
+                    ));
+                }
+                for url in sentinels {
+                    self.open(url)?;
+                }
+                let sentinels = Sentinels::new(sentinels.clone(), service.clone(), self.timeouts)
+                    .map_err(|error| {
+                        LockError::config(format!("cannot use these sentinels: {error}"))
+                    })?;
+                Backend::sentinel(sentinels, self.timeouts)
+            }
         };
         let probe = probe_keys(&self.key_prefix)?;
         let manager = LockManager::new(backend, self.key_prefix, describe(&self.topology));
@@ -292,6 +320,9 @@ fn describe(topology: &Topology) -> String {
         Topology::Standalone(url) => redact(url),
         Topology::Cluster(urls) => format!("cluster [{}]", list(urls)),
         Topology::Redlock(urls) => format!("redlock [{}]", list(urls)),
+        Topology::Sentinel { sentinels, service } => {
+            format!("sentinel [{}] service `{service}`", list(sentinels))
+        }
     }
 }
 

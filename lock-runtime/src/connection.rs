@@ -7,6 +7,7 @@
 //! connection's driver on the caller's runtime also keeps every round trip free of cross-thread
 //! hand-offs. Connections of runtimes that have shut down are dropped when the next one is added.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::sentinel::Sentinels;
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
 
@@ -39,6 +42,8 @@ pub(crate) enum Endpoint {
     Standalone(redis::Client),
     /// A Redis Cluster: redirections (MOVED/ASK) and failovers are followed by redis-rs.
     Cluster(ClusterClient),
+    /// The master of a Sentinel service, asked of the sentinels at every connect.
+    Sentinel(Arc<Sentinels>),
 }
 
 /// A connection to an [`Endpoint`]; cheap to clone, multiplexed.
@@ -46,6 +51,27 @@ pub(crate) enum Endpoint {
 pub(crate) enum Connection {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(MasterConnection),
+}
+
+/// A connection to the master a Sentinel named, which notes when a reply suggests that the
+/// server is no longer the master, so that the next caller connects anew.
+#[derive(Clone)]
+pub(crate) struct MasterConnection {
+    connection: ConnectionManager,
+    stale: Arc<AtomicBool>,
+}
+
+impl MasterConnection {
+    fn note(&self, error: &redis::RedisError) {
+        if crate::sentinel::master_may_have_moved(error) {
+            self.stale.store(true, Ordering::Release);
+        }
+    }
+
+    fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire)
+    }
 }
 
 impl ConnectionLike for Connection {
@@ -53,6 +79,17 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Standalone(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            Connection::Sentinel(master) => {
+                let noted = master.clone();
+                let reply = master.connection.req_packed_command(cmd);
+                Box::pin(async move {
+                    let reply = reply.await;
+                    if let Err(error) = &reply {
+                        noted.note(error);
+                    }
+                    reply
+                })
+            }
         }
     }
 
@@ -69,6 +106,19 @@ impl ConnectionLike for Connection {
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            Connection::Sentinel(master) => {
+                let noted = master.clone();
+                let replies = master
+                    .connection
+                    .req_packed_commands(pipeline, offset, count);
+                Box::pin(async move {
+                    let replies = replies.await;
+                    if let Err(error) = &replies {
+                        noted.note(error);
+                    }
+                    replies
+                })
+            }
         }
     }
 
@@ -76,6 +126,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Standalone(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
+            Connection::Sentinel(master) => master.connection.get_db(),
         }
     }
 }
@@ -109,6 +160,25 @@ impl Endpoint {
     async fn connect(&self, timeouts: Timeouts) -> RedisResult<Connection> {
         match self {
             Endpoint::Standalone(client) => {
+                Self::manager(client.clone(), timeouts)
+                    .await
+                    .map(Connection::Standalone)
+            }
+            Endpoint::Sentinel(sentinels) => {
+                let master = sentinels.master().await?;
+                Ok(Connection::Sentinel(MasterConnection {
+                    connection: Self::manager(master, timeouts).await?,
+                    stale: Arc::new(AtomicBool::new(false)),
+                }))
+            }
+            Endpoint::Cluster(client) => {
+                client.get_async_connection().await.map(Connection::Cluster)
+            }
+        }
+    }
+
+    /// A reconnecting connection to one server.
+    async fn manager(client: redis::Client, timeouts: Timeouts) -> RedisResult<ConnectionManager> {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(Some(timeouts.response))
@@ -119,14 +189,7 @@ impl Endpoint {
                     .set_number_of_retries(0)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_millis(500));
-                ConnectionManager::new_with_config(client.clone(), config)
-                    .await
-                    .map(Connection::Standalone)
-            }
-            Endpoint::Cluster(client) => {
-                client.get_async_connection().await.map(Connection::Cluster)
-            }
-        }
+                ConnectionManager::new_with_config(client, config).await
     }
 }
 
@@ -179,6 +242,11 @@ impl Connections {
         let mut start = None;
         let attempt = {
             let mut slots = self.lock();
+            // A Sentinel master that may have failed over: connect anew, asking the sentinels.
+            slots.retain(|slot| {
+                slot.runtime != id
+                    || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
+            });
             match slots
                 .iter()
                 .find(|slot| slot.runtime == id)
@@ -232,6 +300,11 @@ impl Connections {
     /// connection or a response timeout.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.endpoint, Endpoint::Cluster(_))
+    }
+
+    /// Whether this is the master of a Sentinel service, which may move.
+    pub(crate) fn is_sentinel(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Sentinel(_))
     }
 
     /// How long after a command first ran a cluster connection may still send it again: each of

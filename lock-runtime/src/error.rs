@@ -130,6 +130,11 @@ fn redis_hint(error: &redis::RedisError) -> &'static str {
         }
         Meaning::NotAReply => match error.kind() {
             ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
+            ErrorKind::MasterNameNotFoundBySentinel => {
+                "the sentinels name no reachable master for the service: check the service name \
+                 (`sentinel monitor <name> ...`) and that its master is up; during a failover \
+                 this lasts until a replica is promoted"
+            }
             ErrorKind::Parse => {
                 "the server at the configured URL does not speak the Redis protocol; check the \
                  host and port"

@@ -24,11 +24,22 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::connection::Timeouts;
+use crate::sentinel::Sentinels;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
 /// Delay before reconnecting after the connection dropped: first, then doubling up to the last.
 const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// Where the grant channel is subscribed.
+pub(crate) enum Servers {
+    /// Any of these (tried in turn after a failure): a standalone server, or the nodes of a
+    /// cluster, which forwards every publish to all its nodes.
+    Fixed(Vec<Client>),
+    /// The master of a Sentinel service, asked of the sentinels at every connect. (A demoted
+    /// master drops its clients, and a replica would still hear the master's publishes.)
+    Sentinel(Arc<Sentinels>),
+}
 
 /// What a hand-off message told a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,9 +88,9 @@ pub(crate) struct GrantWaiter {
 }
 
 impl GrantHub {
-    /// A hub for the server or cluster that `servers` reach (tried in turn), with a fresh
+    /// A hub for the server, cluster or Sentinel service that `servers` reach, with a fresh
     /// channel name.
-    pub(crate) fn new(servers: Vec<Client>, timeouts: Timeouts) -> Self {
+    pub(crate) fn new(servers: Servers, timeouts: Timeouts) -> Self {
         let shared = Arc::new(Shared {
             channel: Arc::from(format!("distlock:grants:{}", uuid::Uuid::new_v4().simple())),
             state: Mutex::new(State::default()),
@@ -236,7 +247,7 @@ impl Shared {
 
 /// The hub's task: keeps the channel subscribed while it is wanted, and delivers messages. Ends
 /// when the hub is dropped.
-async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Timeouts) {
+async fn run(shared: std::sync::Weak<Shared>, servers: Servers, timeouts: Timeouts) {
     let mut next_server = 0usize;
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
     let mut backoff = RECONNECT_BACKOFF.0;
@@ -337,15 +348,22 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
 
 /// Subscribes to `channel`, connecting first when there is no connection.
 async fn subscribe(
-    servers: &[Client],
+    servers: &Servers,
     next_server: &mut usize,
     timeouts: Timeouts,
     connection: &mut Option<(PubSubSink, PubSubStream)>,
     channel: &str,
 ) -> RedisResult<()> {
     if connection.is_none() {
-        let client = &servers[*next_server % servers.len()];
-        *next_server = next_server.wrapping_add(1);
+        let client = match servers {
+            Servers::Fixed(clients) => {
+                let client = clients[*next_server % clients.len()].clone();
+                *next_server = next_server.wrapping_add(1);
+                client
+            }
+            // Bounded by the lookup itself.
+            Servers::Sentinel(sentinels) => sentinels.master().await?,
+        };
         let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
             .await
             .map_err(|_| {

@@ -34,6 +34,7 @@ mod options;
 mod queue;
 mod retry;
 mod scripts;
+mod sentinel;
 mod wake;
 mod watchdog;
 

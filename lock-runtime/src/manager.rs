@@ -124,6 +124,34 @@ impl LockManager {
         LockManagerBuilder::new(Topology::Redlock(to_strings(urls)))
     }
 
+    /// Starts building a manager for the master of a Redis Sentinel service, given some of its
+    /// sentinels (`redis://host:26379`) and the service's name (`sentinel monitor <name> ...`
+    /// in their configuration). The master's address is asked of the sentinels at connect,
+    /// and again whenever the master dies, refuses connections or turns read-only: a failover
+    /// is followed, with the same waiting, hand-offs and fencing as on a standalone server.
+    ///
+    /// Replication is asynchronous, so a failover can forget the last writes of the old
+    /// master: a lock granted (or released, or a fencing token issued) just before it may be
+    /// unknown to the new master, which then grants that lock again. Keep ttls short with
+    /// `auto_extend`, so that a forgotten holder notices at its next extension, and pass
+    /// fencing tokens to your storage where a double holder would do harm.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::sentinel_builder(
+    ///     &["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// );
+    /// ```
+    pub fn sentinel_builder<S: AsRef<str>>(
+        sentinels: &[S],
+        service: impl Into<String>,
+    ) -> LockManagerBuilder {
+        LockManagerBuilder::new(Topology::Sentinel {
+            sentinels: to_strings(sentinels),
+            service: service.into(),
+        })
+    }
+
     /// A manager over `backend`, before any Redis call.
     pub(crate) fn new(backend: Backend, key_prefix: String, description: String) -> Self {
         LockManager {

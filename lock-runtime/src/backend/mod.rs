@@ -4,9 +4,10 @@
 //! operations — try to take, release, extend, check, wait for a hand-off or a release — and
 //! never learns which deployment it runs on:
 //!
-//! - **single**: one endpoint, a standalone server or a Redis Cluster (`node`): every key of a
-//!   lock shares one hash slot, so each script runs on the one node that owns it, and waiters
-//!   queue in one line per lock that releases hand the lock down ([`Protocol::Line`]);
+//! - **single**: one endpoint, a standalone server, the master of a Sentinel service, or a
+//!   Redis Cluster (`node`): every key of a lock shares one hash slot, so each script runs on
+//!   the one node that owns it, and waiters queue in one line per lock that releases hand the
+//!   lock down ([`Protocol::Line`]);
 //! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
 //!   waiters mark the lock as awaited and compete when a release wakes them
 //!   ([`Protocol::Mark`]).
@@ -20,7 +21,8 @@ use std::time::Duration;
 use redis::RedisResult;
 
 use crate::connection::{Connections, Endpoint, Timeouts};
-use crate::grants::GrantHub;
+use crate::grants::{GrantHub, Servers};
+use crate::sentinel::Sentinels;
 use crate::keys::LockKeys;
 use crate::wake::WakeHub;
 use node::{Node, Protocol};
@@ -86,7 +88,7 @@ impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
-            wakeups: Wakeups::Grants(GrantHub::new(vec![client.clone()], timeouts)),
+            wakeups: Wakeups::Grants(GrantHub::new(Servers::Fixed(vec![client.clone()]), timeouts)),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(Endpoint::Standalone(client), timeouts),
                 Protocol::Line,
@@ -102,9 +104,25 @@ impl Backend {
         timeouts: Timeouts,
     ) -> Self {
         Backend {
-            wakeups: Wakeups::Grants(GrantHub::new(seeds, timeouts)),
+            wakeups: Wakeups::Grants(GrantHub::new(Servers::Fixed(seeds), timeouts)),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(endpoint, timeouts),
+                Protocol::Line,
+            ))),
+        }
+    }
+
+    /// The master of a Sentinel service, followed across failovers: a standalone server whose
+    /// address the sentinels give.
+    pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> Self {
+        let sentinels = Arc::new(sentinels);
+        Backend {
+            wakeups: Wakeups::Grants(GrantHub::new(
+                Servers::Sentinel(Arc::clone(&sentinels)),
+                timeouts,
+            )),
+            locks: Locks::Single(Box::new(Node::new(
+                Connections::new(Endpoint::Sentinel(sentinels), timeouts),
                 Protocol::Line,
             ))),
         }

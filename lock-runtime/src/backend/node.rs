@@ -174,12 +174,14 @@ impl Node {
     /// waiters); `false` if it was not ours. With `leave`, also takes `token` out of the line: a
     /// waiter that gives up, and passes on a lock handed to it meanwhile.
     ///
-    /// On a Redis Cluster in flux the release is tried again for a while rather than left to
-    /// the ttl: while the lock's slot is half-migrated the script (several keys, the helpers
-    /// usually absent) is answered TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that
-    /// redis-rs gave up following, or a refused connection to the master that just died. Each
-    /// of these means the script did not run, so trying again cannot release twice; acquires
-    /// need no such loop, they retry until their deadline.
+    /// On a Redis Cluster in flux, or a Sentinel service failing over, the release is tried
+    /// again for a while rather than left to the ttl. On a cluster: while the lock's slot is
+    /// half-migrated the script (several keys, the helpers usually absent) is answered
+    /// TRYAGAIN, and during a failover CLUSTERDOWN or a MOVED that redis-rs gave up following,
+    /// or a refused connection to the master that just died. On Sentinel: the old master
+    /// refuses connections or is a read-only replica now, or the sentinels know no master yet.
+    /// Each of these means the script did not run, so trying again cannot release twice;
+    /// acquires need no such loop, they retry until their deadline.
     pub(crate) async fn unlock(
         &self,
         keys: &LockKeys,
@@ -188,18 +190,24 @@ impl Node {
     ) -> RedisResult<bool> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
         let mut pause = CLUSTER_IN_FLUX_RETRY.1;
+        let sentinel = self.connections.is_sentinel();
         loop {
-            let mut connection = self.connection().await?;
-            let in_cluster = matches!(connection, Connection::Cluster(_));
-            // A cluster connection may run the release twice: mark it, see `RELEASE`.
-            let re_sent_within = in_cluster.then(|| self.connections.resend_window());
-            match self
-                .unlock_on(&mut connection, keys, token, leave, re_sent_within)
-                .await
-            {
+            let mut in_cluster = false;
+            let result = match self.connection().await {
+                Ok(mut connection) => {
+                    in_cluster = matches!(connection, Connection::Cluster(_));
+                    // A cluster connection may run the release twice: mark it, see `RELEASE`.
+                    let re_sent_within = in_cluster.then(|| self.connections.resend_window());
+                    self.unlock_on(&mut connection, keys, token, leave, re_sent_within)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            match result {
                 Err(error)
-                    if in_cluster
-                        && (cluster_in_flux(&error) || error.is_connection_refusal())
+                    if ((in_cluster
+                        && (cluster_in_flux(&error) || error.is_connection_refusal()))
+                        || (sentinel && crate::sentinel::not_run_for_want_of_a_master(&error)))
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
