@@ -224,8 +224,8 @@ impl LockManagerBuilder {
                 }
                 let sentinels = Sentinels::new(sentinels.clone(), service.clone(), self.timeouts)
                     .map_err(|error| {
-                        LockError::config(format!("cannot use these sentinels: {error}"))
-                    })?;
+                    LockError::config(format!("cannot use these sentinels: {error}"))
+                })?;
                 Backend::sentinel(sentinels, self.timeouts)
             }
         };

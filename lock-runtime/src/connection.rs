@@ -159,11 +159,9 @@ impl Endpoint {
 
     async fn connect(&self, timeouts: Timeouts) -> RedisResult<Connection> {
         match self {
-            Endpoint::Standalone(client) => {
-                Self::manager(client.clone(), timeouts)
-                    .await
-                    .map(Connection::Standalone)
-            }
+            Endpoint::Standalone(client) => Self::manager(client.clone(), timeouts)
+                .await
+                .map(Connection::Standalone),
             Endpoint::Sentinel(sentinels) => {
                 let master = sentinels.master().await?;
                 Ok(Connection::Sentinel(MasterConnection {
@@ -179,17 +177,17 @@ impl Endpoint {
 
     /// A reconnecting connection to one server.
     async fn manager(client: redis::Client, timeouts: Timeouts) -> RedisResult<ConnectionManager> {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeouts.connect))
-                    .set_response_timeout(Some(timeouts.response))
-                    // Our own callers retry until their deadline; a reconnect loop inside
-                    // redis-rs would only hide that Redis is down. Not even one retry: its
-                    // backoff sleep (up to 50 ms) would be paid by every operation on a dead
-                    // Redlock master (each op waits for all masters), slowing the whole quorum.
-                    .set_number_of_retries(0)
-                    .set_min_delay(Duration::from_millis(50))
-                    .set_max_delay(Duration::from_millis(500));
-                ConnectionManager::new_with_config(client, config).await
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeouts.connect))
+            .set_response_timeout(Some(timeouts.response))
+            // Our own callers retry until their deadline; a reconnect loop inside
+            // redis-rs would only hide that Redis is down. Not even one retry: its
+            // backoff sleep (up to 50 ms) would be paid by every operation on a dead
+            // Redlock master (each op waits for all masters), slowing the whole quorum.
+            .set_number_of_retries(0)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        ConnectionManager::new_with_config(client, config).await
     }
 }
 

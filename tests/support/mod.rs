@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod names;
 pub mod process;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
 pub mod tls;
 
@@ -43,6 +44,8 @@ pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
 pub use process::{free_port, send_signal, spawn_self, wait_all};
 #[allow(unused_imports)]
 pub use proxy::FaultProxy;
+#[allow(unused_imports)]
+pub use sentinel::SentinelSet;
 #[allow(unused_imports)]
 pub use server::RedisServer;
 #[allow(unused_imports)]

@@ -635,7 +635,7 @@ fn reply_complete(reply: &[u8]) -> bool {
 ///
 /// Needed because `Drop` does not run for statics or on abort, and std has no "die with the
 /// parent" option; a poll every second costs nothing measurable.
-fn spawn_watchdog(redis_pid: u32, dir: &Path) -> Option<Child> {
+pub(super) fn spawn_watchdog(redis_pid: u32, dir: &Path) -> Option<Child> {
     const SCRIPT: &str = "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
                           kill -9 \"$2\" 2>/dev/null; rm -rf \"$3\"";
     Command::new("sh")
@@ -667,7 +667,7 @@ fn stop(mut running: Running) {
 }
 
 /// SIGKILLs `child` and waits (bounded) until it has exited.
-fn kill_and_reap(child: &mut Child) {
+pub(super) fn kill_and_reap(child: &mut Child) {
     let _ = child.kill();
     let deadline = Instant::now() + EXIT_TIMEOUT;
     loop {

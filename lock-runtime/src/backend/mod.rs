@@ -22,8 +22,8 @@ use redis::RedisResult;
 
 use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::{GrantHub, Servers};
-use crate::sentinel::Sentinels;
 use crate::keys::LockKeys;
+use crate::sentinel::Sentinels;
 use crate::wake::WakeHub;
 use node::{Node, Protocol};
 use quorum::Quorum;
@@ -88,7 +88,10 @@ impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
-            wakeups: Wakeups::Grants(GrantHub::new(Servers::Fixed(vec![client.clone()]), timeouts)),
+            wakeups: Wakeups::Grants(GrantHub::new(
+                Servers::Fixed(vec![client.clone()]),
+                timeouts,
+            )),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(Endpoint::Standalone(client), timeouts),
                 Protocol::Line,
