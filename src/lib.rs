@@ -60,6 +60,6 @@ pub use lock_runtime::{
 #[doc(hidden)]
 pub mod __private {
     pub use core::time::Duration;
-    pub use lock_runtime::attribute::{acquire, release, run};
+    pub use lock_runtime::attribute::{acquire, acquire_or_busy, release, run, try_acquire};
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -15,6 +15,35 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
     global()?.acquire(key, options).await
 }
 
+/// One attempt at the lock `key` (`on_busy = "skip"`): `Ok(None)` when someone else holds it,
+/// which is recorded as a `tracing` debug event.
+///
+/// # Errors
+/// As [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
+pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+    let manager = global()?;
+    let guard = manager.try_acquire(key, options).await?;
+    if guard.is_none() {
+        tracing::debug!(target: "distlock", key = %format_args!("{}{key}", manager.key_prefix()), "held elsewhere; the body is skipped (on_busy = \"skip\")");
+    }
+    Ok(guard)
+}
+
+/// One attempt at the lock `key` (`on_busy = "fail"`).
+///
+/// # Errors
+/// [`LockError::Busy`] when someone else holds it; otherwise as
+/// [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
+pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+    let manager = global()?;
+    match manager.try_acquire(key, options).await? {
+        Some(guard) => Ok(guard),
+        None => Err(LockError::Busy {
+            key: format!("{}{key}", manager.key_prefix()),
+        }),
+    }
+}
+
 /// Runs the body while the lock is held. With auto-extension, the body is raced against the
 /// watchdog: when it gives the lock up, the body is dropped (it stops at its next `.await`) and
 /// `Err(LockError::Lost)` is returned. A body that completes wins a tie. A loss the body learns
