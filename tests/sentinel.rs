@@ -204,3 +204,27 @@ async fn run_through_failover(
         "recovered within 30 s (took {longest_gap:?})"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_with_a_password_is_reached_with_master_login_which_is_never_shown() {
+    let password = "s3cret-master-pw";
+    let set = SentinelSet::start_with_password(Some(password));
+    let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+        .master_login("", password)
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect with the master's password: {error}"));
+    let guard = manager.acquire("job", &LockOptions::new()).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(!format!("{manager:?}").contains(password));
+
+    for builder in [
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE),
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE).master_login("", "wrong"),
+    ] {
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("wrong"), "{shown}");
+        let error = builder.connect().await.unwrap_err();
+        assert!(!error.to_string().contains(password), "{error}");
+    }
+}

@@ -47,6 +47,8 @@ pub struct LockManagerBuilder {
     key_prefix: String,
     timeouts: Timeouts,
     node_timeout: Duration,
+    /// Sentinel only: the master's user name and password.
+    master_login: Option<crate::sentinel::Login>,
     /// PEM of the certificate authority that signed the servers' certificates, for `rediss://`
     /// servers whose certificate the system's roots do not vouch for.
     #[cfg(feature = "tls")]
@@ -74,6 +76,7 @@ impl LockManagerBuilder {
                 response: Duration::from_secs(1),
             },
             node_timeout: Duration::from_millis(100),
+            master_login: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
@@ -129,6 +132,20 @@ impl LockManagerBuilder {
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// Sentinel only: log in to the master (and, after a failover, the replica promoted in its
+    /// place) as `user` with `password`; an empty `user` is the default user (`requirepass`).
+    /// The sentinels' own logins, if any, go in their URLs. Never shown in `Debug` output or
+    /// error messages.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::sentinel_builder(&["redis://10.0.0.1:26379"], "locks")
+    ///     .master_login("locker", "s3cret");
+    /// ```
+    pub fn master_login(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.master_login = Some((user.into(), password.into()));
         self
     }
 
@@ -222,8 +239,13 @@ impl LockManagerBuilder {
                 for url in sentinels {
                     self.open(url)?;
                 }
-                let sentinels = Sentinels::new(sentinels.clone(), service.clone(), self.timeouts)
-                    .map_err(|error| {
+                let sentinels = Sentinels::new(
+                    sentinels.clone(),
+                    service.clone(),
+                    self.master_login.as_ref(),
+                    self.timeouts,
+                )
+                .map_err(|error| {
                     LockError::config(format!("cannot use these sentinels: {error}"))
                 })?;
                 Backend::sentinel(sentinels, self.timeouts)

@@ -7,8 +7,8 @@
 //! (read-only) server, and the hand-off subscription ([`crate::grants`]) asks again when its
 //! connection drops — a demoted master drops its clients, so both follow a failover.
 
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Client, ErrorKind, RedisError, RedisResult};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Client, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
 
 use crate::classify::{classify, Meaning};
 use crate::connection::Timeouts;
@@ -17,15 +17,34 @@ use crate::connection::Timeouts;
 pub(crate) struct Sentinels {
     urls: Vec<String>,
     service: String,
+    /// How to log in to the master (the sentinels' own logins are in their URLs).
+    master_login: SentinelNodeConnectionInfo,
     timeouts: Timeouts,
 }
 
+/// A user name (empty: the default user) and password for the master.
+pub(crate) type Login = (String, String);
+
 impl Sentinels {
     /// Checks the URLs and the service name without connecting.
-    pub(crate) fn new(urls: Vec<String>, service: String, timeouts: Timeouts) -> RedisResult<Self> {
+    pub(crate) fn new(
+        urls: Vec<String>,
+        service: String,
+        master_login: Option<&Login>,
+        timeouts: Timeouts,
+    ) -> RedisResult<Self> {
+        let mut master = SentinelNodeConnectionInfo::default();
+        if let Some((user, password)) = master_login {
+            let mut info = RedisConnectionInfo::default().set_password(password);
+            if !user.is_empty() {
+                info = info.set_username(user);
+            }
+            master = master.set_redis_connection_info(info);
+        }
         let sentinels = Sentinels {
             urls,
             service,
+            master_login: master,
             timeouts,
         };
         sentinels.client().map(drop)?;
@@ -39,7 +58,7 @@ impl Sentinels {
         SentinelClient::build(
             self.urls.clone(),
             self.service.clone(),
-            None,
+            Some(self.master_login.clone()),
             SentinelServerType::Master,
         )
     }

@@ -27,6 +27,8 @@ pub struct SentinelSet {
     /// The two data servers; either may be the master (see [`SentinelSet::master`]).
     servers: [RedisServer; 2],
     sentinels: Vec<Sentinel>,
+    /// The data servers' `requirepass`, if any.
+    password: Option<String>,
 }
 
 /// One `redis-server <config> --sentinel` process.
@@ -40,13 +42,29 @@ struct Sentinel {
 impl SentinelSet {
     /// Starts the deployment and waits until a failover could promote the replica.
     pub fn start() -> Self {
-        let master = RedisServer::start();
+        Self::start_with_password(None)
+    }
+
+    /// [`start`](Self::start), with both data servers requiring `password` (the sentinels
+    /// know it; the sentinels themselves take no password). The data servers' helpers
+    /// (`get`, `keys`, ...) then fail: they log in as nobody.
+    pub fn start_with_password(password: Option<&str>) -> Self {
+        let auth: Vec<&str> = match password {
+            Some(password) => vec!["--requirepass", password, "--masterauth", password],
+            None => Vec::new(),
+        };
+        let master = RedisServer::start_with(&auth);
         let master_port = master.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]);
-        let sentinels = (0..3).map(|_| Sentinel::start(master.port())).collect();
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
+        replica_args.extend(&auth);
+        let replica = RedisServer::start_with(&replica_args);
+        let sentinels = (0..3)
+            .map(|_| Sentinel::start(master.port(), password))
+            .collect();
         let set = SentinelSet {
             servers: [master, replica],
             sentinels,
+            password: password.map(str::to_owned),
         };
         set.wait_ready();
         set
@@ -118,7 +136,7 @@ impl SentinelSet {
             if let Some(Some(new)) = ports.first() {
                 if *new != old
                     && ports.iter().all(|port| *port == Some(*new))
-                    && role(self.server_on(*new)).as_deref() == Some("master")
+                    && self.role(self.server_on(*new)).as_deref() == Some("master")
                 {
                     return self.server_on(*new);
                 }
@@ -151,8 +169,8 @@ impl SentinelSet {
     fn wait_ready(&self) {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            let replica_up = self.servers[1]
-                .try_conn()
+            let replica_up = self
+                .data_conn(&self.servers[1])
                 .and_then(|mut c| {
                     redis::cmd("INFO")
                         .arg("replication")
@@ -191,21 +209,35 @@ impl SentinelSet {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
 
-/// What `ROLE` says the server is (`master`, `slave`), or `None` if it does not answer.
-fn role(server: &RedisServer) -> Option<String> {
-    let mut connection = server.try_conn().ok()?;
-    let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut connection).ok()?;
-    match reply.first()? {
-        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        redis::Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
+    /// A helper connection to a data server, logged in with the set's password.
+    fn data_conn(&self, server: &RedisServer) -> redis::RedisResult<redis::Connection> {
+        let mut connection = server.try_conn()?;
+        if let Some(password) = &self.password {
+            redis::cmd("AUTH")
+                .arg(password)
+                .query::<()>(&mut connection)?;
+        }
+        Ok(connection)
+    }
+
+    /// What `ROLE` says the server is (`master`, `slave`), or `None` if it does not answer.
+    fn role(&self, server: &RedisServer) -> Option<String> {
+        let mut connection = self.data_conn(server).ok()?;
+        let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut connection).ok()?;
+        match reply.first()? {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            redis::Value::SimpleString(text) => Some(text.clone()),
+            _ => None,
+        }
     }
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Self {
+    fn start(master_port: u16, password: Option<&str>) -> Self {
+        let auth = password
+            .map(|password| format!("sentinel auth-pass {SERVICE} {password}\n"))
+            .unwrap_or_default();
         for _ in 0..10 {
             let port = free_port();
             let dir = super::unique_temp_dir("sentinel");
@@ -217,7 +249,7 @@ impl Sentinel {
                      sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
                      sentinel down-after-milliseconds {SERVICE} 1000\n\
                      sentinel failover-timeout {SERVICE} 10000\n\
-                     sentinel parallel-syncs {SERVICE} 1\n",
+                     sentinel parallel-syncs {SERVICE} 1\n{auth}",
                     dir = dir.display()
                 ),
             )
