@@ -3,16 +3,23 @@
 //! Use it through the `distlock` crate (`use distlock::distributed_lock;`): the code it generates
 //! calls `::distlock::__private`, not this crate.
 //!
-//! The crate is split the way `thiserror` splits its macros: `args` parses the attribute's
-//! arguments into one typed struct, `key` scans and validates the key template, and `expand`
-//! validates the function and generates its new body. This file only wires them together.
+//! The crate is split by step, the way `thiserror` splits its macros:
+//!
+//! - [`args`] parses the attribute's arguments into one typed `Args` (its `OPTIONS` table is the
+//!   one list of options), using [`duration`] for duration literals and [`key`] for the key
+//!   template;
+//! - [`valid`] checks every rule, on the options and on the function, with one error collector;
+//! - [`expand`] generates the rewritten function from what passed.
+//!
+//! This file only wires them together.
 
 use proc_macro::TokenStream;
-use syn::ItemFn;
 
 mod args;
+mod duration;
 mod expand;
 mod key;
+mod valid;
 
 /// Runs the body of an `async fn` while holding a distributed lock on Redis.
 ///
@@ -187,30 +194,13 @@ mod key;
 ///   before this one runs is no longer an `async fn`, and is rejected.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = syn::parse::<args::Args>(args);
-    let function = syn::parse::<ItemFn>(item.clone()).map_err(|_| {
-        syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
-             method in an `impl` block",
-        )
-    });
-
-    let expanded = match (args, function) {
-        (Ok(args), Ok(function)) => expand::expand(&args, &function),
-        (Err(mut errors), Ok(function)) => {
-            // Report the function's own problems in the same run.
-            if let Err(more) = expand::check_signature(&function.sig) {
-                errors.combine(more);
-            }
-            Err(errors)
-        }
-        (Ok(_), Err(error)) => Err(error),
-        (Err(mut errors), Err(error)) => {
-            errors.combine(error);
-            Err(errors)
-        }
-    };
+    let mut errors = valid::Errors::default();
+    let args = args::Args::parse(args.into(), &mut errors);
+    let function = valid::function(item.clone())
+        .map_err(|error| errors.push(error))
+        .ok();
+    let expanded =
+        valid::check(&args, function.as_ref(), errors).and_then(|valid| expand::expand(&valid));
 
     match expanded {
         Ok(tokens) => tokens.into(),
