@@ -2,10 +2,9 @@
 //! rewritten function. Every rule has been checked before ([`crate::valid`]); this module only
 //! writes code.
 //!
-//! Like `tracing-attributes`, the signature and the attributes of the function are kept exactly
-//! as written and only the body is replaced: the original body becomes an `async move` block, so
-//! `return` and `?` inside it keep their meaning and no lifetime is rewritten. The generated code
-//! names the runtime only through `<crate>::__private` (`::distlock::__private` unless
+//! The signature and the attributes of the function are kept exactly as written and only the
+//! body is replaced: the original body becomes an `async move` block, so `return` and `?` inside
+//! it keep their meaning and no lifetime is rewritten. The generated code names the runtime only through `<crate>::__private` (`::distlock::__private` unless
 //! `crate = "..."` says otherwise), and sets only the options the user wrote: every default
 //! lives in the runtime's `LockOptions`.
 
