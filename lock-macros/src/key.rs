@@ -373,4 +373,26 @@ mod tests {
     fn every_error_is_reported() {
         assert_eq!(errors("{} and } and {x").len(), 3);
     }
+
+    #[test]
+    fn hostile_templates_scan_without_panicking() {
+        // Control characters and NUL are literal text.
+        assert_eq!(scan("a\0\u{7}b").unwrap(), vec![lit("a\0\u{7}b")]);
+        // A placeholder name that is not an identifier never reaches `Ident::new`.
+        assert!(errors("{\"}")[0].contains("is not a valid placeholder"));
+        assert!(errors("{a b}")[0].contains("is not a valid placeholder"));
+        assert_eq!(scan("<a b>").unwrap(), vec![lit("<a b>")]);
+        // Huge templates, with many placeholders or many escapes, scan in one pass.
+        let many = "{id}".repeat(10_000);
+        assert_eq!(scan(&many).unwrap().len(), 10_000);
+        let escapes = "{{".repeat(50_000);
+        assert_eq!(scan(&escapes).unwrap(), vec![lit(&"{".repeat(50_000))]);
+        // `}}` is a literal `}`, the third one is stray.
+        assert_eq!(errors(&"}".repeat(3)).len(), 1);
+        // Raw identifiers and keywords are names a placeholder may use.
+        assert_eq!(
+            scan("{r#type}").unwrap(),
+            vec![ph("{r#type}", "r#type", &[])]
+        );
+    }
 }
