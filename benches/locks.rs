@@ -92,9 +92,6 @@
 //! judged on these medians, except the longest wait, which is judged on the worst round. A section that starts before the previous one ended fails the
 //! run (after the report): the locks must stay locks while being timed.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 // rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
 #[path = "support_rslock/mod.rs"]
 mod support_rslock;
@@ -659,7 +656,7 @@ impl Backend {
         name: &'static str,
         runtime: &tokio::runtime::Runtime,
         builder: LockManagerBuilder,
-        nodes: &[support::RedisServer],
+        nodes: &[test_support::RedisServer],
     ) -> Self {
         let manager = runtime
             .block_on(builder.response_timeout(RESPONSE_TIMEOUT).connect())
@@ -667,7 +664,7 @@ impl Backend {
         Backend {
             name,
             cycler: Cycler::Manual(manager, LockOptions::new().ttl(TTL)),
-            nodes: nodes.iter().map(support::RedisServer::conn).collect(),
+            nodes: nodes.iter().map(test_support::RedisServer::conn).collect(),
         }
     }
 
@@ -1049,7 +1046,7 @@ fn main() {
     let (server, url) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let server = support::RedisServer::start();
+            let server = test_support::RedisServer::start();
             let url = server.url();
             (Some(server), url)
         }
@@ -1306,8 +1303,8 @@ fn main() {
     // ---- 5. backends -------------------------------------------------------------------------
     // Workload 5's servers stay up until the end, after the runtime that drives the managers'
     // connections (like `server`).
-    let mut backend_cluster: Option<support::RedisCluster> = None;
-    let mut backend_masters: Option<support::RedisServers> = None;
+    let mut backend_cluster: Option<test_support::RedisCluster> = None;
+    let mut backend_masters: Option<test_support::RedisServers> = None;
     let mut keys_left_backends = None;
     if config.runs("backends") {
         if let Some(standalone) = server.as_ref() {
@@ -1319,12 +1316,12 @@ fn main() {
                 backends.push(Backend::connect(STANDALONE, &single, builder, nodes));
             }
             if config.includes(CLUSTER) {
-                let cluster = backend_cluster.insert(support::RedisCluster::start(3, 0));
+                let cluster = backend_cluster.insert(test_support::RedisCluster::start(3, 0));
                 let builder = LockManager::cluster_builder(&cluster.urls());
                 backends.push(Backend::connect(CLUSTER, &single, builder, cluster.nodes()));
             }
             if config.includes(REDLOCK) {
-                let masters = backend_masters.insert(support::RedisServers::start(5));
+                let masters = backend_masters.insert(test_support::RedisServers::start(5));
                 let builder = LockManager::redlock_builder(&masters.urls());
                 backends.push(Backend::connect(REDLOCK, &single, builder, masters));
             }

@@ -7,12 +7,10 @@
 //! and `DEL` in the release script); those are not round trips, and the tests pin them down too,
 //! so that any extra command shows up. The one `EVALSHA` is the release, so the one `SET` is the client's.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{global_server, RedisServer};
+use test_support::{global_server, RedisServer};
 
 /// `INFO commandstats` as command name → calls.
 fn command_stats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
