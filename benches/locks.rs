@@ -69,8 +69,8 @@
 //!    per-node timeout stays 100 ms). Rows: time per cycle, this process's CPU per cycle, and
 //!    Redis's CPU per cycle summed over every node of the backend; then, for cluster and
 //!    Redlock, `vs standalone`: the per-round ratio of their time per cycle to standalone's,
-//!    whose median is the target (issue 6: Redlock ≤ 1.5 × standalone, thanks to the concurrent
-//!    fan-out to the masters; cluster informational). Skipped, with a note, under `REDIS_URL`
+//!    whose median is the target (Redlock ≤ 1.5 × standalone, which the concurrent fan-out to
+//!    the masters makes possible; cluster informational). Skipped, with a note, under `REDIS_URL`
 //!    (it needs servers of its own). Starting the 8 extra servers takes a few seconds; `N5` is
 //!    sized so that the whole workload stays under 30 s on 2 cores.
 //! 6. **fleet** — one key contended by several OS processes: `P` worker processes (this binary
@@ -120,7 +120,7 @@ end
 return 0
 ";
 
-/// Lock ttl everywhere (the seed's default): long enough never to expire during the bench.
+/// Lock ttl everywhere (distlock's default): long enough never to expire during the bench.
 const TTL: Duration = Duration::from_secs(30);
 /// Every lock key starts with this (distlock's default prefix, used by all contenders).
 const PREFIX: &str = "lock:";

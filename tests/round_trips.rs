@@ -1,4 +1,4 @@
-//! Round trips (issue 4): an uncontended acquire + release costs exactly two client round
+//! Round trips: an uncontended acquire + release costs exactly two client round
 //! trips — a plain `SET NX PX` (the first try needs no script), then one `EVALSHA` of the
 //! release script — once the script is loaded: the same two commands a hand-written lock sends.
 //! No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.

@@ -266,8 +266,8 @@ mod tls {
     use distlock::{LockError, LockManager, LockOptions};
     use tokio::time::Instant;
 
-    use test_support::{skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
     use super::{everything, readme_acl_commands};
+    use test_support::{skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_manager_trusting_the_servers_ca_locks_over_tls() {

@@ -1,4 +1,4 @@
-//! Fault case 9, bad input at run time: names, key prefixes, URLs, durations and servers a
+//! Bad input at run time: names, key prefixes, URLs, durations and servers a
 //! careless or unlucky caller hands the manual API. Every one ends in a typed result — the lock
 //! works on exactly the key named, or a `LockError::Config` / `LockError::Redis` whose message
 //! says what is wrong — promptly, never a panic or a hang; and no lock ever touches the keys of

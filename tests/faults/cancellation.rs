@@ -1,4 +1,4 @@
-//! Fault case 8, cancellation storm: 1 000 acquisitions and sections over 8 keys, through the
+//! Cancellation storm: 1 000 acquisitions and sections over 8 keys, through the
 //! manual API and through `#[distributed_lock]`, each cancelled at a random point — by
 //! `tokio::time::timeout` with random durations from 0 µs up (the smallest ones land while the
 //! acquire command is in flight, when Redis may already have granted the lock the caller will

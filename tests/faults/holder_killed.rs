@@ -1,4 +1,4 @@
-//! Fault case 2, holder killed: a worker process takes the lock (ttl 2 s) and is killed with
+//! Holder killed: a worker process takes the lock (ttl 2 s) and is killed with
 //! SIGKILL in the middle of its section, so it never releases. Two other worker processes wait
 //! for the same lock.
 //!

@@ -1,4 +1,4 @@
-//! Fault case 7, stale holder: a holder that stops running (a GC pause, a stopped VM, here a
+//! Stale holder: a holder that stops running (a GC pause, a stopped VM, here a
 //! SIGSTOPped worker process) for longer than its ttl comes back believing it still holds the
 //! lock. Redis cannot stop it from running its code; what distlock guarantees is that
 //! - its release (compare-and-delete) does not delete the new owner's lock, and says `Lost`;

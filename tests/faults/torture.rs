@@ -1,4 +1,4 @@
-//! Fault case 1, torture: 4 OS processes × 16 tasks each run lock-protected sections over 8
+//! Torture: 4 OS processes × 16 tasks each run lock-protected sections over 8
 //! keys; every section is a non-atomic read-modify-write (GET, yield, SET) that loses updates
 //! the moment two holders overlap. Every acquisition asks for a fencing token, and the section
 //! appends its token to the key's list, so the list is the key's commit order.
