@@ -1,0 +1,211 @@
+//! `LockOptions::hold_at_least` on a standalone server: a release before the hold ends leaves the
+//! lock to expire then, only if it is still ours, and whoever waits gets it when it expires —
+//! not earlier, and not much later. (On a cluster and on Redlock: `scale_out/hold_at_least.rs`.)
+
+use std::time::Duration;
+
+use distlock::{LockError, LockManager, LockOptions};
+use test_support::{eventually, RedisServer};
+use tokio::time::Instant;
+
+async fn connect(server: &RedisServer) -> LockManager {
+    LockManager::connect(&server.url())
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
+}
+
+fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .hold_at_least(Duration::from_millis(hold_ms))
+}
+
+#[tokio::test]
+async fn a_release_before_the_hold_ends_leaves_the_lock_to_expire_then() {
+    let server = RedisServer::start();
+    let (first, second) = (connect(&server).await, connect(&server).await);
+    let guard = first.acquire("job", &options(30_000, 1_500)).await.unwrap();
+    let token = guard.token().to_owned();
+    let released = Instant::now();
+    guard.release().await.expect("a held lock releases");
+
+    assert_eq!(
+        server.get("lock:job").as_deref(),
+        Some(token.as_str()),
+        "the lock stays until the hold ends"
+    );
+    let pttl = server.pttl("lock:job");
+    assert!(
+        (1..=1_500).contains(&pttl),
+        "the lock expires when the hold ends, not at its 30 s ttl: pttl {pttl}"
+    );
+    assert!(
+        second
+            .try_acquire("job", &LockOptions::new())
+            .await
+            .unwrap()
+            .is_none(),
+        "nobody gets it during the hold"
+    );
+    eventually(Duration::from_secs(10), "the held lock to expire", || {
+        !server.exists("lock:job")
+    })
+    .await;
+    assert!(
+        released.elapsed() >= Duration::from_millis(1_300),
+        "expired {:?} after the release, before the hold's end",
+        released.elapsed()
+    );
+    let next = second
+        .try_acquire("job", &LockOptions::new())
+        .await
+        .unwrap();
+    assert!(next.is_some(), "free once the hold is over");
+}
+
+#[tokio::test]
+async fn a_release_after_the_hold_deletes_the_lock_at_once() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let guard = manager
+        .acquire("late", &options(30_000, 100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.release().await.unwrap();
+    assert!(!server.exists("lock:late"), "nothing left to hold for");
+}
+
+#[tokio::test]
+async fn an_uncontended_cycle_with_a_hold_is_set_and_one_script() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    // Once, so that the scripts are cached and the connection is up.
+    manager
+        .acquire("warm", &options(1_000, 100))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.reset_stats();
+    let guard = manager
+        .acquire("cycle", &options(30_000, 5_000))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(server.command_count("set"), 1);
+    assert_eq!(server.command_count("evalsha"), 1);
+    assert_eq!(server.command_count("eval"), 0);
+}
+
+#[tokio::test]
+async fn a_hold_never_touches_a_lock_that_someone_else_holds_now() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let guard = manager.acquire("stolen", &options(300, 300)).await.unwrap();
+    eventually(Duration::from_secs(10), "the lock to expire", || {
+        !server.exists("lock:stolen")
+    })
+    .await;
+    server.set_px("lock:stolen", "someone-else", 60_000);
+    let error = guard.release().await.unwrap_err();
+    assert!(matches!(error, LockError::Lost { .. }), "{error}");
+    assert_eq!(server.get("lock:stolen").as_deref(), Some("someone-else"));
+    assert!(
+        server.pttl("lock:stolen") > 50_000,
+        "the other holder's expiry is left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_waiter_in_line_gets_the_lock_when_the_hold_ends_not_earlier_nor_much_later() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let hold = Duration::from_millis(2_000);
+    let guard = holder
+        .acquire("line", &options(30_000, 2_000))
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = waiter.acquire("line", &options).await.unwrap();
+        let at = Instant::now();
+        (guard, at)
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    // The waiter saw a 30 s ttl; the release shortens what is left to the hold's end.
+    guard.release().await.unwrap();
+    let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    let after = got_at - acquired;
+    assert!(
+        after >= hold,
+        "handed over {after:?} after acquisition, before the hold ended"
+    );
+    assert!(
+        after < hold + Duration::from_millis(1_500),
+        "handed over {after:?} after acquisition, long after the hold ended"
+    );
+    assert_eq!(server.get("lock:line").as_deref(), Some(next.token()));
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn auto_extend_keeps_the_lock_past_the_hold_and_the_release_then_deletes_it() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let options = options(600, 600).auto_extend(true);
+    let guard = manager.acquire("watched", &options).await.unwrap();
+    // Past both the ttl and the hold: only the watchdog keeps it.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(server.get("lock:watched").as_deref(), Some(guard.token()));
+    guard.release().await.unwrap();
+    assert!(
+        !server.exists("lock:watched"),
+        "the hold is over: deleted at once"
+    );
+}
+
+#[tokio::test]
+async fn a_release_within_the_hold_overrides_the_expiry_that_auto_extend_and_extend_set() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let options = options(5_000, 2_000).auto_extend(true);
+    let guard = manager.acquire("extended", &options).await.unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(server.pttl("lock:extended") > 50_000);
+    guard.release().await.unwrap();
+    let pttl = server.pttl("lock:extended");
+    assert!(
+        (1..=2_000).contains(&pttl),
+        "expires when the hold ends, not after the extension: pttl {pttl}"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_guard_within_the_hold_also_leaves_the_lock_to_expire_then() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let guard = manager
+        .acquire("dropped", &options(30_000, 1_000))
+        .await
+        .unwrap();
+    let token = guard.token().to_owned();
+    drop(guard);
+    eventually(
+        Duration::from_secs(10),
+        "the background release to set the expiry",
+        || (1..=1_000).contains(&server.pttl("lock:dropped")),
+    )
+    .await;
+    assert_eq!(server.get("lock:dropped"), Some(token));
+}

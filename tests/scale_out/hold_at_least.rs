@@ -1,0 +1,66 @@
+//! `LockOptions::hold_at_least` on a Redis Cluster and on Redlock: the lock is kept until the
+//! hold ends, on the node of its slot or on a majority of the masters.
+
+use std::time::Duration;
+
+use distlock::{LockManager, LockOptions};
+use test_support::{eventually, RedisCluster, RedisServers};
+
+fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .hold_at_least(Duration::from_millis(hold_ms))
+}
+
+#[tokio::test]
+async fn on_a_cluster_the_hold_keeps_the_lock_until_it_ends() {
+    let cluster = RedisCluster::start(3, 0);
+    let urls = cluster.urls();
+    let manager = LockManager::cluster_builder(&urls).connect().await.unwrap();
+    let other = LockManager::cluster_builder(&urls).connect().await.unwrap();
+    for name in ["job:{a}", "job:b", "nightly"] {
+        let key = format!("lock:{name}");
+        let guard = manager
+            .acquire(name, &options(30_000, 1_000))
+            .await
+            .unwrap();
+        let token = guard.token().to_owned();
+        guard.release().await.unwrap();
+        assert_eq!(cluster.get(&key), Some(token), "{key}");
+        let pttl = cluster.pttl(&key);
+        assert!((1..=1_000).contains(&pttl), "{key}: pttl {pttl}");
+        assert!(other
+            .try_acquire(name, &LockOptions::new())
+            .await
+            .unwrap()
+            .is_none());
+        eventually(Duration::from_secs(10), "the hold to end", || {
+            !cluster.exists(&key)
+        })
+        .await;
+        let next = other.try_acquire(name, &LockOptions::new()).await.unwrap();
+        next.expect("free after the hold").release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn on_redlock_the_hold_keeps_the_lock_on_a_majority_until_it_ends() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let manager = LockManager::redlock_builder(&urls).connect().await.unwrap();
+    let guard = manager
+        .acquire("report", &options(30_000, 1_000))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(servers.holders("lock:report").len(), 3);
+    assert!(manager
+        .try_acquire("report", &LockOptions::new())
+        .await
+        .unwrap()
+        .is_none());
+    eventually(Duration::from_secs(10), "the hold to end", || {
+        servers.holders("lock:report").is_empty()
+    })
+    .await;
+}

@@ -1,0 +1,228 @@
+//! `LockManager::sentinel_builder` against a real Sentinel deployment (a master, a replica and
+//! three `redis-server --sentinel`): locks, hand-offs and fencing on the master the sentinels
+//! name, and mutual exclusion through a `SENTINEL FAILOVER` and through a killed master, with
+//! exact counts and the time to recover.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{LockManager, LockOptions};
+use test_support::sentinel::SERVICE;
+use test_support::SentinelSet;
+use tokio::time::Instant;
+
+async fn connect(set: &SentinelSet) -> LockManager {
+    LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect through the sentinels: {error}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_hand_offs_and_fencing_live_on_the_master_the_sentinels_name() {
+    let set = SentinelSet::start();
+    let (first, second) = (connect(&set).await, connect(&set).await);
+    let options = LockOptions::new().fencing(true);
+
+    let guard = first.acquire("job", &options).await.unwrap();
+    assert_eq!(set.master().get("lock:job").as_deref(), Some(guard.token()));
+    let fence = guard.fencing_token().unwrap();
+
+    // A waiter is handed the lock by the release, long before the 30 s ttl.
+    let waiter = tokio::spawn(async move {
+        let guard = second.acquire("job", &options).await.unwrap();
+        (Instant::now(), guard)
+    });
+    test_support::eventually(
+        Duration::from_secs(10),
+        "the waiter to join the line",
+        || !set.master().keys("*line*").is_empty(),
+    )
+    .await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got_at, next) = waiter.await.unwrap();
+    assert!(
+        got_at - released < Duration::from_secs(2),
+        "handed over {:?} after the release",
+        got_at - released
+    );
+    assert!(next.fencing_token().unwrap() > fence);
+    next.release().await.unwrap();
+    assert!(!set.master().exists("lock:job"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_service_name_is_an_error_that_names_the_fix() {
+    let set = SentinelSet::start();
+    let error = LockManager::sentinel_builder(&set.sentinel_urls(), "no-such-service")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("check the service name"),
+        "{error}"
+    );
+    let error = LockManager::sentinel_builder(&set.sentinel_urls(), "")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, distlock::LockError::Config(_)), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_holds_through_a_sentinel_failover() {
+    let set = SentinelSet::start();
+    run_through_failover(&set, "SENTINEL FAILOVER", |set| {
+        set.failover();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_holds_through_a_killed_master() {
+    let set = SentinelSet::start();
+    run_through_failover(&set, "killed master", |set| {
+        set.kill_master();
+    })
+    .await;
+}
+
+/// What the workers of one run saw.
+#[derive(Default)]
+struct Tally {
+    /// The counter the sections update, read and written in two steps.
+    counter: AtomicU64,
+    /// Sections that wrote: each adds exactly 1 to `counter`.
+    committed: AtomicU64,
+    /// Sections that found the lock no longer theirs before writing, and did not write.
+    abandoned: AtomicU64,
+    /// Acquisitions that failed (timeout, Redis unreachable during the failover).
+    failed: AtomicU64,
+    /// When each section committed.
+    commits: Mutex<Vec<Instant>>,
+}
+
+/// Two managers (as two processes would have) of four tasks each take the lock in turn and do
+/// a read-modify-write under it, before, during and after `fail_over`. A section writes only if
+/// the lock is still its own just before writing — what the documentation asks of users where a
+/// failover may forget a lock. Every write must count: a section that overlapped another would
+/// lose an update. Prints the longest time without a section around the failover.
+async fn run_through_failover(
+    set: &SentinelSet,
+    what: &str,
+    fail_over: impl FnOnce(&SentinelSet) + Send,
+) {
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let manager = connect(set).await;
+        for _ in 0..4 {
+            let (manager, tally, stop) = (manager.clone(), Arc::clone(&tally), Arc::clone(&stop));
+            tasks.push(tokio::spawn(async move {
+                let options = LockOptions::new()
+                    .ttl(Duration::from_secs(3))
+                    .timeout(Duration::from_secs(30))
+                    .auto_extend(true);
+                while !stop.load(Ordering::Acquire) {
+                    let guard = match manager.acquire("counter", &options).await {
+                        Ok(guard) => guard,
+                        Err(_) => {
+                            tally.failed.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
+                    };
+                    let value = tally.counter.load(Ordering::Acquire);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    if matches!(guard.is_held().await, Ok(true)) {
+                        tally.counter.store(value + 1, Ordering::Release);
+                        tally.committed.fetch_add(1, Ordering::Relaxed);
+                        tally.commits.lock().unwrap().push(Instant::now());
+                    } else {
+                        tally.abandoned.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = guard.release().await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = tally.committed.load(Ordering::Relaxed);
+    assert!(before > 0, "no section ran before the failover");
+    let triggered = Instant::now();
+    tokio::task::block_in_place(|| fail_over(set));
+    let failed_over = triggered.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Release);
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every worker stops within 60 s")
+            .unwrap();
+    }
+
+    let committed = tally.committed.load(Ordering::Relaxed);
+    let commits = tally.commits.lock().unwrap().clone();
+    let after: Vec<Instant> = commits
+        .iter()
+        .copied()
+        .filter(|at| *at > triggered)
+        .collect();
+    let mut longest_gap = Duration::ZERO;
+    let mut previous = triggered;
+    for at in &after {
+        longest_gap = longest_gap.max(*at - previous);
+        previous = *at;
+    }
+    eprintln!(
+        "{what}: {committed} sections ({before} before), {} abandoned, {} failed acquisitions; \
+         the sentinels switched masters {failed_over:?} after the trigger; longest time without \
+         a section from the trigger on: {longest_gap:?}",
+        tally.abandoned.load(Ordering::Relaxed),
+        tally.failed.load(Ordering::Relaxed),
+    );
+    assert_eq!(
+        tally.counter.load(Ordering::Acquire),
+        committed,
+        "every committed section added exactly 1: no two overlapped"
+    );
+    let on_new_master = after
+        .iter()
+        .filter(|at| **at > triggered + failed_over)
+        .count();
+    assert!(
+        on_new_master > 0,
+        "sections ran again once the new master was in place"
+    );
+    assert!(
+        longest_gap < Duration::from_secs(30),
+        "recovered within 30 s (took {longest_gap:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_with_a_password_is_reached_with_master_login_which_is_never_shown() {
+    let password = "s3cret-master-pw";
+    let set = SentinelSet::start_with_password(Some(password));
+    let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+        .master_login("", password)
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect with the master's password: {error}"));
+    let guard = manager.acquire("job", &LockOptions::new()).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(!format!("{manager:?}").contains(password));
+
+    for builder in [
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE),
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE).master_login("", "wrong"),
+    ] {
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("wrong"), "{shown}");
+        let error = builder.connect().await.unwrap_err();
+        assert!(!error.to_string().contains(password), "{error}");
+    }
+}
