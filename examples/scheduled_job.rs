@@ -38,7 +38,7 @@ enum JobError {
 }
 
 /// The job. One attempt at the lock: if another worker holds it, the body does not run and the
-/// call returns `Ok(())` at once. If this worker gets it, the lock is kept for at least 1.5 s
+/// call returns `Ok(None)` at once. If this worker gets it, the lock is kept for at least 1.5 s
 /// from then, even though the body is done after 50 ms.
 #[distributed_lock(
     key = "scheduled_job:{run}:report",
@@ -46,13 +46,9 @@ enum JobError {
     on_busy = "skip",
     hold_at_least = "1500ms"
 )]
-async fn send_report(run: &str, period: u32, worker: usize) -> Result<(), JobError> {
-    println!(
-        "ran period={period} worker={worker} pid={}",
-        std::process::id()
-    );
+async fn send_report(run: &str, period: u32) -> Result<Option<u32>, JobError> {
     tokio::time::sleep(Duration::from_millis(50)).await;
-    Ok(())
+    Ok(Some(period))
 }
 
 fn main() -> ExitCode {
@@ -108,6 +104,7 @@ fn parent_main(periods: u32) -> ExitCode {
     println!("{WORKERS} workers, one job every {PERIOD:?}, {periods} periods; clocks behind worker 0 by {CLOCK_BEHIND_MS:?} ms");
 
     let mut ran: BTreeMap<u32, Vec<String>> = (0..periods).map(|p| (p, Vec::new())).collect();
+    let mut skipped: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     let mut failed = false;
     for child in children {
         let output = child.wait_with_output().expect("wait for a worker");
@@ -126,20 +123,28 @@ fn parent_main(periods: u32) -> ExitCode {
                 (field("period"), field("worker"), field("pid"))
             {
                 let period: u32 = period.parse().unwrap_or(u32::MAX);
-                ran.entry(period)
-                    .or_default()
-                    .push(format!("worker {worker} (pid {pid})"));
+                let who = format!("worker {worker} (pid {pid})");
+                if line.starts_with("ran ") {
+                    ran.entry(period).or_default().push(who);
+                } else {
+                    skipped.entry(period).or_default().push(who);
+                }
             }
         }
     }
+    let list = |who: &[String]| {
+        if who.is_empty() {
+            "nobody".to_owned()
+        } else {
+            who.join(", ")
+        }
+    };
     for (period, runners) in &ran {
+        let skippers = skipped.get(period).map_or(&[][..], Vec::as_slice);
         println!(
-            "period {period}: ran by {}",
-            if runners.is_empty() {
-                "nobody".to_owned()
-            } else {
-                runners.join(", ")
-            }
+            "period {period}: ran by {}; skipped by {}",
+            list(runners),
+            list(skippers)
         );
     }
     let once = ran.values().all(|runners| runners.len() == 1);
@@ -168,10 +173,18 @@ fn worker_main(worker: usize, run: &str, start_ms: u64, periods: u32) -> ExitCod
             // This worker's clock reads "start of the period" this much later than worker 0's.
             let at = start_ms + u64::from(period) * step + CLOCK_BEHIND_MS[worker];
             tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
-            if let Err(error) = send_report(run, period, worker).await {
-                eprintln!("worker {worker}: period {period}: {error}");
-                return ExitCode::FAILURE;
-            }
+            let outcome = match send_report(run, period).await {
+                Ok(Some(_)) => "ran",
+                Ok(None) => "skipped",
+                Err(error) => {
+                    eprintln!("worker {worker}: period {period}: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            println!(
+                "{outcome} period={period} worker={worker} pid={}",
+                std::process::id()
+            );
         }
         ExitCode::SUCCESS
     })

@@ -41,6 +41,15 @@ pub const MAX_DURATION_TEXT: &str = "365 days";
 /// ```
 pub const MIN_TTL_MILLIS: u64 = 1;
 
+/// The `ttl` of a lock when none is given, in milliseconds: 30 s. Here rather than only in the
+/// runtime's `LockOptions::default`, because the attribute checks `hold_at_least` against the
+/// ttl the lock will have, written or not.
+///
+/// ```
+/// assert_eq!(lock_limits::DEFAULT_TTL_MILLIS, 30_000);
+/// ```
+pub const DEFAULT_TTL_MILLIS: u64 = 30_000;
+
 /// Which limit a duration breaks.
 ///
 /// ```

@@ -80,6 +80,22 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "on_busy",
+        example: "on_busy = \"skip\"",
+        parse: |input, args| {
+            args.on_busy = Some(parse_on_busy(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "hold_at_least",
+        example: "hold_at_least = \"30s\"",
+        parse: |input, args| {
+            args.hold_at_least = Some(parse_duration(input, "hold_at_least")?);
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "crate",
         example: "crate = \"::distlock\"",
         parse: |input, args| {
@@ -118,6 +134,10 @@ pub(crate) struct Args {
     pub(crate) auto_extend: Option<LitBool>,
     /// `fencing = true|false`.
     pub(crate) fencing: Option<LitBool>,
+    /// `on_busy = "wait" | "skip" | "fail"`.
+    pub(crate) on_busy: Option<OnBusy>,
+    /// `hold_at_least = ...`.
+    pub(crate) hold_at_least: Option<DurationArg>,
     /// `crate = "path"`: where the facade crate is, if renamed.
     pub(crate) crate_path: Option<CratePath>,
     /// Every option written, parsed or not, in order, with the span of its name (for the
@@ -143,6 +163,28 @@ pub(crate) struct DurationArg {
     pub(crate) tokens: TokenStream,
     /// The literal's span, given to the generated builder call.
     pub(crate) span: Span,
+}
+
+/// What a locked function does when someone else holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// Wait up to `timeout` (the default).
+    Wait,
+    /// One attempt; if held, return without running the body.
+    Skip,
+    /// One attempt; if held, return `LockError::Busy`.
+    Fail,
+}
+
+impl OnBusy {
+    /// The value as written in the attribute, for messages.
+    pub(crate) fn written(self) -> &'static str {
+        match self {
+            OnBusy::Wait => "on_busy = \"wait\"",
+            OnBusy::Skip => "on_busy = \"skip\"",
+            OnBusy::Fail => "on_busy = \"fail\"",
+        }
+    }
 }
 
 /// The `crate` option: the path, and the span of the string it was written in.
@@ -390,6 +432,35 @@ fn parse_bool(input: ParseStream, name: &str) -> syn::Result<LitBool> {
             format!("`{name}` takes `true` or `false`: write `{name} = true`"),
         )
     })
+}
+
+fn parse_on_busy(input: ParseStream) -> syn::Result<OnBusy> {
+    const HINT: &str = "`on_busy` takes `\"wait\"` (wait up to `timeout`, the default), \
+                        `\"skip\"` (if the lock is held, return without running the body) or \
+                        `\"fail\"` (if the lock is held, return `LockError::Busy`)";
+    let value = value_tokens(input);
+    if input.peek(Ident) {
+        let ident: Ident = input.parse()?;
+        return Err(syn::Error::new(
+            ident.span(),
+            format!("{HINT}, as a string: write `on_busy = \"{ident}\"`"),
+        ));
+    }
+    let Ok(literal) = input.parse::<LitStr>() else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!("{HINT}, e.g. `on_busy = \"skip\"`"),
+        ));
+    };
+    match literal.value().as_str() {
+        "wait" => Ok(OnBusy::Wait),
+        "skip" => Ok(OnBusy::Skip),
+        "fail" => Ok(OnBusy::Fail),
+        other => Err(syn::Error::new(
+            literal.span(),
+            format!("`on_busy = \"{other}\"` is not a policy: {HINT}"),
+        )),
+    }
 }
 
 fn parse_crate(input: ParseStream) -> syn::Result<CratePath> {

@@ -16,9 +16,9 @@ use syn::{
     AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType, Type,
 };
 
-use crate::args::DurationArg;
+use crate::args::{DurationArg, OnBusy};
 use crate::key::Segment;
-use crate::valid::Valid;
+use crate::valid::{self, Skipped, Valid};
 
 /// The rewritten function.
 pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
@@ -85,6 +85,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     };
     let ttl = duration(args.ttl.as_ref(), "ttl");
     let timeout = duration(args.timeout.as_ref(), "timeout");
+    let hold_at_least = duration(args.hold_at_least.as_ref(), "hold_at_least");
     let auto_extend = args
         .auto_extend
         .as_ref()
@@ -101,6 +102,42 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     let from_error = convert_error(&sig.output, &error);
     let from_lost = convert_error(&sig.output, &lost);
 
+    let policy = args.on_busy.unwrap_or(OnBusy::Wait);
+    let acquire = match policy {
+        OnBusy::Wait | OnBusy::Fail => {
+            let function = match policy {
+                OnBusy::Fail => quote!(acquire_or_busy),
+                _ => quote!(acquire),
+            };
+            quote! {
+                let #guard_var = match #private::#function(&#key_var, &#options_var).await {
+                    ::core::result::Result::Ok(#acquired) => #acquired,
+                    ::core::result::Result::Err(#error) => {
+                        return ::core::result::Result::Err(#from_error);
+                    }
+                };
+            }
+        }
+        OnBusy::Skip => {
+            let value = match valid::skipped(&sig.output) {
+                Some(Skipped::None) => quote!(::core::option::Option::None),
+                // `valid` made sure it is one of the two.
+                _ => quote!(()),
+            };
+            quote! {
+                let #guard_var = match #private::try_acquire(&#key_var, &#options_var).await {
+                    ::core::result::Result::Ok(::core::option::Option::Some(#acquired)) => #acquired,
+                    ::core::result::Result::Ok(::core::option::Option::None) => {
+                        return ::core::result::Result::Ok(#value);
+                    }
+                    ::core::result::Result::Err(#error) => {
+                        return ::core::result::Result::Err(#from_error);
+                    }
+                };
+            }
+        }
+    };
+
     Ok(quote! {
         #(#outer_attrs)*
         #vis #sig {
@@ -111,13 +148,9 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 #ttl
                 #timeout
                 #auto_extend
-                #fencing;
-            let #guard_var = match #private::acquire(&#key_var, &#options_var).await {
-                ::core::result::Result::Ok(#acquired) => #acquired,
-                ::core::result::Result::Err(#error) => {
-                    return ::core::result::Result::Err(#from_error);
-                }
-            };
+                #fencing
+                #hold_at_least;
+            #acquire
             let #outcome_var = {
                 #guard_binding
                 #private::run(&#guard_var, async move #block).await

@@ -19,7 +19,7 @@ use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
 use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 
-use crate::args::{self, Args, DurationArg, KeyArg};
+use crate::args::{self, Args, DurationArg, KeyArg, OnBusy};
 use crate::key::Segment;
 
 /// Collects errors so that one run reports them all.
@@ -74,6 +74,7 @@ pub(crate) fn check<'a>(
             check_placeholders(&key.segments, &params, &key.literal, &mut errors);
         }
         check_guard(args, &params, &mut errors);
+        check_skip_return(args, &function.sig, &mut errors);
     }
     errors.finish()?;
     match (&args.key, function) {
@@ -123,6 +124,155 @@ fn check_options(args: &Args, errors: &mut Errors) {
             errors.push(syn::Error::new_spanned(&timeout.tokens, message));
         }
     }
+    if let Some(hold) = &args.hold_at_least {
+        if let Err(message) = hold_rule(hold, args.ttl.as_ref()) {
+            errors.push(syn::Error::new_spanned(&hold.tokens, message));
+        }
+    }
+    check_on_busy_timeout(args, errors);
+}
+
+/// `on_busy = "skip"` or `"fail"` make one attempt: a `timeout` would be ignored, so writing one
+/// is a mistake to point out.
+fn check_on_busy_timeout(args: &Args, errors: &mut Errors) {
+    let Some(policy) = args.on_busy else {
+        return;
+    };
+    if policy == OnBusy::Wait {
+        return;
+    }
+    for (name, span) in &args.written {
+        if *name == "timeout" {
+            errors.push(syn::Error::new(
+                *span,
+                format!(
+                    "`timeout` does nothing with `{}`, which makes one attempt and never waits: \
+                     remove `timeout`, or write `on_busy = \"wait\"` to wait up to it",
+                    policy.written()
+                ),
+            ));
+        }
+    }
+}
+
+/// `hold_at_least`: a positive whole number of milliseconds, at most the lock's ttl (the one
+/// written, or the default).
+fn hold_rule(hold: &DurationArg, ttl: Option<&DurationArg>) -> Result<(), String> {
+    let written = &hold.written;
+    if hold.millis.is_zero() {
+        return Err(format!(
+            "`hold_at_least = {written}` keeps the lock for no time at all: remove it, or write \
+             how long the lock is kept after it is taken, e.g. `hold_at_least = \"30s\"`"
+        ));
+    }
+    if hold.negative {
+        return Err(format!(
+            "`hold_at_least = {written}` is negative: write how long the lock is kept after it \
+             is taken, e.g. `hold_at_least = \"30s\"`"
+        ));
+    }
+    if hold.millis.whole == 0 {
+        return Err(less_than_a_millisecond("hold_at_least", written));
+    }
+    if hold.millis.fraction {
+        return Err(not_whole_milliseconds("hold_at_least", hold));
+    }
+    let (ttl_millis, ttl_text) = match ttl {
+        Some(ttl) if ttl.negative => return Ok(()), // reported by the ttl rule
+        Some(ttl) => (ttl.millis.whole, format!("`ttl = {}`", ttl.written)),
+        None => (
+            lock_limits::DEFAULT_TTL_MILLIS,
+            format!(
+                "the default ttl of {} s",
+                lock_limits::DEFAULT_TTL_MILLIS / 1000
+            ),
+        ),
+    };
+    if hold.millis.whole > ttl_millis {
+        return Err(format!(
+            "`hold_at_least = {written}` is longer than {ttl_text}: the lock would expire before \
+             the hold ends; write a `hold_at_least` of at most the ttl, or a longer ttl, e.g. \
+             `ttl = \"{}ms\"`",
+            hold.millis.whole
+        ));
+    }
+    Ok(())
+}
+
+/// What a function with `on_busy = "skip"` returns when it skips its body: `Ok(())` for
+/// `Result<(), E>`, `Ok(None)` for `Result<Option<T>, E>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skipped {
+    Unit,
+    None,
+}
+
+/// What a skipped call of a function returning `output` returns, if its type says it
+/// unambiguously (see [`Skipped`]): read from the first type argument of the `...Result`.
+pub(crate) fn skipped(output: &ReturnType) -> Option<Skipped> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    match ok_type(ty)? {
+        Type::Tuple(tuple) if tuple.elems.is_empty() => Some(Skipped::Unit),
+        Type::Path(path)
+            if path.qself.is_none()
+                && path.path.segments.last().is_some_and(|segment| {
+                    segment.ident == "Option"
+                        && matches!(segment.arguments, syn::PathArguments::AngleBracketed(_))
+                }) =>
+        {
+            Some(Skipped::None)
+        }
+        _ => None,
+    }
+}
+
+/// The `T` of `Result<T, E>`, `io::Result<T>`, `AppResult<T>`: the first type argument.
+fn ok_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let syn::PathArguments::AngleBracketed(arguments) = &path.path.segments.last()?.arguments
+    else {
+        return None;
+    };
+    arguments.args.iter().find_map(|argument| match argument {
+        syn::GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
+/// With `on_busy = "skip"`, the return type must say what a skipped call returns.
+fn check_skip_return(args: &Args, sig: &Signature, errors: &mut Errors) {
+    if args.on_busy != Some(OnBusy::Skip) {
+        return;
+    }
+    let ReturnType::Type(_, ty) = &sig.output else {
+        return; // reported by the return-type rule
+    };
+    if !is_result(ty) || skipped(&sig.output).is_some() {
+        return;
+    }
+    let written = pretty_tokens(&ty.to_token_stream().to_string());
+    let instead = match ok_type(ty) {
+        Some(ok) => {
+            let ok = pretty_tokens(&ok.to_token_stream().to_string());
+            format!(
+                "write `Option<{ok}>` in place of `{ok}` and return `Ok(Some(..))` from the body"
+            )
+        }
+        None => "write the type out as `Result<(), E>` or `Result<Option<T>, E>`".to_owned(),
+    };
+    errors.push(syn::Error::new_spanned(
+        ty,
+        format!(
+            "with `on_busy = \"skip\"` the body does not run when the lock is held, and the \
+             return type must say what is returned then: `Result<(), E>` returns `Ok(())`, \
+             `Result<Option<T>, E>` returns `Ok(None)`; this function returns `{written}`: \
+             {instead}, or use `on_busy = \"fail\"` to return `Err(LockError::Busy)` instead"
+        ),
+    ));
 }
 
 /// `ttl`: positive, whole milliseconds, at least `lock_limits::MIN_TTL_MILLIS`, at most

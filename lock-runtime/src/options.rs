@@ -38,7 +38,7 @@ pub struct LockOptions {
 impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
-            ttl: Duration::from_secs(30),
+            ttl: Duration::from_millis(lock_limits::DEFAULT_TTL_MILLIS),
             timeout: Duration::from_secs(10),
             auto_extend: false,
             fencing: false,
