@@ -153,6 +153,27 @@ mod valid;
 /// }
 /// ```
 ///
+/// ## `on_busy = "wait" | "skip" | "fail"` (default `"wait"`)
+///
+/// What to do when someone else holds the lock: wait up to `timeout`; or make one attempt and,
+/// if it is held, return without running the body — `Ok(())` from a `Result<(), E>`, `Ok(None)`
+/// from a `Result<Option<T>, E>` (any other return type is a compile error), with a `tracing`
+/// debug event naming the key; or make one attempt and return
+/// `Err(E::from(LockError::Busy { key }))`. With `"skip"` and `"fail"`, a `timeout` is an error.
+///
+/// ## `hold_at_least = <duration>` (at most `ttl`)
+///
+/// Keep the lock until this long after it was taken, even when the body finishes sooner: the
+/// release leaves it to expire then instead of deleting it. With `on_busy = "skip"`, a job that
+/// every node starts on its own clock runs once, as long as the clocks differ by less than this:
+///
+/// ```ignore
+/// #[distributed_lock(key = "report:nightly", ttl = 600, on_busy = "skip", hold_at_least = "30s")]
+/// async fn nightly_report() -> Result<(), AppError> {
+///     send_report().await
+/// }
+/// ```
+///
 /// ## `crate = "<path>"` (default `"::distlock"`)
 ///
 /// The path of the `distlock` crate, for code that renames the dependency or re-exports it:
@@ -177,8 +198,10 @@ mod valid;
 /// parameter (the message lists the parameters there are); an unknown or repeated option; a
 /// duration that is zero, negative, under a millisecond, over 365 days or unparsable (the
 /// runtime refuses the same values, so none of them compiles and then fails on every call); a
-/// value of the wrong kind; a function that is not `async` or does not return a `Result`. If the
-/// error type has no `From<LockError>`, rustc points at the return type.
+/// value of the wrong kind; a function that is not `async` or does not return a `Result`; a
+/// `timeout` with `on_busy = "skip"` or `"fail"`; a return type that does not say what a skipped
+/// call returns; a `hold_at_least` longer than the ttl. If the error type has no
+/// `From<LockError>`, rustc points at the return type.
 ///
 /// When the attribute's arguments or the function are wrong, the function is still emitted as
 /// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it.

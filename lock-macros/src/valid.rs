@@ -4,10 +4,14 @@
 //! the attribute and the function it is on are allowed together:
 //!
 //! - the options: `key` is given, no option is repeated, `ttl` and `timeout` are within the
-//!   limits the runtime enforces (read from `lock_limits`, so both refuse the same values);
+//!   limits the runtime enforces (read from `lock_limits`, so both refuse the same values),
+//!   `hold_at_least` is at most the ttl, and `on_busy = "skip"` or `"fail"` (one attempt) comes
+//!   without a `timeout`;
 //! - the function: an `async fn` with a body, returning a `Result`;
 //! - the key: every placeholder names a parameter a placeholder may use;
-//! - `guard` does not hide a parameter.
+//! - `guard` does not hide a parameter;
+//! - with `on_busy = "skip"`, the return type says what a skipped call returns (`Result<(), E>`
+//!   or `Result<Option<T>, E>`).
 //!
 //! Every problem is reported in one run, each spanned at the token at fault and saying what to
 //! write instead. [`check`] returns a [`Valid`], the only input [`crate::expand`] accepts.
