@@ -147,6 +147,10 @@ async fn a_waiter_in_line_gets_the_lock_when_the_hold_ends_not_earlier_nor_much_
         .expect("the waiter gets the lock")
         .unwrap();
     let after = got_at - acquired;
+    eprintln!(
+        "handed over {:?} after the hold ended",
+        after.saturating_sub(hold)
+    );
     assert!(
         after >= hold,
         "handed over {after:?} after acquisition, before the hold ended"
@@ -208,4 +212,42 @@ async fn a_dropped_guard_within_the_hold_also_leaves_the_lock_to_expire_then() {
     )
     .await;
     assert_eq!(server.get("lock:dropped"), Some(token));
+}
+
+/// A hold that ends before the waiter's next look (it renews its place every second): only the
+/// release's wake-up tells it the new expiry in time. Without it the waiter would sleep on the
+/// 30 s ttl it saw until its renewal, about half a second after the hold ended.
+#[tokio::test]
+async fn the_release_wakes_the_first_waiter_to_learn_a_hold_that_ends_before_its_next_look() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let hold = Duration::from_millis(500);
+    let guard = holder.acquire("soon", &options(30_000, 500)).await.unwrap();
+    let acquired = Instant::now();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = waiter.acquire("soon", &options).await.unwrap();
+        (guard, Instant::now())
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    guard.release().await.unwrap();
+    let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    let late = (got_at - acquired).saturating_sub(hold);
+    assert!(
+        got_at - acquired >= hold,
+        "handed over before the hold ended"
+    );
+    assert!(
+        late < Duration::from_millis(300),
+        "handed over {late:?} after the hold ended: the waiter was not told the new expiry"
+    );
+    next.release().await.unwrap();
 }
