@@ -60,6 +60,9 @@ pub(crate) enum Connection {
 pub(crate) struct MasterConnection {
     connection: ConnectionManager,
     stale: Arc<AtomicBool>,
+    sentinels: Arc<Sentinels>,
+    /// The sentinels' count of master switches when it was made.
+    switches: u64,
 }
 
 impl MasterConnection {
@@ -70,7 +73,7 @@ impl MasterConnection {
     }
 
     fn is_stale(&self) -> bool {
-        self.stale.load(Ordering::Acquire)
+        self.stale.load(Ordering::Acquire) || self.sentinels.switches() != self.switches
     }
 }
 
@@ -163,10 +166,15 @@ impl Endpoint {
                 .await
                 .map(Connection::Standalone),
             Endpoint::Sentinel(sentinels) => {
+                // Counted before asking: a switch announced during the lookup makes the
+                // connection stale rather than go unnoticed.
+                let switches = sentinels.switches();
                 let master = sentinels.master().await?;
                 Ok(Connection::Sentinel(MasterConnection {
                     connection: Self::manager(master, timeouts).await?,
                     stale: Arc::new(AtomicBool::new(false)),
+                    sentinels: Arc::clone(sentinels),
+                    switches,
                 }))
             }
             Endpoint::Cluster(client) => {

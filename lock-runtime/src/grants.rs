@@ -252,6 +252,8 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Servers, timeouts: Timeou
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
     let mut backoff = RECONNECT_BACKOFF.0;
     let mut reconnect_at: Option<Instant> = None;
+    // Sentinel: the master switches counted when the connection was made.
+    let mut connected_at_switch = 0u64;
     let Some(channel) = shared.upgrade().map(|hub| Arc::clone(&hub.channel)) else {
         return;
     };
@@ -270,9 +272,31 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Servers, timeouts: Timeou
                 state.idle_since,
             )
         };
+        // Registered before the count is read, so that a switch after the read still wakes us.
+        let mut switched = match &servers {
+            Servers::Sentinel(sentinels) => Some(Box::pin(sentinels.switched.notified())),
+            Servers::Fixed(_) => None,
+        };
+        if let Some(switched) = switched.as_mut() {
+            switched.as_mut().enable();
+        }
+        // The sentinels switched the master: the releases publish on the new one now.
+        if let Servers::Sentinel(sentinels) = &servers {
+            if connection.is_some() && sentinels.switches() != connected_at_switch {
+                connection = None;
+                hub.state().subscribed = false;
+                reconnect_at = None;
+                hub.wake_all();
+            }
+        }
         let subscribed = hub.state().subscribed;
         // Subscribe when someone waits or asks, and the connection is not in its backoff.
         if wanted && !subscribed && reconnect_at.is_none_or(|at| Instant::now() >= at) {
+            if let Servers::Sentinel(sentinels) = &servers {
+                if connection.is_none() {
+                    connected_at_switch = sentinels.switches();
+                }
+            }
             let result = subscribe(
                 &servers,
                 &mut next_server,
@@ -325,9 +349,16 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Servers, timeouts: Timeou
                 None => std::future::pending().await,
             }
         };
+        let switched = async {
+            match switched {
+                Some(switched) => switched.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = task_notified => {}
             () = timer => {}
+            () = switched => {}
             message = message => match message {
                 Some(message) => {
                     if let Ok(text) = message.get_payload::<String>() {

@@ -6,15 +6,32 @@
 //! ([`crate::connection`]) ask again once a command meets a dead, refusing or demoted
 //! (read-only) server, and the hand-off subscription ([`crate::grants`]) asks again when its
 //! connection drops — a demoted master drops its clients, so both follow a failover.
+//!
+//! An old master that is still up keeps accepting writes until the sentinels demote it, which
+//! can take them seconds after the promotion (they look at it every 10 s). Connections that
+//! waited for an error would write there meanwhile, where nobody will read: two holders of one
+//! lock, one on each master. So a task also listens to the sentinels' `+switch-master` events,
+//! and every connection made before the last switch of our service counts as stale at once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Client, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
+use tokio::sync::Notify;
 
 use crate::classify::{classify, Meaning};
 use crate::connection::Timeouts;
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {
+    /// How many switches of the service's master the sentinels have announced since this
+    /// manager connected: a connection made at an older count is to a master that is no more.
+    switches: AtomicU64,
+    /// Signalled at every switch, for the hand-off subscription to move too.
+    pub(crate) switched: Notify,
     urls: Vec<String>,
     service: String,
     /// How to log in to the master (the sentinels' own logins are in their URLs).
@@ -42,6 +59,8 @@ impl Sentinels {
             master = master.set_redis_connection_info(info);
         }
         let sentinels = Sentinels {
+            switches: AtomicU64::new(0),
+            switched: Notify::new(),
             urls,
             service,
             master_login: master,
@@ -82,6 +101,76 @@ impl Sentinels {
                 ),
             ))),
         }
+    }
+}
+
+impl Sentinels {
+    /// The number of master switches announced so far (see [`watch_switches`]).
+    pub(crate) fn switches(&self) -> u64 {
+        self.switches.load(Ordering::Acquire)
+    }
+}
+
+/// Listens to the sentinels' `+switch-master` events for as long as `sentinels` lives, on one
+/// sentinel at a time (the next after a failure), and counts those of our service. Runs on the
+/// background runtime.
+pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
+    let mut next = 0usize;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let (client, service, timeouts) = {
+            let Some(sentinels) = sentinels.upgrade() else {
+                return;
+            };
+            let url = sentinels.urls[next % sentinels.urls.len()].clone();
+            next = next.wrapping_add(1);
+            (
+                Client::open(url),
+                sentinels.service.clone(),
+                sentinels.timeouts,
+            )
+        };
+        let subscribed = async {
+            let mut pubsub = tokio::time::timeout(timeouts.connect, client?.get_async_pubsub())
+                .await
+                .map_err(|_| {
+                    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+                })??;
+            tokio::time::timeout(timeouts.response, pubsub.subscribe("+switch-master"))
+                .await
+                .map_err(|_| {
+                    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+                })??;
+            Ok::<_, RedisError>(pubsub)
+        };
+        if let Ok(pubsub) = subscribed.await {
+            pause = Duration::from_millis(50);
+            let mut messages = pubsub.into_on_message();
+            loop {
+                // Woken now and then to notice that the manager is gone.
+                match tokio::time::timeout(Duration::from_secs(1), messages.next()).await {
+                    Ok(Some(message)) => {
+                        let payload: String = message.get_payload().unwrap_or_default();
+                        // "<service> <old ip> <old port> <new ip> <new port>"
+                        if payload.split(' ').next() == Some(service.as_str()) {
+                            match sentinels.upgrade() {
+                                Some(sentinels) => {
+                                    sentinels.switches.fetch_add(1, Ordering::AcqRel);
+                                    sentinels.switched.notify_waiters();
+                                    tracing::debug!(target: "distlock", %payload, "the sentinels switched the master; reconnecting");
+                                }
+                                None => return,
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) if sentinels.strong_count() == 0 => return,
+                    Err(_) => {}
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
 

@@ -95,9 +95,32 @@ impl SentinelSet {
     }
 
     /// Asks a sentinel for a failover (`SENTINEL FAILOVER`) and waits until the replica is the
-    /// master for every sentinel and says so itself. Returns the new master.
+    /// master for every sentinel and says so itself. Returns the new master. The old master
+    /// may still accept writes until the sentinels demote it: see [`wait_demoted`].
+    ///
+    /// [`wait_demoted`]: SentinelSet::wait_demoted
     pub fn failover(&self) -> &RedisServer {
         let old = self.master().port();
+        self.fail_over_from(old)
+    }
+
+    /// Waits until `old`, a master before a failover, has been turned into a replica (from then
+    /// on nothing can be written there).
+    pub fn wait_demoted(&self, old: &RedisServer) {
+        let deadline = Instant::now() + FAILOVER_TIMEOUT;
+        while self.role(old).as_deref() != Some("slave") {
+            assert!(
+                Instant::now() < deadline,
+                "the old master on port {} was not turned into a replica within \
+                 {FAILOVER_TIMEOUT:?}\n{}",
+                old.port(),
+                self.sentinel_logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn fail_over_from(&self, old: u16) -> &RedisServer {
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         loop {
             let asked: redis::RedisResult<()> =

@@ -75,7 +75,9 @@ async fn a_bad_service_name_is_an_error_that_names_the_fix() {
 async fn mutual_exclusion_holds_through_a_sentinel_failover() {
     let set = SentinelSet::start();
     run_through_failover(&set, "SENTINEL FAILOVER", |set| {
+        let old = set.master();
         set.failover();
+        old
     })
     .await;
 }
@@ -84,7 +86,9 @@ async fn mutual_exclusion_holds_through_a_sentinel_failover() {
 async fn mutual_exclusion_holds_through_a_killed_master() {
     let set = SentinelSet::start();
     run_through_failover(&set, "killed master", |set| {
+        let old = set.master();
         set.kill_master();
+        old
     })
     .await;
 }
@@ -105,20 +109,21 @@ struct Tally {
 }
 
 /// Two managers (as two processes would have) of four tasks each take the lock in turn and do
-/// a read-modify-write under it, before, during and after `fail_over`. A section writes only if
-/// the lock is still its own just before writing — what the documentation asks of users where a
-/// failover may forget a lock. Every write must count: a section that overlapped another would
-/// lose an update. Prints the longest time without a section around the failover.
+/// a read-modify-write under it, before, during and after `fail_over` (which returns the old
+/// master); a third manager joins as soon as the sentinels name the new master, while the old
+/// one may still take writes. A section writes only if the lock is still its own just before
+/// writing — what the documentation asks of users where a failover may forget a lock. Every
+/// write must count: a section that overlapped another would lose an update. Prints the longest
+/// time without a section around the failover.
 async fn run_through_failover(
     set: &SentinelSet,
     what: &str,
-    fail_over: impl FnOnce(&SentinelSet) + Send,
+    fail_over: impl for<'a> FnOnce(&'a SentinelSet) -> &'a test_support::RedisServer + Send,
 ) {
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let manager = connect(set).await;
+    let spawn_workers = |manager: LockManager, tasks: &mut Vec<tokio::task::JoinHandle<()>>| {
         for _ in 0..4 {
             let (manager, tally, stop) = (manager.clone(), Arc::clone(&tally), Arc::clone(&stop));
             tasks.push(tokio::spawn(async move {
@@ -148,13 +153,22 @@ async fn run_through_failover(
                 }
             }));
         }
+    };
+    for _ in 0..2 {
+        spawn_workers(connect(set).await, &mut tasks);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = tally.committed.load(Ordering::Relaxed);
     assert!(before > 0, "no section ran before the failover");
     let triggered = Instant::now();
-    tokio::task::block_in_place(|| fail_over(set));
+    let old = tokio::task::block_in_place(|| fail_over(set));
     let failed_over = triggered.elapsed();
+    // A process that connects now finds the new master; the others must not stay on the old.
+    spawn_workers(connect(set).await, &mut tasks);
+    if old.is_running() {
+        tokio::task::block_in_place(|| set.wait_demoted(old));
+    }
+    let demoted = triggered.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Release);
     for task in tasks {
@@ -179,8 +193,9 @@ async fn run_through_failover(
     }
     eprintln!(
         "{what}: {committed} sections ({before} before), {} abandoned, {} failed acquisitions; \
-         the sentinels switched masters {failed_over:?} after the trigger; longest time without \
-         a section from the trigger on: {longest_gap:?}",
+         the sentinels switched masters {failed_over:?} after the trigger and the old one could \
+         take no more writes after {demoted:?}; longest time without a section from the trigger \
+         on: {longest_gap:?}",
         tally.abandoned.load(Ordering::Relaxed),
         tally.failed.load(Ordering::Relaxed),
     );
@@ -189,10 +204,7 @@ async fn run_through_failover(
         committed,
         "every committed section added exactly 1: no two overlapped"
     );
-    let on_new_master = after
-        .iter()
-        .filter(|at| **at > triggered + failed_over)
-        .count();
+    let on_new_master = after.iter().filter(|at| **at > triggered + demoted).count();
     assert!(
         on_new_master > 0,
         "sections ran again once the new master was in place"

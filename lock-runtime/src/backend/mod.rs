@@ -119,6 +119,7 @@ impl Backend {
     /// address the sentinels give.
     pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> Self {
         let sentinels = Arc::new(sentinels);
+        crate::background::spawn(crate::sentinel::watch_switches(Arc::downgrade(&sentinels)));
         Backend {
             wakeups: Wakeups::Grants(GrantHub::new(
                 Servers::Sentinel(Arc::clone(&sentinels)),
