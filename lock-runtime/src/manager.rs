@@ -127,8 +127,11 @@ impl LockManager {
     /// Starts building a manager for the master of a Redis Sentinel service, given some of its
     /// sentinels (`redis://host:26379`) and the service's name (`sentinel monitor <name> ...`
     /// in their configuration). The master's address is asked of the sentinels at connect,
-    /// and again whenever the master dies, refuses connections or turns read-only: a failover
-    /// is followed, with the same waiting, hand-offs and fencing as on a standalone server.
+    /// again whenever the master dies, refuses connections or turns read-only, and at once
+    /// when a sentinel announces `+switch-master` for the service: a failover is followed,
+    /// with the same waiting, hand-offs and fencing as on a standalone server. A master with a
+    /// password takes [`LockManagerBuilder::master_login`]; the master is reached over plain
+    /// TCP (no TLS).
     ///
     /// Replication is asynchronous, so a failover can forget the last writes of the old
     /// master: a lock granted (or released, or a fencing token issued) just before it may be
