@@ -52,6 +52,9 @@
 //! behaviour under failure, the backends and the waiting protocol are described in the
 //! repository's `docs/` directory.
 
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
+
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
     global, init, init_with, LockError, LockGuard, LockManager, LockManagerBuilder, LockOptions,

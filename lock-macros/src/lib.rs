@@ -7,6 +7,9 @@
 //! arguments into one typed struct, `key` scans and validates the key template, and `expand`
 //! validates the function and generates its new body. This file only wires them together.
 
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use syn::ItemFn;
 

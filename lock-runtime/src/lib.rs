@@ -62,6 +62,9 @@
 //! The long-form documents (the waiting protocol, reliability, backends, keys) are in the
 //! repository's `docs/` directory.
 
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
+
 mod acquire;
 #[doc(hidden)]
 pub mod attribute;
