@@ -345,14 +345,13 @@ impl LockManager {
                                 expires_in,
                             ));
                         }
-                        // A message read too late to trust (this waiter did not run for a
-                        // while): ask Redis whether the lock is still ours.
-                        Some(Grant::Granted { .. }) => machine.woke(),
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
-                        None => machine.woke(),
+                        // A message read too late to trust (this waiter did not run for a
+                        // while), or no message: ask Redis whether the lock is ours now.
+                        Some(Grant::Granted { .. }) | None => machine.woke(),
                     }
                 }
                 Step::Acquired => {
@@ -614,11 +613,10 @@ impl LockManager {
                     rechecked = true;
                     tokio::time::sleep(UNANSWERED_RECHECK).await;
                 }
-                Ok(false) => return,
                 Err(_) if Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
-                Err(_) => return,
+                Ok(false) | Err(_) => return,
             }
         }
     }

@@ -178,7 +178,7 @@ struct Queues(Box<[Arc<Requests>]>);
 
 impl Drop for Queues {
     fn drop(&mut self) {
-        for requests in self.0.iter() {
+        for requests in &self.0 {
             requests.close();
         }
     }
@@ -315,7 +315,7 @@ impl Drop for Watch {
         if entry.watchers == 0 {
             channels.remove(&self.channel);
             // Queued under the map's lock: ordered before any later subscribe to the channel.
-            for connection in self.connections.0.iter() {
+            for connection in &self.connections.0 {
                 connection.unsubscribe(&self.channel);
             }
         }
