@@ -151,7 +151,7 @@ impl Held {
         if ours {
             match keep_millis {
                 Some(keep_ms) => {
-                    tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends")
+                    tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends");
                 }
                 None => tracing::debug!(target: "distlock", key = %self.keys.lock, "released"),
             }

@@ -305,9 +305,10 @@ impl Sentinel {
             }
             let log =
                 std::fs::read_to_string(sentinel.dir.join("sentinel.log")).unwrap_or_default();
-            if !log.contains("Address already in use") {
-                panic!("redis-server --sentinel on port {port} did not start:\n{log}");
-            }
+            assert!(
+                log.contains("Address already in use"),
+                "redis-server --sentinel on port {port} did not start:\n{log}"
+            );
         }
         panic!("could not start a sentinel: every free port tried was taken");
     }

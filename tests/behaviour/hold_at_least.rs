@@ -122,7 +122,7 @@ async fn a_hold_never_touches_a_lock_that_someone_else_holds_now() {
 async fn a_waiter_in_line_gets_the_lock_when_the_hold_ends_not_earlier_nor_much_later() {
     let server = RedisServer::start();
     let (holder, waiter) = (connect(&server).await, connect(&server).await);
-    let hold = Duration::from_millis(2_000);
+    let hold = Duration::from_secs(2);
     let guard = holder
         .acquire("line", &options(30_000, 2_000))
         .await

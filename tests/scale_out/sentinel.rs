@@ -132,13 +132,10 @@ async fn run_through_failover(
                     .timeout(Duration::from_secs(30))
                     .auto_extend(true);
                 while !stop.load(Ordering::Acquire) {
-                    let guard = match manager.acquire("counter", &options).await {
-                        Ok(guard) => guard,
-                        Err(_) => {
-                            tally.failed.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            continue;
-                        }
+                    let Ok(guard) = manager.acquire("counter", &options).await else {
+                        tally.failed.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
                     };
                     let value = tally.counter.load(Ordering::Acquire);
                     tokio::time::sleep(Duration::from_millis(2)).await;
