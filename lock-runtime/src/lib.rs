@@ -34,7 +34,6 @@ mod options;
 mod queue;
 mod retry;
 mod scripts;
-mod wake;
 mod watchdog;
 
 pub use builder::LockManagerBuilder;
