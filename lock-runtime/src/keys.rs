@@ -485,7 +485,10 @@ mod tests {
         assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
         let keys = LockKeys::new("lock:{user:7}:cart".to_owned()).unwrap();
         assert_eq!(keys.fence(), "{user:7}:distlock:fence:lock:{user:7}:cart");
-        assert_eq!(keys.wake_list(), "{user:7}:distlock:wake:lock:{user:7}:cart");
+        assert_eq!(
+            keys.wake_list(),
+            "{user:7}:distlock:wake:lock:{user:7}:cart"
+        );
         // A `}` without a hash tag: a tag of the key's slot, then the key.
         let keys = LockKeys::new("lock:order:a}b".to_owned()).unwrap();
         let tag = SLOT_TAGS.tag(slot(b"lock:order:a}b"));

@@ -277,7 +277,10 @@ return 1
 ///   key, so that the caller can tell one holder on several masters from a split).
 ///
 /// Taking a place is a `ZADD`: a renewal or a re-sent command moves the same member's lease,
-/// never adds a second place. A waiter that gets the lock here takes its place out. The list
+/// never adds a second place. The lease's deadline is rounded up to the next 100 ms, so that
+/// waiters registering at about the same time on every master (an attempt reaches them all at
+/// once) tie on each, and ties are ordered by member, the same on every master: a release on
+/// all masters then wakes the same waiter on each, not one per master. A waiter that gets the lock here takes its place out. The list
 /// expires two leases after its last join or renewal, so nothing outlives the last waiter. The
 /// lock key itself is never written by a waiter.
 pub(crate) static QUORUM_ACQUIRE: Lazy<Script> = Lazy::new(|| {
@@ -304,7 +307,7 @@ if ARGV[3] ~= '' then
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   local lease = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[2], now + lease, ARGV[3])
+  redis.call('ZADD', KEYS[2], math.floor((now + lease) / 100) * 100 + 100, ARGV[3])
   redis.call('PEXPIRE', KEYS[2], 2 * lease)
 end
 return {0, pttl, held}

@@ -131,7 +131,11 @@ impl Backend {
         let sources = masters.into_iter().map(|client| vec![client]).collect();
         let grants = GrantHub::new(WAKE_UPS, sources, timeouts, confirmations);
         Backend {
-            locks: Locks::Quorum(Quorum::new(nodes, node_timeout, Arc::clone(grants.channel()))),
+            locks: Locks::Quorum(Quorum::new(
+                nodes,
+                node_timeout,
+                Arc::clone(grants.channel()),
+            )),
             grants,
         }
     }

@@ -116,8 +116,14 @@ impl Quorum {
         // caller tries again itself (see `held_for`), and a waiter woken now would only find
         // the lock held by whoever won.
         if granted > 0 || results.iter().any(Result::is_err) {
+            let to_give_back: Vec<bool> = results
+                .iter()
+                .map(|result| !matches!(result, Ok(Vote::Held { .. })))
+                .collect();
             let _ = self
-                .on_each(|node| node.release_vote(keys, token, None, false))
+                .on_each_where(&to_give_back, |node| {
+                    node.release_vote(keys, token, None, false)
+                })
                 .await;
         }
         let answered = results.iter().filter(|result| result.is_ok()).count();
@@ -230,6 +236,34 @@ impl Quorum {
         .await
     }
 
+    /// Runs `operation` at once on the masters whose entry in `which` is `true`, each bounded by
+    /// the per-node timeout.
+    async fn on_each_where<'a, T, F, Fut>(
+        &'a self,
+        which: &[bool],
+        operation: F,
+    ) -> Vec<RedisResult<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + 'a,
+    {
+        join_all(
+            self.nodes
+                .iter()
+                .zip(which)
+                .filter(|(_, &chosen)| chosen)
+                .map(|(node, _)| {
+                    let call = operation(node);
+                    async move {
+                        tokio::time::timeout(self.node_timeout, call)
+                            .await
+                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                    }
+                }),
+        )
+        .await
+    }
+
     /// `true` when a majority answered `true`; an error when too few masters answered to tell.
     fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
         let yes = results
@@ -319,7 +353,10 @@ mod tests {
 
     /// The same holder (or none known) on every master.
     fn by_one(remaining: &[Option<Duration>]) -> Vec<(Option<Duration>, Option<&'static str>)> {
-        remaining.iter().map(|remaining| (*remaining, None)).collect()
+        remaining
+            .iter()
+            .map(|remaining| (*remaining, None))
+            .collect()
     }
 
     #[test]
@@ -371,7 +408,10 @@ mod tests {
                 ],
                 0,
             ),
-            (vec![(long, Some("a")), (long, Some("b")), (long, Some("c"))], 0),
+            (
+                vec![(long, Some("a")), (long, Some("b")), (long, Some("c"))],
+                0,
+            ),
         ] {
             let retry = quorum.held_for(&held, unanswered).unwrap();
             assert!(retry <= Duration::from_millis(11), "{held:?}: {retry:?}");
