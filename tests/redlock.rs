@@ -816,10 +816,12 @@ fn a_redlock_release_wakes_a_bounded_number_of_waiters_however_many_processes_wa
     let (many, _) = run_looping_workers(&servers, 8, "herd8", true, |_| {});
     eprintln!("commands to the masters per section: {few:.1} with 2 processes, {many:.1} with 8");
     // Were every waiting process woken by each release, each would try all five masters again:
-    // with 8 processes, 7 attempts of several commands on each master per release. Woken one
-    // per master, the work per section stays about the same.
+    // with 8 processes, 7 attempts of several commands on each master per release (measured
+    // that way: 65 commands per section with 2 processes, 271 with 8). Woken one per master,
+    // the work per section stays about the same; what may grow is the renewal of each
+    // waiter's places once a second, a few commands per section while sections are short.
     assert!(
-        many < few * 1.5 + 10.0,
+        many < few * 1.5 + 30.0,
         "Redis work per section grew with the number of processes: {few:.1} → {many:.1}"
     );
 }
