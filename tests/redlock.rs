@@ -894,3 +894,48 @@ fn a_redlock_master_restarted_empty_mid_run_does_not_stall_the_waiters() {
         "a worker waited {longest:?} for the lock: the restart swallowed wake-ups"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_that_gives_up_takes_its_places_out_at_once() {
+    let servers = RedisServers::start(5);
+    let holder = redlock(&servers).await;
+    let waiter = redlock(&servers).await;
+    let guard = holder
+        .acquire("gives-up", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // Cancelled (the future dropped while it waits), then timed out: either way its places
+    // go at once, not a lease (3 s) later.
+    for cancel in [true, false] {
+        let timeout = if cancel { 30_000 } else { 1_500 };
+        let options = LockOptions::new().timeout(Duration::from_millis(timeout));
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.acquire("gives-up", &options).await }
+        });
+        support::eventually(
+            Duration::from_secs(5),
+            "the waiter to take its places",
+            || places(&servers, "gives-up") == vec![1; 5],
+        )
+        .await;
+        if cancel {
+            waiting.abort();
+            assert!(waiting.await.unwrap_err().is_cancelled());
+        } else {
+            let outcome = waiting.await.unwrap();
+            assert!(
+                matches!(outcome, Err(LockError::Timeout { .. })),
+                "{outcome:?}"
+            );
+        }
+        support::eventually(
+            Duration::from_millis(1000),
+            "the waiter's places to be taken out",
+            || places(&servers, "gives-up") == vec![0; 5],
+        )
+        .await;
+    }
+    guard.release().await.unwrap();
+    assert_eq!(servers.holders("lock:gives-up"), Vec::<usize>::new());
+}
