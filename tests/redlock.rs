@@ -506,7 +506,7 @@ fn commands_by_name(servers: &RedisServers) -> Vec<(String, u64)> {
         }
     }
     let mut calls: Vec<(String, u64)> = calls.into_iter().collect();
-    calls.sort_by(|a, b| b.1.cmp(&a.1));
+    calls.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
     calls
 }
 
