@@ -939,3 +939,78 @@ async fn a_redlock_waiter_that_gives_up_takes_its_places_out_at_once() {
     guard.release().await.unwrap();
     assert_eq!(servers.holders("lock:gives-up"), Vec::<usize>::new());
 }
+
+/// The commands the README says Redlock masters need besides the minimal ACL.
+fn readme_redlock_acl_extras() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("Redlock masters need, besides,")
+        .expect("README.md lists the commands Redlock masters need besides the minimal ACL");
+    let rule = &readme[start..];
+    let rule = &rule[rule.find('`').unwrap() + 1..];
+    let rule = &rule[..rule.find('`').unwrap()];
+    rule.split_whitespace()
+        .filter_map(|word| word.strip_prefix('+'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `+command` entries of the README's minimal ACL.
+fn readme_acl() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let rule = &readme[readme.find("ACL SETUSER locker").unwrap()..];
+    let rule = &rule[..rule.find('`').unwrap()];
+    rule.split_whitespace()
+        .filter_map(|word| word.strip_prefix('+'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiters_work_with_the_readme_acl() {
+    let servers = RedisServers::start(3);
+    let commands: Vec<String> = readme_acl()
+        .into_iter()
+        .chain(readme_redlock_acl_extras())
+        .collect();
+    let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|server| server.add_acl_user("locker", "s3cret", &allowed))
+        .collect();
+    let connect = || async {
+        LockManager::redlock_builder(&urls)
+            .connect()
+            .await
+            .expect("the ACL user connects")
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(10));
+    let held = holder.acquire("acl", &options).await.expect("free");
+    let waiting = tokio::spawn({
+        let options = options.clone();
+        async move { waiter.acquire("acl", &options).await }
+    });
+    support::eventually(Duration::from_secs(5), "the waiter's places", || {
+        places(&servers, "acl") == vec![1; 3]
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.expect("still ours");
+    let guard = waiting.await.unwrap().expect("woken by the release");
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "with a 30 s ttl only a wake-up explains {:?}",
+        released.elapsed()
+    );
+    assert!(holder
+        .try_acquire("acl", &options)
+        .await
+        .expect("try_acquire answers")
+        .is_none());
+    guard.release().await.expect("still ours");
+    assert_eq!(places(&servers, "acl"), vec![0; 3]);
+    assert_eq!(servers.holders("lock:acl"), Vec::<usize>::new());
+}
