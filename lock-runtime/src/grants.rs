@@ -226,9 +226,9 @@ impl Shared {
     }
 
     /// Delivers a message `"<token> <fence>"`, `"<token> !"` or `"<token> ?"` (look again) to
-    /// its waiter, if it is ours.
+    /// its waiter, if it is ours. Split at the last space: what follows it never has one.
     fn deliver(&self, message: &str) {
-        let Some((token, rest)) = message.split_once(' ') else {
+        let Some((token, rest)) = message.rsplit_once(' ') else {
             return;
         };
         let grant = match rest {
