@@ -428,3 +428,90 @@ fn hub_gone() -> redis::RedisError {
         "distlock hand-off task has stopped",
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    /// A hub over `connections` connections, with no task behind it.
+    fn hub(connections: usize, confirmations: usize) -> GrantHub {
+        GrantHub {
+            shared: Arc::new(Shared {
+                channel: Arc::from("distlock:wake:test"),
+                state: Mutex::new(State {
+                    waiters: HashMap::new(),
+                    subscribed: vec![false; connections],
+                    pending: Vec::new(),
+                    idle_since: None,
+                }),
+                tasks: (0..connections).map(|_| Notify::new()).collect(),
+                confirmations,
+            }),
+        }
+    }
+
+    fn failed() -> RedisResult<()> {
+        Err(redis::RedisError::from((redis::ErrorKind::Io, "refused")))
+    }
+
+    #[test]
+    fn a_subscription_is_relied_on_once_enough_connections_confirm_it() {
+        let hub = hub(5, 3);
+        let mut first = Box::pin(hub.subscribed());
+        assert!(first.as_mut().now_or_never().is_none());
+        let shared = &hub.shared;
+        shared.confirm(0, &Ok(()));
+        shared.confirm(1, &failed());
+        shared.confirm(2, &failed());
+        shared.confirm(3, &Ok(()));
+        assert!(
+            first.as_mut().now_or_never().is_none(),
+            "2 of the 3 needed, and 2 failures are spare"
+        );
+        shared.confirm(4, &Ok(()));
+        assert!(matches!(first.now_or_never(), Some(Ok(()))));
+        // Enough are subscribed now: answered at once.
+        assert!(matches!(hub.subscribed().now_or_never(), Some(Ok(()))));
+    }
+
+    #[test]
+    fn a_subscription_fails_once_too_few_connections_can_confirm_it() {
+        let hub = hub(5, 3);
+        let mut waiting = Box::pin(hub.subscribed());
+        assert!(waiting.as_mut().now_or_never().is_none());
+        for index in 0..2 {
+            hub.shared.confirm(index, &failed());
+            assert!(waiting.as_mut().now_or_never().is_none());
+        }
+        hub.shared.confirm(2, &failed());
+        assert!(matches!(waiting.now_or_never(), Some(Err(_))));
+    }
+
+    #[test]
+    fn a_wake_up_tells_its_waiter_to_look_again_and_a_grant_hands_it_the_lock() {
+        let hub = hub(1, 1);
+        let token: Arc<str> = Arc::from("a token");
+        let waiter = hub.register(&token);
+        let other = hub.register(&Arc::from("other"));
+        hub.shared.deliver("a token ?");
+        assert_eq!(waiter.next().now_or_never(), Some(None));
+        assert_eq!(
+            other.next().now_or_never(),
+            None,
+            "only the named waiter wakes"
+        );
+        hub.shared.deliver("a token 7");
+        assert_eq!(
+            waiter.next().now_or_never(),
+            Some(Some(Grant::Granted { fence: 7 }))
+        );
+        hub.shared.deliver("a token !");
+        assert_eq!(waiter.next().now_or_never(), Some(Some(Grant::FenceFailed)));
+        hub.shared.deliver("nobody ?");
+        assert_eq!(waiter.next().now_or_never(), None);
+        drop((waiter, other));
+        assert_eq!(hub.waiters(), 0);
+    }
+}
