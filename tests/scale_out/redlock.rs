@@ -1020,3 +1020,64 @@ async fn redlock_waiters_work_with_the_readme_acl() {
     assert_eq!(places(&servers, "acl"), vec![0; 3]);
     assert_eq!(servers.holders("lock:acl"), Vec::<usize>::new());
 }
+
+/// The calls of each command over all masters since their stats were reset, leaving out the
+/// test's own `INFO` and `CONFIG`.
+fn calls_since_reset(servers: &RedisServers) -> Vec<(String, u64)> {
+    let mut calls = commands_by_name(servers);
+    calls.retain(|(name, _)| name != "info" && !name.starts_with("config"));
+    calls.sort();
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_on_redlock_costs_one_set_per_master_and_a_release_one_script() {
+    let servers = RedisServers::start(5);
+    let (holder, other) = (redlock(&servers).await, redlock(&servers).await);
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    // Warm up: connections made, release script loaded.
+    other
+        .try_acquire("cheap", &options)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let reset = || {
+        for server in servers.iter() {
+            server.reset_stats();
+        }
+    };
+    let five = |name: &str| (name.to_owned(), 5);
+
+    reset();
+    let guard = other.try_acquire("cheap", &options).await.unwrap().unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(
+        calls_since_reset(&servers),
+        [
+            five("del"),
+            five("evalsha"),
+            five("exists"),
+            five("get"),
+            five("set")
+        ],
+        "uncontended: SET NX on each master, then the release script (GET, DEL, and EXISTS of \
+         the wake list)"
+    );
+
+    let held = holder.acquire("cheap", &options).await.unwrap();
+    reset();
+    assert!(other
+        .try_acquire("cheap", &options)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        calls_since_reset(&servers),
+        [five("set")],
+        "held: one SET NX per master, no script, no place in a wake list"
+    );
+    held.release().await.unwrap();
+}
