@@ -729,7 +729,7 @@ fn redlock_once_worker() {
 }
 
 /// The places in `lock:<name>`'s wake list on each master (0 for a master that is down).
-fn places(servers: &RedisServers, name: &str) -> Vec<usize> {
+fn places(servers: &[RedisServer], name: &str) -> Vec<usize> {
     servers
         .iter()
         .map(|server| {
@@ -1080,4 +1080,45 @@ async fn try_acquire_on_redlock_costs_one_set_per_master_and_a_release_one_scrip
         "held: one SET NX per master, no script, no place in a wake list"
     );
     held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_keep_a_waiter_from_being_woken() {
+    let servers = RedisServers::start(5);
+    let connect = || async {
+        LockManager::redlock_builder(&servers.urls())
+            .node_timeout(Duration::from_millis(200))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let held = holder.acquire("frozen-wake", &options).await.unwrap();
+    // Frozen before the waiter subscribes: its wake-up connection there never confirms, and
+    // the waiter must rely on the other four.
+    servers[0].pause();
+    let _resume = Resume(&servers[0]);
+    let waiting = tokio::spawn({
+        let options = options.clone();
+        async move { waiter.acquire("frozen-wake", &options).await }
+    });
+    test_support::eventually(
+        Duration::from_secs(10),
+        "the waiter's places on the four live masters",
+        || places(&servers[1..], "frozen-wake") == [1; 4],
+    )
+    .await;
+    let released = Instant::now();
+    held.release().await.expect("still held on four masters");
+    let guard = waiting.await.unwrap().expect("woken by the release");
+    let took = released.elapsed();
+    eprintln!("woken {took:?} after the release, one master frozen");
+    assert!(
+        took < Duration::from_secs(3),
+        "with a 30 s ttl only a wake-up explains {took:?}"
+    );
+    guard.release().await.unwrap();
 }
