@@ -326,9 +326,9 @@ return {0, pttl, held}
 /// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (nothing of
 ///   the lock touched).
 ///
-/// The wake-up goes to the first live waiter only: places whose lease ran out (their waiter
-/// died, or its network did) are dropped, then the earliest lease still running is taken out
-/// and sent `"<token> ?"` on its channel. So a release wakes at most one waiter per master
+/// The wake-up goes to the first live waiter only: places are taken out earliest lease first,
+/// those whose lease ran out (their waiter died, or its network did) dropped on the way, and the
+/// first still running is sent `"<token> ?"` on its channel (one `ZPOPMIN` when nobody died). So a release wakes at most one waiter per master
 /// however many wait, and a dead waiter's place is skipped at most a lease after its last
 /// renewal. With nobody waiting this is the compare-and-delete of any Redis lock plus one
 /// `EXISTS`.
@@ -346,12 +346,17 @@ redis.call('DEL', KEYS[1])
 if waiting and ARGV[3] == '1' then
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
-  local first = redis.call('ZPOPMIN', KEYS[2])
-  if first[1] then
-    local channel, waiter = string.match(first[1], '^(%S+) (.+)$')
-    if channel then
-      redis.call('PUBLISH', channel, waiter .. ' ?')
+  while true do
+    local first = redis.call('ZPOPMIN', KEYS[2])
+    if not first[1] then
+      break
+    end
+    if tonumber(first[2]) >= now then
+      local channel, waiter = string.match(first[1], '^(%S+) (.+)$')
+      if channel then
+        redis.call('PUBLISH', channel, waiter .. ' ?')
+        break
+      end
     end
   end
 end

@@ -852,10 +852,15 @@ fn a_redlock_waiter_killed_while_waiting_holds_the_others_up_for_a_bounded_time(
         );
         child
     };
-    // The first to wait is first in every wake list, and the release wakes it, dead or not.
     let doomed = start(0);
     let next = start(1);
     send_signal(doomed.id(), "KILL");
+    // Once the live waiter has renewed its place, the dead one's lease ends first: the release
+    // wakes the dead waiter, its lease still running, and nobody acts on the wake-up.
+    let at_kill = lease_deadlines(&servers[0], "killed")[0];
+    wait_until(Duration::from_secs(3), "the live waiter's renewal", || {
+        lease_deadlines(&servers[0], "killed")[0] > at_kill
+    });
     let released = Instant::now();
     runtime.block_on(guard.release()).unwrap();
     let statuses = wait_all(vec![next], Duration::from_secs(30));
@@ -1121,4 +1126,82 @@ async fn a_frozen_master_does_not_keep_a_waiter_from_being_woken() {
         "with a 30 s ttl only a wake-up explains {took:?}"
     );
     guard.release().await.unwrap();
+}
+
+/// The scores (lease deadlines) in `lock:<name>`'s wake list on `server`, highest first.
+fn lease_deadlines(server: &RedisServer, name: &str) -> Vec<u64> {
+    let members: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(format!("{{lock:{name}}}:distlock:wake"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut server.conn())
+        .unwrap();
+    let mut scores: Vec<u64> = members.into_iter().map(|(_, score)| score).collect();
+    scores.sort_unstable_by(|a, b| b.cmp(a));
+    scores
+}
+
+#[test]
+fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
+    let servers = RedisServers::start(5);
+    let data = RedisServer::start();
+    let runtime = worker_runtime();
+    let holder = runtime.block_on(redlock(&servers));
+    let guard = runtime
+        .block_on(holder.acquire("lapsed", &LockOptions::new().ttl(Duration::from_secs(60))))
+        .unwrap();
+    let mut children = Vec::new();
+    for index in 0..2 {
+        let mut env = worker_env(&servers, &data, "lapsed");
+        env.push((INDEX_ENV, index.to_string()));
+        children.push(spawn_self("redlock::redlock_once_worker", &env));
+        wait_until(
+            Duration::from_secs(30),
+            "the worker to take its place on every master",
+            || places(&servers, "lapsed").iter().all(|&n| n == index + 1),
+        );
+    }
+    let next = children.pop().unwrap();
+    let doomed = children.pop().unwrap();
+    send_signal(doomed.id(), "KILL");
+    // The dead waiter's lease (3 s) runs out; the live one renews its place every second.
+    std::thread::sleep(Duration::from_millis(3600));
+    assert_eq!(
+        places(&servers, "lapsed"),
+        vec![2; 5],
+        "both places are still there"
+    );
+    // Release right after the live waiter's renewal, so that its next look at Redis is about a
+    // second away: only the wake-up can give it the lock sooner.
+    let before = lease_deadlines(&servers[0], "lapsed")[0];
+    wait_until(Duration::from_secs(3), "the live waiter's renewal", || {
+        lease_deadlines(&servers[0], "lapsed")[0] > before
+    });
+    let released = Instant::now();
+    runtime.block_on(guard.release()).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the live waiter to get the lock",
+        || !list_of(&data, "lapsed:order").is_empty(),
+    );
+    let took = released.elapsed();
+    eprintln!("the live waiter behind a lapsed dead one got the lock {took:?} after the release");
+    assert_eq!(list_of(&data, "lapsed:order"), vec![1]);
+    assert!(
+        took < Duration::from_millis(700),
+        "{took:?}: the release woke the dead waiter, whose lease had run out, not the live one"
+    );
+    let statuses = wait_all(vec![next], Duration::from_secs(30));
+    assert!(
+        statuses[0].success(),
+        "the live waiter failed: {}",
+        statuses[0]
+    );
+    let _ = wait_all(vec![doomed], Duration::from_secs(5));
+    assert_eq!(
+        places(&servers, "lapsed"),
+        vec![0; 5],
+        "the lapsed places were dropped"
+    );
 }
