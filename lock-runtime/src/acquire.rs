@@ -10,11 +10,11 @@
 //!  TimedOut ◀──── an attempt at or after the deadline that finds it held
 //! ```
 //!
-//! - **FirstTry**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
+//! - **`FirstTry`**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
 //! - **Subscribe**: held; before taking a place in line, listen where a release will tell
 //!   (this manager's channel, on Redlock too), so that a hand-off or a wake-up
 //!   published right after the place is taken is not missed.
-//! - **InLine**: the attempt takes (then renews) a place in line and reports the holder's
+//! - **`InLine`**: the attempt takes (then renews) a place in line and reports the holder's
 //!   remaining ttl (on Redlock, a place in the wake list of each master that finds it held).
 //!   The waiter then sleeps until the first of: a message (a hand-off: done; a wake-up on
 //!   Redlock: look again), its place's renewal ([`crate::backend::RENEW`]), the
@@ -119,6 +119,9 @@ impl Acquisition {
         }
     }
 
+    // A method like every other transition: each step of the protocol, the first one too, comes
+    // from the machine.
+    #[allow(clippy::unused_self)]
     pub(crate) fn start(&self) -> Step {
         Step::Attempt(Request::FirstTry)
     }
@@ -338,6 +341,6 @@ mod tests {
         let Step::Sleep { until, .. } = acquisition.attempted(now, held(5000)) else {
             panic!("a held lock is waited for");
         };
-        assert_eq!(until, now + Duration::from_millis(5000));
+        assert_eq!(until, now + Duration::from_secs(5));
     }
 }

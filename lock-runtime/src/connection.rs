@@ -270,8 +270,8 @@ impl EndAttempt {
         let runtime_alive = Arc::downgrade(&alive);
         // Parks forever; dropped (with `alive`) when the runtime shuts down.
         drop(tokio::spawn(async move {
-            let _alive = alive;
             std::future::pending::<()>().await;
+            drop(alive);
         }));
         let mut slots = self.connections.lock();
         // Connections of runtimes that have shut down go now.

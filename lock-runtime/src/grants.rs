@@ -220,7 +220,7 @@ impl Shared {
     }
 
     fn notify_tasks(&self) {
-        for task in self.tasks.iter() {
+        for task in &self.tasks {
             task.notify_one();
         }
     }

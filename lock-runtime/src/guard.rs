@@ -301,6 +301,6 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.fence)
             .field("auto_extend", &self.watchdog.is_some())
             .field("lost", &self.is_lost())
-            .finish()
+            .finish_non_exhaustive()
     }
 }

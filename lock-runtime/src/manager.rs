@@ -183,7 +183,7 @@ impl LockManager {
             }
         };
         let fencing = options.fencing_enabled();
-        let mut machine = Acquisition::new(deadline, self.inner.backend.renew_period());
+        let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
         let mut token = new_token();
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
@@ -311,14 +311,13 @@ impl LockManager {
                                 expires_in,
                             ));
                         }
-                        // A message read too late to trust (this waiter did not run for a
-                        // while): ask Redis whether the lock is still ours.
-                        Some(Grant::Granted { .. }) => machine.woke(),
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
-                        None => machine.woke(),
+                        // A message read too late to trust (this waiter did not run for a
+                        // while), or no message: ask Redis whether the lock is ours now.
+                        Some(Grant::Granted { .. }) | None => machine.woke(),
                     }
                 }
                 Step::Acquired => {
@@ -569,11 +568,10 @@ impl LockManager {
                     rechecked = true;
                     tokio::time::sleep(UNANSWERED_RECHECK).await;
                 }
-                Ok(false) => return,
                 Err(_) if Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
-                Err(_) => return,
+                Ok(false) | Err(_) => return,
             }
         }
     }

@@ -224,11 +224,6 @@ impl Backend {
         }
     }
 
-    /// How often a waiter renews its place in line (on Redlock, in the masters' wake lists).
-    pub(crate) fn renew_period(&self) -> Option<Duration> {
-        Some(RENEW)
-    }
-
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
