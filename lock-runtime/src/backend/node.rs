@@ -142,6 +142,8 @@ impl Node {
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
             }
+            // A Redlock master is asked through `vote`, which names the caller's place in the
+            // wake list and reports the holder: the quorum needs both, an `Attempt` has neither.
             Protocol::Wake => Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a Redlock master takes votes, not attempts",
