@@ -135,10 +135,12 @@ async fn with_two_of_five_masters_dead_it_still_grants_and_excludes() {
     let took = started.elapsed();
     eprintln!("160 Redlock sections with 2 masters dead in {took:?}");
     // A dead master refuses connections at once, so it must cost next to nothing; all masters
-    // up this takes about 1 s. (It took 25 s while every operation on a dead master waited out
-    // a reconnect backoff inside redis-rs.)
+    // up this takes about 1 s, and so does this on a loaded 2-core machine. Two contenders that
+    // split the three live masters each see the other as a possible holder (with the two silent
+    // masters): unless their give-backs wake each other, both sleep until their next renewal,
+    // a second per split, and this takes 3–18 s.
     assert!(
-        took < Duration::from_secs(12),
+        took < Duration::from_secs(6),
         "dead masters slowed every section: 160 took {took:?}"
     );
     assert_eq!(servers[0].get("survivor:counter").as_deref(), Some("160"));

@@ -13,9 +13,12 @@
 //! wakes only the first waiter whose lease still runs there, taking its place out, with one
 //! message on its process's channel; the woken waiter tries every master again, and takes its
 //! places again where it loses. So a release wakes at most one waiter per master, however many
-//! processes wait. An attempt that does not reach a majority gives back what it won without
-//! waking anyone: it tries again itself, soon when nobody can hold a majority, or else when
-//! whoever holds one releases it (which wakes waiters) or expires.
+//! processes wait. An attempt that does not reach a majority gives back what it won, and tries
+//! again itself: soon when nobody can hold a majority, or else when whoever may hold one
+//! releases it (which wakes waiters) or expires. Its give-back wakes nobody when another holder
+//! has a majority of the answers (a woken waiter would only find the lock held); otherwise the
+//! lock may be free once every contender has given back, and each master given back wakes one
+//! waiter, as a release does.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -111,23 +114,6 @@ impl Quorum {
                 expires_in: ttl.saturating_sub(drift(ttl)),
             });
         }
-        // Not ours: give back what some masters granted (or may still grant, if they did not
-        // answer) so the next contender does not wait for those to expire. Quietly: this
-        // caller tries again itself (see `held_for`), and a waiter woken now would only find
-        // the lock held by whoever won.
-        if granted > 0 || results.iter().any(Result::is_err) {
-            let to_give_back: Vec<bool> = results
-                .iter()
-                .map(|result| !matches!(result, Ok(Vote::Held { .. })))
-                .collect();
-            let _ = self
-                .on_each_where(&to_give_back, |node| {
-                    node.release_vote(keys, token, None, false)
-                })
-                .await;
-        }
-        let answered = results.iter().filter(|result| result.is_ok()).count();
-        self.check_quorum(&results, answered)?;
         let held: Vec<(Option<Duration>, Option<&str>)> = results
             .iter()
             .filter_map(|result| match result {
@@ -135,6 +121,27 @@ impl Quorum {
                 _ => None,
             })
             .collect();
+        // Not ours: give back what some masters granted (or may still grant, if they did not
+        // answer) so the next contender does not wait for those to expire. Quietly when
+        // another holder has a majority of the answers: a waiter woken now would only find
+        // the lock held by it, whose release wakes waiters. Otherwise nobody may hold the lock
+        // once every contender has given back (a split, a majority granted too late, or too
+        // few masters answering to tell): wake a waiter on each master given back, so that
+        // waiters asleep behind what looked like a holder with the silent masters try again.
+        if granted > 0 || results.iter().any(Result::is_err) {
+            let wake = likeliest_holder(&held).map_or(0, |(_, count)| count) < self.majority();
+            let to_give_back: Vec<bool> = results
+                .iter()
+                .map(|result| !matches!(result, Ok(Vote::Held { .. })))
+                .collect();
+            let _ = self
+                .on_each_where(&to_give_back, |node| {
+                    node.release_vote(keys, token, None, wake)
+                })
+                .await;
+        }
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(&results, answered)?;
         Ok(Attempt::Held {
             remaining: self.held_for(&held, results.len() - answered),
         })
@@ -160,15 +167,7 @@ impl Quorum {
         held: &[(Option<Duration>, Option<&str>)],
         unanswered: usize,
     ) -> Option<Duration> {
-        // The holder on the most masters: only it can have a majority.
-        let mut counts: Vec<(Option<&str>, usize)> = Vec::new();
-        for (_, holder) in held {
-            match counts.iter_mut().find(|(known, _)| known == holder) {
-                Some((_, count)) => *count += 1,
-                None => counts.push((*holder, 1)),
-            }
-        }
-        let Some(&(likeliest, count)) = counts.iter().max_by_key(|(_, count)| *count) else {
+        let Some((likeliest, count)) = likeliest_holder(held) else {
             return Some(soon());
         };
         let possible_holders = count + unanswered;
@@ -295,6 +294,21 @@ impl Quorum {
             self.majority()
         ))))
     }
+}
+
+/// The holder on the most masters, and on how many: only it can have a majority. Holders that
+/// were not asked (a first try's `SET NX`) count as one.
+fn likeliest_holder<'a>(
+    held: &[(Option<Duration>, Option<&'a str>)],
+) -> Option<(Option<&'a str>, usize)> {
+    let mut counts: Vec<(Option<&str>, usize)> = Vec::new();
+    for (_, holder) in held {
+        match counts.iter_mut().find(|(known, _)| known == holder) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((*holder, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|(_, count)| *count)
 }
 
 /// A waiter's place in a wake list: its process's channel, then its token.
