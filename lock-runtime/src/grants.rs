@@ -26,11 +26,12 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::connection::Timeouts;
+use crate::retry::Backoff;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
 /// Delay before reconnecting after the connection dropped: first, then doubling up to the last.
-const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 /// What a hand-off message told a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +106,12 @@ impl GrantHub {
             confirmations: confirmations.clamp(1, sources.len().max(1)),
         });
         for (index, servers) in sources.into_iter().enumerate() {
-            crate::background::spawn(run(Arc::downgrade(&shared), index, servers, timeouts));
+            crate::background::spawn(deliver_grants(
+                Arc::downgrade(&shared),
+                index,
+                servers,
+                timeouts,
+            ));
         }
         GrantHub { shared }
     }
@@ -287,7 +293,7 @@ impl Shared {
 
 /// The task of the hub's connection `index`: keeps the channel subscribed there while it is
 /// wanted, and delivers messages. Ends when the hub is dropped.
-async fn run(
+async fn deliver_grants(
     shared: std::sync::Weak<Shared>,
     index: usize,
     servers: Vec<Client>,
@@ -295,7 +301,7 @@ async fn run(
 ) {
     let mut next_server = 0usize;
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
-    let mut backoff = RECONNECT_BACKOFF.0;
+    let mut backoff = RECONNECT_BACKOFF.first;
     let mut reconnect_at: Option<Instant> = None;
     let Some(channel) = shared.upgrade().map(|hub| Arc::clone(&hub.channel)) else {
         return;
@@ -330,10 +336,10 @@ async fn run(
                 tracing::debug!(target: "distlock", %error, "grant channel subscription failed; waiters look at Redis on their own meanwhile");
                 connection = None;
                 reconnect_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF.max);
             } else {
                 reconnect_at = None;
-                backoff = RECONNECT_BACKOFF.0;
+                backoff = RECONNECT_BACKOFF.first;
             }
             hub.confirm(index, &result);
             continue;

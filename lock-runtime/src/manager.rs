@@ -521,7 +521,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !may_have_run(&error) => {}
+                Some(Err(error)) if !crate::classify::may_have_run(&error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -533,7 +533,7 @@ impl LockManager {
         };
         let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
         if let Err(error) = &outcome {
-            if may_have_run(error) {
+            if crate::classify::may_have_run(error) {
                 crate::finish::spawn_clean_up(clean_up, None);
             }
         }
@@ -617,11 +617,6 @@ fn timeout(keys: &LockKeys, started: Instant) -> LockError {
         key: keys.lock.to_string(),
         waited: started.elapsed(),
     }
-}
-
-/// Whether a request that failed with `error` may still have reached Redis and run there.
-fn may_have_run(error: &redis::RedisError) -> bool {
-    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
 }
 
 fn micros(duration: Duration) -> u64 {
