@@ -247,7 +247,7 @@ impl Connections {
         let id = runtime.id();
         let mut start = None;
         let attempt = {
-            let mut slots = self.lock();
+            let mut slots = self.slots();
             // A Sentinel master that may have failed over: connect anew, asking the sentinels.
             slots.retain(|slot| {
                 slot.runtime != id
@@ -324,10 +324,10 @@ impl Connections {
 
     /// How many runtimes currently have a connection or a connect in flight (for leak tests).
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.slots().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -352,7 +352,7 @@ impl EndAttempt {
             std::future::pending::<()>().await;
             drop(alive);
         }));
-        let mut slots = self.connections.lock();
+        let mut slots = self.connections.slots();
         // Connections of runtimes that have shut down go now.
         slots.retain(|slot| match &slot.state {
             State::Connected { runtime_alive, .. } => runtime_alive.strong_count() > 0,
@@ -377,7 +377,7 @@ impl EndAttempt {
 impl Drop for EndAttempt {
     fn drop(&mut self) {
         if !self.connected {
-            self.connections.lock().retain(|slot| {
+            self.connections.slots().retain(|slot| {
                 slot.runtime != self.runtime || !matches!(slot.state, State::Connecting(_))
             });
         }
