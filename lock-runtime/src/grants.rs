@@ -89,6 +89,31 @@ impl GrantHub {
         GrantHub { shared }
     }
 
+    /// The hub of the in-process backend: one for the whole process, as its lock table is, so
+    /// a hand-off reaches the waiter whichever in-process manager it waits through. Nothing
+    /// travels over a network, so it is always "subscribed" and has no task.
+    pub(crate) fn in_process() -> Self {
+        static SHARED: once_cell::sync::Lazy<Arc<Shared>> = once_cell::sync::Lazy::new(|| {
+            Arc::new(Shared {
+                channel: Arc::from("distlock:grants:in-process"),
+                state: Mutex::new(State {
+                    subscribed: true,
+                    ..State::default()
+                }),
+                task: Notify::new(),
+            })
+        });
+        GrantHub {
+            shared: Arc::clone(&SHARED),
+        }
+    }
+
+    /// Delivers `grant` to the waiter registered for `token` in this process, if any: the
+    /// in-process backend's hand-off, which needs no message.
+    pub(crate) fn hand_over(&self, token: &str, grant: Grant) {
+        self.shared.deliver_grant(token, grant);
+    }
+
     /// Registers `token` for its hand-off message. Register before taking a place in line, so
     /// that a message published right after is not missed.
     pub(crate) fn register(&self, token: &Arc<str>) -> GrantWaiter {
@@ -199,6 +224,10 @@ impl Shared {
                 Err(_) => return,
             },
         };
+        self.deliver_grant(token, grant);
+    }
+
+    fn deliver_grant(&self, token: &str, grant: Grant) {
         let mailbox = self.state().waiters.get(token).cloned();
         if let Some(mailbox) = mailbox {
             *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = Some(grant);

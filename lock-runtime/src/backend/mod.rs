@@ -9,8 +9,11 @@
 //!   queue in one line per lock that releases hand the lock down ([`Protocol::Line`]);
 //! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
 //!   waiters mark the lock as awaited and compete when a release wakes them
-//!   ([`Protocol::Mark`]).
+//!   ([`Protocol::Mark`]);
+//! - **in-process** (`memory`): the same line protocol on a table in this process's memory,
+//!   for tests and single-process tools.
 
+mod memory;
 mod node;
 mod quorum;
 
@@ -23,6 +26,7 @@ use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::GrantHub;
 use crate::keys::LockKeys;
 use crate::wake::WakeHub;
+use memory::Memory;
 use node::{Node, Protocol};
 use quorum::Quorum;
 
@@ -72,6 +76,7 @@ pub(crate) struct Backend {
 enum Locks {
     Single(Box<Node>),
     Quorum(Quorum),
+    Memory(Memory),
 }
 
 /// How a waiter hears that it may have the lock now.
@@ -110,6 +115,15 @@ impl Backend {
         }
     }
 
+    /// The in-process lock table (see `memory`).
+    pub(crate) fn in_process() -> Self {
+        let memory = Memory::new();
+        Backend {
+            wakeups: Wakeups::Grants(memory.hub()),
+            locks: Locks::Memory(memory),
+        }
+    }
+
     /// Redlock over independent masters.
     pub(crate) fn redlock(
         masters: Vec<redis::Client>,
@@ -141,7 +155,7 @@ impl Backend {
     /// Whether fencing tokens can be issued: they need one counter that every acquisition
     /// increments in order, which independent masters cannot provide.
     pub(crate) fn supports_fencing(&self) -> bool {
-        matches!(self.locks, Locks::Single(_))
+        matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
     }
 
     /// How waiters hear of a release here.
@@ -155,7 +169,7 @@ impl Backend {
     pub(crate) fn resends_commands(&self) -> bool {
         match &self.locks {
             Locks::Single(node) => node.resends_commands(),
-            Locks::Quorum(_) => false,
+            Locks::Quorum(_) | Locks::Memory(_) => false,
         }
     }
 
@@ -165,6 +179,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.ping(probe).await,
             Locks::Quorum(quorum) => quorum.ping(probe).await,
+            Locks::Memory(_) => Ok(()),
         }
     }
 
@@ -180,6 +195,13 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.try_lock(keys, token, ttl_millis, fencing, wait).await,
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
+            Locks::Memory(memory) => Ok(memory.try_lock(
+                keys,
+                token,
+                Duration::from_millis(ttl_millis),
+                fencing,
+                &wait,
+            )),
         }
     }
 
@@ -189,6 +211,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, false).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
         }
     }
 
@@ -198,6 +221,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, true).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
         }
     }
 
@@ -211,6 +235,9 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.extend(keys, token, ttl_millis).await,
             Locks::Quorum(quorum) => quorum.extend(keys, token, ttl_millis).await,
+            Locks::Memory(memory) => {
+                Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
+            }
         }
     }
 
@@ -219,6 +246,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
     }
 
@@ -226,7 +254,7 @@ impl Backend {
     /// lock for as long as the holder's ttl.
     pub(crate) fn renew_period(&self) -> Option<Duration> {
         match &self.locks {
-            Locks::Single(_) => Some(RENEW),
+            Locks::Single(_) | Locks::Memory(_) => Some(RENEW),
             Locks::Quorum(_) => None,
         }
     }
@@ -234,6 +262,15 @@ impl Backend {
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
+        if let Locks::Memory(memory) = &self.locks {
+            // No connection, no channel; the hub and the table are the process's, so what
+            // they hold is counted as waiters.
+            let waiters = match &self.wakeups {
+                Wakeups::Grants(grants) => grants.waiters(),
+                Wakeups::Releases(_) => 0,
+            };
+            return (0, 0, 0, waiters + memory.len());
+        }
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -241,6 +278,7 @@ impl Backend {
                 .iter()
                 .map(|node| node.connections().len())
                 .sum(),
+            Locks::Memory(_) => 0,
         };
         match &self.wakeups {
             Wakeups::Grants(grants) => (
