@@ -1,0 +1,31 @@
+//! The shared behaviour tests (`tests/parity`) on the in-process backend: no server.
+
+mod parity;
+
+use distlock::{LockError, LockManager};
+use parity::parity_tests;
+
+async fn connect() -> LockManager {
+    LockManager::in_process()
+}
+
+/// The global manager, in-process: once per test binary.
+async fn install_global() {
+    match distlock::init_with(LockManager::in_process()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("init_with(in_process()) failed: {error}"),
+    }
+}
+
+parity_tests!(connect, install_global);
+
+/// Separate in-process managers share the process's table, as clients of one Redis do.
+#[tokio::test]
+async fn in_process_managers_share_one_table() {
+    let (first, second) = (LockManager::in_process(), LockManager::in_process());
+    let options = distlock::LockOptions::new();
+    let guard = first.acquire("in-process:shared", &options).await.unwrap();
+    assert!(second.try_acquire("in-process:shared", &options).await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(format!("{first:?}").contains("in-process"));
+}
