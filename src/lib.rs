@@ -51,6 +51,7 @@
 //! See the README for every option of the attribute and for the behaviour under failure.
 
 pub use lock_macros::distributed_lock;
+pub use lock_runtime::blocking;
 pub use lock_runtime::{
     global, init, init_with, LockError, LockGuard, LockManager, LockManagerBuilder, LockOptions,
 };
