@@ -1,7 +1,13 @@
-//! Quick start: `cargo run --example quickstart` (needs Redis; set `REDIS_URL` if not local).
+//! Quick start: `cargo run --example quickstart`. Uses the Redis at `REDIS_URL`, else the one at
+//! 127.0.0.1:6379, else starts a private `redis-server` for its run (examples/common).
+use std::process::ExitCode;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError};
+
+// The examples' helper that finds or starts a Redis; your program connects to its own.
+#[path = "common/local_redis.rs"]
+mod local_redis;
 
 // Your error type needs `From<LockError>`: taking the lock can fail (timeout, Redis down).
 #[derive(Debug, thiserror::Error)]
@@ -21,14 +27,9 @@ async fn process_trace(trace_id: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> Result<(), AppError> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+async fn run(url: &str) -> Result<(), AppError> {
     // Once, at startup: connect, and fail fast if Redis does not answer.
-    if let Err(error) = distlock::init(&url).await {
-        eprintln!("error: {error}\n(start one with: redis-server --save \"\" --appendonly no)");
-        std::process::exit(1);
-    }
+    distlock::init(url).await?;
     // Three calls for "abc" take turns on its lock; "xyz" has its own and runs alongside.
     let (a, b, c, x) = tokio::join!(
         process_trace("abc"),
@@ -36,8 +37,22 @@ async fn main() -> Result<(), AppError> {
         process_trace("abc"),
         process_trace("xyz"),
     );
-    for result in [a, b, c, x] {
-        result?;
+    a.and(b).and(c).and(x)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let start = std::env::args().any(|arg| arg == "--start-redis");
+    let redis = match local_redis::LocalRedis::find_or_start("quickstart", None, start).await {
+        Ok(redis) => redis,
+        Err(code) => return code,
+    };
+    match redis.until_interrupted(run(redis.url())).await {
+        Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(error)) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::from(130),
     }
-    Ok(())
 }

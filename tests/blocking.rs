@@ -43,7 +43,11 @@ fn threads_exclude_each_other_with_an_exact_count() {
     for thread in threads {
         thread.join().unwrap();
     }
-    assert_eq!(counter.load(Ordering::SeqCst), 80, "two threads held the lock at once");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        80,
+        "two threads held the lock at once"
+    );
 }
 
 /// The worker of the cross-process test: does nothing unless started by `spawn_self`.
@@ -99,9 +103,16 @@ fn drop_and_panic_release_before_returning() {
     let manager = connect();
     let long = ttl(30_000);
     let guard = manager.acquire("blocking:drop", &long).unwrap();
-    assert_eq!(server.get("lock:blocking:drop").as_deref(), Some(guard.token()));
+    assert_eq!(
+        server.get("lock:blocking:drop").as_deref(),
+        Some(guard.token())
+    );
     drop(guard);
-    assert_eq!(server.get("lock:blocking:drop"), None, "released by the drop, not later");
+    assert_eq!(
+        server.get("lock:blocking:drop"),
+        None,
+        "released by the drop, not later"
+    );
 
     let panicking = manager.clone();
     let outcome = std::thread::spawn(move || {
@@ -110,7 +121,11 @@ fn drop_and_panic_release_before_returning() {
     })
     .join();
     assert!(outcome.is_err(), "the thread panicked");
-    assert_eq!(server.get("lock:blocking:drop"), None, "released while the panic unwound");
+    assert_eq!(
+        server.get("lock:blocking:drop"),
+        None,
+        "released while the panic unwound"
+    );
     let again = manager
         .try_acquire("blocking:drop", &LockOptions::new())
         .unwrap()
@@ -133,15 +148,23 @@ fn timeout_lost_extend_and_is_held() {
     );
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(second.try_acquire("blocking:timeout", &LockOptions::new()).unwrap().is_none());
+    assert!(second
+        .try_acquire("blocking:timeout", &LockOptions::new())
+        .unwrap()
+        .is_none());
     holder.release().unwrap();
 
-    let short = first.acquire("blocking:lost", &ttl(200).fencing(true)).unwrap();
+    let short = first
+        .acquire("blocking:lost", &ttl(200).fencing(true))
+        .unwrap();
     assert!(short.fencing_token().is_some());
     assert!(short.is_held().unwrap());
     std::thread::sleep(Duration::from_millis(500));
     assert!(!short.is_held().unwrap(), "expired");
-    assert!(matches!(short.extend(Duration::from_secs(5)), Err(LockError::Lost { .. })));
+    assert!(matches!(
+        short.extend(Duration::from_secs(5)),
+        Err(LockError::Lost { .. })
+    ));
     assert!(matches!(short.release(), Err(LockError::Lost { .. })));
 }
 
@@ -165,7 +188,10 @@ async fn inside_an_async_runtime_it_is_an_error_not_a_deadlock() {
     let error = LockManager::connect(&url).expect_err("refused inside a runtime");
     assert!(matches!(error, LockError::Config(_)), "{error:?}");
     let message = error.to_string();
-    assert!(message.contains("async runtime") && message.contains("distlock::LockManager"), "{message}");
+    assert!(
+        message.contains("async runtime") && message.contains("distlock::LockManager"),
+        "{message}"
+    );
 
     // A manager made outside, used inside: the same.
     let manager = std::thread::spawn(move || LockManager::connect(&url).unwrap())
@@ -182,7 +208,10 @@ async fn inside_an_async_runtime_it_is_an_error_not_a_deadlock() {
 fn the_global_blocking_manager_is_installed_once() {
     let url = shared_server().url();
     blocking::init(&url).unwrap();
-    assert!(matches!(blocking::init(&url), Err(LockError::AlreadyInitialized)));
+    assert!(matches!(
+        blocking::init(&url),
+        Err(LockError::AlreadyInitialized)
+    ));
     let guard = blocking::global()
         .unwrap()
         .acquire("blocking:global", &LockOptions::new())

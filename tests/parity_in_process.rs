@@ -25,7 +25,11 @@ async fn in_process_managers_share_one_table() {
     let (first, second) = (LockManager::in_process(), LockManager::in_process());
     let options = distlock::LockOptions::new();
     let guard = first.acquire("in-process:shared", &options).await.unwrap();
-    assert!(second.try_acquire("in-process:shared", &options).await.unwrap().is_none());
+    assert!(second
+        .try_acquire("in-process:shared", &options)
+        .await
+        .unwrap()
+        .is_none());
     guard.release().await.unwrap();
     assert!(format!("{first:?}").contains("in-process"));
 }

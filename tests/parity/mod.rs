@@ -131,8 +131,16 @@ where
         .expect("a free lock is taken");
     assert_eq!(guard.key(), "lock:parity:try");
     assert_eq!(guard.token().len(), 36, "a UUID token");
-    assert!(second.try_acquire("parity:try", &options).await.unwrap().is_none());
-    assert!(first.try_acquire("parity:try", &options).await.unwrap().is_none());
+    assert!(second
+        .try_acquire("parity:try", &options)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(first
+        .try_acquire("parity:try", &options)
+        .await
+        .unwrap()
+        .is_none());
     assert!(guard.is_held().await.unwrap());
     guard.release().await.unwrap();
     let again = second
@@ -158,14 +166,23 @@ where
         "taken after {:?}, before the holder's ttl ran out",
         started.elapsed()
     );
-    assert!(!stale.is_held().await.unwrap(), "an expired lock is not held");
-    assert!(matches!(stale.extend(Duration::from_secs(5)).await, Err(LockError::Lost { .. })));
+    assert!(
+        !stale.is_held().await.unwrap(),
+        "an expired lock is not held"
+    );
+    assert!(matches!(
+        stale.extend(Duration::from_secs(5)).await,
+        Err(LockError::Lost { .. })
+    ));
     let released = stale.release().await;
     assert!(
         matches!(released, Err(LockError::Lost { ref key }) if key == "lock:parity:expiry"),
         "release after expiry: {released:?}"
     );
-    assert!(fresh.is_held().await.unwrap(), "the stale release left the new holder alone");
+    assert!(
+        fresh.is_held().await.unwrap(),
+        "the stale release left the new holder alone"
+    );
     fresh.release().await.unwrap();
 }
 
@@ -178,12 +195,22 @@ where
     let guard = first.acquire("parity:extend", &ttl(300)).await.unwrap();
     guard.extend(Duration::from_secs(20)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(guard.is_held().await.unwrap(), "extended past its first ttl");
-    assert!(second.try_acquire("parity:extend", &LockOptions::new()).await.unwrap().is_none());
+    assert!(
+        guard.is_held().await.unwrap(),
+        "extended past its first ttl"
+    );
+    assert!(second
+        .try_acquire("parity:extend", &LockOptions::new())
+        .await
+        .unwrap()
+        .is_none());
     // Shortened, it runs out and cannot be extended again.
     guard.extend(Duration::from_millis(100)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(matches!(guard.extend(Duration::from_secs(5)).await, Err(LockError::Lost { .. })));
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)).await,
+        Err(LockError::Lost { .. })
+    ));
     assert!(guard.is_lost());
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
@@ -216,7 +243,10 @@ where
     let handed = waiting.await.unwrap().unwrap();
     assert!(handed.fencing_token().unwrap() > held_fence);
     handed.release().await.unwrap();
-    let plain = first.acquire("parity:fence", &LockOptions::new()).await.unwrap();
+    let plain = first
+        .acquire("parity:fence", &LockOptions::new())
+        .await
+        .unwrap();
     assert_eq!(plain.fencing_token(), None, "no token unless asked for");
     plain.release().await.unwrap();
 }
@@ -251,7 +281,11 @@ where
     for waiter in waiters {
         waiter.await.unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3], "first come, first served");
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3],
+        "first come, first served"
+    );
     assert!(
         released.elapsed() < Duration::from_secs(10),
         "four hand-offs took {:?}: waiters were not woken by the releases",
@@ -272,7 +306,10 @@ where
         match manager.acquire("parity:timeout", &options).await {
             Err(LockError::Timeout { key, waited }) => {
                 assert_eq!(key, "lock:parity:timeout");
-                assert!(waited >= Duration::from_millis(250), "gave up after {waited:?}");
+                assert!(
+                    waited >= Duration::from_millis(250),
+                    "gave up after {waited:?}"
+                );
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
@@ -283,7 +320,10 @@ where
         second.acquire("parity:timeout", &zero).await,
         Err(LockError::Timeout { .. })
     ));
-    assert!(holder.is_held().await.unwrap(), "waiters that gave up left the holder alone");
+    assert!(
+        holder.is_held().await.unwrap(),
+        "waiters that gave up left the holder alone"
+    );
     holder.release().await.unwrap();
 }
 
@@ -296,14 +336,19 @@ where
     let long = ttl(30_000).timeout(Duration::from_secs(30));
     let holder = first.acquire("parity:cancel", &long).await.unwrap();
     // A waiter dropped while in line.
-    let gave_up =
-        tokio::time::timeout(Duration::from_millis(500), second.acquire("parity:cancel", &long))
-            .await;
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(500),
+        second.acquire("parity:cancel", &long),
+    )
+    .await;
     assert!(gave_up.is_err(), "still held: the waiter was cancelled");
     holder.release().await.unwrap();
     // The cancelled waiter must not have been handed the lock for good.
     let taken = second
-        .acquire("parity:cancel", &LockOptions::new().timeout(Duration::from_secs(10)))
+        .acquire(
+            "parity:cancel",
+            &LockOptions::new().timeout(Duration::from_secs(10)),
+        )
         .await
         .expect("the lock comes back well before its 30 s ttl");
     taken.release().await.unwrap();
@@ -312,7 +357,10 @@ where
     let (task_manager, options) = (first.clone(), long.clone());
     let (held_tx, held_rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
-        let _guard = task_manager.acquire("parity:cancel", &options).await.unwrap();
+        let _guard = task_manager
+            .acquire("parity:cancel", &options)
+            .await
+            .unwrap();
         held_tx.send(()).unwrap();
         std::future::pending::<()>().await;
     });
@@ -320,7 +368,10 @@ where
     task.abort();
     let started = Instant::now();
     let again = second
-        .acquire("parity:cancel", &LockOptions::new().timeout(Duration::from_secs(10)))
+        .acquire(
+            "parity:cancel",
+            &LockOptions::new().timeout(Duration::from_secs(10)),
+        )
         .await
         .expect("released on drop, well before its 30 s ttl");
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -338,9 +389,16 @@ where
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(guard.is_held().await.unwrap(), "four ttls later, still held");
+    assert!(
+        guard.is_held().await.unwrap(),
+        "four ttls later, still held"
+    );
     assert!(!guard.is_lost());
-    assert!(second.try_acquire("parity:watchdog", &LockOptions::new()).await.unwrap().is_none());
+    assert!(second
+        .try_acquire("parity:watchdog", &LockOptions::new())
+        .await
+        .unwrap()
+        .is_none());
     guard.release().await.unwrap();
 }
 
@@ -357,9 +415,19 @@ pub async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
     let finished = AtomicU64::new(0);
     let started = Instant::now();
     let result = blocks_past_its_ttl(&finished).await;
-    assert!(matches!(result, Err(LockError::Lost { ref key }) if key == "lock:parity:lost"), "{result:?}");
-    assert_eq!(finished.load(Ordering::SeqCst), 0, "the body was cancelled at its next await");
-    assert!(started.elapsed() < Duration::from_millis(2500), "cancelled, not run out");
+    assert!(
+        matches!(result, Err(LockError::Lost { ref key }) if key == "lock:parity:lost"),
+        "{result:?}"
+    );
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the body was cancelled at its next await"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "cancelled, not run out"
+    );
 }
 
 #[distributed_lock(key = "parity:attr:{id}", ttl = 10, timeout = 30)]
@@ -395,8 +463,14 @@ where
 
     // The global manager and a fresh client see the same locks.
     let other = connect().await;
-    let guard = other.acquire("parity:attr:8", &LockOptions::new()).await.unwrap();
-    assert!(matches!(give_up_quickly(8).await, Err(LockError::Timeout { .. })));
+    let guard = other
+        .acquire("parity:attr:8", &LockOptions::new())
+        .await
+        .unwrap();
+    assert!(matches!(
+        give_up_quickly(8).await,
+        Err(LockError::Timeout { .. })
+    ));
     guard.release().await.unwrap();
     give_up_quickly(8).await.unwrap();
 }

@@ -65,7 +65,11 @@ struct Place {
 impl Slot {
     /// Forgets a holder whose ttl ran out and places whose lease ran out.
     fn expire(&mut self, now: Instant) {
-        if self.holder.as_ref().is_some_and(|holder| holder.expires <= now) {
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|holder| holder.expires <= now)
+        {
             self.holder = None;
         }
         self.line.retain(|place| place.lease_until >= now);
@@ -76,7 +80,9 @@ impl Slot {
     }
 
     fn held_by(&self, token: &str) -> bool {
-        self.holder.as_ref().is_some_and(|holder| &*holder.token == token)
+        self.holder
+            .as_ref()
+            .is_some_and(|holder| &*holder.token == token)
     }
 
     fn remaining(&self, now: Instant) -> Option<Duration> {
@@ -150,7 +156,11 @@ impl Memory {
         let mut table = self.table();
         let table = &mut *table;
         let slot = table.slot(&keys.lock, now);
-        if let Some(holder) = slot.holder.as_ref().filter(|holder| &*holder.token == token) {
+        if let Some(holder) = slot
+            .holder
+            .as_ref()
+            .filter(|holder| &*holder.token == token)
+        {
             return Attempt::Acquired {
                 fence: fencing.then_some(holder.fence),
                 expires_in: holder.expires.saturating_duration_since(now),
@@ -224,7 +234,11 @@ impl Memory {
         let now = Instant::now();
         let mut table = self.table();
         let slot = table.slot(&keys.lock, now);
-        match slot.holder.as_mut().filter(|holder| &*holder.token == token) {
+        match slot
+            .holder
+            .as_mut()
+            .filter(|holder| &*holder.token == token)
+        {
             Some(holder) => {
                 holder.expires = now + ttl;
                 true
