@@ -1,13 +1,7 @@
-//! Quick start: `cargo run --example quickstart`. Uses the Redis at `REDIS_URL`, else the one at
-//! 127.0.0.1:6379, else starts a private `redis-server` for its run (examples/common).
-use std::process::ExitCode;
+//! Quick start: `cargo run --example quickstart`.
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError};
-
-// The examples' helper that finds or starts a Redis; your program connects to its own.
-#[path = "common/local_redis.rs"]
-mod local_redis;
 
 // Your error type needs `From<LockError>`: taking the lock can fail (timeout, Redis down).
 #[derive(Debug, thiserror::Error)]
@@ -27,9 +21,16 @@ async fn process_trace(trace_id: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-async fn run(url: &str) -> Result<(), AppError> {
+// Only the example needs this: REDIS_URL, else 127.0.0.1:6379, else a private redis-server for
+// this run. Your program passes its Redis URL to `distlock::init` instead.
+#[path = "common/local_redis.rs"]
+mod local_redis;
+
+#[tokio::main]
+async fn main() -> Result<(), AppError> {
+    let redis = local_redis::LocalRedis::or_exit("quickstart").await;
     // Once, at startup: connect, and fail fast if Redis does not answer.
-    distlock::init(url).await?;
+    distlock::init(redis.url()).await?;
     // Three calls for "abc" take turns on its lock; "xyz" has its own and runs alongside.
     let (a, b, c, x) = tokio::join!(
         process_trace("abc"),
@@ -38,21 +39,4 @@ async fn run(url: &str) -> Result<(), AppError> {
         process_trace("xyz"),
     );
     a.and(b).and(c).and(x)
-}
-
-#[tokio::main]
-async fn main() -> ExitCode {
-    let start = std::env::args().any(|arg| arg == "--start-redis");
-    let redis = match local_redis::LocalRedis::find_or_start("quickstart", None, start).await {
-        Ok(redis) => redis,
-        Err(code) => return code,
-    };
-    match redis.until_interrupted(run(redis.url())).await {
-        Some(Ok(())) => ExitCode::SUCCESS,
-        Some(Err(error)) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-        None => ExitCode::from(130),
-    }
 }

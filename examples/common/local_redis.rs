@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Where the examples look when `REDIS_URL` is not set.
@@ -17,7 +18,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Redis an example runs against; stops the private server, if it started one, on drop.
 pub struct LocalRedis {
     url: String,
-    private: Option<PrivateServer>,
+    /// Shared with the Ctrl-C watcher of [`LocalRedis::or_exit`].
+    private: Arc<Mutex<Option<PrivateServer>>>,
 }
 
 struct PrivateServer {
@@ -47,7 +49,7 @@ impl LocalRedis {
                 Ok(()) => {
                     return Ok(LocalRedis {
                         url: candidate,
-                        private: None,
+                        private: Arc::default(),
                     })
                 }
                 // The user named this server: use it or say why not, never another one.
@@ -76,7 +78,7 @@ impl LocalRedis {
                 );
                 Ok(LocalRedis {
                     url: format!("redis://127.0.0.1:{}", server.port),
-                    private: Some(server),
+                    private: Arc::new(Mutex::new(Some(server))),
                 })
             }
             Err(why) => {
@@ -91,6 +93,28 @@ impl LocalRedis {
                 Err(ExitCode::from(2))
             }
         }
+    }
+
+    /// For a short example: [`LocalRedis::find_or_start`] (`--start-redis` read from the command
+    /// line), exiting with instructions when there is no Redis; on Ctrl-C or SIGTERM the
+    /// private server is stopped and the process exits.
+    pub async fn or_exit(example: &str) -> LocalRedis {
+        let start = std::env::args().any(|arg| arg == "--start-redis");
+        let redis = match LocalRedis::find_or_start(example, None, start).await {
+            Ok(redis) => redis,
+            Err(code) => {
+                // Nothing to clean up: no server was started.
+                drop(code);
+                std::process::exit(2);
+            }
+        };
+        let private = Arc::clone(&redis.private);
+        tokio::spawn(async move {
+            interrupted().await;
+            stop(&private);
+            std::process::exit(130);
+        });
+        redis
     }
 
     /// Runs `work` until it completes, or until the process is told to stop (Ctrl-C, SIGTERM):
@@ -108,9 +132,17 @@ impl LocalRedis {
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
-        if let Some(mut server) = self.private.take() {
-            server.stop();
-        }
+        stop(&self.private);
+    }
+}
+
+fn stop(private: &Mutex<Option<PrivateServer>>) {
+    let server = private
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(mut server) = server {
+        server.stop();
     }
 }
 
