@@ -5,6 +5,9 @@
 //!
 //! Your own program connects to its own Redis: it needs none of this.
 
+// Each example compiles this module on its own and uses part of it.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -102,11 +105,8 @@ impl LocalRedis {
         let start = std::env::args().any(|arg| arg == "--start-redis");
         let redis = match LocalRedis::find_or_start(example, None, start).await {
             Ok(redis) => redis,
-            Err(code) => {
-                // Nothing to clean up: no server was started.
-                drop(code);
-                std::process::exit(2);
-            }
+            // The instructions are printed and no server was started: nothing to clean up.
+            Err(_) => std::process::exit(2),
         };
         let private = Arc::clone(&redis.private);
         tokio::spawn(async move {
