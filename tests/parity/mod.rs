@@ -55,6 +55,14 @@ macro_rules! parity_tests {
         async fn auto_extend_keeps_a_lock_past_its_ttl() {
             parity::auto_extend_keeps_a_lock_past_its_ttl($connect).await;
         }
+        #[tokio::test]
+        async fn hostile_names_lock_alike() {
+            parity::hostile_names_lock_alike($connect).await;
+        }
+        #[test]
+        fn a_runtime_that_shuts_down_releases_its_locks() {
+            parity::a_runtime_that_shuts_down_releases_its_locks($connect);
+        }
         #[tokio::test(flavor = "current_thread")]
         async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
             $install_global().await;
@@ -256,17 +264,19 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
 {
-    let managers = [connect().await, connect().await, connect().await];
+    let holder_manager = connect().await;
     // A long ttl: only the release can let a waiter in within the bounds below.
     let options = ttl(30_000).timeout(Duration::from_secs(30));
-    let holder = managers[0].acquire("parity:fifo", &options).await.unwrap();
+    let holder = holder_manager
+        .acquire("parity:fifo", &options)
+        .await
+        .unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
-    // Alternating managers: the line spans clients, not only one process's queue.
-    for (n, manager) in [&managers[1], &managers[2], &managers[1], &managers[2]]
-        .into_iter()
-        .enumerate()
-    {
+    // A client each, as separate processes are: the order is the shared line's, not one
+    // process's queue (whose FIFO the runtime's unit tests cover).
+    for n in 0..4 {
+        let manager = connect().await;
         let (manager, options, order) = (manager.clone(), options.clone(), Arc::clone(&order));
         waiters.push(tokio::spawn(async move {
             let guard = manager.acquire("parity:fifo", &options).await.unwrap();
@@ -400,6 +410,83 @@ where
         .unwrap()
         .is_none());
     guard.release().await.unwrap();
+}
+
+pub async fn hostile_names_lock_alike<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let (first, second) = (connect().await, connect().await);
+    let huge = "x{".repeat(50_000);
+    let names = [
+        "parity:{",
+        "parity:}",
+        "parity:{}",
+        "{parity}:a",
+        "parity:\0\r\n ",
+        "parity:😀",
+        huge.as_str(),
+    ];
+    let options = LockOptions::new();
+    for name in names {
+        let guard = first.acquire(name, &options).await.unwrap();
+        assert_eq!(guard.key(), format!("lock:{name}"));
+        assert!(
+            second.try_acquire(name, &options).await.unwrap().is_none(),
+            "{name:.40}"
+        );
+        guard.release().await.unwrap();
+        let again = second
+            .try_acquire(name, &options)
+            .await
+            .unwrap()
+            .expect("free");
+        again.release().await.unwrap();
+    }
+}
+
+pub fn a_runtime_that_shuts_down_releases_its_locks<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let manager = runtime.block_on(connect());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let options = ttl(30_000);
+        let _guard = manager.acquire("parity:shutdown", &options).await.unwrap();
+        held_tx.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    // Drive the task until it holds the lock, then shut the runtime down under it.
+    runtime.block_on(async {
+        while held_rx.try_recv().is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    drop(runtime);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let other = connect().await;
+        let started = Instant::now();
+        let guard = other
+            .acquire(
+                "parity:shutdown",
+                &LockOptions::new().timeout(Duration::from_secs(10)),
+            )
+            .await
+            .expect("released when its runtime shut down, not after its 30 s ttl");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        guard.release().await.unwrap();
+    });
 }
 
 #[distributed_lock(key = "parity:lost", ttl = "300ms", auto_extend = true)]
