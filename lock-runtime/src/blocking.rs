@@ -331,6 +331,11 @@ impl LockGuard {
         self.held().key()
     }
 
+    /// The key, shared rather than copied: for a warning after the guard is gone.
+    pub(crate) fn shared_key(&self) -> std::sync::Arc<str> {
+        self.held().shared_key()
+    }
+
     /// The token stored in the lock key: a fresh UUID v4 for every acquisition.
     ///
     /// ```no_run
