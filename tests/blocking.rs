@@ -8,8 +8,37 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::blocking::{self, LockManager};
-use distlock::{LockError, LockOptions};
+use distlock::{distributed_lock, LockError, LockOptions};
 use support::{shared_server, spawn_self, wait_all};
+
+/// The global blocking manager on the shared server: once per process.
+fn install_global() {
+    match blocking::init(&shared_server().url()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("blocking::init failed: {error}"),
+    }
+}
+
+/// Read, pause, write back `key` in Redis: only the lock keeps the count exact.
+fn bump(redis: &mut redis::Connection, key: &str) {
+    let seen: u64 = redis::cmd("GET")
+        .arg(key)
+        .query::<Option<u64>>(redis)
+        .unwrap()
+        .unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(2));
+    redis::cmd("SET")
+        .arg(key)
+        .arg(seen + 1)
+        .query::<()>(redis)
+        .unwrap();
+}
+
+#[distributed_lock(key = "blocking:procs", timeout = 60)]
+fn bump_through_the_attribute(redis: &mut redis::Connection) -> Result<(), LockError> {
+    bump(redis, "blocking:procs:count");
+    Ok(())
+}
 
 fn connect() -> LockManager {
     let url = shared_server().url();
@@ -59,20 +88,16 @@ fn blocking_worker() {
     let manager = LockManager::connect(&url).unwrap();
     let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
     let options = LockOptions::new().timeout(Duration::from_secs(60));
-    for _ in 0..15 {
-        let guard = manager.acquire("blocking:procs", &options).unwrap();
-        let seen: u64 = redis::cmd("GET")
-            .arg("blocking:procs:count")
-            .query::<Option<u64>>(&mut redis)
-            .unwrap()
-            .unwrap_or(0);
-        std::thread::sleep(Duration::from_millis(2));
-        redis::cmd("SET")
-            .arg("blocking:procs:count")
-            .arg(seen + 1)
-            .query::<()>(&mut redis)
-            .unwrap();
-        drop(guard);
+    blocking::init_with(manager.clone()).unwrap();
+    // The manual API and the attribute, taking turns on the same lock.
+    for round in 0..15 {
+        if round % 2 == 0 {
+            let guard = manager.acquire("blocking:procs", &options).unwrap();
+            bump(&mut redis, "blocking:procs:count");
+            drop(guard);
+        } else {
+            bump_through_the_attribute(&mut redis).unwrap();
+        }
     }
 }
 
@@ -206,8 +231,8 @@ async fn inside_an_async_runtime_it_is_an_error_not_a_deadlock() {
 
 #[test]
 fn the_global_blocking_manager_is_installed_once() {
+    install_global();
     let url = shared_server().url();
-    blocking::init(&url).unwrap();
     assert!(matches!(
         blocking::init(&url),
         Err(LockError::AlreadyInitialized)
@@ -218,4 +243,103 @@ fn the_global_blocking_manager_is_installed_once() {
         .unwrap();
     assert_eq!(guard.key(), "lock:blocking:global");
     guard.release().unwrap();
+}
+
+#[distributed_lock(key = "blocking:attr:{name}", ttl = 10, timeout = 60)]
+fn bump_in_memory(name: &str, counter: &AtomicU64) -> Result<(), LockError> {
+    let seen = counter.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1));
+    counter.store(seen + 1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[test]
+fn the_attribute_on_a_plain_fn_excludes_threads() {
+    install_global();
+    let counter = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let counter = Arc::clone(&counter);
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    bump_in_memory("count", &counter).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 60, "two bodies overlapped");
+    assert_eq!(
+        shared_server().get("lock:blocking:attr:count"),
+        None,
+        "released"
+    );
+}
+
+#[distributed_lock(key = "blocking:attr:panic", ttl = 30)]
+fn panics_holding_the_lock() -> Result<(), LockError> {
+    assert!(
+        shared_server().exists("lock:blocking:attr:panic"),
+        "held in the body"
+    );
+    panic!("the body fails");
+}
+
+#[distributed_lock(key = "blocking:attr:busy", timeout = "300ms")]
+fn gives_up_quickly() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "blocking:attr:slow", ttl = "200ms")]
+fn outlives_its_ttl(taken_meanwhile: &dyn Fn()) -> Result<&'static str, LockError> {
+    std::thread::sleep(Duration::from_millis(400));
+    taken_meanwhile();
+    Ok("the body's result")
+}
+
+#[test]
+fn the_attribute_on_a_plain_fn_releases_on_panic_times_out_and_survives_a_loss() {
+    install_global();
+    let server = shared_server();
+    assert!(std::panic::catch_unwind(panics_holding_the_lock).is_err());
+    assert_eq!(
+        server.get("lock:blocking:attr:panic"),
+        None,
+        "released while unwinding"
+    );
+
+    let holder = connect()
+        .acquire("blocking:attr:busy", &ttl(30_000))
+        .unwrap();
+    let started = Instant::now();
+    assert!(matches!(gives_up_quickly(), Err(LockError::Timeout { .. })));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    holder.release().unwrap();
+    gives_up_quickly().unwrap();
+
+    // The lock expires mid-body and someone else takes it: the body's result still comes back,
+    // and the late release leaves the new holder's lock alone.
+    let other = connect();
+    let taker = std::cell::RefCell::new(None);
+    let take = || {
+        let guard = other.acquire("blocking:attr:slow", &ttl(30_000)).unwrap();
+        *taker.borrow_mut() = Some(guard);
+    };
+    assert_eq!(outlives_its_ttl(&take).unwrap(), "the body's result");
+    let guard = taker.borrow_mut().take().expect("taken after the expiry");
+    assert_eq!(
+        server.get("lock:blocking:attr:slow").as_deref(),
+        Some(guard.token()),
+        "the late release deleted someone else's lock"
+    );
+    guard.release().unwrap();
+}
+
+#[tokio::test]
+async fn the_attribute_on_a_plain_fn_inside_a_runtime_is_an_error() {
+    std::thread::spawn(install_global).join().unwrap();
+    let error = gives_up_quickly().expect_err("refused inside a runtime");
+    assert!(matches!(error, LockError::Config(_)), "{error:?}");
 }

@@ -574,10 +574,19 @@ mod tests {
     #[test]
     fn signature_rules() {
         // A plain `fn` is the blocking form: the same rules apply.
-        assert_eq!(rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }"), "");
+        assert_eq!(
+            rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }"),
+            ""
+        );
         let message = rules(quote!(key = "k"), "fn f() {}");
-        assert!(message.contains("this function returns nothing"), "{message}");
-        let message = rules(quote!(key = "k"), "const fn f() -> Result<(), E> { Ok(()) }");
+        assert!(
+            message.contains("this function returns nothing"),
+            "{message}"
+        );
+        let message = rules(
+            quote!(key = "k"),
+            "const fn f() -> Result<(), E> { Ok(()) }",
+        );
         assert!(message.contains("cannot go on a `const fn`"), "{message}");
         let message = rules(quote!(key = "k"), "async fn f() {}");
         assert!(
