@@ -48,6 +48,10 @@
 //! [`LockManager::acquire`] returns a [`LockGuard`] that releases on [`LockGuard::release`] or
 //! on drop.
 //!
+//! Synchronous code uses [`blocking`]: the same manager and guard without `.await`, and the
+//! attribute on a plain `fn`. Tests (and single-process tools) can run without any server on
+//! [`LockManager::in_process`], which keeps Redis's semantics within one process.
+//!
 //! See the README for every option of the attribute and for the behaviour under failure.
 
 pub use lock_macros::distributed_lock;
