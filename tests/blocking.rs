@@ -1,15 +1,13 @@
 //! `distlock::blocking` against a real Redis: plain threads and processes, no tokio in the
 //! caller. Tests share one server and use keys of their own.
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::blocking::{self, LockManager};
 use distlock::{distributed_lock, LockError, LockOptions};
-use support::{shared_server, spawn_self, wait_all};
+use test_support::{shared_server, spawn_self, wait_all};
 
 /// The global blocking manager on the shared server: once per process.
 fn install_global() {

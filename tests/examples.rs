@@ -3,15 +3,13 @@
 //! against it, and stop it — also when interrupted; and a named Redis that does not answer gets
 //! instructions, without the URL's password.
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use support::{free_port, send_signal, wait_until};
+use test_support::{free_port, send_signal, wait_until};
 
 /// Builds the example (a no-op when it is up to date) and returns its executable.
 fn example(name: &str) -> PathBuf {

@@ -2,13 +2,12 @@
 //! share (each uses its own keys).
 
 mod parity;
-mod support;
 
 use distlock::LockManager;
 use parity::parity_tests;
 
 async fn connect() -> LockManager {
-    let server = support::shared_server();
+    let server = test_support::shared_server();
     LockManager::connect(&server.url())
         .await
         .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
@@ -16,7 +15,7 @@ async fn connect() -> LockManager {
 
 /// The global manager, on the shared server: once per test binary.
 async fn install_global() {
-    support::global_server().await;
+    test_support::global_server().await;
 }
 
 parity_tests!(connect, install_global);

@@ -9,18 +9,16 @@
 //!   cannot drift) can do everything distlock does, and every command of that list is used; a
 //!   wrong password is an error that says so without showing the password.
 
-mod support;
-
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use support::RedisServer;
+use test_support::RedisServer;
 use tokio::time::Instant;
 
 /// The `+command` entries of the minimal ACL in README.md ("TLS and ACL users"):
 /// `ACL SETUSER locker on >secret ~* &* -@all +evalsha ... +ping`.
 fn readme_acl_commands() -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme
         .find("ACL SETUSER locker")
         .expect("README.md shows the minimal ACL as `ACL SETUSER locker ...`");
@@ -166,7 +164,7 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
 /// The key patterns the README says the minimal ACL may be narrowed to: "(`~*` may be narrowed
 /// to your prefix, e.g. `~lock:* ~{lock:* ...`".
 fn readme_narrowed_key_patterns() -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme
         .find("may be narrowed to your prefix, e.g. `")
         .expect("README.md says how to narrow the ACL's keys")
@@ -268,8 +266,8 @@ mod tls {
     use distlock::{LockError, LockManager, LockOptions};
     use tokio::time::Instant;
 
-    use super::support::{skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
     use super::{everything, readme_acl_commands};
+    use test_support::{skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_manager_trusting_the_servers_ca_locks_over_tls() {

@@ -11,12 +11,10 @@
 //! Each worker is this test binary run again (`spawn_self`), told what to do by environment
 //! variables.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockOptions};
-use support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
 
 const URL: &str = "DISTLOCK_FLEET_URL";
 const NAME: &str = "DISTLOCK_FLEET_NAME";
@@ -72,7 +70,7 @@ fn fleet_worker() {
 /// line is `index + 1` long).
 fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> std::process::Child {
     let child = spawn_self(
-        "fleet_worker",
+        "fleet::fleet_worker",
         &[
             (URL, server.url()),
             (NAME, name.to_owned()),
@@ -221,7 +219,7 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
         let waiting = other.acquire("gives-up", &patient);
         let dropped = tokio::time::timeout(Duration::from_millis(300), waiting).await;
         assert!(dropped.is_err(), "the lock was held");
-        support::eventually(
+        test_support::eventually(
             Duration::from_secs(2),
             "the cancelled waiter to leave the line",
             || llen(&server, &line) == 0,
@@ -238,7 +236,7 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
             timed_out,
             Err(distlock::LockError::Timeout { .. })
         ));
-        support::eventually(
+        test_support::eventually(
             Duration::from_secs(2),
             "the timed-out waiter to leave the line",
             || llen(&server, &line) == 0,
@@ -299,7 +297,7 @@ fn commands_per_section(workers: usize) -> f64 {
     let children: Vec<_> = (0..workers)
         .map(|_| {
             spawn_self(
-                "looping_worker",
+                "fleet::looping_worker",
                 &[(URL, server.url()), (NAME, name.clone())],
             )
         })
@@ -369,7 +367,7 @@ async fn hold_with_a_waiter(
         let (waiter, name, options) = (waiter.clone(), name.to_owned(), options.clone());
         async move { waiter.acquire(&name, &options).await }
     });
-    support::eventually(
+    test_support::eventually(
         Duration::from_secs(5),
         "the waiter to take its place in line",
         || llen(server, &line_key(name)) >= 1,
@@ -512,7 +510,7 @@ fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_
             drop(result);
         });
     });
-    support::wait_until(Duration::from_secs(5), "b in line", || {
+    test_support::wait_until(Duration::from_secs(5), "b in line", || {
         llen(&server, &line_key("stale")) >= 1
     });
     freeze_tx.send(()).unwrap();

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::server::{Readiness, RedisServer};
+use crate::server::{Readiness, RedisServer};
 
 /// Bound of one `openssl` invocation (key generation takes well under a second).
 const OPENSSL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -69,7 +69,7 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// Creates `dir` if needed and generates the files in it with the `openssl` CLI. Nothing
     /// removes them: put them in a directory that is removed anyway (a server's own one, or a
-    /// [`unique_temp_dir`](super::unique_temp_dir) the test removes).
+    /// [`unique_temp_dir`](crate::unique_temp_dir) the test removes).
     ///
     /// Panics with an install hint if `openssl` is missing, and with openssl's output if a
     /// step fails.
@@ -189,7 +189,7 @@ impl RedisServer {
     /// built without TLS (its log then says so).
     pub fn start_tls_with(extra_args: &[&str]) -> Self {
         require_redis_cli();
-        let dir = super::unique_temp_dir("redis-tls");
+        let dir = crate::unique_temp_dir("redis-tls");
         let files = TlsFiles::generate(&dir.join("tls"));
         let path = |p: &Path| p.to_string_lossy().into_owned();
         let (cert, key, ca) = (

@@ -6,13 +6,11 @@
 //! Two `LockManager`s stand for two processes: each has its own connections, its own grant
 //! channel and its own in-process queue, so Redis cannot tell them from two processes.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use support::{eventually, RedisServer};
+use test_support::{eventually, RedisServer};
 use tokio::time::Instant;
 
 async fn connect(server: &RedisServer) -> LockManager {
@@ -179,7 +177,7 @@ fn eval_by_hand(server: &RedisServer, script: &str, key: &str, args: &[&str]) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_written_lock_sharing_the_keys_is_never_disturbed_by_waiters() {
-    // The seeds' Python lock on the same key: `SET NX` with its own token, extend and release
+    // A hand-written lock on the same key, as applications wrote before distlock: `SET NX` with its own token, extend and release
     // by comparing `GET` with that token. distlock's waiter must never write into that key.
     let server = RedisServer::start();
     let distlock = connect(&server).await;

@@ -1,13 +1,11 @@
-//! Self-tests of the test harness in `tests/support`: if these fail, no other integration test
+//! Self-tests of the test harness in `test-support`: if these fail, no other integration test
 //! can be trusted, so each one checks a real outcome of a harness feature.
-
-mod support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{spawn_self, wait_all, wait_until, FaultProxy, RedisServer};
+use test_support::{spawn_self, wait_all, wait_until, FaultProxy, RedisServer};
 
 /// A sync connection to `url` whose reads give up after `read_timeout`.
 fn connect(url: &str, read_timeout: Duration) -> redis::Connection {
@@ -561,11 +559,11 @@ fn spawn_self_runs_workers() {
         ]
     };
     let mut workers: Vec<_> = (0..3)
-        .map(|_| spawn_self("harness_worker", &env("incr")))
+        .map(|_| spawn_self("harness::harness_worker", &env("incr")))
         .collect();
     let mut failing = env("fail");
     failing.push(("RUST_BACKTRACE", "0".into())); // keep the expected panic's output short
-    workers.push(spawn_self("harness_worker", &failing));
+    workers.push(spawn_self("harness::harness_worker", &failing));
 
     let statuses = wait_all(workers, Duration::from_secs(60));
 
@@ -581,7 +579,7 @@ fn spawn_self_runs_workers() {
 #[test]
 fn wait_all_kills_overrunning_children_and_panics() {
     let hanging = spawn_self(
-        "harness_worker",
+        "harness::harness_worker",
         &[("DISTLOCK_HARNESS_WORKER", "hang".into())],
     );
     let pid = hanging.id();
@@ -601,10 +599,10 @@ fn wait_all_kills_overrunning_children_and_panics() {
 
 #[test]
 fn server_of_a_dead_test_process_is_reaped() {
-    let dir = support::unique_temp_dir("harness");
+    let dir = test_support::unique_temp_dir("harness");
     let port_file = dir.join("port");
     let worker = spawn_self(
-        "harness_worker",
+        "harness::harness_worker",
         &[
             ("DISTLOCK_HARNESS_WORKER", "leak-server".into()),
             (

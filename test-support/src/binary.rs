@@ -13,8 +13,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::process::free_port;
-use super::tls::run_bounded;
+use crate::process::free_port;
+use crate::tls::run_bounded;
 
 /// The environment variable naming the server binary to test against instead of
 /// `redis-server` from `PATH`.

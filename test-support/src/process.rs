@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 ///
 /// The port is found by binding port 0 and dropping the listener, so another process can take
 /// it before the caller binds it; callers that start a server on it must retry with a new port
-/// when the bind fails (as [`RedisServer::start`](super::RedisServer::start) does).
+/// when the bind fails (as [`RedisServer::start`](crate::RedisServer::start) does).
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0")
         .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"));
@@ -161,4 +161,60 @@ pub fn wait_all(mut children: Vec<Child>, timeout: Duration) -> Vec<ExitStatus> 
         overran.len(),
         children.len()
     );
+}
+
+/// The variable that tells a child started by [`in_own_process`] which test it is to run, and
+/// where to leave the proof that it ran.
+const OWN_PROCESS_VARIABLE: &str = "DISTLOCK_OWN_PROCESS";
+
+/// How long a test run by [`in_own_process`] may take before it is killed and fails: bounds that
+/// hold for the slowest of them (the cancellation storm) on a slow shared machine.
+const OWN_PROCESS_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs a test in a process of its own and tells the caller whether it is that process.
+///
+/// Some tests install what a process has only one of — the global lock manager
+/// (`distlock::init_with`), the global `tracing` subscriber — so they cannot share their test
+/// binary's process with the other tests that do. Such a test starts with
+///
+/// ```ignore
+/// if !test_support::in_own_process(module_path!(), "this_tests_name") {
+///     return;
+/// }
+/// ```
+///
+/// In the test binary's own run this spawns the binary again for exactly that test, waits for it
+/// and panics unless it passed, then returns `false`; in the spawned process it returns `true`
+/// and the test does its work. `module` is the test's `module_path!()` (its first segment, the
+/// binary's crate, is not part of the test's name). The child leaves a file behind when it runs,
+/// so a name that matches no test fails here instead of passing with zero tests run.
+pub fn in_own_process(module: &str, test: &str) -> bool {
+    let path = match module.split_once("::") {
+        Some((_crate, inner)) => format!("{inner}::{test}"),
+        None => test.to_owned(),
+    };
+    if let Ok(value) = std::env::var(OWN_PROCESS_VARIABLE) {
+        if let Some(proof) = value.strip_prefix(&format!("{path}=")) {
+            std::fs::write(proof, b"ran").unwrap_or_else(|e| panic!("cannot write {proof}: {e}"));
+            return true;
+        }
+    }
+    let dir = crate::unique_temp_dir("own-process");
+    let proof = dir.join("ran");
+    let child = spawn_self(
+        &path,
+        &[(OWN_PROCESS_VARIABLE, format!("{path}={}", proof.display()))],
+    );
+    let status = wait_all(vec![child], OWN_PROCESS_TIMEOUT)[0];
+    let ran = proof.exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        status.success(),
+        "{path} failed in its own process: {status}"
+    );
+    assert!(
+        ran,
+        "no test is called {path}: the name given to in_own_process is wrong"
+    );
+    false
 }

@@ -1,10 +1,8 @@
-//! Fault case 9, bad input at run time: names, key prefixes, URLs, durations and servers a
+//! Bad input at run time: names, key prefixes, URLs, durations and servers a
 //! careless or unlucky caller hands the manual API. Every one ends in a typed result — the lock
 //! works on exactly the key named, or a `LockError::Config` / `LockError::Redis` whose message
 //! says what is wrong — promptly, never a panic or a hang; and no lock ever touches the keys of
 //! another, whatever the names and prefixes.
-
-mod support;
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -13,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{RedisCluster, RedisServer};
+use test_support::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -31,6 +29,12 @@ async fn locked_for(name: &str) -> Result<String, LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "huge_binary_and_unicode_names_lock_exactly_the_key_they_name",
+    ) {
+        return;
+    }
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
     distlock::init_with(manager.clone()).unwrap();
@@ -111,7 +115,7 @@ async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
         "one fencing counter per lock stays"
     );
     for counter in &counters {
-        let (word, lock) = support::names::helper_owner(counter)
+        let (word, lock) = test_support::names::helper_owner(counter)
             .unwrap_or_else(|| panic!("{counter:?} is not a helper key"));
         assert_eq!(word, "fence", "{counter:?}");
         assert!(lock.starts_with("lock:"), "{counter:?}");
@@ -162,7 +166,7 @@ async fn malformed_urls_are_config_errors_and_unreachable_ones_redis_errors() {
 
     let server = RedisServer::start();
     let unreachable = [
-        format!("redis://127.0.0.1:{}/", support::free_port()),
+        format!("redis://127.0.0.1:{}/", test_support::free_port()),
         "redis+unix:///nonexistent/redis.sock".to_owned(),
         format!("redis://127.0.0.1:{}/99999", server.port()), // no such database
     ];
@@ -522,7 +526,7 @@ async fn names_of_the_helper_shape_are_refused_and_no_lock_touches_another_locks
         .expect("the lock {t}");
     let keys_before = server.keys("*").len();
     let waiter = tokio::spawn(async move { other_process.acquire("{t}", &options()).await });
-    support::eventually(Duration::from_secs(5), "the waiter's mark", || {
+    test_support::eventually(Duration::from_secs(5), "the waiter's mark", || {
         server.keys("*").len() > keys_before
             || server.get(foreign[0].0).as_deref() != Some(foreign[0].1)
     })
@@ -657,12 +661,12 @@ async fn every_key_prefix_connects_but_one_that_reserves_every_key_is_refused() 
 }
 
 /// Every generated name under every prefix, held at once, contended and fenced: no two
-/// distinct locks share a key (see `support::names::no_two_locks_share_a_key`).
+/// distinct locks share a key (see `test_support::names::no_two_locks_share_a_key`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_two_locks_share_a_key_whatever_their_names_and_prefixes() {
     let server = RedisServer::start();
     let mut managers = Vec::new();
-    for prefix in support::names::PREFIXES {
+    for prefix in test_support::names::PREFIXES {
         let connect = || {
             LockManager::builder(server.url())
                 .key_prefix(prefix)
@@ -670,7 +674,7 @@ async fn no_two_locks_share_a_key_whatever_their_names_and_prefixes() {
         };
         managers.push((connect().await.unwrap(), connect().await.unwrap()));
     }
-    support::names::no_two_locks_share_a_key(
+    test_support::names::no_two_locks_share_a_key(
         &managers,
         || server.keys("*"),
         |key| server.get(key),
@@ -773,8 +777,11 @@ async fn builder_outputs(url: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_url_form_shows_its_password_anywhere() {
+    if !test_support::in_own_process(module_path!(), "no_url_form_shows_its_password_anywhere") {
+        return;
+    }
     tracing::subscriber::set_global_default(RecordAll).unwrap();
-    let sockets = support::unique_temp_dir("sockets");
+    let sockets = test_support::unique_temp_dir("sockets");
     let socket = sockets.join("redis.sock");
     let socket_path = socket.to_str().unwrap();
     let server = RedisServer::start_with(&[
@@ -790,7 +797,7 @@ async fn no_url_form_shows_its_password_anywhere() {
         "--unixsocketperm",
         "700",
     ]);
-    let (port, refused) = (server.port(), support::free_port());
+    let (port, refused) = (server.port(), test_support::free_port());
 
     // Malformed, unreachable or refused: every form a password can take in a URL.
     let failing = [

@@ -1,22 +1,20 @@
-//! Fault cases 5 and 6: the network between the client and Redis fails (through `FaultProxy`).
+//! The network between the client and Redis fails (through `FaultProxy`).
 //!
-//! - Case 5, **partition while holding with `auto_extend`** (ttl 2 s): the network is stalled
+//! - **Partition while holding with `auto_extend`** (ttl 2 s): the network is stalled
 //!   (bytes held, connections open) or cut (connections closed, new ones refused) right after an
 //!   extension. The `#[distributed_lock]` function's body is cancelled and the function returns
 //!   `Err(Lost)` before the lock can have expired in Redis (checked against the lock's PTTL read
 //!   directly from Redis after the partition), within ttl + 1 s of the partition, and the body
 //!   stops running.
-//! - Case 6, **slow network** (50 ms one way, so ≥ 100 ms per round trip): two clients × 4 tasks
+//! - **Slow network** (50 ms one way, so ≥ 100 ms per round trip): two clients × 4 tasks
 //!   × 5 read-modify-write sections still count exactly, only slower.
 //!
-//! Fault case 10, **a command re-sent after its reply was lost** (cluster): the connection drops
+//! **A command re-sent after its reply was lost** (cluster): the connection drops
 //! after a lock command ran and before its reply arrived, and the redis-rs cluster connection
 //! sends it again (`FaultProxy::lose_next_reply` on a `ProxiedCluster`). The second run must
 //! not turn our own grant into "held by someone else", nor a release into a false `Lost`
-//! (DESIGN §4): `try_acquire`, `acquire`, a fenced `acquire`, `release` and `extend`, each
+//! (commands are idempotent for the same token): `try_acquire`, `acquire`, a fenced `acquire`, `release` and `extend`, each
 //! checked against the key in Redis, read directly from the server.
-
-mod support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +22,7 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::AsyncCommands;
-use support::{FaultProxy, ProxiedCluster, RedisServer, RedisServers};
+use test_support::{FaultProxy, ProxiedCluster, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -126,6 +124,12 @@ async fn lost_in_time(server: &RedisServer, phase: &str, partition: impl FnOnce(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_cancels_an_auto_extended_body_with_lost_before_its_ttl_runs_out() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "a_partition_cancels_an_auto_extended_body_with_lost_before_its_ttl_runs_out",
+    ) {
+        return;
+    }
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     distlock::init_with(LockManager::connect(&proxy.url()).await.unwrap()).unwrap();
@@ -223,7 +227,7 @@ async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_oper
     // a connection to it never completes its handshake.
     let proxy = FaultProxy::start(servers[4].port());
     proxy.stall();
-    let _unstall = support::proxy::Unstall(&proxy);
+    let _unstall = test_support::proxy::Unstall(&proxy);
     let mut urls = servers.urls();
     urls[4] = proxy.url();
     // A generous per-node timeout: 200 operations at once on a loaded 2-core machine must not
@@ -268,7 +272,7 @@ async fn a_stalled_master_gets_one_connection_attempt_at_a_time_not_one_per_oper
 }
 
 // ---------------------------------------------------------------------------------------------
-// Case 10: a command re-sent after its reply was lost (cluster)
+// A command re-sent after its reply was lost (cluster)
 // ---------------------------------------------------------------------------------------------
 
 /// A cluster manager whose every connection goes through `cluster`'s proxy.
@@ -450,7 +454,7 @@ async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
         )
         .await
         .unwrap();
-    support::eventually(Duration::from_secs(10), "the lock to expire", || {
+    test_support::eventually(Duration::from_secs(10), "the lock to expire", || {
         !node.exists(key)
     })
     .await;

@@ -4,14 +4,12 @@
 //! Every test of this binary shares one redis-server and the one global client (`distlock::init`
 //! is once per process), each with its own keys; every `#[tokio::test]` has its own runtime.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
-use support::{eventually, global_server, shared_server};
+use test_support::{eventually, global_server, shared_server};
 use tokio::sync::{oneshot, Barrier};
 
 // ---------------------------------------------------------------------------------------------

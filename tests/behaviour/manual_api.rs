@@ -2,15 +2,13 @@
 //! starts its own redis-server and its own managers, so command counts and key listings see
 //! only that test.
 
-mod support;
-
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockGuard, LockManager, LockOptions};
-use support::{eventually, FaultProxy, RedisServer};
+use test_support::{eventually, FaultProxy, RedisServer};
 
 async fn connect(server: &RedisServer) -> LockManager {
     LockManager::connect(&server.url())

@@ -4,15 +4,13 @@
 //! The attribute tests use the global client, installed once per binary on one shared server;
 //! every test uses its own lock names.
 
-mod support;
-
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{eventually, global_server, RedisServer};
+use test_support::{eventually, global_server, RedisServer};
 use tokio::time::Instant;
 
 async fn connect(server: &RedisServer) -> LockManager {

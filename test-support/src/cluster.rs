@@ -17,10 +17,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::process::free_port;
-use super::proxy::FaultProxy;
-use super::server::{Readiness, RedisServer};
-use super::tls::{require_redis_cli, run_bounded};
+use crate::process::free_port;
+use crate::proxy::FaultProxy;
+use crate::server::{Readiness, RedisServer};
+use crate::tls::{require_redis_cli, run_bounded};
 
 /// Number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -115,10 +115,6 @@ struct View {
 impl View {
     fn owner_of(&self, slot: u16) -> Option<&NodeLine> {
         self.lines.iter().find(|l| l.is_master() && l.serves(slot))
-    }
-
-    fn by_id(&self, id: &str) -> Option<&NodeLine> {
-        self.lines.iter().find(|l| l.id == id)
     }
 
     /// Slot ranges → owning node id, as one comparable value.
@@ -361,7 +357,7 @@ impl RedisCluster {
         };
         let target = offset(master, "master_repl_offset:");
         for replica in self.replicas_of(master) {
-            super::wait_until(
+            crate::wait_until(
                 REPLICATION_TIMEOUT,
                 &format!(
                     "replica {} to reach offset {target} of its master on port {}",
@@ -713,7 +709,7 @@ fn start_cluster_node() -> RedisServer {
 /// Starts one cluster-enabled node on ports from `pick_port`, with `extra_args` after the
 /// cluster's own.
 fn start_cluster_node_on(pick_port: impl FnMut() -> u16, extra_args: &[String]) -> RedisServer {
-    let dir = super::unique_temp_dir("redis-cluster");
+    let dir = crate::unique_temp_dir("redis-cluster");
     let nodes_conf: PathBuf = dir.join("nodes.conf");
     let extra_args = extra_args.to_vec();
     RedisServer::start_custom_on(dir, Readiness::Plain, pick_port, move |_port| {

@@ -1,4 +1,4 @@
-//! Fault case 2, holder killed: a worker process takes the lock (ttl 2 s) and is killed with
+//! Holder killed: a worker process takes the lock (ttl 2 s) and is killed with
 //! SIGKILL in the middle of its section, so it never releases. Two other worker processes wait
 //! for the same lock.
 //!
@@ -8,15 +8,13 @@
 //! 2-core machine; it is typically the holder's remaining ttl plus a few ms); afterwards the
 //! survivors keep taking turns, and no two sections ever overlapped.
 
-mod support;
-
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use support::{spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{spawn_self, wait_all, wait_until, RedisServer};
 
 const TTL: Duration = Duration::from_secs(2);
 const URL_VAR: &str = "DISTLOCK_KILLED_URL";
@@ -113,14 +111,14 @@ fn a_killed_holders_lock_passes_on_when_its_ttl_runs_out_and_never_earlier() {
     let server = RedisServer::start();
     let env = [(URL_VAR, server.url())];
 
-    let holder = spawn_self("holder_worker", &env);
+    let holder = spawn_self("holder_killed::holder_worker", &env);
     wait_until(
         Duration::from_secs(15),
         "the holder to take the lock",
         || server.exists("holder_ready"),
     );
     let contenders: Vec<Child> = (0..2)
-        .map(|_| spawn_self("contender_worker", &env))
+        .map(|_| spawn_self("holder_killed::contender_worker", &env))
         .collect();
     // Both contenders are waiting (each has its place in the lock's line) before the kill.
     wait_until(Duration::from_secs(15), "both contenders to wait", || {

@@ -4,15 +4,13 @@
 //! (the fan-out is concurrent, each master bounded by the per-node timeout), gives back partial
 //! grants, refuses fencing, auto-extends, and wakes waiters on release.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
-use support::{RedisServer, RedisServers};
+use test_support::{RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const MAJORITY: usize = 3;
@@ -571,6 +569,9 @@ async fn job(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attribute_runs_unchanged_on_redlock() {
+    if !test_support::in_own_process(module_path!(), "the_attribute_runs_unchanged_on_redlock") {
+        return;
+    }
     let servers = Arc::new(RedisServers::start(5));
     distlock::init_with(redlock(&servers).await).expect("installed once");
     let seen = Arc::new(Mutex::new(Vec::new()));

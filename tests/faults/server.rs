@@ -1,15 +1,13 @@
-//! Fault cases 3 and 4: the Redis server itself fails.
+//! The Redis server itself fails.
 //!
-//! - Case 3, **restart** (no persistence, same port, `RedisServer::restart`): clients reconnect by
+//! - **Restart** (no persistence, same port, `RedisServer::restart`): clients reconnect by
 //!   themselves and go on; and the hazard, asserted as it is: a restart forgets every held lock
 //!   (and every fencing counter), so a second holder can get in while the first still works.
 //!   `auto_extend` turns that into a `Lost` for the first holder within its ttl; fencing does not
 //!   help across such a restart, because its counter starts again at 1.
-//! - Case 4, **pause** (SIGSTOP past the response timeout): `try_acquire`, `acquire`, `extend`,
+//! - **Pause** (SIGSTOP past the response timeout): `try_acquire`, `acquire`, `extend`,
 //!   `is_held`, `release` and `connect` all return `LockError::Redis` within their bounds, no hang,
 //!   no panic; an `auto_extend` holder is told `Lost`; after SIGCONT everything works again.
-
-mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +16,7 @@ use std::time::Duration;
 use distlock::{LockError, LockManager, LockOptions};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
-use support::RedisServer;
+use test_support::RedisServer;
 use tokio::time::Instant;
 
 /// A data connection that reconnects by itself, like the lock manager's.

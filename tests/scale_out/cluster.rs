@@ -4,8 +4,6 @@
 //! wake-ups across nodes, and a run that survives a failover and a slot migration (with ASK
 //! redirections) under load.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -14,7 +12,7 @@ use std::time::Duration;
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use support::{RedisCluster, RedisServer};
+use test_support::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 /// The cluster shared by the tests that leave its topology alone (3 masters, no replicas: with
@@ -114,6 +112,12 @@ async fn job(id: u32, seen: Arc<Mutex<Vec<(u16, bool)>>>) -> Result<u32, JobErro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot",
+    ) {
+        return;
+    }
     let cluster = shared_cluster();
     let manager = cluster_manager(&cluster.urls()).await;
     distlock::init_with(manager.clone()).expect("the global manager is installed once");
@@ -221,11 +225,12 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
     let keys_of = |lock: &str| -> Vec<String> {
         let mut keys = cluster.keys("*");
         keys.retain(|key| {
-            key == lock || support::names::helper_owner(key).is_some_and(|(_, owner)| owner == lock)
+            key == lock
+                || test_support::names::helper_owner(key).is_some_and(|(_, owner)| owner == lock)
         });
         keys
     };
-    for name in support::names::lock_names() {
+    for name in test_support::names::lock_names() {
         let key = format!("lock:{name}");
         let slot = cluster.slot_of(&key);
         let holder = holder_manager
@@ -238,7 +243,7 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
             async move { manager.acquire(&name, &fenced).await }
         });
         // The lock, its fencing counter and the line the contender waits in.
-        support::eventually(Duration::from_secs(10), &format!("{key:?}'s line"), || {
+        test_support::eventually(Duration::from_secs(10), &format!("{key:?}'s line"), || {
             keys_of(&key).len() == 3 || contender.is_finished()
         })
         .await;
@@ -282,7 +287,7 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
         let left = keys_of(&key);
         let words: BTreeSet<&str> = left
             .iter()
-            .filter_map(|helper| support::names::helper_owner(helper).map(|(word, _)| word))
+            .filter_map(|helper| test_support::names::helper_owner(helper).map(|(word, _)| word))
             .collect();
         assert!(
             left.len() == 2 && words == BTreeSet::from(["fence", "released"]),
@@ -297,14 +302,22 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
         }
         let marker = left
             .iter()
-            .find(|helper| matches!(support::names::helper_owner(helper), Some(("released", _))))
+            .find(|helper| {
+                matches!(
+                    test_support::names::helper_owner(helper),
+                    Some(("released", _))
+                )
+            })
             .unwrap();
         assert_eq!(cluster.get(marker), Some(last_token), "{marker:?}");
         assert!(cluster.pttl(marker) > 0, "{marker:?} expires");
     }
 
     // The connect probe and a lock under every prefix, braces included.
-    for prefix in support::names::PREFIXES.into_iter().chain(["a}", "{x}:"]) {
+    for prefix in test_support::names::PREFIXES
+        .into_iter()
+        .chain(["a}", "{x}:"])
+    {
         let manager = LockManager::cluster_builder(&urls)
             .key_prefix(prefix)
             .connect()
@@ -323,12 +336,12 @@ async fn every_key_of_a_lock_lies_in_its_slot_whatever_braces_its_name_has() {
 
 /// Every generated name under every prefix, held at once, contended and fenced, on a cluster
 /// of its own (the check counts every key): no two distinct locks share a key, and every
-/// helper key lies in its lock's slot (see `support::names::no_two_locks_share_a_key`).
+/// helper key lies in its lock's slot (see `test_support::names::no_two_locks_share_a_key`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_two_locks_share_a_key_on_a_cluster_whatever_their_names_and_prefixes() {
     let cluster = RedisCluster::start(3, 0);
     let mut managers = Vec::new();
-    for prefix in support::names::PREFIXES {
+    for prefix in test_support::names::PREFIXES {
         let connect = || {
             LockManager::cluster_builder(&cluster.urls())
                 .key_prefix(prefix)
@@ -336,7 +349,7 @@ async fn no_two_locks_share_a_key_on_a_cluster_whatever_their_names_and_prefixes
         };
         managers.push((connect().await.unwrap(), connect().await.unwrap()));
     }
-    support::names::no_two_locks_share_a_key(
+    test_support::names::no_two_locks_share_a_key(
         &managers,
         || cluster.keys("*"),
         |key| cluster.get(key),

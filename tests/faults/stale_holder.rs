@@ -1,4 +1,4 @@
-//! Fault case 7, stale holder: a holder that stops running (a GC pause, a stopped VM, here a
+//! Stale holder: a holder that stops running (a GC pause, a stopped VM, here a
 //! SIGSTOPped worker process) for longer than its ttl comes back believing it still holds the
 //! lock. Redis cannot stop it from running its code; what distlock guarantees is that
 //! - its release (compare-and-delete) does not delete the new owner's lock, and says `Lost`;
@@ -9,14 +9,12 @@
 //! token larger than any it has seen: the "storage rejects the smaller token" half of fencing that
 //! distlock leaves to the user (see `LockGuard::fencing_token`).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
 
 const URL_VAR: &str = "DISTLOCK_STALE_URL";
 
@@ -99,7 +97,7 @@ fn stale_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_holders_release_spares_the_new_owner_and_fencing_rejects_its_late_write() {
     let server = RedisServer::start();
-    let worker = spawn_self("stale_worker", &[(URL_VAR, server.url())]);
+    let worker = spawn_self("stale_holder::stale_worker", &[(URL_VAR, server.url())]);
     let pid = worker.id();
     wait_until(
         Duration::from_secs(15),
@@ -181,6 +179,12 @@ async fn slow_report(inside: tokio::sync::oneshot::Sender<()>) -> Result<&'stati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attribute_body_that_outlives_its_ttl_leaves_the_new_owners_lock_alone() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "an_attribute_body_that_outlives_its_ttl_leaves_the_new_owners_lock_alone",
+    ) {
+        return;
+    }
     let server = RedisServer::start();
     distlock::init_with(LockManager::connect(&server.url()).await.unwrap()).unwrap();
     let (inside, entered) = tokio::sync::oneshot::channel();

@@ -3,6 +3,11 @@
 //!
 //! Regenerate the `.stderr` files after a deliberate message change with
 //! `TRYBUILD=overwrite cargo test --test ui`, then read every diff.
+//!
+//! `macro_lints` compiles the attribute in every form under `#![deny(warnings)]` and clippy's
+//! pedantic group.
+
+mod macro_lints;
 
 #[test]
 fn ui() {

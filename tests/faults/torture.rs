@@ -1,4 +1,4 @@
-//! Fault case 1, torture: 4 OS processes × 16 tasks each run lock-protected sections over 8
+//! Torture: 4 OS processes × 16 tasks each run lock-protected sections over 8
 //! keys; every section is a non-atomic read-modify-write (GET, yield, SET) that loses updates
 //! the moment two holders overlap. Every acquisition asks for a fencing token, and the section
 //! appends its token to the key's list, so the list is the key's commit order.
@@ -12,14 +12,12 @@
 //! [`SECTIONS_PER_TASK`] = 504 sections (the first multiple of 8 keys above 500), 32 256 sections
 //! in all. About 27 s on a shared 2-core machine (~1 200 sections/s over all processes).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use support::{spawn_self, wait_all, RedisServer};
+use test_support::{spawn_self, wait_all, RedisServer};
 
 const PROCESSES: usize = 4;
 const TASKS: usize = 16;
@@ -109,7 +107,7 @@ fn torture_counts_are_exact_and_fencing_tokens_increase_in_commit_order() {
     let workers = (0..PROCESSES)
         .map(|worker| {
             spawn_self(
-                "torture_worker",
+                "torture::torture_worker",
                 &[(URL_VAR, server.url()), (WORKER_VAR, worker.to_string())],
             )
         })

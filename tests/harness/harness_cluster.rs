@@ -1,16 +1,14 @@
-//! Self-tests of the multi-server parts of the harness (`tests/support/cluster.rs`,
-//! `tests/support/tls.rs`): a Redis Cluster with routing, failover and slot migration,
+//! Self-tests of the multi-server parts of the harness (`test_support::cluster`,
+//! `test_support::tls`): a Redis Cluster with routing, failover and slot migration,
 //! independent masters for Redlock, a TLS-only server and ACL users. Each checks a real
 //! outcome on real servers, so the tests built on these helpers can be trusted.
-
-mod support;
 
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::tls::run_bounded;
-use support::{
+use test_support::tls::run_bounded;
+use test_support::{
     unique_temp_dir, wait_until, ProxiedCluster, RedisCluster, RedisServer, RedisServers, TlsFiles,
 };
 
@@ -359,7 +357,10 @@ fn redis_servers_are_independent_masters() {
 
 #[test]
 fn tls_server_answers_over_tls_only() {
-    if support::skip_without(support::Feature::Tls, "tls_server_answers_over_tls_only") {
+    if test_support::skip_without(
+        test_support::Feature::Tls,
+        "tls_server_answers_over_tls_only",
+    ) {
         return;
     }
     let started = Instant::now();

@@ -2,12 +2,10 @@
 //! that of every earlier acquisition of the key, by any client, so storage can reject the late
 //! write of a holder whose lock expired.
 
-mod support;
-
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use support::{spawn_self, wait_all, RedisServer};
+use test_support::{spawn_self, wait_all, RedisServer};
 
 const WORKER_ENV: &str = "DISTLOCK_FENCING_WORKER";
 const WORKER_TASKS: usize = 8;
@@ -111,7 +109,7 @@ fn fencing_worker() {
 fn tokens_increase_in_lock_order_across_processes() {
     let server = RedisServer::start();
     let workers = (0..WORKERS)
-        .map(|_| spawn_self("fencing_worker", &[(WORKER_ENV, server.url())]))
+        .map(|_| spawn_self("fencing::fencing_worker", &[(WORKER_ENV, server.url())]))
         .collect();
     for status in wait_all(workers, Duration::from_secs(120)) {
         assert!(status.success(), "a worker failed: {status}");

@@ -1,29 +1,21 @@
 //! Integration-test harness: real `redis-server` processes, a fault-injecting TCP proxy, and
 //! helpers for tests that run several OS processes.
 //!
-//! Every integration test binary declares `mod support;` and then uses what it needs:
+//! Every integration test binary of the workspace depends on this crate and uses what it needs:
 //!
 //! ```ignore
-//! mod support;
-//! use support::{FaultProxy, RedisServer};
+//! use test_support::{FaultProxy, RedisServer};
 //!
-//! #[test]
-//! fn survives_a_slow_network() {
-//!     let server = RedisServer::start();
-//!     let proxy = FaultProxy::start(server.port());
-//!     proxy.set_delay(std::time::Duration::from_millis(20));
-//!     // ... point the code under test at proxy.url(), assert on server.get(..) ...
-//! }
+//! let server = RedisServer::start();
+//! let proxy = FaultProxy::start(server.port());
+//! proxy.set_delay(std::time::Duration::from_millis(20));
+//! // ... point the code under test at proxy.url(), assert on server.get(..) ...
 //! ```
 //!
 //! Rules the harness keeps so that tests stay trustworthy on a slow shared machine:
 //! - nothing waits without a bound; a wait that runs out panics and says what did not happen;
 //! - every process and thread the harness starts is stopped when its owner is dropped;
 //! - servers never persist anything, so a restart always comes back empty.
-
-// Each test binary compiles this module on its own and uses only part of it, so without this
-// every binary would warn about the helpers *it* happens not to call.
-#![allow(dead_code)]
 
 pub mod binary;
 pub mod cluster;
@@ -33,19 +25,12 @@ pub mod proxy;
 pub mod server;
 pub mod tls;
 
-// Short paths for what tests use most (`support::RedisServer`). A binary that uses none of a
-// re-export would get an unused-import warning, which `dead_code` does not cover.
-#[allow(unused_imports)]
+// Short paths for what tests use most (`test_support::RedisServer`).
 pub use binary::{skip_without, Feature};
-#[allow(unused_imports)]
 pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
-#[allow(unused_imports)]
-pub use process::{free_port, send_signal, spawn_self, wait_all};
-#[allow(unused_imports)]
+pub use process::{free_port, in_own_process, send_signal, spawn_self, wait_all};
 pub use proxy::FaultProxy;
-#[allow(unused_imports)]
 pub use server::RedisServer;
-#[allow(unused_imports)]
 pub use tls::TlsFiles;
 
 use std::path::PathBuf;

@@ -3,15 +3,13 @@
 //! exclusion updates are lost and the final count falls short; with it the count is exact and
 //! no two bodies are ever inside at once.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
-use support::{global_server, shared_server, spawn_self, wait_all, RedisServer};
+use test_support::{global_server, shared_server, spawn_self, wait_all, RedisServer};
 
 // The fields are read only through `Debug`, in failure messages.
 #[allow(dead_code)]
@@ -224,7 +222,7 @@ fn processes_count_exactly() {
     let workers = (0..PROCESSES)
         .map(|_| {
             spawn_self(
-                "mutex_worker",
+                "mutual_exclusion::mutex_worker",
                 &[
                     ("DISTLOCK_WORKER", "1".to_owned()),
                     ("DISTLOCK_WORKER_URL", server.url()),

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::process::{free_port, send_signal};
+use crate::process::{free_port, send_signal};
 
 /// How long a freshly spawned server gets to answer. Generous: a shared 2-core machine running
 /// a parallel build can take seconds to schedule a new process.
@@ -113,7 +113,7 @@ impl RedisServer {
     /// log if the server exits or does not answer within 10 s.
     pub fn start_with(extra_args: &[&str]) -> Self {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        Self::start_custom(super::unique_temp_dir("redis"), Readiness::Plain, |_| {
+        Self::start_custom(crate::unique_temp_dir("redis"), Readiness::Plain, |_| {
             extra_args.clone()
         })
     }
@@ -128,7 +128,7 @@ impl RedisServer {
     ///   [`restart`](Self::restart) uses again;
     /// - `readiness` says how to tell that the server answers.
     ///
-    /// [`unique_temp_dir`]: super::unique_temp_dir
+    /// [`unique_temp_dir`]: crate::unique_temp_dir
     pub fn start_custom(
         dir: PathBuf,
         readiness: Readiness,
@@ -500,7 +500,7 @@ fn launch(
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
 
     let port_arg = port.to_string();
-    let mut child = match Command::new(super::binary::server_program())
+    let mut child = match Command::new(crate::binary::server_program())
         .args(["--port", &port_arg, "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
@@ -512,13 +512,13 @@ fn launch(
         .spawn()
     {
         Ok(child) => child,
-        Err(e) if e.kind() == ErrorKind::NotFound && super::binary::is_primary() => {
+        Err(e) if e.kind() == ErrorKind::NotFound && crate::binary::is_primary() => {
             return Err(LaunchError::Failed(NOT_FOUND_MESSAGE.to_string()))
         }
         Err(e) => {
             return Err(LaunchError::Failed(format!(
                 "cannot spawn {}: {e}",
-                super::binary::server_program().to_string_lossy()
+                crate::binary::server_program().to_string_lossy()
             )))
         }
     };
@@ -537,7 +537,7 @@ fn launch(
         }
         let answer = match readiness {
             Readiness::Plain => probe(port),
-            Readiness::Tls { ca_file } => match super::tls::probe_tls(port, ca_file) {
+            Readiness::Tls { ca_file } => match crate::tls::probe_tls(port, ca_file) {
                 Some(pid) => Probe::Answered(pid),
                 None => Probe::NoAnswer,
             },
