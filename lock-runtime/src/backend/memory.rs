@@ -301,3 +301,105 @@ impl Memory {
         table.locks.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(name: &str) -> LockKeys {
+        LockKeys::new(format!("lock:memory-test:{name}")).unwrap()
+    }
+
+    fn in_line(channel: bool) -> Wait {
+        Wait::InLine {
+            channel: channel.then(|| Arc::from("in-process")),
+            renewing: false,
+        }
+    }
+
+    #[test]
+    fn a_release_hands_over_to_the_first_live_waiter_and_skips_a_lapsed_one() {
+        let memory = Memory::new();
+        let lock = keys("hand-off");
+        let ttl = Duration::from_secs(30);
+        assert!(matches!(
+            memory.try_lock(&lock, "holder", ttl, false, &Wait::FirstTry),
+            Attempt::Acquired { .. }
+        ));
+        for waiter in ["lapsed", "next", "last"] {
+            assert!(matches!(
+                memory.try_lock(&lock, waiter, ttl, true, &in_line(false)),
+                Attempt::Held { .. }
+            ));
+        }
+        // The first waiter stopped renewing: its place ran out.
+        memory.table().slot(&lock.lock, Instant::now()).line[0].lease_until =
+            Instant::now() - Duration::from_millis(1);
+        assert!(memory.unlock(&lock, "holder", false));
+        assert!(
+            memory.is_held(&lock, "next"),
+            "handed to the first live waiter"
+        );
+        assert!(!memory.is_held(&lock, "lapsed"));
+        // Its grant is found by looking again, with the fencing token issued at the hand-off.
+        let Attempt::Acquired {
+            fence: Some(first),
+            expires_in,
+        } = memory.try_lock(&lock, "next", ttl, true, &in_line(false))
+        else {
+            panic!("the hand-off is found by looking again");
+        };
+        assert!(
+            expires_in <= CLAIM,
+            "a hand-off lasts the claim until confirmed"
+        );
+        assert!(
+            !memory.unlock(&lock, "holder", false),
+            "not the holder's any more"
+        );
+        assert!(memory.unlock(&lock, "next", false));
+        let Attempt::Acquired {
+            fence: Some(second),
+            ..
+        } = memory.try_lock(&lock, "last", ttl, true, &in_line(false))
+        else {
+            panic!("handed to the last waiter");
+        };
+        assert!(second > first);
+        assert!(memory.unlock(&lock, "last", false));
+        assert!(
+            !memory.table().locks.contains_key(&lock.lock),
+            "nothing left"
+        );
+    }
+
+    #[test]
+    fn expired_locks_nobody_touches_again_do_not_pile_up() {
+        let memory = Memory::new();
+        // Rounds of names used once, whose holders never release (they died).
+        for round in 0..5 {
+            for n in 0..1000 {
+                let lock = keys(&format!("sweep:{round}:{n}"));
+                memory.try_lock(
+                    &lock,
+                    "gone",
+                    Duration::from_millis(1),
+                    false,
+                    &Wait::FirstTry,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let kept = memory
+            .table()
+            .locks
+            .keys()
+            .filter(|key| key.starts_with("lock:memory-test:sweep:"))
+            .count();
+        // Swept whenever the table doubles: never more than twice what was live at a sweep.
+        assert!(
+            kept <= 2 * 1000 + 64,
+            "{kept} of 5000 expired locks were kept"
+        );
+    }
+}
