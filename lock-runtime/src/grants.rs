@@ -24,11 +24,12 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::connection::Timeouts;
+use crate::retry::Backoff;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
 /// Delay before reconnecting after the connection dropped: first, then doubling up to the last.
-const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 /// What a hand-off message told a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +86,7 @@ impl GrantHub {
             state: Mutex::new(State::default()),
             task: Notify::new(),
         });
-        crate::background::spawn(run(Arc::downgrade(&shared), servers, timeouts));
+        crate::background::spawn(deliver_grants(Arc::downgrade(&shared), servers, timeouts));
         GrantHub { shared }
     }
 
@@ -260,10 +261,10 @@ impl Shared {
 
 /// The hub's task: keeps the channel subscribed while it is wanted, and delivers messages. Ends
 /// when the hub is dropped.
-async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Timeouts) {
+async fn deliver_grants(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Timeouts) {
     let mut next_server = 0usize;
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
-    let mut backoff = RECONNECT_BACKOFF.0;
+    let mut backoff = RECONNECT_BACKOFF.first;
     let mut reconnect_at: Option<Instant> = None;
     let Some(channel) = shared.upgrade().map(|hub| Arc::clone(&hub.channel)) else {
         return;
@@ -298,10 +299,10 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
                 tracing::debug!(target: "distlock", %error, "grant channel subscription failed; waiters look at Redis on their own meanwhile");
                 connection = None;
                 reconnect_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF.max);
             } else {
                 reconnect_at = None;
-                backoff = RECONNECT_BACKOFF.0;
+                backoff = RECONNECT_BACKOFF.first;
             }
             hub.confirm(&result);
             continue;

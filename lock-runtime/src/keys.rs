@@ -61,6 +61,8 @@ const MARKER: &str = ":distlock:";
 
 /// Number of Redis Cluster hash slots.
 const SLOTS: usize = 16384;
+/// [`SLOTS`] as the type of a slot.
+const SLOT_COUNT: u16 = 16384;
 
 /// The names derived from one full lock key. Cheap to clone: the key is shared, the tag is a
 /// position in it or a slot number, and the helper names are made when an operation needs them.
@@ -191,7 +193,7 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
         None => key,
     };
     // 16384 is a power of two: the remainder is the low 14 bits, as in Redis.
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS as u16
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOT_COUNT
 }
 
 /// One short alphanumeric tag per slot, for lock keys with a `}` but no hash tag. Built on

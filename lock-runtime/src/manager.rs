@@ -349,14 +349,13 @@ impl LockManager {
                                 expires_in,
                             ));
                         }
-                        // A message read too late to trust (this waiter did not run for a
-                        // while): ask Redis whether the lock is still ours.
-                        Some(Grant::Granted { .. }) => machine.woke(),
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
-                        None => machine.woke(),
+                        // A message read too late to trust (this waiter did not run for a
+                        // while), or no message: ask Redis whether the lock is ours now.
+                        Some(Grant::Granted { .. }) | None => machine.woke(),
                     }
                 }
                 Step::Acquired => {
@@ -567,7 +566,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !may_have_run(&error) => {}
+                Some(Err(error)) if !crate::classify::may_have_run(&error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -579,7 +578,7 @@ impl LockManager {
         };
         let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
         if let Err(error) = &outcome {
-            if may_have_run(error) {
+            if crate::classify::may_have_run(error) {
                 crate::finish::spawn_clean_up(clean_up, None);
             }
         }
@@ -614,11 +613,10 @@ impl LockManager {
                     rechecked = true;
                     tokio::time::sleep(UNANSWERED_RECHECK).await;
                 }
-                Ok(false) => return,
                 Err(_) if Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
-                Err(_) => return,
+                Ok(false) | Err(_) => return,
             }
         }
     }
@@ -664,11 +662,6 @@ fn timeout(keys: &LockKeys, started: Instant) -> LockError {
         key: keys.lock.to_string(),
         waited: started.elapsed(),
     }
-}
-
-/// Whether a request that failed with `error` may still have reached Redis and run there.
-fn may_have_run(error: &redis::RedisError) -> bool {
-    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
 }
 
 fn micros(duration: Duration) -> u64 {

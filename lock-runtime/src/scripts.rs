@@ -1,5 +1,5 @@
 //! The Lua scripts. Each runs atomically on the Redis server, is invoked by SHA (`EVALSHA`), and
-//! is sent with `SCRIPT LOAD` only when a server answers that it does not know it yet ([`run`]).
+//! is sent with `SCRIPT LOAD` only when a server answers that it does not know it yet ([`invoke`]).
 //! Keys always travel in `KEYS`, values in `ARGV`: nothing is ever spliced into the script text.
 
 use once_cell::sync::Lazy;
@@ -28,7 +28,7 @@ pub(crate) fn evalsha(script: &Script, keys: &[&str], argv_count: usize, argv_by
 
 /// Runs `cmd` (from [`evalsha`]); if Redis does not know the script yet (`NOSCRIPT`: a new or
 /// restarted server), loads it and runs it again.
-pub(crate) async fn run<T, C>(script: &Script, cmd: &Cmd, connection: &mut C) -> RedisResult<T>
+pub(crate) async fn invoke<T, C>(script: &Script, cmd: &Cmd, connection: &mut C) -> RedisResult<T>
 where
     T: FromRedisValue,
     C: ConnectionLike,

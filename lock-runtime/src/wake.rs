@@ -27,6 +27,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{oneshot, Notify};
 
 use crate::connection::Timeouts;
+use crate::retry::Backoff;
 
 /// The wake-up subscriptions of one lock manager.
 pub(crate) struct WakeHub {
@@ -97,13 +98,13 @@ impl Requests {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Asks to subscribe `channel`; `done` hears how it went.
     fn subscribe(&self, channel: &str, done: oneshot::Sender<RedisResult<()>>) {
-        let mut pending = self.lock();
+        let mut pending = self.pending();
         match pending
             .queue
             .iter_mut()
@@ -122,7 +123,7 @@ impl Requests {
 
     /// Asks to unsubscribe `channel`.
     fn unsubscribe(&self, channel: &str) {
-        let mut pending = self.lock();
+        let mut pending = self.pending();
         let last = pending
             .queue
             .iter()
@@ -148,7 +149,7 @@ impl Requests {
     async fn next(&self) -> Option<Request> {
         loop {
             {
-                let mut pending = self.lock();
+                let mut pending = self.pending();
                 if let Some(request) = pending.queue.pop_front() {
                     return Some(request);
                 }
@@ -163,11 +164,11 @@ impl Requests {
     }
 
     fn len(&self) -> usize {
-        self.lock().queue.len()
+        self.pending().queue.len()
     }
 
     fn close(&self) {
-        self.lock().closed = true;
+        self.pending().closed = true;
         self.ready.notify_one();
     }
 }
@@ -178,7 +179,7 @@ struct Queues(Box<[Arc<Requests>]>);
 
 impl Drop for Queues {
     fn drop(&mut self) {
-        for requests in self.0.iter() {
+        for requests in &self.0 {
             requests.close();
         }
     }
@@ -202,7 +203,7 @@ impl WakeHub {
             .into_iter()
             .map(|servers| {
                 let requests = Arc::new(Requests::new());
-                crate::background::spawn(run(
+                crate::background::spawn(watch_releases(
                     servers,
                     timeouts,
                     Arc::clone(&requests),
@@ -223,7 +224,7 @@ impl WakeHub {
     /// any release published after this returns wakes the watcher.
     pub(crate) async fn watch(&self, channel: &str) -> RedisResult<Watch> {
         let (notify, first) = {
-            let mut channels = lock(&self.channels);
+            let mut channels = channel_map(&self.channels);
             let entry = channels
                 .entry(channel.to_owned())
                 .or_insert_with(|| Channel {
@@ -276,7 +277,7 @@ impl WakeHub {
 
     /// How many channels are watched now (for leak tests).
     pub(crate) fn watched_channels(&self) -> usize {
-        lock(&self.channels).len()
+        channel_map(&self.channels).len()
     }
 
     /// How many (un)subscribe requests wait to be sent, over all connections (for leak tests).
@@ -307,7 +308,7 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let mut channels = lock(&self.channels);
+        let mut channels = channel_map(&self.channels);
         let Some(entry) = channels.get_mut(&self.channel) else {
             return;
         };
@@ -315,14 +316,14 @@ impl Drop for Watch {
         if entry.watchers == 0 {
             channels.remove(&self.channel);
             // Queued under the map's lock: ordered before any later subscribe to the channel.
-            for connection in self.connections.0.iter() {
+            for connection in &self.connections.0 {
                 connection.unsubscribe(&self.channel);
             }
         }
     }
 }
 
-fn lock(channels: &Channels) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+fn channel_map(channels: &Channels) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
     channels.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -342,7 +343,7 @@ fn subscribe_timed_out(limit: Duration) -> redis::RedisError {
 
 /// The hub's task: owns the pub/sub connection, serves (un)subscribe requests in order, and
 /// dispatches published releases to the local watchers. Ends when the manager is dropped.
-async fn run(
+async fn watch_releases(
     servers: Vec<Client>,
     timeouts: Timeouts,
     requests: Arc<Requests>,
@@ -372,30 +373,30 @@ async fn run(
             request = requests.next() => {
                 let Some(request) = request else { return };
                 serve(request, &mut servers, timeouts, &mut connection, &channels).await;
-                if connection.is_none() && reconnect.is_none() && !lock(&channels).is_empty() {
-                    let first = RECONNECT_BACKOFF.0;
+                if connection.is_none() && reconnect.is_none() && !channel_map(&channels).is_empty() {
+                    let first = RECONNECT_BACKOFF.first;
                     reconnect = Some((tokio::time::Instant::now() + first, first * 2));
                 }
             }
             message = message => match message {
                 Some(message) => {
                     let channel = message.get_channel_name();
-                    if let Some(entry) = lock(&channels).get(channel) {
+                    if let Some(entry) = channel_map(&channels).get(channel) {
                         entry.notify.notify_waiters();
                     }
                 }
                 None => {
                     tracing::debug!(target: "distlock", "wake-up connection lost; reconnecting");
                     connection = None;
-                    reconnect = Some((tokio::time::Instant::now(), RECONNECT_BACKOFF.0));
+                    reconnect = Some((tokio::time::Instant::now(), RECONNECT_BACKOFF.first));
                     // Releases published meanwhile are missed: let the waiters look again now.
                     wake_all(&channels);
                 }
             },
             () = reconnect_due => {
-                let backoff = reconnect.map_or(RECONNECT_BACKOFF.0, |(_, backoff)| backoff);
+                let backoff = reconnect.map_or(RECONNECT_BACKOFF.first, |(_, backoff)| backoff);
                 reconnect = None;
-                if connection.is_none() && !lock(&channels).is_empty() {
+                if connection.is_none() && !channel_map(&channels).is_empty() {
                     match connect(&mut servers, timeouts, &channels).await {
                         Ok(connected) => {
                             connection = Some(connected);
@@ -403,7 +404,7 @@ async fn run(
                         }
                         Err(error) => {
                             tracing::debug!(target: "distlock", %error, "wake-up reconnect failed; waiters use ttl timers meanwhile");
-                            let next = (backoff * 2).min(RECONNECT_BACKOFF.1);
+                            let next = (backoff * 2).min(RECONNECT_BACKOFF.max);
                             reconnect = Some((tokio::time::Instant::now() + backoff, next));
                         }
                     }
@@ -414,10 +415,10 @@ async fn run(
 }
 
 /// Delay before reconnecting the wake-up connection: first, then doubling up to the last.
-const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 fn wake_all(channels: &Channels) {
-    for entry in lock(channels).values() {
+    for entry in channel_map(channels).values() {
         entry.notify.notify_waiters();
     }
 }
@@ -487,7 +488,7 @@ async fn connect(
         .await
         .map_err(|_| connect_timed_out(timeouts.connect))??;
     let (mut sink, stream) = pubsub.split();
-    let watched: Vec<String> = lock(channels).keys().cloned().collect();
+    let watched: Vec<String> = channel_map(channels).keys().cloned().collect();
     if !watched.is_empty() {
         tokio::time::timeout(timeouts.response, sink.subscribe(&watched))
             .await

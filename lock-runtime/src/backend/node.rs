@@ -8,6 +8,7 @@ use redis::{Cmd, RedisResult, Value};
 use super::{Attempt, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
+use crate::retry::Backoff;
 use crate::scripts;
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
@@ -125,7 +126,7 @@ impl Node {
                         Wait::InLine { renewing: true, .. } => "renew",
                     });
                 let reply: Vec<i64> =
-                    scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
+                    scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
                 match reply.as_slice() {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
@@ -155,7 +156,7 @@ impl Node {
                     .arg(ttl_millis)
                     .arg(flag(!channel.is_empty()));
                 let reply: Vec<i64> =
-                    scripts::run(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
+                    scripts::invoke(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
                 match reply.as_slice() {
                     [1] => Ok(Attempt::Acquired {
                         fence: None,
@@ -186,8 +187,8 @@ impl Node {
         token: &str,
         leave: bool,
     ) -> RedisResult<bool> {
-        let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
-        let mut pause = CLUSTER_IN_FLUX_RETRY.1;
+        let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
+        let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
         loop {
             let mut connection = self.connection().await?;
             let in_cluster = matches!(connection, Connection::Cluster(_));
@@ -203,7 +204,7 @@ impl Node {
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(CLUSTER_IN_FLUX_RETRY.2);
+                    pause = (pause * 2).min(CLUSTER_IN_FLUX_BACKOFF.max);
                 }
                 result => return result,
             }
@@ -247,7 +248,7 @@ impl Node {
                         cmd
                     }
                 };
-                scripts::run(&scripts::RELEASE, &cmd, connection).await?
+                scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
             Protocol::Mark => {
                 let waiters = keys.waiters();
@@ -258,7 +259,7 @@ impl Node {
                     token.len(),
                 );
                 cmd.arg(token);
-                scripts::run(&scripts::QUORUM_RELEASE, &cmd, connection).await?
+                scripts::invoke(&scripts::QUORUM_RELEASE, &cmd, connection).await?
             }
         };
         Ok(deleted == 1)
@@ -274,7 +275,7 @@ impl Node {
         let mut connection = self.connection().await?;
         let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
         cmd.arg(token).arg(ttl_millis);
-        let extended: i64 = scripts::run(&scripts::EXTEND, &cmd, &mut connection).await?;
+        let extended: i64 = scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?;
         Ok(extended == 1)
     }
 
@@ -289,14 +290,13 @@ impl Node {
     }
 }
 
-/// How long a release retries while a cluster is in flux, and its first and longest pause.
-/// A slot migration or a failover usually settles within a few seconds; past that the lock
-/// expires at the end of its ttl, as after any failed release.
-const CLUSTER_IN_FLUX_RETRY: (Duration, Duration, Duration) = (
-    Duration::from_secs(5),
-    Duration::from_millis(10),
-    Duration::from_millis(200),
-);
+/// How long a release retries while a cluster is in flux. A slot migration or a failover
+/// usually settles within a few seconds; past that the lock expires at the end of its ttl, as
+/// after any failed release.
+const CLUSTER_IN_FLUX_GIVE_UP: Duration = Duration::from_secs(5);
+/// The first and the longest pause between those retries.
+const CLUSTER_IN_FLUX_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 
 /// Whether a cluster refused to run the command for now (it did not run): the slot is being
 /// migrated, or has moved, or the cluster is failing over.

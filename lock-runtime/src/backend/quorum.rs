@@ -85,7 +85,7 @@ impl Quorum {
             return Ok(Attempt::Acquired {
                 fence: None,
                 // Counted from when the attempt was sent, less the drift allowance.
-                expires_in: ttl - drift(ttl),
+                expires_in: ttl.saturating_sub(drift(ttl)),
             });
         }
         // Not ours: give back what some masters granted (or may still grant, if they did not
@@ -260,6 +260,8 @@ mod tests {
         Err(RedisError::from(std::io::Error::other("master down")))
     }
 
+    // An `Option` because the remaining ttls it stands for are: a master may not say.
+    #[allow(clippy::unnecessary_wraps)]
     fn ms(millis: u64) -> Option<Duration> {
         Some(Duration::from_millis(millis))
     }
