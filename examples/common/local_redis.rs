@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Where the examples look when `REDIS_URL` is not set.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// How long a private server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Redis an example runs against; stops the private server, if it started one, on drop.
-pub struct LocalRedis {
+pub(crate) struct LocalRedis {
     url: String,
     /// Shared with the Ctrl-C watcher of [`LocalRedis::or_exit`].
     private: Arc<Mutex<Option<PrivateServer>>>,
@@ -33,14 +33,14 @@ struct PrivateServer {
 
 impl LocalRedis {
     /// The URL to connect to.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// Finds a Redis as the module docs say. `url`: the one the user named (`--redis-url`),
     /// else `REDIS_URL`; `start`: start a private server without looking anywhere else
     /// (`--start-redis`). `Err` carries the exit code, after the instructions were printed.
-    pub async fn find_or_start(
+    pub(crate) async fn find_or_start(
         example: &str,
         url: Option<String>,
         start: bool,
@@ -101,12 +101,11 @@ impl LocalRedis {
     /// For a short example: [`LocalRedis::find_or_start`] (`--start-redis` read from the command
     /// line), exiting with instructions when there is no Redis; on Ctrl-C or SIGTERM the
     /// private server is stopped and the process exits.
-    pub async fn or_exit(example: &str) -> LocalRedis {
+    pub(crate) async fn or_exit(example: &str) -> LocalRedis {
         let start = std::env::args().any(|arg| arg == "--start-redis");
-        let redis = match LocalRedis::find_or_start(example, None, start).await {
-            Ok(redis) => redis,
-            // The instructions are printed and no server was started: nothing to clean up.
-            Err(_) => std::process::exit(2),
+        // Otherwise the instructions are printed and no server was started: nothing to clean up.
+        let Ok(redis) = LocalRedis::find_or_start(example, None, start).await else {
+            std::process::exit(2);
         };
         let private = Arc::clone(&redis.private);
         tokio::spawn(async move {
@@ -119,7 +118,10 @@ impl LocalRedis {
 
     /// Runs `work` until it completes, or until the process is told to stop (Ctrl-C, SIGTERM):
     /// `None` then, and `work` is dropped, so what it started is stopped.
-    pub async fn until_interrupted<F: std::future::Future>(&self, work: F) -> Option<F::Output> {
+    pub(crate) async fn until_interrupted<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> Option<F::Output> {
         tokio::select! {
             output = work => Some(output),
             () = interrupted() => {
@@ -254,7 +256,7 @@ async fn ping(url: &str) -> Result<(), redis::RedisError> {
 }
 
 /// `url` without its user name and password.
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     match (url.split_once("://"), url.rfind('@')) {
         (Some((scheme, _)), Some(at)) => format!("{scheme}://***@{}", &url[at + 1..]),
         _ => url.to_owned(),

@@ -417,10 +417,10 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn release(mut self) -> Result<(), LockError> {
-        let guard = self
-            .inner
-            .take()
-            .expect("distlock: a blocking guard holds its lock until release or drop");
+        // Only `release` and `drop` take the guard, and each runs once.
+        let Some(guard) = self.inner.take() else {
+            return Ok(());
+        };
         if in_async_runtime() {
             // Dropping the async guard releases in the background.
             drop(guard);

@@ -83,22 +83,22 @@ fn ttl(millis: u64) -> LockOptions {
 
 /// A counter that only a lock keeps correct: read, yield, write back.
 #[derive(Default)]
-pub struct Racy(AtomicU64);
+pub(crate) struct Racy(AtomicU64);
 
 impl Racy {
-    pub async fn bump(&self) {
+    pub(crate) async fn bump(&self) {
         let seen = self.0.load(Ordering::SeqCst);
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
         self.0.store(seen + 1, Ordering::SeqCst);
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
 }
 
-pub async fn exclusion_with_exact_count<F, Fut>(connect: F)
+pub(crate) async fn exclusion_with_exact_count<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -125,7 +125,7 @@ where
     assert_eq!(counter.get(), 3 * 4 * 5, "two holders overlapped");
 }
 
-pub async fn try_acquire_sees_the_holder<F, Fut>(connect: F)
+pub(crate) async fn try_acquire_sees_the_holder<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -159,7 +159,7 @@ where
     again.release().await.unwrap();
 }
 
-pub async fn an_unreleased_lock_expires_and_its_release_is_lost<F, Fut>(connect: F)
+pub(crate) async fn an_unreleased_lock_expires_and_its_release_is_lost<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -194,7 +194,7 @@ where
     fresh.release().await.unwrap();
 }
 
-pub async fn extend_keeps_the_lock_and_fails_once_lost<F, Fut>(connect: F)
+pub(crate) async fn extend_keeps_the_lock_and_fails_once_lost<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -223,7 +223,7 @@ where
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
 
-pub async fn fencing_tokens_strictly_increase<F, Fut>(connect: F)
+pub(crate) async fn fencing_tokens_strictly_increase<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -259,7 +259,7 @@ where
     plain.release().await.unwrap();
 }
 
-pub async fn waiters_are_served_in_arrival_order_and_woken_by_the_release<F, Fut>(connect: F)
+pub(crate) async fn waiters_are_served_in_arrival_order_and_woken_by_the_release<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -303,7 +303,7 @@ where
     );
 }
 
-pub async fn acquire_times_out_while_held<F, Fut>(connect: F)
+pub(crate) async fn acquire_times_out_while_held<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -337,7 +337,7 @@ where
     holder.release().await.unwrap();
 }
 
-pub async fn a_cancelled_waiter_and_a_cancelled_holder_leave_nothing_held<F, Fut>(connect: F)
+pub(crate) async fn a_cancelled_waiter_and_a_cancelled_holder_leave_nothing_held<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -388,7 +388,7 @@ where
     again.release().await.unwrap();
 }
 
-pub async fn auto_extend_keeps_a_lock_past_its_ttl<F, Fut>(connect: F)
+pub(crate) async fn auto_extend_keeps_a_lock_past_its_ttl<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -412,7 +412,7 @@ where
     guard.release().await.unwrap();
 }
 
-pub async fn hostile_names_lock_alike<F, Fut>(connect: F)
+pub(crate) async fn hostile_names_lock_alike<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -446,7 +446,7 @@ where
     }
 }
 
-pub fn a_runtime_that_shuts_down_releases_its_locks<F, Fut>(connect: F)
+pub(crate) fn a_runtime_that_shuts_down_releases_its_locks<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,
@@ -498,7 +498,7 @@ async fn blocks_past_its_ttl(finished: &AtomicU64) -> Result<(), LockError> {
     Ok(())
 }
 
-pub async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
+pub(crate) async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
     let finished = AtomicU64::new(0);
     let started = Instant::now();
     let result = blocks_past_its_ttl(&finished).await;
@@ -528,7 +528,7 @@ async fn give_up_quickly(id: u32) -> Result<(), LockError> {
     Ok(())
 }
 
-pub async fn the_attribute_excludes_through_the_global_manager<F, Fut>(connect: F)
+pub(crate) async fn the_attribute_excludes_through_the_global_manager<F, Fut>(connect: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = LockManager>,

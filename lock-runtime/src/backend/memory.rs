@@ -132,11 +132,6 @@ impl Memory {
         }
     }
 
-    /// Where in-process waiters hear of a hand-off.
-    pub(crate) fn hub(&self) -> GrantHub {
-        GrantHub::in_process()
-    }
-
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -333,8 +328,9 @@ mod tests {
             ));
         }
         // The first waiter stopped renewing: its place ran out.
-        memory.table().slot(&lock.lock, Instant::now()).line[0].lease_until =
-            Instant::now() - Duration::from_millis(1);
+        let now = Instant::now();
+        memory.table().slot(&lock.lock, now).line[0].lease_until = now;
+        std::thread::sleep(Duration::from_millis(1));
         assert!(memory.unlock(&lock, "holder", false));
         assert!(
             memory.is_held(&lock, "next"),

@@ -117,10 +117,9 @@ impl Backend {
 
     /// The in-process lock table (see `memory`).
     pub(crate) fn in_process() -> Self {
-        let memory = Memory::new();
         Backend {
-            wakeups: Wakeups::Grants(memory.hub()),
-            locks: Locks::Memory(memory),
+            wakeups: Wakeups::Grants(GrantHub::in_process()),
+            locks: Locks::Memory(Memory::new()),
         }
     }
 
