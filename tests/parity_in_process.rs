@@ -35,3 +35,30 @@ async fn in_process_managers_share_one_table() {
     guard.release().await.unwrap();
     assert!(format!("{first:?}").contains("in-process"));
 }
+
+/// With no blocking manager installed, `blocking::global()` drives the async global one: a
+/// program with both kinds of function initializes once.
+#[tokio::test]
+async fn the_blocking_global_falls_back_to_the_async_global() {
+    install_global().await;
+    let options = distlock::LockOptions::new();
+    let guard = distlock::global()
+        .unwrap()
+        .acquire("in-process:fallback", &options)
+        .await
+        .unwrap();
+    let seen_by_blocking = std::thread::spawn(move || {
+        distlock::blocking::global()
+            .unwrap()
+            .try_acquire("in-process:fallback", &options)
+            .unwrap()
+            .is_some()
+    })
+    .join()
+    .unwrap();
+    assert!(
+        !seen_by_blocking,
+        "the blocking global saw the lock as free"
+    );
+    guard.release().await.unwrap();
+}
