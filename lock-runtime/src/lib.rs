@@ -20,9 +20,9 @@
 //!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
 //!    lock's Redis keys (`keys`), waits for its turn among the tasks of this process that want
 //!    the same key (`queue`), then lets the state machine of `acquire` decide each step: a first
-//!    try (a plain `SET NX PX`), then a place in the lock's line in Redis, sleeping until a
-//!    hand-off message (`grants`), a wake-up (`wake`, on Redlock), the holder's expiry or the
-//!    next renewal — until the lock is its own or the timeout runs out. Every Redis operation
+//!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
+//!    master's wake list), sleeping until a hand-off message or a wake-up (`grants`), the
+//!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out. Every Redis operation
 //!    goes through the one seam, `backend`. A Redis error is retried with backoff (`retry`)
 //!    unless `classify` says retrying cannot cure it.
 //! 2. **Body.** The caller gets a [`LockGuard`]. With auto-extension, a `watchdog` task extends
@@ -50,7 +50,7 @@
 //! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
 //! | `finish` | finishing a Redis call whose caller stopped waiting |
-//! | `wake`, `grants` | wake-ups on release (Redlock), hand-off messages to a waiter in line |
+//! | `grants` | messages to one waiter: a hand-off, or a wake-up on Redlock |
 //! | `backend` | the seam: one endpoint (`node`) or Redlock's majority (`quorum`) |
 //! | `queue` | the in-process first-come-first-served line per key |
 //! | `acquire` | the waiting protocol as a state machine, without I/O |
@@ -86,7 +86,6 @@ mod options;
 mod queue;
 mod retry;
 mod scripts;
-mod wake;
 mod watchdog;
 
 pub use builder::LockManagerBuilder;

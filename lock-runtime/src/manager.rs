@@ -1,15 +1,13 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
 use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::acquire::{Acquisition, Outcome, Request, Step};
-use crate::backend::{Attempt, Backend, Wait, Wakeups};
+use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::grants::{Grant, GrantWaiter};
@@ -17,7 +15,6 @@ use crate::held::Held;
 use crate::keys::LockKeys;
 use crate::queue::{LocalQueues, Turn};
 use crate::retry::{jitter, Backoff};
-use crate::wake::Watch;
 use crate::{LockError, LockGuard, LockOptions};
 
 /// A hand-off message is trusted without asking Redis only while the claim it announces has at
@@ -221,10 +218,10 @@ impl LockManager {
             }
         };
         let fencing = options.fencing_enabled();
-        let mut machine = Acquisition::new(deadline, self.inner.backend.renew_period());
+        let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
         let mut token = new_token();
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
-        let mut listener: Option<Listener> = None;
+        let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
         // The send time of the last attempt that found the lock held: a hand-off announced
         // later was made after that attempt ran.
@@ -234,10 +231,10 @@ impl LockManager {
         loop {
             step = match step {
                 Step::Attempt(request) => {
-                    // Listen before asking: a release published while the attempt is in flight
-                    // must still wake us.
-                    if let Some(listener) = listener.as_mut() {
-                        listener.arm();
+                    // Listen before asking: a message published while the attempt is in flight
+                    // must still wake us; one from before is superseded by the attempt's answer.
+                    if let Some(listener) = listener.as_ref() {
+                        listener.clear();
                     }
                     let channel = match &listener {
                         Some(listener) if machine.listening() => Some(listener.channel()),
@@ -296,7 +293,7 @@ impl LockManager {
                 }
                 Step::Subscribe => {
                     // Bounded by the deadline: a slow pub/sub connect must not stretch it.
-                    let listening = self.listen(&keys, &token);
+                    let listening = self.listen(&token);
                     match tokio::time::timeout_at(deadline, listening).await {
                         Ok(Ok(subscribed)) => {
                             listener = Some(subscribed);
@@ -314,11 +311,11 @@ impl LockManager {
                 }
                 Step::Sleep { until, spread } => {
                     let until = (until + jitter(spread)).min(deadline);
-                    let woken = match listener.as_mut() {
+                    let woken = match listener.as_ref() {
                         Some(listener) => {
                             tokio::select! {
                                 () = tokio::time::sleep_until(until) => None,
-                                message = listener.message() => message,
+                                message = listener.next() => message,
                             }
                         }
                         None => {
@@ -504,20 +501,13 @@ impl LockManager {
         guard
     }
 
-    /// Starts listening where this deployment tells a waiter for `token` that it may have the
-    /// lock: this manager's grant channel, or the lock's release channel on Redlock.
-    async fn listen(&self, keys: &LockKeys, token: &Arc<str>) -> redis::RedisResult<Listener> {
-        match self.inner.backend.wakeups() {
-            Wakeups::Grants(grants) => {
-                let waiter = grants.register(token);
-                grants.subscribed().await?;
-                Ok(Listener::Grants(waiter))
-            }
-            Wakeups::Releases(releases) => Ok(Listener::Releases {
-                watch: releases.watch(&keys.waiters()).await?,
-                next: None,
-            }),
-        }
+    /// Starts listening on this manager's channel for messages to `token`: a hand-off, or a
+    /// Redlock wake-up.
+    async fn listen(&self, token: &Arc<str>) -> redis::RedisResult<GrantWaiter> {
+        let grants = self.inner.backend.grants();
+        let waiter = grants.register(token);
+        grants.subscribed().await?;
+        Ok(waiter)
     }
 
     pub(crate) fn backend(&self) -> &Backend {
@@ -680,51 +670,6 @@ fn fence_failed(keys: &LockKeys) -> redis::RedisError {
             keys.fence()
         ),
     ))
-}
-
-/// Where one waiter listens for the news that it may have the lock.
-enum Listener {
-    /// This manager's grant channel, registered for the waiter's token.
-    Grants(GrantWaiter),
-    /// The lock's release channel (Redlock), with the next release registered before each
-    /// attempt.
-    Releases {
-        watch: Watch,
-        next: Option<Pin<Box<OwnedNotified>>>,
-    },
-}
-
-impl Listener {
-    /// Before an attempt is sent: registers for the next release (Redlock), or forgets hand-off
-    /// messages that the attempt's answer supersedes.
-    fn arm(&mut self) {
-        match self {
-            Listener::Grants(waiter) => waiter.clear(),
-            Listener::Releases { watch, next } => *next = Some(watch.next_release()),
-        }
-    }
-
-    /// The channel to name in the attempt.
-    fn channel(&self) -> Arc<str> {
-        match self {
-            Listener::Grants(waiter) => waiter.channel(),
-            Listener::Releases { watch, .. } => watch.channel(),
-        }
-    }
-
-    /// The next message: `Some` for a hand-off, `None` when the waiter should look again.
-    async fn message(&mut self) -> Option<Grant> {
-        match self {
-            Listener::Grants(waiter) => waiter.next().await,
-            Listener::Releases { watch, next } => {
-                match next.take() {
-                    Some(release) => release.await,
-                    None => watch.next_release().await,
-                }
-                None
-            }
-        }
-    }
 }
 
 /// A waiter's place in the lock's line. If the acquisition gives up, or is dropped, while it may
