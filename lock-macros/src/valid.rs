@@ -7,7 +7,8 @@
 //!   limits the runtime enforces (read from `lock_limits`, so both refuse the same values),
 //!   `hold_at_least` is at most the ttl, and `on_busy = "skip"` or `"fail"` (one attempt) comes
 //!   without a `timeout`;
-//! - the function: an `async fn` with a body, returning a `Result`;
+//! - the function: an `async fn` or a plain `fn` (the blocking form) with a body, not `const`,
+//!   returning a `Result`;
 //! - the key: every placeholder names a parameter a placeholder may use;
 //! - `guard` does not hide a parameter;
 //! - with `on_busy = "skip"`, the return type says what a skipped call returns (`Result<(), E>`
@@ -57,8 +58,8 @@ pub(crate) fn function(item: TokenStream) -> syn::Result<ItemFn> {
     syn::parse::<ItemFn>(item).map_err(|_| {
         syn::Error::new(
             Span::call_site(),
-            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
-             method in an `impl` block",
+            "`#[distributed_lock]` goes on a function with a body (an `async fn`, or a plain \
+             `fn` for synchronous code): a free function, or a method in an `impl` block",
         )
     })
 }
@@ -90,7 +91,7 @@ pub(crate) fn check<'a>(
         // Both cases pushed an error above (a missing key, or an item that is not a function).
         _ => Err(syn::Error::new(
             Span::call_site(),
-            "`#[distributed_lock]` needs `key = \"...\"` and an `async fn`",
+            "`#[distributed_lock]` needs `key = \"...\"` and a function",
         )),
     }
 }
@@ -249,6 +250,14 @@ fn ok_type(ty: &Type) -> Option<&Type> {
 
 /// With `on_busy = "skip"`, the return type must say what a skipped call returns.
 fn check_skip_return(args: &Args, sig: &Signature, errors: &mut Errors) {
+    if sig.asyncness.is_none() && matches!(args.on_busy, Some(OnBusy::Skip | OnBusy::Fail)) {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "`on_busy = \"skip\"` and `\"fail\"` work on an `async fn` only for now: make it \
+             `async fn`, or use `on_busy = \"wait\"` (the default) on this blocking `fn`",
+        ));
+        return;
+    }
     if args.on_busy != Some(OnBusy::Skip) {
         return;
     }
@@ -354,14 +363,15 @@ fn not_whole_milliseconds(name: &str, value: &DurationArg) -> String {
     )
 }
 
-/// The rules on the signature alone: `async fn`, returning a `...Result`.
+/// The rules on the signature alone: not a `const fn`, returning a `...Result`. An `async fn`
+/// takes the lock with `.await`; a plain `fn` takes it through `distlock::blocking`.
 fn check_signature(sig: &Signature, errors: &mut Errors) {
-    if sig.asyncness.is_none() {
+    if let Some(constness) = &sig.constness {
         errors.push(syn::Error::new(
-            sig.fn_token.span,
+            constness.span,
             format!(
-                "`#[distributed_lock]` only works on an `async fn`: the lock is acquired with \
-                 `.await` before the body runs; make it `async fn {}(..)`",
+                "`#[distributed_lock]` cannot go on a `const fn`: taking a lock talks to Redis, \
+                 which cannot happen at compile time; remove `const` from `{}`",
                 sig.ident
             ),
         ));
@@ -725,8 +735,21 @@ mod tests {
 
     #[test]
     fn signature_rules() {
-        let message = rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }");
-        assert!(message.contains("only works on an `async fn`"), "{message}");
+        // A plain `fn` is the blocking form: the same rules apply.
+        assert_eq!(
+            rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }"),
+            ""
+        );
+        let message = rules(quote!(key = "k"), "fn f() {}");
+        assert!(
+            message.contains("this function returns nothing"),
+            "{message}"
+        );
+        let message = rules(
+            quote!(key = "k"),
+            "const fn f() -> Result<(), E> { Ok(()) }",
+        );
+        assert!(message.contains("cannot go on a `const fn`"), "{message}");
         let message = rules(quote!(key = "k"), "async fn f() {}");
         assert!(
             message.contains("this function returns nothing"),
@@ -752,12 +775,12 @@ mod tests {
     fn every_problem_is_reported_at_once() {
         let mut errors = Errors::default();
         let args = Args::parse(quote!(key = "{nope}", ttl = 0, guard = "g"), &mut errors);
-        let function: ItemFn = syn::parse_str("fn f() {}").unwrap();
+        let function: ItemFn = syn::parse_str("const fn f() {}").unwrap();
         let message = match check(&args, Some(&function), errors) {
             Ok(_) => panic!("should be rejected"),
             Err(error) => error.into_iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         };
-        // guard (parse), ttl, not async, no Result, unknown placeholder.
+        // guard (parse), ttl, const, no Result, unknown placeholder.
         assert_eq!(message.len(), 5, "{message:#?}");
     }
 

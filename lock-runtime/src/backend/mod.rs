@@ -11,8 +11,11 @@
 //! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
 //!   waiters take a place in the lock's wake list on each master where they find it held, and
 //!   a release on a master wakes the first live waiter there, which then competes
-//!   ([`Protocol::Wake`]).
+//!   ([`Protocol::Wake`]);
+//! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
+//!   process's memory, for tests and single-process tools.
 
+mod memory;
 mod node;
 mod quorum;
 
@@ -25,6 +28,7 @@ use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::{GrantHub, Servers};
 use crate::keys::LockKeys;
 use crate::sentinel::Sentinels;
+use memory::Memory;
 use node::{Node, Protocol};
 use quorum::Quorum;
 
@@ -82,6 +86,7 @@ pub(crate) struct Backend {
 enum Locks {
     Single(Box<Node>),
     Quorum(Quorum),
+    Memory(Memory),
 }
 
 impl Backend {
@@ -136,6 +141,14 @@ impl Backend {
         }
     }
 
+    /// The in-process lock table (see `memory`).
+    pub(crate) fn in_process() -> Self {
+        Backend {
+            grants: GrantHub::in_process(),
+            locks: Locks::Memory(Memory::new()),
+        }
+    }
+
     /// Redlock over independent masters, with one wake-up connection per master.
     pub(crate) fn redlock(
         masters: Vec<redis::Client>,
@@ -172,7 +185,7 @@ impl Backend {
     /// Whether fencing tokens can be issued: they need one counter that every acquisition
     /// increments in order, which independent masters cannot provide.
     pub(crate) fn supports_fencing(&self) -> bool {
-        matches!(self.locks, Locks::Single(_))
+        matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
     }
 
     /// Where waiters hear of a hand-off or a wake-up.
@@ -186,7 +199,7 @@ impl Backend {
     pub(crate) fn resends_commands(&self) -> bool {
         match &self.locks {
             Locks::Single(node) => node.resends_commands(),
-            Locks::Quorum(_) => false,
+            Locks::Quorum(_) | Locks::Memory(_) => false,
         }
     }
 
@@ -196,6 +209,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.ping(probe).await,
             Locks::Quorum(quorum) => quorum.ping(probe).await,
+            Locks::Memory(_) => Ok(()),
         }
     }
 
@@ -211,6 +225,13 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.try_lock(keys, token, ttl_millis, fencing, wait).await,
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
+            Locks::Memory(memory) => Ok(memory.try_lock(
+                keys,
+                token,
+                Duration::from_millis(ttl_millis),
+                fencing,
+                &wait,
+            )),
         }
     }
 
@@ -220,6 +241,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, false).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
         }
     }
 
@@ -229,6 +251,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, true).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
         }
     }
 
@@ -244,6 +267,10 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.hold(keys, token, keep_millis).await,
             Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
+            // A compare-and-expire; its waiters learn the new expiry when they look again.
+            Locks::Memory(memory) => {
+                Ok(memory.extend(keys, token, Duration::from_millis(keep_millis)))
+            }
         }
     }
 
@@ -257,6 +284,9 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.extend(keys, token, ttl_millis).await,
             Locks::Quorum(quorum) => quorum.extend(keys, token, ttl_millis).await,
+            Locks::Memory(memory) => {
+                Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
+            }
         }
     }
 
@@ -265,12 +295,18 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
     }
 
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
+        if let Locks::Memory(memory) = &self.locks {
+            // No connection, no channel; the hub and the table are the process's, so what
+            // they hold is counted as waiters.
+            return (0, 0, 0, self.grants.waiters() + memory.len());
+        }
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -278,6 +314,7 @@ impl Backend {
                 .iter()
                 .map(|node| node.connections().len())
                 .sum(),
+            Locks::Memory(_) => 0,
         };
         (
             connections,
