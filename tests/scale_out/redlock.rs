@@ -1221,3 +1221,63 @@ fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
         "the lapsed places were dropped"
     );
 }
+
+/// A Redlock master cannot hand a lock over, so a message on a waiter's wake-up channel can
+/// only mean "look again": a waiter that took a hand-off-shaped message (`"<token> <fence>"`,
+/// as a line's release sends) for the lock would hold it next to a holder with a majority. Any
+/// client allowed to publish (the documented ACL lets every distlock client) can send one, and
+/// the channel and token are readable from the wake lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_never_takes_a_message_for_the_lock() {
+    let servers = RedisServers::start(5);
+    let holder_manager = redlock(&servers).await;
+    let waiter_manager = redlock(&servers).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(3));
+    let holder = holder_manager.acquire("forged", &options).await.unwrap();
+    let waiter = tokio::spawn({
+        let options = options.clone();
+        async move { waiter_manager.acquire("forged", &options).await }
+    });
+    let wake_list = "{lock:forged}:distlock:wake";
+    let mut member = None;
+    let looking_until = Instant::now() + Duration::from_secs(5);
+    while member.is_none() && Instant::now() < looking_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let members: Vec<String> = servers[0]
+            .try_conn()
+            .and_then(|mut c| {
+                redis::cmd("ZRANGE")
+                    .arg(wake_list)
+                    .arg(0)
+                    .arg(-1)
+                    .query(&mut c)
+            })
+            .unwrap_or_default();
+        member = members.into_iter().next();
+    }
+    let member = member.expect("the waiter takes a place in the wake list");
+    let (channel, token) = member.split_once(' ').unwrap();
+    let mut publisher = connection(&servers[0]).await;
+    for _ in 0..3 {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(format!("{token} 1"))
+            .query_async(&mut publisher)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gives up at its timeout")
+        .unwrap();
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "the waiter got a lock a majority holds for someone else: {:?}",
+        outcome.map(|guard| guard.token().to_string())
+    );
+    assert!(token_holders(&servers, holder.key(), holder.token()).len() >= MAJORITY);
+    holder.release().await.unwrap();
+}
