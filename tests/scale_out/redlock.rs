@@ -1281,3 +1281,122 @@ async fn a_redlock_waiter_never_takes_a_message_for_the_lock() {
     assert!(token_holders(&servers, holder.key(), holder.token()).len() >= MAJORITY);
     holder.release().await.unwrap();
 }
+
+/// A waiter whose runtime shuts down while it waits takes its places out at once, not a lease
+/// (3 s) later: clean-up does not depend on the caller's runtime still running, and a place
+/// left behind would swallow the next release's wake-up on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_whose_runtime_shuts_down_takes_its_places_out_at_once() {
+    let servers = RedisServers::start(5);
+    let holder = redlock(&servers).await;
+    let waiter = redlock(&servers).await;
+    let guard = holder
+        .acquire("shut-down", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn({
+        let waiter = waiter.clone();
+        move || {
+            runtime.spawn(async move {
+                let options = LockOptions::new().timeout(Duration::from_secs(30));
+                let _ = waiter.acquire("shut-down", &options).await;
+            });
+            // Drive the runtime until the test says the places are taken, then drop it.
+            runtime.block_on(async {
+                loop {
+                    if started_rx.try_recv().is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+            drop(runtime);
+        }
+    });
+    test_support::eventually(
+        Duration::from_secs(5),
+        "the waiter to take its places",
+        || places(&servers, "shut-down") == vec![1; 5],
+    )
+    .await;
+    started_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || worker.join().unwrap())
+        .await
+        .unwrap();
+    test_support::eventually(
+        Duration::from_secs(1),
+        "the places of a waiter whose runtime shut down to be taken out",
+        || places(&servers, "shut-down") == vec![0; 5],
+    )
+    .await;
+    guard.release().await.unwrap();
+}
+
+/// A hand-written lock (`SET NX PX` on every master, released by compare-and-delete, which
+/// wakes nobody) sharing the keys: distlock never writes into it while waiting, and a waiter
+/// takes the lock soon after the hand-written release, with or without an expiry on it — by
+/// its own look at the renewal, not at the hand-written lock's 30 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_lock_on_the_masters_is_respected_and_its_release_seen_soon() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    for expiry in [true, false] {
+        let key = "lock:by-hand";
+        for server in servers.iter() {
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg("hand written").arg("NX");
+            if expiry {
+                set.arg("PX").arg(30_000);
+            }
+            let set: Option<String> = set.query(&mut server.conn()).unwrap();
+            assert_eq!(set.as_deref(), Some("OK"));
+        }
+        let waiting = tokio::spawn({
+            let manager = manager.clone();
+            async move {
+                let options = LockOptions::new()
+                    .ttl(Duration::from_secs(30))
+                    .timeout(Duration::from_secs(10));
+                manager.acquire("by-hand", &options).await
+            }
+        });
+        test_support::eventually(
+            Duration::from_secs(5),
+            "the waiter to take its places",
+            || places(&servers, "by-hand") == vec![1; 5],
+        )
+        .await;
+        assert_eq!(servers.holders(key).len(), 5);
+        for server in servers.iter() {
+            assert_eq!(server.get(key).as_deref(), Some("hand written"));
+        }
+        let released_at = Instant::now();
+        for server in servers.iter() {
+            let deleted: i64 = redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            )
+            .key(key)
+            .arg("hand written")
+            .invoke(&mut server.conn())
+            .unwrap();
+            assert_eq!(deleted, 1);
+        }
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiter finishes")
+            .unwrap()
+            .expect("the waiter gets the lock once the hand-written one is gone");
+        let after = released_at.elapsed();
+        assert!(
+            after < Duration::from_secs(3),
+            "a waiter looks again at least every second: {after:?} (expiry: {expiry})"
+        );
+        assert_eq!(token_holders(&servers, key, guard.token()).len(), 5);
+        guard.release().await.unwrap();
+    }
+}
