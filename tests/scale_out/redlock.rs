@@ -1400,3 +1400,37 @@ async fn a_hand_written_lock_on_the_masters_is_respected_and_its_release_seen_so
         guard.release().await.unwrap();
     }
 }
+
+/// A release wakes a waiter whose token has spaces (a token may carry its holder's identity
+/// after a space) with the whole token: the wake list's member is split at its first space
+/// only, the channel having none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_whose_token_has_spaces_with_its_whole_token() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    let guard = manager
+        .acquire("spaces", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let channel = "distlock:wake:by-hand";
+    let token = "a-uuid host=web 1 pid=7";
+    let mut subscriber = servers[0].conn();
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe(channel).unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("{lock:spaces}:distlock:wake")
+        .arg(u64::MAX >> 12)
+        .arg(format!("{channel} {token}"))
+        .query(&mut servers[0].conn())
+        .unwrap();
+    guard.release().await.unwrap();
+    let message: String = pubsub
+        .get_message()
+        .expect("the release wakes the waiter")
+        .get_payload()
+        .unwrap();
+    assert_eq!(message, format!("{token} ?"));
+}
