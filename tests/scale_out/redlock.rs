@@ -1291,7 +1291,10 @@ async fn a_redlock_waiter_whose_runtime_shuts_down_takes_its_places_out_at_once(
     let holder = redlock(&servers).await;
     let waiter = redlock(&servers).await;
     let guard = holder
-        .acquire("shut-down", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .acquire(
+            "shut-down",
+            &LockOptions::new().ttl(Duration::from_secs(30)),
+        )
         .await
         .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -1433,4 +1436,40 @@ async fn a_release_wakes_a_waiter_whose_token_has_spaces_with_its_whole_token() 
         .get_payload()
         .unwrap();
     assert_eq!(message, format!("{token} ?"));
+}
+
+/// A holder whose masters are a bare majority, one of them frozen at its release: two masters
+/// confirm, two others (never its) say no, and the frozen one still holds its token. Nobody else
+/// could have held a majority meanwhile, so `Lost` would be false; with too few confirmations
+/// to tell, the release is an error (and it did not wrongly report success either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_cannot_tell_is_an_error_not_lost() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    let key = "lock:undecided";
+    for server in &servers[3..] {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg("someone else")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"));
+    }
+    let guard = manager
+        .acquire(
+            "undecided",
+            &LockOptions::new().ttl(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(token_holders(&servers, key, guard.token()), vec![0, 1, 2]);
+    servers[2].pause();
+    let outcome = guard.release().await;
+    servers[2].resume();
+    assert!(
+        matches!(outcome, Err(LockError::Redis(_))),
+        "the lock was ours on a majority to the end, one of it frozen: {outcome:?}"
+    );
 }
