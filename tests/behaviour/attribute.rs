@@ -588,3 +588,43 @@ async fn the_barrier_check_detects_serialised_calls() {
         "the same key must serialise the bodies, so one must miss the other: {a:?} {b:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Options not written take the runtime's defaults
+// ---------------------------------------------------------------------------------------------
+
+#[distributed_lock(key = "attr:defaults:{id}", guard = lock)]
+async fn with_defaults(id: u32) -> Result<i64, AppError> {
+    Ok(shared_server().pttl(lock.key()))
+}
+
+#[tokio::test]
+async fn an_attribute_without_ttl_or_timeout_gets_the_runtime_defaults() {
+    let server = global_server().await;
+    let defaults = LockOptions::default();
+
+    // ttl: the lock lives for the runtime's default ttl.
+    let pttl = with_defaults(1).await.unwrap();
+    let default_ttl = i64::try_from(defaults.ttl_duration().as_millis()).unwrap();
+    assert!(
+        pttl > default_ttl - 10_000 && pttl <= default_ttl,
+        "pttl {pttl} with no `ttl` written: the default is {default_ttl} ms"
+    );
+
+    // timeout: not a single attempt; it waits for a holder that lets go well within the
+    // default timeout.
+    let holder = other_manager().await;
+    let held = holder
+        .acquire("attr:defaults:2", &LockOptions::new())
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+    });
+    with_defaults(2)
+        .await
+        .expect("waits for the holder, within the default timeout");
+    release.await.unwrap();
+    assert!(!server.exists("lock:attr:defaults:2"));
+}
