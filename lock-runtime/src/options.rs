@@ -183,9 +183,13 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     }
 }
 
-/// The whole milliseconds in `duration` (Redis' unit), saturating: a fraction of a millisecond
-/// is dropped, and anything past `u64::MAX` ms is past every limit anyway.
+/// The whole milliseconds in `duration` (Redis' unit), a fraction of a millisecond dropped —
+/// except past the limit, where a fraction counts too (`u64::MAX`, past every limit), so that
+/// the limit holds for every `Duration`, not only for whole milliseconds.
 fn whole_millis(duration: Duration) -> u64 {
+    if duration > MAX_DURATION {
+        return u64::MAX;
+    }
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -233,5 +237,13 @@ mod tests {
     fn ttl_is_rounded_down_to_whole_milliseconds() {
         assert_eq!(ttl_millis(Duration::from_micros(1500)).unwrap(), 1);
         assert_eq!(ttl_millis(Duration::from_secs(60)).unwrap(), 60_000);
+    }
+
+    #[test]
+    fn a_fraction_of_a_millisecond_past_the_limit_is_past_it() {
+        assert!(ttl_millis(MAX_DURATION).is_ok());
+        assert!(ttl_millis(MAX_DURATION + Duration::from_nanos(1)).is_err());
+        let timeout = MAX_DURATION + Duration::from_nanos(1);
+        assert!(LockOptions::new().timeout(timeout).validate().is_err());
     }
 }
