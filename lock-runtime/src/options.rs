@@ -151,7 +151,7 @@ impl LockOptions {
     /// returns the ttl in whole milliseconds.
     pub(crate) fn validate(&self) -> Result<u64, LockError> {
         let ttl_millis = ttl_millis(self.ttl)?;
-        if lock_limits::check_timeout(millis_rounded_up(self.timeout)).is_err() {
+        if lock_limits::check_timeout(whole_millis(self.timeout)).is_err() {
             return Err(LockError::config(format!(
                 "timeout {:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter \
                  timeout",
@@ -166,11 +166,7 @@ impl LockOptions {
 /// what range is accepted.
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     let millis = whole_millis(ttl);
-    // Past the maximum by a fraction of a millisecond is past it: rounding down would accept a
-    // ttl the documentation says is refused.
-    let checked =
-        lock_limits::check_ttl(millis_rounded_up(ttl)).and(lock_limits::check_ttl(millis));
-    match checked {
+    match lock_limits::check_ttl(millis) {
         Ok(()) => Ok(millis),
         Err(Violation::TooLong) => Err(LockError::config(format!(
             "ttl {ttl:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter ttl \
@@ -191,13 +187,6 @@ fn whole_millis(duration: Duration) -> u64 {
         return u64::MAX;
     }
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The milliseconds in `duration` with any fraction counted as a whole one, saturating: what a
-/// maximum is compared with.
-fn millis_rounded_up(duration: Duration) -> u64 {
-    let fraction = u64::from(!duration.subsec_nanos().is_multiple_of(1_000_000));
-    whole_millis(duration).saturating_add(fraction)
 }
 
 #[cfg(test)]
