@@ -28,6 +28,7 @@ mod global;
 mod grants;
 mod guard;
 mod held;
+mod identity;
 mod keys;
 mod manager;
 mod options;

@@ -187,7 +187,7 @@ impl LockManager {
         };
         let fencing = options.fencing_enabled();
         let mut machine = Acquisition::new(deadline, self.inner.backend.renew_period());
-        let mut token = new_token();
+        let mut token = new_token(options);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<Listener> = None;
         let mut place = PlaceInLine::new(self, &keys);
@@ -255,7 +255,7 @@ impl LockManager {
                         // its token: go on under a new one, listening for that one.
                         place.give_up();
                         listener = None;
-                        token = new_token();
+                        token = new_token(options);
                     }
                     next
                 }
@@ -369,7 +369,7 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let token = new_token();
+        let token = new_token(options);
         let sent = Instant::now();
         match self
             .attempt(
@@ -614,10 +614,9 @@ impl fmt::Debug for LockManager {
     }
 }
 
-/// A fresh UUID v4 for one acquisition, in one allocation.
-fn new_token() -> Arc<str> {
-    let mut buffer = uuid::Uuid::encode_buffer();
-    Arc::from(&*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer))
+/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock.
+fn new_token(options: &LockOptions) -> Arc<str> {
+    crate::identity::new_value(options.encoded_label())
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
