@@ -52,7 +52,8 @@
 
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    global, init, init_with, LockError, LockGuard, LockManager, LockManagerBuilder, LockOptions,
+    global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
+    LockManagerBuilder, LockOptions,
 };
 
 /// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in

@@ -188,7 +188,10 @@ mod tests {
                 value.bytes().all(|byte| byte.is_ascii_graphic()),
                 "{value:?} has whitespace or non-ASCII"
             );
-            assert_eq!(parse(value.as_bytes()).unwrap().label.as_deref(), Some(label));
+            assert_eq!(
+                parse(value.as_bytes()).unwrap().label.as_deref(),
+                Some(label)
+            );
         }
     }
 
@@ -196,7 +199,11 @@ mod tests {
     fn huge_labels_are_cut_at_a_character_boundary() {
         let huge = "é".repeat(1 << 16);
         let value = new_value(Some(&encode_label(&huge)));
-        assert!(value.len() < 36 + MAX_HOST * 3 + MAX_LABEL * 3 + 64, "{}", value.len());
+        assert!(
+            value.len() < 36 + MAX_HOST * 3 + MAX_LABEL * 3 + 64,
+            "{}",
+            value.len()
+        );
         let label = parse(value.as_bytes()).unwrap().label.unwrap();
         assert_eq!(label, "é".repeat(MAX_LABEL / 2));
     }

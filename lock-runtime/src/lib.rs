@@ -29,6 +29,7 @@ mod grants;
 mod guard;
 mod held;
 mod identity;
+mod inspect;
 mod keys;
 mod manager;
 mod options;
@@ -42,6 +43,7 @@ pub use builder::LockManagerBuilder;
 pub use error::LockError;
 pub use global::{global, init, init_with};
 pub use guard::LockGuard;
+pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
 #[doc(hidden)]
 pub use manager::ResourceCounts;

@@ -23,7 +23,8 @@ use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::GrantHub;
 use crate::keys::LockKeys;
 use crate::wake::WakeHub;
-use node::{Node, Protocol};
+pub(crate) use node::Look;
+use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 
 /// How long a place in line lasts unless its waiter renews it: a waiter that dies in line is
@@ -61,6 +62,13 @@ pub(crate) enum Wait {
         channel: Option<Arc<str>>,
         renewing: bool,
     },
+}
+
+/// One server to scan for lock keys, and which node of the backend reaches it.
+#[derive(Debug, Clone)]
+pub(crate) struct Scan {
+    node: usize,
+    target: ScanTarget,
 }
 
 /// Where the locks live, and how their waiters hear of a release.
@@ -220,6 +228,55 @@ impl Backend {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
         }
+    }
+
+    /// One look at the lock as inspection shows it; `None` when it is free (on Redlock: not
+    /// held by a majority of the masters).
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+        match &self.locks {
+            Locks::Single(node) => node.inspect(keys).await,
+            Locks::Quorum(quorum) => quorum.inspect(keys).await,
+        }
+    }
+
+    /// Every server to scan for lock keys: the standalone server, each master of a cluster,
+    /// or each Redlock master (whose keyspaces overlap: the caller drops repeated names).
+    pub(crate) async fn scan_targets(&self) -> RedisResult<Vec<Scan>> {
+        match &self.locks {
+            Locks::Single(node) => Ok(node
+                .scan_targets()
+                .await?
+                .into_iter()
+                .map(|target| Scan { node: 0, target })
+                .collect()),
+            Locks::Quorum(quorum) => Ok((0..quorum.nodes().len())
+                .map(|node| Scan {
+                    node,
+                    target: ScanTarget::Server,
+                })
+                .collect()),
+        }
+    }
+
+    /// One `SCAN` step on `scan`: the next cursor (0 when done) and the string keys found
+    /// that match `pattern`.
+    pub(crate) async fn scan(
+        &self,
+        scan: &Scan,
+        cursor: u64,
+        pattern: &str,
+    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
+        let node = match &self.locks {
+            Locks::Single(node) => node,
+            Locks::Quorum(quorum) => &quorum.nodes()[scan.node],
+        };
+        node.scan(&scan.target, cursor, pattern).await
+    }
+
+    /// Whether one server may hold keys that another scanned server also holds (Redlock's
+    /// masters each hold every lock).
+    pub(crate) fn keyspaces_overlap(&self) -> bool {
+        matches!(self.locks, Locks::Quorum(_))
     }
 
     /// How often a waiter renews its place in line; `None` on Redlock, whose waiters mark the
