@@ -48,6 +48,9 @@ pub struct LockInfo {
     pub waiters: u64,
     /// The last fencing token issued for this key, if any ever was.
     pub fence: Option<u64>,
+    /// The lock key's value as it was read (`None`: not UTF-8), for
+    /// [`LockManager::force_release`], which breaks the lock only if it still holds it.
+    value: Option<String>,
 }
 
 /// Who holds a lock, as it wrote itself into the lock's value when it took it.
@@ -161,6 +164,42 @@ impl LockManager {
     }
 }
 
+impl LockManager {
+    /// Breaks the lock that `info` (from [`LockManager::inspect`] or [`LockManager::list`])
+    /// shows, for an operator clearing a lock whose holder is stuck: it is released as its
+    /// holder would release it — handed to the next waiter in line, if any — but only if it
+    /// still holds the value it held when inspected, so a lock that has passed to someone
+    /// else since is never broken. Returns whether it was.
+    ///
+    /// The holder is not told: it runs on, believing it holds the lock, until its next
+    /// `extend`, `is_held` or release finds it lost. Use it on holders that are gone or hung.
+    ///
+    /// # Errors
+    /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] when the lock's
+    /// value is not UTF-8 text (not written by distlock: delete the key by hand).
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// if let Some(info) = manager.inspect("nightly-report").await? {
+    ///     if manager.force_release(&info).await? {
+    ///         println!("broke {} (held by {:?})", info.key, info.holder);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_release(&self, info: &LockInfo) -> Result<bool, LockError> {
+        let keys = LockKeys::new(info.key.clone())?;
+        let Some(value) = &info.value else {
+            return Err(LockError::config(format!(
+                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the                  key by hand (`redis-cli DEL`) if you are sure nothing holds it",
+                info.key
+            )));
+        };
+        Ok(self.backend().unlock(&keys, value).await?)
+    }
+}
+
 /// Where a [`LockManager::list`] is in its scan.
 struct Walk {
     manager: LockManager,
@@ -240,5 +279,6 @@ fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
         ttl_left: look.ttl_left,
         waiters: look.waiters,
         fence: look.fence,
+        value: String::from_utf8(look.value).ok(),
     }
 }
