@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::keys::LockKeys;
+use crate::meters::Hold;
 use crate::{LockError, LockManager};
 
 /// One held lock.
@@ -33,6 +34,8 @@ pub(crate) struct Held {
     lost_by_watchdog: AtomicBool,
     /// Signalled on every change of `expiry` and on loss.
     changed: Notify,
+    /// The metrics of this hold (nothing without the `metrics` feature).
+    pub(crate) hold: Hold,
 }
 
 /// What is known of the lock's expiry in Redis.
@@ -67,6 +70,7 @@ impl Held {
         ttl: Duration,
         valid_until: Instant,
         span: Duration,
+        hold: Hold,
     ) -> Self {
         Held {
             manager,
@@ -82,6 +86,7 @@ impl Held {
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),
             changed: Notify::new(),
+            hold,
         }
     }
 
@@ -130,12 +135,15 @@ impl Held {
 
     /// Deletes the lock if it is still ours.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
-        let ours = self
-            .manager
-            .backend()
-            .unlock(&self.keys, &self.token)
-            .await?;
+        let ours = match self.manager.backend().unlock(&self.keys, &self.token).await {
+            Ok(ours) => ours,
+            Err(error) => {
+                self.hold.release_failed();
+                return Err(error.into());
+            }
+        };
         if ours {
+            self.hold.end();
             tracing::debug!(target: "distlock", key = %self.keys.lock, "released");
             Ok(())
         } else {
@@ -149,6 +157,7 @@ impl Held {
             self.lost_by_watchdog.store(true, Ordering::Release);
         }
         if !self.lost.swap(true, Ordering::AcqRel) {
+            self.hold.lost();
             tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
         }
         self.changed.notify_waiters();

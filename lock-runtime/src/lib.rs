@@ -32,6 +32,7 @@ mod identity;
 mod inspect;
 mod keys;
 mod manager;
+mod meters;
 mod options;
 mod queue;
 mod retry;

@@ -15,6 +15,7 @@ use crate::finish::FinishOnDrop;
 use crate::grants::{Grant, GrantWaiter};
 use crate::held::Held;
 use crate::keys::LockKeys;
+use crate::meters::Meter;
 use crate::queue::{LocalQueues, Turn};
 use crate::retry::{jitter, Backoff};
 use crate::wake::Watch;
@@ -171,6 +172,18 @@ impl LockManager {
     /// # }
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let result = self.acquire_waiting(name, options).await;
+        Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
+        result
+    }
+
+    /// [`LockManager::acquire`], without its metrics.
+    async fn acquire_waiting(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
@@ -365,6 +378,18 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
+        let started = Instant::now();
+        let result = self.try_acquire_once(name, options).await;
+        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
+        result
+    }
+
+    /// [`LockManager::try_acquire`], without its metrics.
+    async fn try_acquire_once(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
@@ -459,6 +484,7 @@ impl LockManager {
             ttl,
             sent + expires_in,
             expires_in,
+            Meter::new(options).hold(),
         );
         let mut guard = LockGuard::new(held, turn);
         if expires_in < ttl && expires_in <= crate::backend::CLAIM {

@@ -160,6 +160,7 @@ impl LockOptions {
     }
 
     /// The label shared, for metrics kept past the options' life.
+    #[cfg(feature = "metrics")]
     pub(crate) fn shared_label(&self) -> Option<Arc<str>> {
         self.label.as_ref().map(|label| Arc::clone(&label.text))
     }
