@@ -61,6 +61,7 @@ pub use lock_runtime::{
 #[doc(hidden)]
 pub mod __private {
     pub use core::time::Duration;
-    pub use lock_runtime::attribute::{acquire, release, run};
+    pub use lock_runtime::attribute::{acquire, release, run, span};
+    pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -161,6 +161,13 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
     let error = local("__distlock_error");
     let output = local("__distlock_output");
     let lost = local("__distlock_lost");
+    let label_var = local("__distlock_label");
+    let span_var = local("__distlock_span");
+
+    // Who takes the lock, for inspection, metrics and the span: the function's path and the
+    // key template as written (never the rendered key: one label per function, not per id).
+    let fn_name = sig.ident.unraw().to_string();
+    let template = &args.key.literal.value();
 
     let key_expr = key_expression(&args.key.segments, &args.key.literal)?;
     // The `format!` arguments carry the key literal's span (so a non-`Display` placeholder is
@@ -204,12 +211,22 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
             #(#inner_attrs)*
             #key_lint_allow
             let #key_var: ::std::string::String = #key_expr;
+            let #label_var: &'static str =
+                ::core::concat!(::core::module_path!(), "::", #fn_name, " ", #template);
             let #options_var = #private::LockOptions::new()
                 #ttl
                 #timeout
                 #auto_extend
-                #fencing;
-            let #guard_var = match #private::acquire(&#key_var, &#options_var).await {
+                #fencing
+                .label(#label_var);
+            // The acquisition, the body and the release run in the call's `distlock.lock` span.
+            let #span_var = #private::span(&#key_var, #label_var);
+            let #guard_var = match #private::Instrument::instrument(
+                #private::acquire(&#key_var, &#options_var),
+                ::core::clone::Clone::clone(&#span_var),
+            )
+            .await
+            {
                 ::core::result::Result::Ok(#acquired) => #acquired,
                 ::core::result::Result::Err(#error) => {
                     return ::core::result::Result::Err(#from_error);
@@ -217,11 +234,16 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
             };
             let #outcome_var = {
                 #guard_binding
-                #private::run(&#guard_var, async move #block).await
+                #private::Instrument::instrument(
+                    #private::run(&#guard_var, async move #block),
+                    ::core::clone::Clone::clone(&#span_var),
+                )
+                .await
             };
             match #outcome_var {
                 ::core::result::Result::Ok(#output) => {
-                    #private::release(#guard_var).await;
+                    #private::Instrument::instrument(#private::release(#guard_var), #span_var)
+                        .await;
                     #output
                 }
                 ::core::result::Result::Err(#lost) => {

@@ -49,6 +49,9 @@ pub use manager::LockManager;
 #[doc(hidden)]
 pub use manager::ResourceCounts;
 pub use options::LockOptions;
+/// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
+#[doc(hidden)]
+pub use tracing::Instrument;
 
 /// The release script's text, for the benchmark's floor that sends distlock's commands by hand.
 /// Not a public API.
