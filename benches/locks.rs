@@ -69,8 +69,8 @@
 //!    per-node timeout stays 100 ms). Rows: time per cycle, this process's CPU per cycle, and
 //!    Redis's CPU per cycle summed over every node of the backend; then, for cluster and
 //!    Redlock, `vs standalone`: the per-round ratio of their time per cycle to standalone's,
-//!    whose median is the target (issue 6: Redlock ≤ 1.5 × standalone, thanks to the concurrent
-//!    fan-out to the masters; cluster informational). Skipped, with a note, under `REDIS_URL`
+//!    whose median is the target (Redlock ≤ 1.5 × standalone, which the concurrent fan-out to
+//!    the masters makes possible; cluster informational). Skipped, with a note, under `REDIS_URL`
 //!    (it needs servers of its own). Starting the 8 extra servers takes a few seconds; `N5` is
 //!    sized so that the whole workload stays under 30 s on 2 cores.
 //! 6. **fleet** — one key contended by several OS processes: `P` worker processes (this binary
@@ -91,9 +91,6 @@
 //! second or two of each other, so pairing cancels most of the machine's drift). Targets are
 //! judged on these medians, except the longest wait, which is judged on the worst round. A section that starts before the previous one ended fails the
 //! run (after the report): the locks must stay locks while being timed.
-
-#[path = "../tests/support/mod.rs"]
-mod support;
 
 // rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
 #[path = "support_rslock/mod.rs"]
@@ -123,7 +120,7 @@ end
 return 0
 ";
 
-/// Lock ttl everywhere (the seed's default): long enough never to expire during the bench.
+/// Lock ttl everywhere (distlock's default): long enough never to expire during the bench.
 const TTL: Duration = Duration::from_secs(30);
 /// Every lock key starts with this (distlock's default prefix, used by all contenders).
 const PREFIX: &str = "lock:";
@@ -659,7 +656,7 @@ impl Backend {
         name: &'static str,
         runtime: &tokio::runtime::Runtime,
         builder: LockManagerBuilder,
-        nodes: &[support::RedisServer],
+        nodes: &[test_support::RedisServer],
     ) -> Self {
         let manager = runtime
             .block_on(builder.response_timeout(RESPONSE_TIMEOUT).connect())
@@ -667,7 +664,7 @@ impl Backend {
         Backend {
             name,
             cycler: Cycler::Manual(manager, LockOptions::new().ttl(TTL)),
-            nodes: nodes.iter().map(support::RedisServer::conn).collect(),
+            nodes: nodes.iter().map(test_support::RedisServer::conn).collect(),
         }
     }
 
@@ -1049,7 +1046,7 @@ fn main() {
     let (server, url) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let server = support::RedisServer::start();
+            let server = test_support::RedisServer::start();
             let url = server.url();
             (Some(server), url)
         }
@@ -1306,8 +1303,8 @@ fn main() {
     // ---- 5. backends -------------------------------------------------------------------------
     // Workload 5's servers stay up until the end, after the runtime that drives the managers'
     // connections (like `server`).
-    let mut backend_cluster: Option<support::RedisCluster> = None;
-    let mut backend_masters: Option<support::RedisServers> = None;
+    let mut backend_cluster: Option<test_support::RedisCluster> = None;
+    let mut backend_masters: Option<test_support::RedisServers> = None;
     let mut keys_left_backends = None;
     if config.runs("backends") {
         if let Some(standalone) = server.as_ref() {
@@ -1319,12 +1316,12 @@ fn main() {
                 backends.push(Backend::connect(STANDALONE, &single, builder, nodes));
             }
             if config.includes(CLUSTER) {
-                let cluster = backend_cluster.insert(support::RedisCluster::start(3, 0));
+                let cluster = backend_cluster.insert(test_support::RedisCluster::start(3, 0));
                 let builder = LockManager::cluster_builder(&cluster.urls());
                 backends.push(Backend::connect(CLUSTER, &single, builder, cluster.nodes()));
             }
             if config.includes(REDLOCK) {
-                let masters = backend_masters.insert(support::RedisServers::start(5));
+                let masters = backend_masters.insert(test_support::RedisServers::start(5));
                 let builder = LockManager::redlock_builder(&masters.urls());
                 backends.push(Backend::connect(REDLOCK, &single, builder, masters));
             }

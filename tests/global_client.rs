@@ -2,13 +2,11 @@
 //! usable from every `#[tokio::test]` runtime and from runtimes built one after another, and
 //! clear errors for unreachable or malformed URLs.
 
-mod support;
-
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{eventually, free_port, RedisServer};
+use test_support::{eventually, free_port, RedisServer};
 
 static SERVER: OnceLock<RedisServer> = OnceLock::new();
 

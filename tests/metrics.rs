@@ -2,15 +2,13 @@
 //! `metrics-util`'s debugging recorder — exact counts per label and outcome, and no rendered
 //! key in any label.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
-use support::{eventually, RedisServer};
+use test_support::{eventually, RedisServer};
 
 const LABEL: &str = "metrics::job k:{id}";
 const HOLDER: &str = "metrics::holder";

@@ -7,14 +7,12 @@
 //! Likewise with a Redlock master that accepts connections and never answers: the wake-up
 //! requests waiting for it stay bounded by the keys in use, and waiters are still woken.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use support::{FaultProxy, RedisServer, RedisServers};
+use test_support::{FaultProxy, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
@@ -370,7 +368,7 @@ async fn a_stalled_master_does_not_pile_up_wake_up_requests() {
     // hangs for the connect timeout, while waiters keep asking to subscribe and unsubscribe.
     let proxy = FaultProxy::start(servers[4].port());
     proxy.stall();
-    let _unstall = support::proxy::Unstall(&proxy);
+    let _unstall = test_support::proxy::Unstall(&proxy);
     let mut urls = servers.urls();
     urls[4] = proxy.url();
     // A generous per-node timeout: every operation waits it out for the stalled master, and

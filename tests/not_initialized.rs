@@ -3,7 +3,6 @@
 //! runs. Nothing in this binary ever initializes the global client.
 
 // Not used here (no Redis is needed to fail), but every test binary declares the harness.
-mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

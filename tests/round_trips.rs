@@ -1,4 +1,4 @@
-//! Round trips (issue 4): an uncontended acquire + release costs exactly two client round
+//! Round trips: an uncontended acquire + release costs exactly two client round
 //! trips — a plain `SET NX PX` (the first try needs no script), then one `EVALSHA` of the
 //! release script — once the script is loaded: the same two commands a hand-written lock sends.
 //! No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.
@@ -7,12 +7,10 @@
 //! and `DEL` in the release script); those are not round trips, and the tests pin them down too,
 //! so that any extra command shows up. The one `EVALSHA` is the release, so the one `SET` is the client's.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::{global_server, RedisServer};
+use test_support::{global_server, RedisServer};
 
 /// `INFO commandstats` as command name → calls.
 fn command_stats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {

@@ -1,8 +1,6 @@
 //! The `distlock.lock` span of a locked call: key, label, wait and fencing token, with
 //! distlock's events and the body's own events inside it — read by a test subscriber.
 
-mod support;
-
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -11,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use support::global_server;
+use test_support::global_server;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};

@@ -2,16 +2,13 @@
 //! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
 //! release --force, a server that cannot be reached and one that refuses a command.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use support::{free_port, RedisCluster, RedisServer};
+use test_support::{free_port, RedisCluster, RedisServer};
 
 fn distlock(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_distlock"))

@@ -1,55 +1,116 @@
-//! The arguments of `#[distributed_lock(...)]`, parsed into one typed [`Args`].
+//! Parsing the arguments of `#[distributed_lock(...)]` into one typed [`Args`].
 //!
-//! Every option is `name = value`, separated by commas, in any order. Parsing reports every
-//! problem it finds (not only the first), each spanned at the token at fault and saying what to
-//! write instead. The key template is scanned here too (its syntax does not depend on the
-//! function); whether its placeholders name real parameters is checked in [`crate::expand`].
+//! Every option is `name = value`, separated by commas, in any order. [`OPTIONS`] is the one
+//! list of options: the parser looks names up in it, and the list of valid options and the "did
+//! you mean" hint in error messages are read from it. Parsing only checks the *form* of each
+//! value (a string, an identifier, a duration literal, a path); whether a value is allowed
+//! (zero, negative, too long, repeated, a placeholder naming no parameter) is a rule, checked in
+//! [`crate::valid`]. A value that cannot be parsed is reported, its field stays `None`, and the
+//! next option is parsed anyway, so that one run reports every problem.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use syn::parse::{Parse, ParseStream, Parser};
+use syn::parse::{ParseStream, Parser};
 use syn::{Ident, Lit, LitBool, LitStr, Path, Token};
 
+use crate::duration::{self, Millis, DURATION_FORMS};
 use crate::key::{self, Segment};
+use crate::valid::Errors;
 
-/// The option keywords. `crate` is a Rust keyword and is parsed as `Token![crate]`.
-mod kw {
-    syn::custom_keyword!(key);
-    syn::custom_keyword!(ttl);
-    syn::custom_keyword!(timeout);
-    syn::custom_keyword!(guard);
-    syn::custom_keyword!(auto_extend);
-    syn::custom_keyword!(fencing);
+/// One option of the attribute: its name, how it is written, and how its value is parsed into
+/// its field of [`Args`].
+pub(crate) struct OptionSpec {
+    /// The name, as written before `=`.
+    pub(crate) name: &'static str,
+    /// A correct use, quoted in "write ... instead" messages.
+    pub(crate) example: &'static str,
+    /// Parses the whole value (the tokens after `=`) into its field of [`Args`].
+    parse: fn(ParseStream, &mut Args) -> syn::Result<()>,
 }
 
 /// Every option the attribute takes, in the order the documentation lists them.
-const OPTIONS: [&str; 7] = [
-    "key",
-    "ttl",
-    "timeout",
-    "guard",
-    "auto_extend",
-    "fencing",
-    "crate",
+pub(crate) const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "key",
+        example: "key = \"trace:{trace_id}\"",
+        parse: |input, args| {
+            args.key = Some(parse_key(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "ttl",
+        example: "ttl = 60",
+        parse: |input, args| {
+            args.ttl = Some(parse_duration(input, "ttl")?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "timeout",
+        example: "timeout = \"500ms\"",
+        parse: |input, args| {
+            args.timeout = Some(parse_duration(input, "timeout")?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "guard",
+        example: "guard = lock",
+        parse: |input, args| {
+            args.guard = Some(parse_guard(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "auto_extend",
+        example: "auto_extend = true",
+        parse: |input, args| {
+            args.auto_extend = Some(parse_bool(input, "auto_extend")?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "fencing",
+        example: "fencing = true",
+        parse: |input, args| {
+            args.fencing = Some(parse_bool(input, "fencing")?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "crate",
+        example: "crate = \"::distlock\"",
+        parse: |input, args| {
+            args.crate_path = Some(parse_crate(input)?);
+            Ok(())
+        },
+    },
 ];
 
-/// Lock expiry when `ttl` is not given: 30 s.
-pub(crate) const DEFAULT_TTL_MS: u64 = 30_000;
-/// How long to wait for the lock when `timeout` is not given: 10 s.
-pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// The entry of [`OPTIONS`] called `name`.
+///
+/// # Panics
+///
+/// If `name` is not in the table: callers pass names read from the table itself.
+pub(crate) fn option(name: &str) -> &'static OptionSpec {
+    OPTIONS
+        .iter()
+        .find(|spec| spec.name == name)
+        .unwrap_or_else(|| panic!("`{name}` is not in OPTIONS"))
+}
 
-/// The accepted duration forms, quoted in every duration error.
-const DURATION_FORMS: &str = "seconds as a number (`60`, `0.5`) or a string with a unit \
-                              (`\"500ms\"`, `\"2s\"`, `\"1.5s\"`, `\"5m\"`, `\"1h\"`)";
-
-/// The parsed arguments of one `#[distributed_lock(...)]`.
+/// The parsed arguments of one `#[distributed_lock(...)]`. A field is `None` when its option is
+/// not written (the runtime's default applies) or its value could not be parsed (an error is
+/// reported).
+#[derive(Default)]
 pub(crate) struct Args {
     /// `key = "..."`: the template as written, and scanned.
-    pub(crate) key: KeyArg,
-    /// `ttl = ...`; `None` means [`DEFAULT_TTL_MS`].
+    pub(crate) key: Option<KeyArg>,
+    /// `ttl = ...`.
     pub(crate) ttl: Option<DurationArg>,
-    /// `timeout = ...`; `None` means [`DEFAULT_TIMEOUT_MS`].
+    /// `timeout = ...`.
     pub(crate) timeout: Option<DurationArg>,
     /// `guard = name`: the identifier the body sees the held `&LockGuard` as.
     pub(crate) guard: Option<Ident>,
@@ -59,6 +120,9 @@ pub(crate) struct Args {
     pub(crate) fencing: Option<LitBool>,
     /// `crate = "path"`: where the facade crate is, if renamed.
     pub(crate) crate_path: Option<CratePath>,
+    /// Every option written, parsed or not, in order, with the span of its name (for the
+    /// "missing" and "repeated" rules).
+    pub(crate) written: Vec<(&'static str, Span)>,
 }
 
 /// The `key` option: the literal (for spans) and its scanned segments.
@@ -67,10 +131,17 @@ pub(crate) struct KeyArg {
     pub(crate) segments: Vec<Segment>,
 }
 
-/// A `ttl` or `timeout` value in whole milliseconds, with the span of the value as written.
-#[derive(Debug, Clone, Copy)]
+/// A `ttl` or `timeout` value, exactly as parsed: the rules decide whether it is allowed.
 pub(crate) struct DurationArg {
-    pub(crate) millis: u64,
+    /// The value, without its sign.
+    pub(crate) millis: Millis,
+    /// Whether it was written with a `-`.
+    pub(crate) negative: bool,
+    /// The value as written (`-5`, `"500ms"`), for messages.
+    pub(crate) written: String,
+    /// The value's tokens (with the `-`), so that an error underlines all of it.
+    pub(crate) tokens: TokenStream,
+    /// The literal's span, given to the generated builder call.
     pub(crate) span: Span,
 }
 
@@ -80,169 +151,66 @@ pub(crate) struct CratePath {
     pub(crate) span: Span,
 }
 
-impl CratePath {
-    /// The default facade path, `::distlock`.
-    pub(crate) fn default_path() -> Path {
-        syn::parse_quote!(::distlock)
-    }
-}
-
-/// Which option a `name =` introduces.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Name {
-    Key,
-    Ttl,
-    Timeout,
-    Guard,
-    AutoExtend,
-    Fencing,
-    Crate,
-}
-
-impl Name {
-    fn as_str(self) -> &'static str {
-        match self {
-            Name::Key => "key",
-            Name::Ttl => "ttl",
-            Name::Timeout => "timeout",
-            Name::Guard => "guard",
-            Name::AutoExtend => "auto_extend",
-            Name::Fencing => "fencing",
-            Name::Crate => "crate",
-        }
-    }
-
-    /// How the option is written, for "write ... instead" messages.
-    fn example(self) -> &'static str {
-        match self {
-            Name::Key => "key = \"trace:{trace_id}\"",
-            Name::Ttl => "ttl = 60",
-            Name::Timeout => "timeout = \"500ms\"",
-            Name::Guard => "guard = lock",
-            Name::AutoExtend => "auto_extend = true",
-            Name::Fencing => "fencing = true",
-            Name::Crate => "crate = \"::distlock\"",
-        }
-    }
-
-    /// Parses the option name if the next token is one; `None` otherwise (nothing consumed).
-    fn parse_known(input: ParseStream) -> syn::Result<Option<(Name, Span)>> {
-        macro_rules! try_keyword {
-            ($($kw:path => $name:expr),* $(,)?) => {
-                $(
-                    if input.peek($kw) {
-                        let keyword: $kw = input.parse()?;
-                        return Ok(Some(($name, keyword.span)));
-                    }
-                )*
-            };
-        }
-        // `crate` is a Rust keyword, not a custom keyword.
-        if input.peek(Token![crate]) {
-            let keyword: Token![crate] = input.parse()?;
-            return Ok(Some((Name::Crate, keyword.span)));
-        }
-        try_keyword!(
-            kw::key => Name::Key,
-            kw::ttl => Name::Ttl,
-            kw::timeout => Name::Timeout,
-            kw::guard => Name::Guard,
-            kw::auto_extend => Name::AutoExtend,
-            kw::fencing => Name::Fencing,
-        );
-        Ok(None)
-    }
-}
-
-/// Collects errors so that one run reports them all.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(errors) => errors.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    pub(crate) fn finish(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
-    }
-}
-
-/// Options while they are being parsed; `Args` once `key` is known to be there.
-#[derive(Default)]
-struct Partial {
-    key: Option<KeyArg>,
-    ttl: Option<DurationArg>,
-    timeout: Option<DurationArg>,
-    guard: Option<Ident>,
-    auto_extend: Option<LitBool>,
-    fencing: Option<LitBool>,
-    crate_path: Option<CratePath>,
-    seen: Vec<Name>,
-}
-
-impl Parse for Args {
-    fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut partial = Partial::default();
-        let mut errors = Errors::default();
-
-        while !input.is_empty() {
-            if let Err(error) = parse_option(input, &mut partial) {
-                errors.push(error);
+impl Args {
+    /// Parses the attribute's arguments, pushing every problem onto `errors`.
+    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
+        let mut args = Args::default();
+        let parser = |input: ParseStream| {
+            while !input.is_empty() {
+                if let Err(error) = parse_option(input, &mut args) {
+                    errors.push(error);
+                }
+                // Resynchronise on the next top-level comma, so that one bad option does not
+                // hide the problems of the others.
+                skip_to_comma(input)?;
+                if !input.is_empty() {
+                    input.parse::<Token![,]>()?;
+                }
             }
-            // Resynchronise on the next top-level comma, so that one bad option does not hide
-            // the problems of the others.
-            skip_to_comma(input)?;
-            if !input.is_empty() {
-                input.parse::<Token![,]>()?;
-            }
+            Ok(())
+        };
+        if let Err(error) = parser.parse2(tokens) {
+            errors.push(error);
         }
+        args
+    }
 
-        if partial.key.is_none() && !partial.seen.contains(&Name::Key) {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "missing `key`: `#[distributed_lock]` needs the name of the lock, e.g. \
-                 `#[distributed_lock(key = \"trace:{trace_id}\")]`",
-            ));
-        }
-        errors.finish()?;
-
-        Ok(Args {
-            key: partial.key.expect("a missing key is reported above"),
-            ttl: partial.ttl,
-            timeout: partial.timeout,
-            guard: partial.guard,
-            auto_extend: partial.auto_extend,
-            fencing: partial.fencing,
-            crate_path: partial.crate_path,
-        })
+    /// Whether the option `name` is written, even with a value that did not parse.
+    pub(crate) fn is_written(&self, name: &str) -> bool {
+        self.written.iter().any(|(written, _)| *written == name)
     }
 }
 
 /// Parses one `name = value`, leaving the stream at the `,` after it (or at its end).
-fn parse_option(input: ParseStream, partial: &mut Partial) -> syn::Result<()> {
-    let Some((name, name_span)) = Name::parse_known(input)? else {
-        if input.peek(LitStr) {
-            // `#[distributed_lock("...")]`: reported as an unnamed key, not as a missing one.
-            partial.seen.push(Name::Key);
-        }
-        return Err(unknown_option(input));
-    };
-
-    if partial.seen.contains(&name) {
+fn parse_option(input: ParseStream, args: &mut Args) -> syn::Result<()> {
+    let (spec, name_span) = if input.peek(Ident::peek_any) {
+        // `parse_any` also takes `crate`, a Rust keyword.
+        let name = input.call(Ident::parse_any)?;
+        let Some(spec) = OPTIONS.iter().find(|spec| name == spec.name) else {
+            return Err(unknown_option(&name));
+        };
+        args.written.push((spec.name, name.span()));
+        (spec, name.span())
+    } else if input.peek(LitStr) {
+        // `#[distributed_lock("...")]`: an unnamed key, not a missing one.
+        let literal: LitStr = input.parse()?;
+        args.written.push(("key", literal.span()));
         return Err(syn::Error::new(
-            name_span,
+            literal.span(),
             format!(
-                "`{}` is given more than once: keep only one `{}`",
-                name.as_str(),
-                name.example()
+                "expected `key = ...`: name the option, as in `key = {}`",
+                literal.to_token_stream()
             ),
         ));
-    }
-    partial.seen.push(name);
+    } else {
+        return Err(syn::Error::new(
+            input.span(),
+            format!(
+                "expected an option, as in `key = \"trace:{{trace_id}}\"`; the options are {}",
+                option_list()
+            ),
+        ));
+    };
 
     if !input.peek(Token![=]) {
         let span = if input.is_empty() || input.peek(Token![,]) {
@@ -254,8 +222,7 @@ fn parse_option(input: ParseStream, partial: &mut Partial) -> syn::Result<()> {
             span,
             format!(
                 "expected `=` after `{}`: write `{}`",
-                name.as_str(),
-                name.example()
+                spec.name, spec.example
             ),
         ));
     }
@@ -267,60 +234,47 @@ fn parse_option(input: ParseStream, partial: &mut Partial) -> syn::Result<()> {
             eq.span,
             format!(
                 "`{}` needs a value after `=`: write `{}`",
-                name.as_str(),
-                name.example()
+                spec.name, spec.example
             ),
         ));
     }
-
-    match name {
-        Name::Key => partial.key = Some(parse_value(value, name, parse_key)?),
-        Name::Ttl => partial.ttl = Some(parse_value(value, name, parse_ttl)?),
-        Name::Timeout => partial.timeout = Some(parse_value(value, name, parse_timeout)?),
-        Name::Guard => partial.guard = Some(parse_value(value, name, parse_guard)?),
-        Name::AutoExtend => {
-            partial.auto_extend = Some(parse_value(value, name, |input| parse_bool(input, name))?);
+    let whole = |input: ParseStream| {
+        (spec.parse)(input, args)?;
+        if !input.is_empty() {
+            return Err(syn::Error::new(
+                input.span(),
+                format!(
+                    "unexpected tokens after the value of `{}`: write `{}`, and separate \
+                     options with `,`",
+                    spec.name, spec.example
+                ),
+            ));
         }
-        Name::Fencing => {
-            partial.fencing = Some(parse_value(value, name, |input| parse_bool(input, name))?);
-        }
-        Name::Crate => partial.crate_path = Some(parse_value(value, name, parse_crate)?),
-    }
-    Ok(())
+        Ok(())
+    };
+    whole.parse2(value)
 }
 
-/// The error for a token where an option name should be.
-fn unknown_option(input: ParseStream) -> syn::Error {
-    let valid = OPTIONS
+/// "`key`, `ttl`, ...": every option, for messages.
+fn option_list() -> String {
+    OPTIONS
         .iter()
-        .map(|option| format!("`{option}`"))
+        .map(|spec| format!("`{}`", spec.name))
         .collect::<Vec<_>>()
-        .join(", ");
-    if input.peek(Ident::peek_any) {
-        let ident = input.call(Ident::parse_any).expect("peeked an identifier");
-        let written = ident.to_string();
-        let hint = closest_option(&written)
-            .map(|option| format!("did you mean `{option}`? "))
-            .unwrap_or_default();
-        return syn::Error::new(
-            ident.span(),
-            format!("unknown option `{written}`: {hint}the options are {valid}"),
-        );
-    }
-    if input.peek(LitStr) {
-        let literal: LitStr = input.parse().expect("peeked a string literal");
-        return syn::Error::new(
-            literal.span(),
-            format!(
-                "expected `key = ...`: name the option, as in `key = {}`",
-                literal.to_token_stream()
-            ),
-        );
-    }
+        .join(", ")
+}
+
+/// The error for a name that is not an option.
+fn unknown_option(name: &Ident) -> syn::Error {
+    let written = name.to_string();
+    let hint = closest_option(&written)
+        .map(|option| format!("did you mean `{option}`? "))
+        .unwrap_or_default();
     syn::Error::new(
-        input.span(),
+        name.span(),
         format!(
-            "expected an option, as in `key = \"trace:{{trace_id}}\"`; the options are {valid}"
+            "unknown option `{written}`: {hint}the options are {}",
+            option_list()
         ),
     )
 }
@@ -329,10 +283,10 @@ fn unknown_option(input: ParseStream) -> syn::Error {
 fn closest_option(written: &str) -> Option<&'static str> {
     OPTIONS
         .iter()
-        .map(|option| (edit_distance(written, option), *option))
-        .filter(|(distance, option)| *distance <= option.len().div_ceil(3))
+        .map(|spec| (edit_distance(written, spec.name), spec.name))
+        .filter(|(distance, name)| *distance <= name.len().div_ceil(3))
         .min_by_key(|(distance, _)| *distance)
-        .map(|(_, option)| option)
+        .map(|(_, name)| name)
 }
 
 /// Levenshtein distance, on chars.
@@ -370,30 +324,6 @@ fn skip_to_comma(input: ParseStream) -> syn::Result<()> {
     take_until_comma(input).map(drop)
 }
 
-/// Parses the whole of `value` with `parser`; leftover tokens are an error.
-fn parse_value<T>(
-    value: TokenStream,
-    name: Name,
-    parser: impl FnOnce(ParseStream) -> syn::Result<T>,
-) -> syn::Result<T> {
-    let whole = |input: ParseStream| {
-        let parsed = parser(input)?;
-        if !input.is_empty() {
-            return Err(syn::Error::new(
-                input.span(),
-                format!(
-                    "unexpected tokens after the value of `{}`: write `{}`, and separate \
-                     options with `,`",
-                    name.as_str(),
-                    name.example()
-                ),
-            ));
-        }
-        Ok(parsed)
-    };
-    whole.parse2(value)
-}
-
 /// The value's tokens, taken before parsing it: a failed parse may consume tokens, and an error
 /// about the kind of value should underline all of it.
 fn value_tokens(input: ParseStream) -> TokenStream {
@@ -412,13 +342,14 @@ fn parse_key(input: ParseStream) -> syn::Result<KeyArg> {
     match key::scan(&literal.value()) {
         Ok(segments) => Ok(KeyArg { literal, segments }),
         Err(problems) => {
+            // Stable Rust cannot point inside a string literal: every problem underlines it.
             let mut errors = Errors::default();
             for problem in problems {
                 errors.push(syn::Error::new(literal.span(), problem.message));
             }
             Err(errors
                 .finish()
-                .expect_err("scan failed with at least one problem"))
+                .expect_err("scan fails with at least one problem"))
         }
     }
 }
@@ -451,15 +382,12 @@ fn parse_guard(input: ParseStream) -> syn::Result<Ident> {
     })
 }
 
-fn parse_bool(input: ParseStream, name: Name) -> syn::Result<LitBool> {
+fn parse_bool(input: ParseStream, name: &str) -> syn::Result<LitBool> {
     let value = value_tokens(input);
     input.parse::<LitBool>().map_err(|_| {
         syn::Error::new_spanned(
             &value,
-            format!(
-                "`{0}` takes `true` or `false`: write `{0} = true`",
-                name.as_str()
-            ),
+            format!("`{name}` takes `true` or `false`: write `{name} = true`"),
         )
     })
 }
@@ -484,37 +412,10 @@ fn parse_crate(input: ParseStream) -> syn::Result<CratePath> {
     }
 }
 
-fn parse_ttl(input: ParseStream) -> syn::Result<DurationArg> {
-    parse_duration(input, Limit::Ttl)
-}
-
-fn parse_timeout(input: ParseStream) -> syn::Result<DurationArg> {
-    parse_duration(input, Limit::Timeout)
-}
-
-/// The rules that differ between `ttl` and `timeout`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Limit {
-    /// Must be at least 1 ms: a lock that expires at once protects nothing.
-    Ttl,
-    /// May be 0: a single attempt.
-    Timeout,
-}
-
-impl Limit {
-    fn name(self) -> &'static str {
-        match self {
-            Limit::Ttl => "ttl",
-            Limit::Timeout => "timeout",
-        }
-    }
-}
-
-/// Parses a duration value: `60`, `0.5`, `-1` (rejected), `"500ms"`, ...
-fn parse_duration(input: ParseStream, limit: Limit) -> syn::Result<DurationArg> {
-    let name = limit.name();
+/// Parses a duration value: `60`, `0.5`, `-1`, `"500ms"`, ... (the sign is kept for the rules).
+fn parse_duration(input: ParseStream, name: &str) -> syn::Result<DurationArg> {
     let value = value_tokens(input);
-    let negative: Option<Token![-]> = input.parse()?;
+    let minus: Option<Token![-]> = input.parse()?;
     let literal: Lit = input.parse().map_err(|_| {
         syn::Error::new_spanned(
             &value,
@@ -522,42 +423,38 @@ fn parse_duration(input: ParseStream, limit: Limit) -> syn::Result<DurationArg> 
         )
     })?;
     // Spans `-` and the literal together when negative.
-    let spanned = match &negative {
+    let tokens = match &minus {
         Some(minus) => quote::quote!(#minus #literal),
         None => literal.to_token_stream(),
     };
-    let error = |message: String| syn::Error::new_spanned(&spanned, message);
+    let error = |message: String| syn::Error::new_spanned(&tokens, message);
 
     let (text, parsed) = match &literal {
+        Lit::Int(int) if int.suffix().is_empty() => (
+            int.base10_digits().to_owned(),
+            duration::parse_seconds(int.base10_digits()),
+        ),
+        Lit::Float(float) if float.suffix().is_empty() => (
+            float.base10_digits().to_owned(),
+            duration::parse_seconds(float.base10_digits()),
+        ),
         Lit::Int(int) => {
-            if !int.suffix().is_empty() {
-                return Err(error(suffix_message(
-                    name,
-                    int.base10_digits(),
-                    int.suffix(),
-                )));
-            }
-            (
-                int.base10_digits().to_owned(),
-                parse_number(int.base10_digits(), 1000),
-            )
+            return Err(error(suffix_message(
+                name,
+                int.base10_digits(),
+                int.suffix(),
+            )))
         }
         Lit::Float(float) => {
-            if !float.suffix().is_empty() {
-                return Err(error(suffix_message(
-                    name,
-                    float.base10_digits(),
-                    float.suffix(),
-                )));
-            }
-            (
-                float.base10_digits().to_owned(),
-                parse_number(float.base10_digits(), 1000),
-            )
+            return Err(error(suffix_message(
+                name,
+                float.base10_digits(),
+                float.suffix(),
+            )))
         }
         Lit::Str(string) => (
             format!("\"{}\"", string.value()),
-            parse_with_unit(&string.value()),
+            duration::parse_with_unit(&string.value()),
         ),
         _ => {
             return Err(error(format!(
@@ -565,20 +462,23 @@ fn parse_duration(input: ParseStream, limit: Limit) -> syn::Result<DurationArg> 
             )))
         }
     };
-    let written = match &negative {
+    let written = match &minus {
         Some(_) => format!("-{text}"),
         None => text,
     };
-
     let millis = parsed.map_err(|problem| error(problem.message(name, &written)))?;
-    let is_negative = negative.is_some() || written.trim_start_matches('"').starts_with('-');
-    check_limits(millis, is_negative, limit, &written).map_err(error)?;
+    let negative = minus.is_some() || written.trim_start_matches('"').trim().starts_with('-');
     Ok(DurationArg {
-        millis: millis.whole,
+        millis,
+        negative,
+        written,
+        tokens,
         span: literal.span(),
     })
 }
 
+/// The message for a number with a type suffix: `500ms` is a unit written outside a string,
+/// `5u64` a Rust type suffix.
 fn suffix_message(name: &str, digits: &str, suffix: &str) -> String {
     match suffix {
         "ms" | "s" | "m" | "h" => format!(
@@ -590,321 +490,36 @@ fn suffix_message(name: &str, digits: &str, suffix: &str) -> String {
     }
 }
 
-/// A duration in milliseconds, as an exact decimal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Millis {
-    /// The whole milliseconds.
-    whole: u64,
-    /// Whether there is a fraction of a millisecond beyond `whole`.
-    fraction: bool,
-}
-
-/// Why a duration text does not parse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum DurationProblem {
-    /// Not a number with an accepted unit.
-    Unparsable,
-    /// A string without unit, like `"60"`.
-    MissingUnit(String),
-    /// A string with an unknown unit, like `"5d"`.
-    UnknownUnit(String),
-    /// More milliseconds than Redis accepts.
-    TooLarge,
-}
-
-impl DurationProblem {
-    fn message(&self, name: &str, written: &str) -> String {
-        match self {
-            DurationProblem::Unparsable => {
-                format!("`{name} = {written}` is not a duration: write {DURATION_FORMS}")
-            }
-            DurationProblem::MissingUnit(number) => format!(
-                "`{name} = {written}` has no unit: write `{name} = \"{number}s\"` or \
-                 `{name} = {number}` for seconds, or `\"{number}ms\"` for milliseconds"
-            ),
-            DurationProblem::UnknownUnit(unit) => format!(
-                "unknown unit `{unit}` in `{name} = {written}`: the units are `ms`, `s`, `m` \
-                 and `h`, as in `\"500ms\"`, `\"2s\"`, `\"5m\"`, `\"1h\"`"
-            ),
-            DurationProblem::TooLarge => format!(
-                "`{name} = {written}` is too large: Redis takes at most {} milliseconds",
-                i64::MAX
-            ),
-        }
-    }
-}
-
-/// Parses `"<number><unit>"`, e.g. `"500ms"`, `"1.5s"`, `"5 m"`.
-fn parse_with_unit(text: &str) -> Result<Millis, DurationProblem> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(text.len());
-    let (number, unit) = (text[..split].trim(), text[split..].trim());
-    let number_unsigned = number.strip_prefix('-').unwrap_or(number);
-    let unit_millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "" if is_decimal(number_unsigned) => {
-            return Err(DurationProblem::MissingUnit(number.to_owned()))
-        }
-        "" => return Err(DurationProblem::Unparsable),
-        other if is_decimal(number_unsigned) && other.chars().all(char::is_alphabetic) => {
-            return Err(DurationProblem::UnknownUnit(other.to_owned()))
-        }
-        _ => return Err(DurationProblem::Unparsable),
-    };
-    if !is_decimal(number_unsigned) {
-        return Err(DurationProblem::Unparsable);
-    }
-    parse_number(number_unsigned, unit_millis)
-}
-
-fn is_decimal(text: &str) -> bool {
-    let mut parts = text.splitn(2, '.');
-    let whole = parts.next().unwrap_or_default();
-    let fraction = parts.next();
-    let digits = |part: &str| part.chars().all(|c| c.is_ascii_digit());
-    match fraction {
-        None => !whole.is_empty() && digits(whole),
-        Some(fraction) => {
-            (!whole.is_empty() || !fraction.is_empty()) && digits(whole) && digits(fraction)
-        }
-    }
-}
-
-/// Converts a non-negative decimal number (`60`, `0.5`, `1e3`, `2.5E-1`) of a unit worth
-/// `unit_millis` milliseconds into exact milliseconds. No floating point: `1.1` seconds is
-/// exactly 1100 ms.
-fn parse_number(text: &str, unit_millis: u128) -> Result<Millis, DurationProblem> {
-    let text = text.replace('_', "");
-    let (mantissa_text, exponent) = match text.find(['e', 'E']) {
-        Some(at) => {
-            let exponent: i32 = text[at + 1..]
-                .parse()
-                .map_err(|_| DurationProblem::Unparsable)?;
-            (&text[..at], exponent)
-        }
-        None => (text.as_str(), 0),
-    };
-    if !is_decimal(mantissa_text) {
-        return Err(DurationProblem::Unparsable);
-    }
-    let (whole, fraction) = mantissa_text.split_once('.').unwrap_or((mantissa_text, ""));
-    let digits = format!("{whole}{fraction}");
-    let digits = digits.trim_start_matches('0');
-    let fraction_len = i32::try_from(fraction.len()).map_err(|_| DurationProblem::TooLarge)?;
-    // value = digits × 10^(exponent − fraction_len) units.
-    let scale = exponent - fraction_len;
-    if digits.len() > 30 || scale > 30 {
-        return if digits.is_empty() {
-            Ok(Millis {
-                whole: 0,
-                fraction: false,
-            })
-        } else {
-            Err(DurationProblem::TooLarge)
-        };
-    }
-    let mantissa: u128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().map_err(|_| DurationProblem::TooLarge)?
-    };
-    let scaled = mantissa
-        .checked_mul(unit_millis)
-        .ok_or(DurationProblem::TooLarge)?;
-    let (whole, fraction) = if scale >= 0 {
-        let factor = 10u128
-            .checked_pow(scale.unsigned_abs())
-            .ok_or(DurationProblem::TooLarge)?;
-        (
-            scaled
-                .checked_mul(factor)
-                .ok_or(DurationProblem::TooLarge)?,
-            false,
-        )
-    } else if scale < -38 {
-        (0, scaled != 0)
-    } else {
-        let divisor = 10u128.pow(scale.unsigned_abs());
-        (scaled / divisor, scaled % divisor != 0)
-    };
-    let whole = u64::try_from(whole)
-        .ok()
-        .filter(|whole| i64::try_from(*whole).is_ok())
-        .ok_or(DurationProblem::TooLarge)?;
-    Ok(Millis { whole, fraction })
-}
-
-/// Checks the value against the option's rules; the message says what to write instead.
-fn check_limits(millis: Millis, negative: bool, limit: Limit, written: &str) -> Result<(), String> {
-    let name = limit.name();
-    let is_zero = millis.whole == 0 && !millis.fraction;
-    match limit {
-        Limit::Ttl if negative && !is_zero => Err(format!(
-            "`ttl = {written}` is negative: the lock must live for a positive time, \
-             e.g. `ttl = 30` (seconds) or `ttl = \"500ms\"`"
-        )),
-        Limit::Ttl if is_zero => Err(format!(
-            "`ttl = {written}` is zero: a lock that expires at once protects nothing; give it \
-             a positive time, e.g. `ttl = 30` (seconds) or `ttl = \"500ms\"`"
-        )),
-        Limit::Timeout if negative && !is_zero => Err(format!(
-            "`timeout = {written}` is negative: write `timeout = 0` for a single attempt, or a \
-             positive time to wait, e.g. `timeout = 5`"
-        )),
-        Limit::Timeout if is_zero => Ok(()),
-        _ if millis.whole == 0 => Err(format!(
-            "`{name} = {written}` is less than 1 ms: Redis keeps expiries in whole \
-             milliseconds (PX); write at least `{name} = \"1ms\"`"
-        )),
-        _ if millis.fraction => Err(format!(
-            "`{name} = {written}` is not a whole number of milliseconds: Redis keeps expiries \
-             in whole milliseconds (PX); write e.g. `{name} = \"{}ms\"`",
-            millis.whole
-        )),
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use quote::quote;
 
-    #[allow(clippy::unnecessary_wraps)] // compared with `Result`s
-    fn whole(millis: u64) -> Result<Millis, DurationProblem> {
-        Ok(Millis {
-            whole: millis,
-            fraction: false,
-        })
-    }
-
-    #[test]
-    fn seconds_as_numbers() {
-        assert_eq!(parse_number("60", 1000), whole(60_000));
-        assert_eq!(parse_number("0", 1000), whole(0));
-        assert_eq!(parse_number("0.5", 1000), whole(500));
-        assert_eq!(parse_number("1.1", 1000), whole(1_100));
-        assert_eq!(parse_number(".25", 1000), whole(250));
-        assert_eq!(parse_number("1e3", 1000), whole(1_000_000));
-        assert_eq!(parse_number("2.5E-1", 1000), whole(250));
-        assert_eq!(parse_number("1_000", 1000), whole(1_000_000));
-        assert_eq!(
-            parse_number("0.0005", 1000),
-            Ok(Millis {
-                whole: 0,
-                fraction: true
-            })
-        );
-        assert_eq!(
-            parse_number("1.0005", 1000),
-            Ok(Millis {
-                whole: 1_000,
-                fraction: true
-            })
-        );
-    }
-
-    #[test]
-    fn strings_with_units() {
-        assert_eq!(parse_with_unit("500ms"), whole(500));
-        assert_eq!(parse_with_unit("2s"), whole(2_000));
-        assert_eq!(parse_with_unit("1.5s"), whole(1_500));
-        assert_eq!(parse_with_unit("5m"), whole(300_000));
-        assert_eq!(parse_with_unit("0.5m"), whole(30_000));
-        assert_eq!(parse_with_unit("1h"), whole(3_600_000));
-        assert_eq!(parse_with_unit(" 10 s "), whole(10_000));
-        assert_eq!(parse_with_unit("0s"), whole(0));
-        assert_eq!(
-            parse_with_unit("1.5ms"),
-            Ok(Millis {
-                whole: 1,
-                fraction: true
-            })
-        );
-    }
-
-    #[test]
-    fn bad_strings() {
-        assert_eq!(
-            parse_with_unit("60"),
-            Err(DurationProblem::MissingUnit("60".into()))
-        );
-        assert_eq!(
-            parse_with_unit("5d"),
-            Err(DurationProblem::UnknownUnit("d".into()))
-        );
-        assert_eq!(
-            parse_with_unit("5 minutes"),
-            Err(DurationProblem::UnknownUnit("minutes".into()))
-        );
-        for text in [
-            "", "soon", "ms", "1..2s", "1.2.3s", "s5", "1s2", "--1s", ".",
-        ] {
-            assert_eq!(
-                parse_with_unit(text),
-                Err(DurationProblem::Unparsable),
-                "{text:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn huge_values_are_too_large() {
-        assert_eq!(
-            parse_number("99999999999999999999999", 1000),
-            Err(DurationProblem::TooLarge)
-        );
-        assert_eq!(parse_number("1e40", 1000), Err(DurationProblem::TooLarge));
-        assert_eq!(
-            parse_with_unit("9999999999999999h"),
-            Err(DurationProblem::TooLarge)
-        );
-        assert_eq!(parse_number("0e40", 1000), whole(0));
-    }
-
-    #[test]
-    fn limits() {
-        let at = |millis, fraction| Millis {
-            whole: millis,
-            fraction,
-        };
-        assert!(check_limits(at(1, false), false, Limit::Ttl, "\"1ms\"").is_ok());
-        assert!(check_limits(at(0, false), false, Limit::Timeout, "0").is_ok());
-        let zero = check_limits(at(0, false), false, Limit::Ttl, "0").unwrap_err();
-        assert!(zero.contains("is zero"), "{zero}");
-        let negative = check_limits(at(5_000, false), true, Limit::Ttl, "-5").unwrap_err();
-        assert!(negative.contains("is negative"), "{negative}");
-        let negative = check_limits(at(5_000, false), true, Limit::Timeout, "-5").unwrap_err();
-        assert!(negative.contains("timeout = 0"), "{negative}");
-        let tiny = check_limits(at(0, true), false, Limit::Ttl, "0.0005").unwrap_err();
-        assert!(tiny.contains("less than 1 ms"), "{tiny}");
-        let tiny = check_limits(at(0, true), false, Limit::Timeout, "0.0005").unwrap_err();
-        assert!(tiny.contains("less than 1 ms"), "{tiny}");
-        let fraction = check_limits(at(1, true), false, Limit::Ttl, "\"1.5ms\"").unwrap_err();
-        assert!(
-            fraction.contains("whole number of milliseconds"),
-            "{fraction}"
-        );
-    }
-
-    fn args(tokens: TokenStream) -> syn::Result<Args> {
-        syn::parse2(tokens)
-    }
-
-    fn error(tokens: TokenStream) -> String {
-        match args(tokens) {
-            Ok(_) => panic!("arguments should be rejected"),
+    /// Parses `tokens`, returning the arguments and the parse errors, one message a line.
+    fn parse(tokens: TokenStream) -> (Args, String) {
+        let mut errors = Errors::default();
+        let args = Args::parse(tokens, &mut errors);
+        let messages = match errors.finish() {
+            Ok(()) => String::new(),
             Err(error) => error
                 .into_iter()
                 .map(|e| e.to_string())
                 .collect::<Vec<_>>()
                 .join("\n"),
-        }
+        };
+        (args, messages)
+    }
+
+    fn args(tokens: TokenStream) -> Args {
+        let (args, errors) = parse(tokens);
+        assert!(errors.is_empty(), "{errors}");
+        args
+    }
+
+    fn error(tokens: TokenStream) -> String {
+        let (_, errors) = parse(tokens);
+        assert!(!errors.is_empty(), "arguments should be rejected");
+        errors
     }
 
     #[test]
@@ -917,15 +532,36 @@ mod tests {
             auto_extend = true,
             fencing = false,
             crate = "dl",
-        ))
-        .unwrap();
-        assert_eq!(args.key.literal.value(), "trace:{id}");
-        assert_eq!(args.ttl.unwrap().millis, 500);
-        assert_eq!(args.timeout.unwrap().millis, 0);
+        ));
+        assert_eq!(args.key.unwrap().literal.value(), "trace:{id}");
+        assert_eq!(args.ttl.unwrap().millis.whole, 500);
+        assert_eq!(args.timeout.unwrap().millis.whole, 0);
         assert_eq!(args.guard.unwrap(), "lock");
         assert!(args.auto_extend.unwrap().value);
         assert!(!args.fencing.unwrap().value);
         assert!(args.crate_path.unwrap().path.is_ident("dl"));
+        let written: Vec<&str> = args.written.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            written,
+            [
+                "key",
+                "ttl",
+                "timeout",
+                "guard",
+                "auto_extend",
+                "fencing",
+                "crate"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_option_in_the_table_parses_its_example() {
+        for spec in OPTIONS {
+            let example: TokenStream = spec.example.parse().unwrap();
+            let args = args(example);
+            assert!(args.is_written(spec.name), "{}", spec.name);
+        }
     }
 
     #[test]
@@ -940,24 +576,28 @@ mod tests {
             (quote!("5m"), 300_000),
             (quote!("1h"), 3_600_000),
         ] {
-            let parsed = args(quote!(key = "k", ttl = #tokens, timeout = #tokens)).unwrap();
-            assert_eq!(parsed.ttl.unwrap().millis, millis, "{tokens}");
-            assert_eq!(parsed.timeout.unwrap().millis, millis, "{tokens}");
+            let parsed = args(quote!(key = "k", ttl = #tokens, timeout = #tokens));
+            assert_eq!(parsed.ttl.unwrap().millis.whole, millis, "{tokens}");
+            assert_eq!(parsed.timeout.unwrap().millis.whole, millis, "{tokens}");
         }
     }
 
     #[test]
-    fn defaults_are_absent() {
-        let args = args(quote!(key = "k")).unwrap();
-        assert!(args.ttl.is_none() && args.timeout.is_none() && args.guard.is_none());
-        assert!(args.auto_extend.is_none() && args.fencing.is_none());
-        assert!(args.crate_path.is_none());
+    fn signs_are_kept_for_the_rules() {
+        let parsed = args(quote!(ttl = -5, timeout = "-1s"));
+        let ttl = parsed.ttl.unwrap();
+        assert!(ttl.negative && ttl.written == "-5" && ttl.millis.whole == 5_000);
+        let timeout = parsed.timeout.unwrap();
+        assert!(timeout.negative && timeout.written == "\"-1s\"");
+        assert!(!args(quote!(ttl = 5)).ttl.unwrap().negative);
     }
 
     #[test]
-    fn missing_key() {
-        assert!(error(quote!()).contains("missing `key`"));
-        assert!(error(quote!(ttl = 5)).contains("missing `key`"));
+    fn options_not_written_are_absent() {
+        let args = args(quote!(key = "k"));
+        assert!(args.ttl.is_none() && args.timeout.is_none() && args.guard.is_none());
+        assert!(args.auto_extend.is_none() && args.fencing.is_none());
+        assert!(args.crate_path.is_none());
     }
 
     #[test]
@@ -974,18 +614,11 @@ mod tests {
     }
 
     #[test]
-    fn repeated_option() {
-        let message = error(quote!(key = "k", ttl = 5, ttl = 6));
-        assert!(
-            message.contains("`ttl` is given more than once"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn all_problems_are_reported() {
-        let message = error(quote!(key = "", ttl = 0, guard = "g", bogus = 1));
-        assert_eq!(message.lines().count(), 4, "{message}");
+    fn a_bad_option_does_not_hide_the_others() {
+        let (args, message) = parse(quote!(key = "", guard = "g", bogus = 1, ttl = 5));
+        assert_eq!(message.lines().count(), 3, "{message}");
+        assert_eq!(args.ttl.as_ref().unwrap().millis.whole, 5_000);
+        assert!(args.is_written("key") && args.key.is_none());
     }
 
     #[test]
@@ -994,6 +627,13 @@ mod tests {
         assert!(error(quote!(key = "k", ttl)).contains("expected `=` after `ttl`"));
         assert!(error(quote!(key = "k", ttl =)).contains("`ttl` needs a value"));
         assert!(error(quote!("k")).contains("expected `key = ...`"));
+        assert!(error(quote!(= 5)).contains("expected an option"));
+    }
+
+    #[test]
+    fn an_unnamed_key_counts_as_written() {
+        let (args, _) = parse(quote!("k"));
+        assert!(args.is_written("key"));
     }
 
     #[test]
@@ -1012,42 +652,46 @@ mod tests {
     }
 
     #[test]
-    fn bad_durations() {
-        assert!(error(quote!(key = "k", ttl = 0)).contains("is zero"));
-        assert!(error(quote!(key = "k", ttl = "0ms")).contains("is zero"));
-        assert!(error(quote!(key = "k", ttl = -5)).contains("is negative"));
-        assert!(error(quote!(key = "k", ttl = "-5s")).contains("is negative"));
-        assert!(error(quote!(key = "k", timeout = -1)).contains("is negative"));
-        assert!(error(quote!(key = "k", ttl = 0.0001)).contains("less than 1 ms"));
+    fn unparsable_durations() {
         assert!(error(quote!(key = "k", ttl = "soon")).contains("is not a duration"));
         assert!(error(quote!(key = "k", ttl = "60")).contains("has no unit"));
         assert!(error(quote!(key = "k", ttl = "5d")).contains("unknown unit `d`"));
-        args(quote!(key = "k", timeout = 0)).unwrap();
-        args(quote!(key = "k", timeout = -0)).unwrap();
     }
 
     #[test]
     fn key_syntax_errors_are_argument_errors() {
         assert!(error(quote!(key = "")).contains("the lock key is empty"));
-        assert!(error(quote!(key = "a{b")).contains("unclosed `{`"));
+        let message = error(quote!(key = "a{b}}c{"));
+        assert_eq!(message.lines().count(), 2, "{message}");
     }
 
     #[test]
     fn crate_paths() {
         for path in ["::distlock", "dl", "crate::deps::distlock", "self::dl"] {
-            args(quote!(key = "k", crate = #path)).unwrap();
+            args(quote!(key = "k", crate = #path));
         }
         assert!(error(quote!(key = "k", crate = "")).contains("is not a path"));
         assert!(error(quote!(key = "k", crate = "a<b>")).contains("is not a path"));
     }
 
     #[test]
-    fn edit_distance_works() {
+    fn did_you_mean() {
         assert_eq!(edit_distance("ttl", "ttl"), 0);
         assert_eq!(edit_distance("tll", "ttl"), 1);
         assert_eq!(edit_distance("timout", "timeout"), 1);
         assert_eq!(closest_option("autoextend"), Some("auto_extend"));
         assert_eq!(closest_option("keys"), Some("key"));
+        assert_eq!(closest_option("crates"), Some("crate"));
+        assert_eq!(closest_option("fenced"), Some("fencing"));
         assert_eq!(closest_option("x"), None);
+        assert_eq!(closest_option("retries"), None);
+    }
+
+    #[test]
+    fn option_looks_names_up_in_the_table() {
+        assert_eq!(option("ttl").example, "ttl = 60");
+        for spec in OPTIONS {
+            assert!(spec.example.starts_with(spec.name), "{}", spec.name);
+        }
     }
 }

@@ -1,129 +1,32 @@
-//! Validation of the annotated function, and generation of its new body.
+//! Code generation for `#[distributed_lock]`: from a [`Valid`] attribute and function to the
+//! rewritten function. Every rule has been checked before ([`crate::valid`]); this module only
+//! writes code.
 //!
-//! Like `tracing-attributes`, the signature and the attributes of the function are kept exactly
-//! as written and only the body is replaced: the original body becomes an `async move` block, so
-//! `return` and `?` inside it keep their meaning and no lifetime is rewritten. The generated code
-//! names the runtime only through `<crate>::__private` (`::distlock::__private` unless
-//! `crate = "..."` says otherwise).
+//! The signature and the attributes of the function are kept exactly as written and only the
+//! body is replaced: the original body becomes an `async move` block, so `return` and `?` inside
+//! it keep their meaning and no lifetime is rewritten. The generated code names the runtime only through `<crate>::__private` (`::distlock::__private` unless
+//! `crate = "..."` says otherwise), and sets only the options the user wrote: every default
+//! lives in the runtime's `LockOptions`.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::{
-    AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType,
-    Signature, Type,
+    AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType, Type,
 };
 
-use crate::args::{Args, CratePath, DurationArg, Errors, DEFAULT_TIMEOUT_MS, DEFAULT_TTL_MS};
-use crate::key::{self, Params, Segment};
+use crate::args::DurationArg;
+use crate::key::Segment;
+use crate::valid::Valid;
 
-/// Validates `function` against `args` and, if every rule holds, returns the rewritten function.
-///
-/// All problems are reported together, each spanned at the token at fault.
-pub(crate) fn expand(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
-    let mut errors = Errors::default();
-    if let Err(error) = check_signature(&function.sig) {
-        errors.push(error);
-    }
-    let params = Params::of(&function.sig);
-    if let Err(error) = key::validate(&args.key.segments, &params, &args.key.literal) {
-        errors.push(error);
-    }
-    if let Some(guard) = &args.guard {
-        if params.named.iter().any(|name| guard == name) {
-            errors.push(syn::Error::new(
-                guard.span(),
-                format!(
-                    "`guard = {guard}` would hide the parameter `{guard}` in the body: choose \
-                     another name, e.g. `guard = {}`",
-                    if guard == "lock" { "held" } else { "lock" }
-                ),
-            ));
-        }
-    }
-    errors.finish()?;
-    generate(args, function)
-}
-
-/// The rules on the signature alone: `async fn`, returning a `...Result`.
-pub(crate) fn check_signature(sig: &Signature) -> syn::Result<()> {
-    let mut errors = Errors::default();
-    if sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            sig.fn_token.span,
-            format!(
-                "`#[distributed_lock]` only works on an `async fn`: the lock is acquired with \
-                 `.await` before the body runs; make it `async fn {}(..)`",
-                sig.ident
-            ),
-        ));
-    }
-    if let Err(error) = check_return_type(sig) {
-        errors.push(error);
-    }
-    errors.finish()
-}
-
-const WHY_RESULT: &str = "`#[distributed_lock]` needs a function that returns a `Result`, \
-                          because acquiring the lock can fail (timeout, Redis unreachable) and \
-                          that error reaches the caller as `E::from(distlock::LockError)`";
-
-fn check_return_type(sig: &Signature) -> syn::Result<()> {
-    let ty = match &sig.output {
-        ReturnType::Type(_, ty) => ty,
-        ReturnType::Default => {
-            // Underline `fn name(..)`: there is no return type to point at.
-            let mut paren = Group::new(Delimiter::Parenthesis, TokenStream::new());
-            paren.set_span(sig.paren_token.span.join());
-            let fn_token = &sig.fn_token;
-            let ident = &sig.ident;
-            return Err(syn::Error::new_spanned(
-                quote!(#fn_token #ident #paren),
-                format!(
-                    "{WHY_RESULT}; this function returns nothing: write `-> Result<(), YourError>` \
-                     where `YourError: From<distlock::LockError>`, and end the body with `Ok(())`"
-                ),
-            ));
-        }
-    };
-    if is_result(ty) {
-        return Ok(());
-    }
-    let written = key::pretty_tokens(&ty.to_token_stream().to_string());
-    let instead = match &**ty {
-        Type::Tuple(tuple) if tuple.elems.is_empty() => {
-            "write `-> Result<(), YourError>` where `YourError: From<distlock::LockError>`, and \
-             end the body with `Ok(())`"
-                .to_owned()
-        }
-        _ => format!(
-            "write `-> Result<{written}, YourError>` where `YourError: From<distlock::LockError>`, \
-             and wrap the value in `Ok(..)`"
-        ),
-    };
-    Err(syn::Error::new_spanned(
-        ty,
-        format!("{WHY_RESULT}; it returns `{written}`: {instead}"),
-    ))
-}
-
-/// Whether `ty` is a path whose last segment ends with `Result` (`Result<T, E>`,
-/// `std::io::Result<T>`, `anyhow::Result<T>`, an alias like `AppResult<T>`).
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident.to_string().ends_with("Result")),
-        Type::Group(group) => is_result(&group.elem),
-        Type::Paren(paren) => is_result(&paren.elem),
-        _ => false,
-    }
-}
-
-fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
+/// The rewritten function.
+pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
+    let Valid {
+        args,
+        key,
+        function,
+    } = *valid;
     let ItemFn {
         attrs,
         vis,
@@ -137,7 +40,7 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
         .iter()
         .filter(|attr| matches!(attr.style, AttrStyle::Inner(_)));
 
-    let default_path = CratePath::default_path();
+    let default_path: syn::Path = syn::parse_quote!(::distlock);
     let krate = args
         .crate_path
         .as_ref()
@@ -167,28 +70,28 @@ fn generate(args: &Args, function: &ItemFn) -> syn::Result<TokenStream> {
     // Who takes the lock, for inspection, metrics and the span: the function's path and the
     // key template as written (never the rendered key: one label per function, not per id).
     let fn_name = sig.ident.unraw().to_string();
-    let template = &args.key.literal.value();
+    let template = &key.literal.value();
 
-    let key_expr = key_expression(&args.key.segments, &args.key.literal)?;
+    let key_expr = key_expression(&key.segments, &key.literal)?;
     // The `format!` arguments carry the key literal's span (so a non-`Display` placeholder is
     // reported there), which makes clippy read them as user code that could be inlined.
-    let has_placeholders = args
-        .key
+    let has_placeholders = key
         .segments
         .iter()
         .any(|segment| matches!(segment, Segment::Placeholder(_)));
     let key_lint_allow = has_placeholders.then(|| quote!(#[allow(clippy::uninlined_format_args)]));
 
-    // The builder methods take the span of the option's value (call site for defaults), so a
+    // Only the options written are set; the builder methods take the span of the value, so a
     // type error in them would point at what the user wrote.
-    let duration = |arg: Option<DurationArg>, method: &str, default: u64| {
-        let (millis, span) = arg.map_or((default, Span::call_site()), |arg| (arg.millis, arg.span));
-        let method = Ident::new(method, span);
-        let millis = proc_macro2::Literal::u64_unsuffixed(millis);
-        quote!(.#method(#private::Duration::from_millis(#millis)))
+    let duration = |arg: Option<&DurationArg>, method: &str| {
+        arg.map(|arg| {
+            let method = Ident::new(method, arg.span);
+            let millis = proc_macro2::Literal::u64_unsuffixed(arg.millis.whole);
+            quote!(.#method(#private::Duration::from_millis(#millis)))
+        })
     };
-    let ttl = duration(args.ttl, "ttl", DEFAULT_TTL_MS);
-    let timeout = duration(args.timeout, "timeout", DEFAULT_TIMEOUT_MS);
+    let ttl = duration(args.ttl.as_ref(), "ttl");
+    let timeout = duration(args.timeout.as_ref(), "timeout");
     let auto_extend = args
         .auto_extend
         .as_ref()
@@ -287,8 +190,23 @@ fn key_expression(segments: &[Segment], literal: &LitStr) -> syn::Result<TokenSt
         let text = LitStr::new(&text, span);
         return Ok(quote_spanned!(span=> ::std::string::String::from(#text)));
     }
-    let format = LitStr::new(&key::format_string(segments), span);
+    let format = LitStr::new(&format_string(segments), span);
     Ok(quote_spanned!(span=> ::std::format!(#format, #(#placeholders),*)))
+}
+
+/// The `format!` string for a scanned template: literal text with `{` and `}` doubled, and `{}`
+/// for each placeholder, in order.
+fn format_string(segments: &[Segment]) -> String {
+    let mut format = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Literal(text) => {
+                format.push_str(&text.replace('{', "{{").replace('}', "}}"));
+            }
+            Segment::Placeholder(_) => format.push_str("{}"),
+        }
+    }
+    format
 }
 
 /// A field access after a placeholder's root: an identifier or a tuple index.
@@ -372,4 +290,59 @@ fn first_and_last_span(tokens: TokenStream) -> (Span, Span) {
     let first = tokens.first().map_or_else(Span::call_site, TokenTree::span);
     let last = tokens.last().map_or(first, TokenTree::span);
     (first, last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Args;
+    use crate::key;
+    use crate::valid::{self, Errors};
+
+    /// The expansion of `attribute` on `function`, as text.
+    fn expanded(attribute: TokenStream, function: &str) -> String {
+        let mut errors = Errors::default();
+        let args = Args::parse(attribute, &mut errors);
+        let function: ItemFn = syn::parse_str(function).unwrap();
+        let valid = valid::check(&args, Some(&function), errors).unwrap();
+        expand(&valid).unwrap().to_string()
+    }
+
+    const FN: &str = "async fn f(id: u32) -> Result<(), E> { Ok(()) }";
+
+    #[test]
+    fn only_the_options_written_are_set() {
+        let code = expanded(quote!(key = "k"), FN);
+        assert!(code.contains("LockOptions :: new ()"), "{code}");
+        for method in [". ttl", ". timeout", ". auto_extend", ". fencing"] {
+            assert!(!code.contains(method), "{method} in {code}");
+        }
+        let code = expanded(quote!(key = "k", timeout = "1.5s", fencing = true), FN);
+        assert!(
+            code.contains(". timeout (:: distlock :: __private :: Duration :: from_millis (1500))"),
+            "{code}"
+        );
+        assert!(code.contains(". fencing (true)"), "{code}");
+        assert!(!code.contains(". ttl"), "{code}");
+    }
+
+    #[test]
+    fn the_crate_path_replaces_distlock() {
+        let code = expanded(quote!(key = "k", crate = "dl"), FN);
+        assert!(code.contains("dl :: __private :: acquire"), "{code}");
+        assert!(!code.contains(":: distlock ::"), "{code}");
+    }
+
+    #[test]
+    fn format_string_escapes_literal_braces() {
+        let segments = key::scan("{{a}}:{id}:<b>").unwrap();
+        assert_eq!(format_string(&segments), "{{a}}:{}:{}");
+    }
+
+    #[test]
+    fn a_key_without_placeholders_is_a_plain_string() {
+        let code = expanded(quote!(key = "a{{b}}"), FN);
+        assert!(code.contains("String :: from (\"a{b}\")"), "{code}");
+        assert!(!code.contains("format !"), "{code}");
+    }
 }

@@ -1,4 +1,4 @@
-//! The key template of `#[distributed_lock(key = "...")]`: scanning and validation.
+//! The key template of `#[distributed_lock(key = "...")]`: its scanner and segments.
 //!
 //! A template is literal text with placeholders:
 //!
@@ -8,15 +8,13 @@
 //!
 //! A `<` that does not open `<ident>` or `<ident.field...>` is literal text, so keys such as
 //! `"a<b"` or `"x < 3"` need no escaping. Scanning ([`scan`]) only looks at the text; whether a
-//! placeholder names a real parameter is checked afterwards ([`validate`]) against the parameters
-//! of the function, so that both kinds of mistakes are reported with a message that says what to
-//! write instead.
+//! placeholder names a real parameter of the function is a rule, checked in [`crate::valid`].
 
 use std::fmt;
 
 use syn::ext::IdentExt;
 use syn::parse::Parser;
-use syn::{FnArg, Ident, LitStr, Pat, Signature};
+use syn::Ident;
 
 /// One piece of a scanned key template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,183 +221,9 @@ fn is_tuple_index(text: &str) -> bool {
         && (text == "0" || !text.starts_with('0'))
 }
 
-/// The names a key placeholder may use, read from a function signature.
-#[derive(Debug, Default)]
-pub(crate) struct Params {
-    /// Whether the function has a `self` receiver.
-    pub(crate) has_receiver: bool,
-    /// Parameters bound by a plain identifier pattern (`x`, `mut x`, `ref x`), in order.
-    pub(crate) named: Vec<String>,
-    /// Names bound inside a destructuring pattern, with that pattern as written, e.g.
-    /// `("a", "(a, b)")`: they exist in the body but a placeholder cannot name them.
-    pub(crate) destructured: Vec<(String, String)>,
-}
-
-impl Params {
-    /// Reads the parameters of `sig`.
-    pub(crate) fn of(sig: &Signature) -> Params {
-        let mut params = Params::default();
-        for input in &sig.inputs {
-            match input {
-                FnArg::Receiver(_) => params.has_receiver = true,
-                FnArg::Typed(typed) => match &*typed.pat {
-                    Pat::Ident(ident) if ident.subpat.is_none() => {
-                        params.named.push(ident.ident.to_string());
-                    }
-                    pattern => {
-                        let written = pretty_tokens(&quote::quote!(#pattern).to_string());
-                        let mut names = Vec::new();
-                        bound_names(pattern, &mut names);
-                        for name in names {
-                            params.destructured.push((name, written.clone()));
-                        }
-                    }
-                },
-            }
-        }
-        params
-    }
-
-    /// The list shown in error messages, e.g. "`self`, `trace_id`, `attempt`".
-    fn listing(&self) -> String {
-        let receiver = self.has_receiver.then(|| "self".to_owned());
-        let names: Vec<String> = receiver
-            .into_iter()
-            .chain(self.named.iter().cloned())
-            .map(|name| format!("`{name}`"))
-            .collect();
-        names.join(", ")
-    }
-}
-
-/// Collects the identifiers a pattern binds.
-fn bound_names(pattern: &Pat, names: &mut Vec<String>) {
-    match pattern {
-        Pat::Ident(ident) => {
-            names.push(ident.ident.to_string());
-            if let Some((_, sub)) = &ident.subpat {
-                bound_names(sub, names);
-            }
-        }
-        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::Struct(strukt) => strukt
-            .fields
-            .iter()
-            .for_each(|field| bound_names(&field.pat, names)),
-        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::Reference(reference) => bound_names(&reference.pat, names),
-        Pat::Paren(paren) => bound_names(&paren.pat, names),
-        Pat::Type(typed) => bound_names(&typed.pat, names),
-        Pat::Or(or) => or.cases.iter().for_each(|p| bound_names(p, names)),
-        _ => {}
-    }
-}
-
-/// Makes `quote`'s spaced-out token text readable in messages: `Option < u32 >` → `Option<u32>`.
-pub(crate) fn pretty_tokens(text: &str) -> String {
-    let mut pretty = text.to_owned();
-    for (spaced, tight) in [
-        (" :: ", "::"),
-        (":: ", "::"),
-        (" < ", "<"),
-        ("< ", "<"),
-        (" <", "<"),
-        (" >", ">"),
-        (" ,", ","),
-        ("& ", "&"),
-        ("( ", "("),
-        (" )", ")"),
-        ("[ ", "["),
-        (" ]", "]"),
-        (" ;", ";"),
-        ("' ", "'"),
-    ] {
-        pretty = pretty.replace(spaced, tight);
-    }
-    pretty
-}
-
-/// Checks that every placeholder names a parameter a placeholder may use.
-///
-/// Errors are spanned at the key literal (stable Rust cannot point inside a string literal) and
-/// name the placeholder at fault.
-pub(crate) fn validate(segments: &[Segment], params: &Params, key: &LitStr) -> syn::Result<()> {
-    let mut errors: Option<syn::Error> = None;
-    let mut push = |message: String| {
-        let error = syn::Error::new(key.span(), message);
-        match &mut errors {
-            Some(errors) => errors.combine(error),
-            None => errors = Some(error),
-        }
-    };
-
-    for segment in segments {
-        let Segment::Placeholder(placeholder) = segment else {
-            continue;
-        };
-        let root = placeholder.root.as_str();
-        let written = &placeholder.written;
-        if root == "self" {
-            if !params.has_receiver {
-                push(format!(
-                    "the lock key uses `{written}`, but this function has no `self` receiver; \
-                     {}",
-                    available(params)
-                ));
-            }
-            continue;
-        }
-        if params.named.iter().any(|name| name == root) {
-            continue;
-        }
-        if let Some((_, pattern)) = params.destructured.iter().find(|(name, _)| name == root) {
-            push(format!(
-                "the lock key uses `{written}`, but `{root}` is bound inside the pattern \
-                 `{pattern}`; a placeholder can only name a parameter bound to a plain name: \
-                 bind the parameter to a name (e.g. `pair: (u32, u32)`) and write a field of it \
-                 in the key (e.g. `{{pair.0}}`)"
-            ));
-            continue;
-        }
-        push(format!(
-            "the lock key uses `{written}`, but this function has no parameter `{root}`; {}",
-            available(params)
-        ));
-    }
-
-    errors.map_or(Ok(()), Err)
-}
-
-fn available(params: &Params) -> String {
-    let listing = params.listing();
-    if listing.is_empty() {
-        "it has no parameters a placeholder could name: use a fixed key, or add a parameter"
-            .to_owned()
-    } else {
-        format!("the parameters a placeholder can name are: {listing}")
-    }
-}
-
-/// The `format!` string for a scanned template: literal text with `{` and `}` doubled, and `{}`
-/// for each placeholder, in order.
-pub(crate) fn format_string(segments: &[Segment]) -> String {
-    let mut format = String::new();
-    for segment in segments {
-        match segment {
-            Segment::Literal(text) => {
-                format.push_str(&text.replace('{', "{{").replace('}', "}}"));
-            }
-            Segment::Placeholder(_) => format.push_str("{}"),
-        }
-    }
-    format
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proc_macro2::Span;
 
     fn lit(text: &str) -> Segment {
         Segment::Literal(text.to_owned())
@@ -551,92 +375,24 @@ mod tests {
     }
 
     #[test]
-    fn format_string_escapes_literal_braces() {
-        let segments = scan("{{a}}:{id}:<b>").unwrap();
-        assert_eq!(format_string(&segments), "{{a}}:{}:{}");
-    }
-
-    fn params(sig: &str) -> Params {
-        let sig: Signature = syn::parse_str(sig).unwrap();
-        Params::of(&sig)
-    }
-
-    fn validate_str(template: &str, sig: &str) -> Result<(), String> {
-        let key = LitStr::new(template, Span::call_site());
-        validate(&scan(template).unwrap(), &params(sig), &key).map_err(|e| {
-            e.into_iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-    }
-
-    #[test]
-    fn params_are_read_from_the_signature() {
-        let p =
-            params("async fn f(&self, a: u32, mut b: u32, ref c: u32, (d, e): (u8, u8), _: u8)");
-        assert!(p.has_receiver);
-        assert_eq!(p.named, ["a", "b", "c"]);
+    fn hostile_templates_scan_without_panicking() {
+        // Control characters and NUL are literal text.
+        assert_eq!(scan("a\0\u{7}b").unwrap(), vec![lit("a\0\u{7}b")]);
+        // A placeholder name that is not an identifier never reaches `Ident::new`.
+        assert!(errors("{\"}")[0].contains("is not a valid placeholder"));
+        assert!(errors("{a b}")[0].contains("is not a valid placeholder"));
+        assert_eq!(scan("<a b>").unwrap(), vec![lit("<a b>")]);
+        // Huge templates, with many placeholders or many escapes, scan in one pass.
+        let many = "{id}".repeat(10_000);
+        assert_eq!(scan(&many).unwrap().len(), 10_000);
+        let escapes = "{{".repeat(50_000);
+        assert_eq!(scan(&escapes).unwrap(), vec![lit(&"{".repeat(50_000))]);
+        // `}}` is a literal `}`, the third one is stray.
+        assert_eq!(errors(&"}".repeat(3)).len(), 1);
+        // Raw identifiers and keywords are names a placeholder may use.
         assert_eq!(
-            p.destructured,
-            [
-                ("d".to_owned(), "(d, e)".to_owned()),
-                ("e".to_owned(), "(d, e)".to_owned())
-            ]
-        );
-    }
-
-    #[test]
-    fn placeholders_naming_parameters_are_accepted() {
-        validate_str("{a}:{b.x}:<c>", "async fn f(a: u32, mut b: B, c: &str)").unwrap();
-        validate_str("{self.id}:{a}", "async fn f(&mut self, a: u32)").unwrap();
-        validate_str("{self}", "async fn f(self)").unwrap();
-    }
-
-    #[test]
-    fn unknown_placeholder_lists_parameters() {
-        let message = validate_str("{nope}", "async fn f(&self, a: u32, b: u32)").unwrap_err();
-        assert!(message.contains("no parameter `nope`"), "{message}");
-        assert!(message.contains("`self`, `a`, `b`"), "{message}");
-    }
-
-    #[test]
-    fn unknown_placeholder_without_parameters() {
-        let message = validate_str("{nope}", "async fn f()").unwrap_err();
-        assert!(message.contains("it has no parameters"), "{message}");
-    }
-
-    #[test]
-    fn destructured_names_are_rejected() {
-        let message = validate_str("{a}", "async fn f((a, b): (u32, u32))").unwrap_err();
-        assert!(
-            message.contains("bound inside the pattern `(a, b)`"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn self_without_receiver_is_rejected() {
-        let message = validate_str("{self.id}", "async fn f(id: u32)").unwrap_err();
-        assert!(message.contains("no `self` receiver"), "{message}");
-        assert!(message.contains("`id`"), "{message}");
-    }
-
-    #[test]
-    fn every_unknown_placeholder_is_reported() {
-        let message = validate_str("{x}{y}", "async fn f(a: u32)").unwrap_err();
-        assert_eq!(message.lines().count(), 2, "{message}");
-    }
-
-    #[test]
-    fn pretty_tokens_tightens_generics() {
-        assert_eq!(
-            pretty_tokens(&quote::quote!(Option<Vec<&'a str>>).to_string()),
-            "Option<Vec<&'a str>>"
-        );
-        assert_eq!(
-            pretty_tokens(&quote::quote!(std::io::Result<(u8, u8)>).to_string()),
-            "std::io::Result<(u8, u8)>"
+            scan("{r#type}").unwrap(),
+            vec![ph("{r#type}", "r#type", &[])]
         );
     }
 }

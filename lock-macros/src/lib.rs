@@ -3,16 +3,24 @@
 //! Use it through the `distlock` crate (`use distlock::distributed_lock;`): the code it generates
 //! calls `::distlock::__private`, not this crate.
 //!
-//! The crate is split the way `thiserror` splits its macros: `args` parses the attribute's
-//! arguments into one typed struct, `key` scans and validates the key template, and `expand`
-//! validates the function and generates its new body. This file only wires them together.
+//! The crate is split by step, so that each question has one place to look: where an option is
+//! parsed, where its rules are checked, where its code is generated.
+//!
+//! - `args` parses the attribute's arguments into one typed `Args` (its `OPTIONS` table is the
+//!   one list of options), using `duration` for duration literals and `key` for the key
+//!   template;
+//! - `valid` checks every rule, on the options and on the function, with one error collector;
+//! - `expand` generates the rewritten function from what passed.
+//!
+//! This file only wires them together.
 
 use proc_macro::TokenStream;
-use syn::ItemFn;
 
 mod args;
+mod duration;
 mod expand;
 mod key;
+mod valid;
 
 /// Runs the body of an `async fn` while holding a distributed lock on Redis.
 ///
@@ -95,12 +103,13 @@ mod key;
 ///
 /// How long the lock lives in Redis if it is not released or extended: seconds as a number
 /// (`ttl = 60`, `ttl = 0.5`) or a string with a unit: `"500ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"1h"`.
-/// It must be at least 1 ms and a whole number of milliseconds (Redis `PX`).
+/// It must be at least 1 ms and a whole number of milliseconds (Redis `PX`), and at most 365 days
+/// (for long work, a short ttl with `auto_extend = true`).
 ///
 /// ## `timeout = <duration>` (default 10 s)
 ///
 /// How long to wait for the lock when another worker holds it, in the same forms as `ttl`.
-/// `timeout = 0` makes a single attempt. When it runs out the function returns
+/// At most 365 days; `timeout = 0` makes a single attempt. When it runs out the function returns
 /// `Err(E::from(LockError::Timeout { .. }))`.
 ///
 /// ```ignore
@@ -166,9 +175,10 @@ mod key;
 /// Every mistake is reported where it is written, saying what to write instead: a missing or
 /// empty `key`; an unclosed `{`, stray `}` or empty `{}` in the key; a placeholder that names no
 /// parameter (the message lists the parameters there are); an unknown or repeated option; a
-/// zero, negative, sub-millisecond or unparsable duration; a value of the wrong kind; a function
-/// that is not `async` or does not return a `Result`. If the error type has no
-/// `From<LockError>`, rustc points at the return type.
+/// duration that is zero, negative, under a millisecond, over 365 days or unparsable (the
+/// runtime refuses the same values, so none of them compiles and then fails on every call); a
+/// value of the wrong kind; a function that is not `async` or does not return a `Result`. If the
+/// error type has no `From<LockError>`, rustc points at the return type.
 ///
 /// When the attribute's arguments or the function are wrong, the function is still emitted as
 /// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it.
@@ -187,35 +197,23 @@ mod key;
 ///   before this one runs is no longer an `async fn`, and is rejected.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = syn::parse::<args::Args>(args);
-    let function = syn::parse::<ItemFn>(item.clone()).map_err(|_| {
-        syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
-             method in an `impl` block",
-        )
-    });
-
-    let expanded = match (args, function) {
-        (Ok(args), Ok(function)) => expand::expand(&args, &function),
-        (Err(mut errors), Ok(function)) => {
-            // Report the function's own problems in the same run.
-            if let Err(more) = expand::check_signature(&function.sig) {
-                errors.combine(more);
-            }
-            Err(errors)
-        }
-        (Ok(_), Err(error)) => Err(error),
-        (Err(mut errors), Err(error)) => {
-            errors.combine(error);
-            Err(errors)
+    let mut errors = valid::Errors::default();
+    let args = args::Args::parse(args.into(), &mut errors);
+    let function = match valid::function(item.clone()) {
+        Ok(function) => Some(function),
+        Err(error) => {
+            errors.push(error);
+            None
         }
     };
+    let expanded =
+        valid::check(&args, function.as_ref(), errors).and_then(|valid| expand::expand(&valid));
 
     match expanded {
         Ok(tokens) => tokens.into(),
         Err(errors) => {
-            // Like tokio-macros: keep the item so that the rest of the crate still sees it.
+            // Keep the item, so that the rest of the crate (and the IDE) still sees the function
+            // and reports only these errors, not every use of a function that vanished.
             let mut tokens = item;
             tokens.extend(TokenStream::from(errors.to_compile_error()));
             tokens

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use crate::LockError;
 
-/// The longest `ttl` or `timeout` accepted: past this a duration is almost surely a unit mistake
-/// (and `Instant + Duration` or Redis' `PX` could overflow).
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
+
+/// The longest `ttl`, `timeout` or other duration setting accepted, as a `Duration`; the limit
+/// itself lives in `lock_limits`, which the attribute checks at compile time too.
+pub(crate) const MAX_DURATION: Duration = Duration::from_millis(MAX_DURATION_MILLIS);
 
 /// How to take one lock: its ttl, how long to wait, auto-extension and fencing.
 ///
@@ -209,9 +211,10 @@ impl LockOptions {
     /// returns the ttl in whole milliseconds.
     pub(crate) fn validate(&self) -> Result<u64, LockError> {
         let ttl_millis = ttl_millis(self.ttl)?;
-        if self.timeout > MAX_DURATION {
+        if lock_limits::check_timeout(whole_millis(self.timeout)).is_err() {
             return Err(LockError::config(format!(
-                "timeout {:?} is longer than the maximum of 365 days; use a shorter timeout",
+                "timeout {:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter \
+                 timeout",
                 self.timeout
             )));
         }
@@ -222,20 +225,24 @@ impl LockOptions {
 /// A ttl in whole milliseconds (what `PX` and `PEXPIRE` take), or a `Config` error that says
 /// what range is accepted.
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
-    if ttl > MAX_DURATION {
-        return Err(LockError::config(format!(
-            "ttl {ttl:?} is longer than the maximum of 365 days; use a shorter ttl and \
-             `auto_extend` for long work"
-        )));
-    }
-    let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    if millis == 0 {
-        return Err(LockError::config(format!(
+    let millis = whole_millis(ttl);
+    match lock_limits::check_ttl(millis) {
+        Ok(()) => Ok(millis),
+        Err(Violation::TooLong) => Err(LockError::config(format!(
+            "ttl {ttl:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter ttl \
+             and `auto_extend` for long work"
+        ))),
+        Err(Violation::TooShort) => Err(LockError::config(format!(
             "ttl {ttl:?} is shorter than 1 ms, the smallest expiry Redis can keep; use a ttl \
              of at least 1 ms"
-        )));
+        ))),
     }
-    Ok(millis)
+}
+
+/// The whole milliseconds in `duration` (Redis' unit), saturating: a fraction of a millisecond
+/// is dropped, and anything past `u64::MAX` ms is past every limit anyway.
+fn whole_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -252,6 +259,19 @@ mod tests {
             .timeout(Duration::MAX)
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn the_limits_are_inclusive() {
+        let max = Duration::from_millis(MAX_DURATION_MILLIS);
+        assert!(LockOptions::new().ttl(max).timeout(max).validate().is_ok());
+        let over = max + Duration::from_millis(1);
+        assert!(LockOptions::new().ttl(over).validate().is_err());
+        assert!(LockOptions::new().timeout(over).validate().is_err());
+        assert!(LockOptions::new()
+            .timeout(Duration::ZERO)
+            .validate()
+            .is_ok());
     }
 
     #[test]

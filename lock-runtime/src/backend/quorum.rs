@@ -263,13 +263,13 @@ mod tests {
     use super::*;
     use crate::connection::{Connections, Endpoint, Timeouts};
 
-    /// Five masters that are never contacted.
-    fn five() -> Quorum {
+    /// `n` masters that are never contacted.
+    fn masters(n: usize) -> Quorum {
         let timeouts = Timeouts {
             connect: Duration::from_secs(1),
             response: Duration::from_secs(1),
         };
-        let nodes = (0..5)
+        let nodes = (0..n)
             .map(|_| {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
                 Node::new(
@@ -279,6 +279,15 @@ mod tests {
             })
             .collect();
         Quorum::new(nodes, Duration::from_millis(100))
+    }
+
+    fn five() -> Quorum {
+        masters(5)
+    }
+
+    /// A master that did not answer.
+    fn silent() -> RedisResult<bool> {
+        Err(RedisError::from(std::io::Error::other("master down")))
     }
 
     fn ms(millis: u64) -> Option<Duration> {
@@ -309,5 +318,50 @@ mod tests {
             let retry = quorum.held_for(&held, unanswered).unwrap();
             assert!(retry <= Duration::from_millis(11), "{retry:?}");
         }
+    }
+
+    #[test]
+    fn a_majority_is_more_than_half_of_the_masters() {
+        let majorities: Vec<usize> = (1..=6).map(|n| masters(n).majority()).collect();
+        assert_eq!(majorities, [1, 2, 2, 3, 3, 4]);
+    }
+
+    #[test]
+    fn only_yes_votes_count_towards_a_majority() {
+        let quorum = five();
+        let (yes, no) = (|| Ok(true), || Ok(false));
+        assert!(quorum
+            .majority_true(&[yes(), yes(), yes(), no(), silent()])
+            .unwrap());
+        assert!(!quorum
+            .majority_true(&[yes(), yes(), no(), no(), no()])
+            .unwrap());
+        // Three answered: enough to tell that two yes votes are not a majority.
+        assert!(!quorum
+            .majority_true(&[yes(), yes(), no(), silent(), silent()])
+            .unwrap());
+    }
+
+    #[test]
+    fn too_few_answers_are_an_error_that_names_the_counts_and_the_last_cause() {
+        let quorum = five();
+        let error = quorum
+            .majority_true(&[Ok(true), Ok(true), silent(), silent(), silent()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("only 2 of 5 Redlock masters answered")
+                && error.contains("a majority (3) is needed")
+                && error.contains("master down")
+                && error.contains("bring masters back or check the URLs"),
+            "{error}"
+        );
+        assert!(quorum.check_quorum(&[silent(), silent()], 3).is_ok());
+    }
+
+    #[test]
+    fn the_drift_allowance_is_one_percent_of_the_ttl_plus_two_milliseconds() {
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+        assert_eq!(drift(Duration::from_millis(100)), Duration::from_millis(3));
     }
 }

@@ -1,0 +1,118 @@
+//! The limits on a lock's durations, shared by distlock's runtime (which refuses a value outside
+//! them with `LockError::Config`) and by the `#[distributed_lock]` attribute (which refuses the same
+//! value at compile time). Both crates depend on this one so that a limit is defined once and the
+//! two can never disagree.
+//!
+//! Use it through the `distlock` crate; this crate has no dependencies so that the proc-macro
+//! crate stays free of Redis and tokio.
+//!
+//! ```
+//! use lock_limits::{check_timeout, check_ttl, Violation, MAX_DURATION_MILLIS};
+//!
+//! assert_eq!(check_ttl(60_000), Ok(()));
+//! assert_eq!(check_ttl(0), Err(Violation::TooShort));
+//! assert_eq!(check_timeout(0), Ok(()));
+//! assert_eq!(check_ttl(MAX_DURATION_MILLIS + 1), Err(Violation::TooLong));
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// The longest `ttl` or `timeout`, in milliseconds: 365 days. Past this a duration is almost
+/// surely a unit mistake, and deadlines computed from it (`Instant + Duration`, Redis' `PX`) stay
+/// far from overflowing.
+///
+/// ```
+/// assert_eq!(lock_limits::MAX_DURATION_MILLIS, 365 * 24 * 3_600_000);
+/// ```
+pub const MAX_DURATION_MILLIS: u64 = 365 * 24 * 60 * 60 * 1000;
+
+/// [`MAX_DURATION_MILLIS`] as people say it, for error messages.
+///
+/// ```
+/// assert_eq!(lock_limits::MAX_DURATION_TEXT, "365 days");
+/// ```
+pub const MAX_DURATION_TEXT: &str = "365 days";
+
+/// The shortest `ttl`, in milliseconds: Redis keeps expiries in whole milliseconds (`PX`), and a
+/// lock that expires at once protects nothing.
+///
+/// ```
+/// assert_eq!(lock_limits::MIN_TTL_MILLIS, 1);
+/// ```
+pub const MIN_TTL_MILLIS: u64 = 1;
+
+/// Which limit a duration breaks.
+///
+/// ```
+/// assert_eq!(lock_limits::check_ttl(0), Err(lock_limits::Violation::TooShort));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// Shorter than the minimum ([`MIN_TTL_MILLIS`] for a ttl).
+    TooShort,
+    /// Longer than [`MAX_DURATION_MILLIS`].
+    TooLong,
+}
+
+/// Checks a ttl given in whole milliseconds: at least [`MIN_TTL_MILLIS`], at most
+/// [`MAX_DURATION_MILLIS`].
+///
+/// ```
+/// assert!(lock_limits::check_ttl(1).is_ok());
+/// assert!(lock_limits::check_ttl(lock_limits::MAX_DURATION_MILLIS).is_ok());
+/// ```
+///
+/// # Errors
+///
+/// The [`Violation`] the value commits.
+pub const fn check_ttl(millis: u64) -> Result<(), Violation> {
+    if millis < MIN_TTL_MILLIS {
+        Err(Violation::TooShort)
+    } else if millis > MAX_DURATION_MILLIS {
+        Err(Violation::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a timeout given in whole milliseconds: zero (a single attempt) up to
+/// [`MAX_DURATION_MILLIS`].
+///
+/// ```
+/// assert!(lock_limits::check_timeout(0).is_ok());
+/// assert!(lock_limits::check_timeout(u64::MAX).is_err());
+/// ```
+///
+/// # Errors
+///
+/// [`Violation::TooLong`] past the maximum.
+pub const fn check_timeout(millis: u64) -> Result<(), Violation> {
+    if millis > MAX_DURATION_MILLIS {
+        Err(Violation::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds_are_inclusive() {
+        assert_eq!(check_ttl(0), Err(Violation::TooShort));
+        assert_eq!(check_ttl(MIN_TTL_MILLIS), Ok(()));
+        assert_eq!(check_ttl(MAX_DURATION_MILLIS), Ok(()));
+        assert_eq!(check_ttl(MAX_DURATION_MILLIS + 1), Err(Violation::TooLong));
+    }
+
+    #[test]
+    fn timeout_may_be_zero_but_not_past_the_maximum() {
+        assert_eq!(check_timeout(0), Ok(()));
+        assert_eq!(check_timeout(MAX_DURATION_MILLIS), Ok(()));
+        assert_eq!(
+            check_timeout(MAX_DURATION_MILLIS + 1),
+            Err(Violation::TooLong)
+        );
+    }
+}

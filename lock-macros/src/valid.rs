@@ -1,0 +1,706 @@
+//! Every rule of `#[distributed_lock]`, in one place, with the one error collector.
+//!
+//! Parsing ([`crate::args`]) only checks the form of each value; this module decides whether
+//! the attribute and the function it is on are allowed together:
+//!
+//! - the options: `key` is given, no option is repeated, `ttl` and `timeout` are within the
+//!   limits the runtime enforces (read from `lock_limits`, so both refuse the same values);
+//! - the function: an `async fn` with a body, returning a `Result`;
+//! - the key: every placeholder names a parameter a placeholder may use;
+//! - `guard` does not hide a parameter.
+//!
+//! Every problem is reported in one run, each spanned at the token at fault and saying what to
+//! write instead. [`check`] returns a [`Valid`], the only input [`crate::expand`] accepts.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Delimiter, Group, Span};
+use quote::{quote, ToTokens};
+use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
+
+use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
+
+use crate::args::{self, Args, DurationArg, KeyArg};
+use crate::key::Segment;
+
+/// Collects errors so that one run reports them all.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    /// Adds `error` (which may itself hold several) to the collection.
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(errors) => errors.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    /// `Err` with every error pushed, or `Ok` if there is none.
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// An attribute and its function that passed every rule: what [`crate::expand`] generates from.
+pub(crate) struct Valid<'a> {
+    pub(crate) args: &'a Args,
+    pub(crate) key: &'a KeyArg,
+    pub(crate) function: &'a ItemFn,
+}
+
+/// Parses the item the attribute is on, which must be a function with a body.
+pub(crate) fn function(item: TokenStream) -> syn::Result<ItemFn> {
+    syn::parse::<ItemFn>(item).map_err(|_| {
+        syn::Error::new(
+            Span::call_site(),
+            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
+             method in an `impl` block",
+        )
+    })
+}
+
+/// Checks every rule on `args` and on `function` (when the item is one), adding to the errors
+/// parsing already found; returns what to generate from when there are none.
+pub(crate) fn check<'a>(
+    args: &'a Args,
+    function: Option<&'a ItemFn>,
+    mut errors: Errors,
+) -> syn::Result<Valid<'a>> {
+    check_options(args, &mut errors);
+    if let Some(function) = function {
+        check_signature(&function.sig, &mut errors);
+        let params = Params::of(&function.sig);
+        if let Some(key) = &args.key {
+            check_placeholders(&key.segments, &params, &key.literal, &mut errors);
+        }
+        check_guard(args, &params, &mut errors);
+    }
+    errors.finish()?;
+    match (&args.key, function) {
+        (Some(key), Some(function)) => Ok(Valid {
+            args,
+            key,
+            function,
+        }),
+        // Both cases pushed an error above (a missing key, or an item that is not a function).
+        _ => Err(syn::Error::new(
+            Span::call_site(),
+            "`#[distributed_lock]` needs `key = \"...\"` and an `async fn`",
+        )),
+    }
+}
+
+/// The rules on the options alone.
+fn check_options(args: &Args, errors: &mut Errors) {
+    if !args.is_written("key") {
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            "missing `key`: `#[distributed_lock]` needs the name of the lock, e.g. \
+             `#[distributed_lock(key = \"trace:{trace_id}\")]`",
+        ));
+    }
+    for (at, (name, span)) in args.written.iter().enumerate() {
+        if args.written[..at]
+            .iter()
+            .any(|(earlier, _)| earlier == name)
+        {
+            errors.push(syn::Error::new(
+                *span,
+                format!(
+                    "`{name}` is given more than once: keep only one `{}`",
+                    args::option(name).example
+                ),
+            ));
+        }
+    }
+    if let Some(ttl) = &args.ttl {
+        if let Err(message) = ttl_rule(ttl) {
+            errors.push(syn::Error::new_spanned(&ttl.tokens, message));
+        }
+    }
+    if let Some(timeout) = &args.timeout {
+        if let Err(message) = timeout_rule(timeout) {
+            errors.push(syn::Error::new_spanned(&timeout.tokens, message));
+        }
+    }
+}
+
+/// `ttl`: positive, whole milliseconds, at least `lock_limits::MIN_TTL_MILLIS`, at most
+/// `lock_limits::MAX_DURATION_MILLIS`.
+fn ttl_rule(ttl: &DurationArg) -> Result<(), String> {
+    let written = &ttl.written;
+    if ttl.negative && !ttl.millis.is_zero() {
+        return Err(format!(
+            "`ttl = {written}` is negative: the lock must live for a positive time, \
+             e.g. `ttl = 30` (seconds) or `ttl = \"500ms\"`"
+        ));
+    }
+    match lock_limits::check_ttl(ttl.millis.whole) {
+        Err(Violation::TooShort) if ttl.millis.is_zero() => Err(format!(
+            "`ttl = {written}` is zero: a lock that expires at once protects nothing; give it \
+             a positive time, e.g. `ttl = 30` (seconds) or `ttl = \"500ms\"`"
+        )),
+        Err(Violation::TooShort) => Err(less_than_a_millisecond("ttl", written)),
+        Err(Violation::TooLong) => Err(format!(
+            "`ttl = {written}` is longer than the maximum of {MAX_DURATION_TEXT}, which the \
+             runtime would refuse on every call: write at most `ttl = \"{}h\"`; for long work, \
+             a short ttl with `auto_extend = true` keeps the lock while the body runs and frees \
+             it soon after a crash",
+            max_hours()
+        )),
+        Ok(()) if ttl.millis.fraction => Err(not_whole_milliseconds("ttl", ttl)),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// `timeout`: zero (a single attempt) or whole milliseconds up to
+/// `lock_limits::MAX_DURATION_MILLIS`.
+fn timeout_rule(timeout: &DurationArg) -> Result<(), String> {
+    let written = &timeout.written;
+    if timeout.millis.is_zero() {
+        return Ok(());
+    }
+    if timeout.negative {
+        return Err(format!(
+            "`timeout = {written}` is negative: write `timeout = 0` for a single attempt, or a \
+             positive time to wait, e.g. `timeout = 5`"
+        ));
+    }
+    if timeout.millis.whole == 0 {
+        return Err(less_than_a_millisecond("timeout", written));
+    }
+    match lock_limits::check_timeout(timeout.millis.whole) {
+        Err(Violation::TooLong | Violation::TooShort) => Err(format!(
+            "`timeout = {written}` is longer than the maximum of {MAX_DURATION_TEXT}, which the \
+             runtime would refuse on every call: write at most `timeout = \"{}h\"`",
+            max_hours()
+        )),
+        Ok(()) if timeout.millis.fraction => Err(not_whole_milliseconds("timeout", timeout)),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// The maximum duration in whole hours, for "write at most" hints.
+fn max_hours() -> u64 {
+    MAX_DURATION_MILLIS / 3_600_000
+}
+
+fn less_than_a_millisecond(name: &str, written: &str) -> String {
+    format!(
+        "`{name} = {written}` is less than 1 ms: Redis keeps expiries in whole milliseconds \
+         (PX); write at least `{name} = \"1ms\"`"
+    )
+}
+
+fn not_whole_milliseconds(name: &str, value: &DurationArg) -> String {
+    format!(
+        "`{name} = {}` is not a whole number of milliseconds: Redis keeps expiries in whole \
+         milliseconds (PX); write e.g. `{name} = \"{}ms\"`",
+        value.written, value.millis.whole
+    )
+}
+
+/// The rules on the signature alone: `async fn`, returning a `...Result`.
+fn check_signature(sig: &Signature, errors: &mut Errors) {
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[distributed_lock]` only works on an `async fn`: the lock is acquired with \
+                 `.await` before the body runs; make it `async fn {}(..)`",
+                sig.ident
+            ),
+        ));
+    }
+    if let Err(error) = check_return_type(sig) {
+        errors.push(error);
+    }
+}
+
+const WHY_RESULT: &str = "`#[distributed_lock]` needs a function that returns a `Result`, \
+                          because acquiring the lock can fail (timeout, Redis unreachable) and \
+                          that error reaches the caller as `E::from(distlock::LockError)`";
+
+fn check_return_type(sig: &Signature) -> syn::Result<()> {
+    let ty = match &sig.output {
+        ReturnType::Type(_, ty) => ty,
+        ReturnType::Default => {
+            // Underline `fn name(..)`: there is no return type to point at.
+            let mut paren = Group::new(Delimiter::Parenthesis, proc_macro2::TokenStream::new());
+            paren.set_span(sig.paren_token.span.join());
+            let fn_token = &sig.fn_token;
+            let ident = &sig.ident;
+            return Err(syn::Error::new_spanned(
+                quote!(#fn_token #ident #paren),
+                format!(
+                    "{WHY_RESULT}; this function returns nothing: write `-> Result<(), YourError>` \
+                     where `YourError: From<distlock::LockError>`, and end the body with `Ok(())`"
+                ),
+            ));
+        }
+    };
+    if is_result(ty) {
+        return Ok(());
+    }
+    let written = pretty_tokens(&ty.to_token_stream().to_string());
+    let instead = match &**ty {
+        Type::Tuple(tuple) if tuple.elems.is_empty() => {
+            "write `-> Result<(), YourError>` where `YourError: From<distlock::LockError>`, and \
+             end the body with `Ok(())`"
+                .to_owned()
+        }
+        _ => format!(
+            "write `-> Result<{written}, YourError>` where `YourError: From<distlock::LockError>`, \
+             and wrap the value in `Ok(..)`"
+        ),
+    };
+    Err(syn::Error::new_spanned(
+        ty,
+        format!("{WHY_RESULT}; it returns `{written}`: {instead}"),
+    ))
+}
+
+/// Whether `ty` is a path whose last segment ends with `Result` (`Result<T, E>`,
+/// `std::io::Result<T>`, `anyhow::Result<T>`, an alias like `AppResult<T>`).
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident.to_string().ends_with("Result")),
+        Type::Group(group) => is_result(&group.elem),
+        Type::Paren(paren) => is_result(&paren.elem),
+        _ => false,
+    }
+}
+
+/// `guard = name` must not reuse a parameter's name, which it would hide in the body.
+fn check_guard(args: &Args, params: &Params, errors: &mut Errors) {
+    let Some(guard) = &args.guard else {
+        return;
+    };
+    if params.named.iter().any(|name| guard == name) {
+        errors.push(syn::Error::new(
+            guard.span(),
+            format!(
+                "`guard = {guard}` would hide the parameter `{guard}` in the body: choose \
+                 another name, e.g. `guard = {}`",
+                if guard == "lock" { "held" } else { "lock" }
+            ),
+        ));
+    }
+}
+
+/// The names a key placeholder may use, read from a function signature.
+#[derive(Debug, Default)]
+struct Params {
+    /// Whether the function has a `self` receiver.
+    has_receiver: bool,
+    /// Parameters bound by a plain identifier pattern (`x`, `mut x`, `ref x`), in order.
+    named: Vec<String>,
+    /// Names bound inside a destructuring pattern, with that pattern as written, e.g.
+    /// `("a", "(a, b)")`: they exist in the body but a placeholder cannot name them.
+    destructured: Vec<(String, String)>,
+}
+
+impl Params {
+    /// Reads the parameters of `sig`.
+    fn of(sig: &Signature) -> Params {
+        let mut params = Params::default();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(_) => params.has_receiver = true,
+                FnArg::Typed(typed) => match &*typed.pat {
+                    Pat::Ident(ident) if ident.subpat.is_none() => {
+                        params.named.push(ident.ident.to_string());
+                    }
+                    pattern => {
+                        let written = pretty_tokens(&quote::quote!(#pattern).to_string());
+                        let mut names = Vec::new();
+                        bound_names(pattern, &mut names);
+                        for name in names {
+                            params.destructured.push((name, written.clone()));
+                        }
+                    }
+                },
+            }
+        }
+        params
+    }
+
+    /// The list shown in error messages, e.g. "`self`, `trace_id`, `attempt`".
+    fn listing(&self) -> String {
+        let receiver = self.has_receiver.then(|| "self".to_owned());
+        let names: Vec<String> = receiver
+            .into_iter()
+            .chain(self.named.iter().cloned())
+            .map(|name| format!("`{name}`"))
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// Collects the identifiers a pattern binds.
+fn bound_names(pattern: &Pat, names: &mut Vec<String>) {
+    match pattern {
+        Pat::Ident(ident) => {
+            names.push(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                bound_names(sub, names);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Struct(strukt) => strukt
+            .fields
+            .iter()
+            .for_each(|field| bound_names(&field.pat, names)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Reference(reference) => bound_names(&reference.pat, names),
+        Pat::Paren(paren) => bound_names(&paren.pat, names),
+        Pat::Type(typed) => bound_names(&typed.pat, names),
+        Pat::Or(or) => or.cases.iter().for_each(|p| bound_names(p, names)),
+        _ => {}
+    }
+}
+
+/// Makes `quote`'s spaced-out token text readable in messages: `Option < u32 >` → `Option<u32>`.
+fn pretty_tokens(text: &str) -> String {
+    let mut pretty = text.to_owned();
+    for (spaced, tight) in [
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" < ", "<"),
+        ("< ", "<"),
+        (" <", "<"),
+        (" >", ">"),
+        (" ,", ","),
+        ("& ", "&"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+        (" ;", ";"),
+        ("' ", "'"),
+    ] {
+        pretty = pretty.replace(spaced, tight);
+    }
+    pretty
+}
+
+/// Checks that every placeholder names a parameter a placeholder may use.
+///
+/// Errors are spanned at the key literal (stable Rust cannot point inside a string literal) and
+/// name the placeholder at fault.
+fn check_placeholders(segments: &[Segment], params: &Params, key: &LitStr, errors: &mut Errors) {
+    let mut push = |message: String| errors.push(syn::Error::new(key.span(), message));
+
+    for segment in segments {
+        let Segment::Placeholder(placeholder) = segment else {
+            continue;
+        };
+        let root = placeholder.root.as_str();
+        let written = &placeholder.written;
+        if root == "self" {
+            if !params.has_receiver {
+                push(format!(
+                    "the lock key uses `{written}`, but this function has no `self` receiver; \
+                     {}",
+                    available(params)
+                ));
+            }
+            continue;
+        }
+        if params.named.iter().any(|name| name == root) {
+            continue;
+        }
+        if let Some((_, pattern)) = params.destructured.iter().find(|(name, _)| name == root) {
+            push(format!(
+                "the lock key uses `{written}`, but `{root}` is bound inside the pattern \
+                 `{pattern}`; a placeholder can only name a parameter bound to a plain name: \
+                 bind the parameter to a name (e.g. `pair: (u32, u32)`) and write a field of it \
+                 in the key (e.g. `{{pair.0}}`)"
+            ));
+            continue;
+        }
+        push(format!(
+            "the lock key uses `{written}`, but this function has no parameter `{root}`; {}",
+            available(params)
+        ));
+    }
+}
+
+fn available(params: &Params) -> String {
+    let listing = params.listing();
+    if listing.is_empty() {
+        "it has no parameters a placeholder could name: use a fixed key, or add a parameter"
+            .to_owned()
+    } else {
+        format!("the parameters a placeholder can name are: {listing}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key;
+    use quote::quote;
+
+    /// Every message of `errors`, one a line.
+    fn messages(errors: Errors) -> String {
+        match errors.finish() {
+            Ok(()) => String::new(),
+            Err(error) => error
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    /// The rule errors for `attribute` on `function` (both parsed without errors).
+    fn rules(attribute: proc_macro2::TokenStream, function: &str) -> String {
+        let mut errors = Errors::default();
+        let args = Args::parse(attribute, &mut errors);
+        assert!(errors.0.is_none(), "{}", messages(errors));
+        let function: ItemFn = syn::parse_str(function).unwrap();
+        match check(&args, Some(&function), Errors::default()) {
+            Ok(_) => String::new(),
+            Err(error) => error
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    const FN: &str = "async fn f(id: u32) -> Result<(), E> { Ok(()) }";
+
+    #[test]
+    fn a_correct_attribute_passes() {
+        assert_eq!(
+            rules(
+                quote!(
+                    key = "k:{id}",
+                    ttl = 60,
+                    timeout = 0,
+                    guard = lock,
+                    auto_extend = true
+                ),
+                FN
+            ),
+            ""
+        );
+    }
+
+    #[test]
+    fn missing_key() {
+        assert!(rules(quote!(), FN).contains("missing `key`"));
+        assert!(rules(quote!(ttl = 5), FN).contains("missing `key`"));
+    }
+
+    #[test]
+    fn repeated_option() {
+        let message = rules(quote!(key = "k", ttl = 5, ttl = 6, ttl = 7), FN);
+        assert_eq!(message.lines().count(), 2, "{message}");
+        assert!(message.contains("`ttl` is given more than once: keep only one `ttl = 60`"));
+    }
+
+    #[test]
+    fn bad_durations() {
+        for (attribute, expected) in [
+            (quote!(key = "k", ttl = 0), "is zero"),
+            (quote!(key = "k", ttl = "0ms"), "is zero"),
+            (quote!(key = "k", ttl = -5), "is negative"),
+            (quote!(key = "k", ttl = "-5s"), "is negative"),
+            (quote!(key = "k", timeout = -1), "is negative"),
+            (quote!(key = "k", ttl = 0.0001), "less than 1 ms"),
+            (quote!(key = "k", timeout = 0.0001), "less than 1 ms"),
+            (
+                quote!(key = "k", ttl = "1.5ms"),
+                "write e.g. `ttl = \"1ms\"`",
+            ),
+            (
+                quote!(key = "k", timeout = 1.0005),
+                "write e.g. `timeout = \"1000ms\"`",
+            ),
+            (
+                quote!(key = "k", ttl = "9000h"),
+                "write at most `ttl = \"8760h\"`",
+            ),
+            (
+                quote!(key = "k", ttl = 1e40),
+                "longer than the maximum of 365 days",
+            ),
+            (
+                quote!(key = "k", timeout = "9000h"),
+                "write at most `timeout = \"8760h\"`",
+            ),
+        ] {
+            let message = rules(attribute.clone(), FN);
+            assert!(message.contains(expected), "{attribute}: {message}");
+        }
+    }
+
+    #[test]
+    fn the_limits_are_those_of_the_runtime() {
+        // 365 days, the last accepted value, and one millisecond more.
+        let max = format!("{MAX_DURATION_MILLIS}ms");
+        let over = format!("{}ms", MAX_DURATION_MILLIS + 1);
+        assert_eq!(rules(quote!(key = "k", ttl = #max, timeout = #max), FN), "");
+        assert_eq!(rules(quote!(key = "k", ttl = "8760h"), FN), "");
+        assert!(rules(quote!(key = "k", ttl = #over), FN).contains("longer than the maximum"));
+        assert!(rules(quote!(key = "k", timeout = #over), FN).contains("longer than the maximum"));
+        assert_eq!(rules(quote!(key = "k", ttl = "1ms", timeout = -0), FN), "");
+    }
+
+    #[test]
+    fn guard_may_not_hide_a_parameter() {
+        let message = rules(quote!(key = "k", guard = id), FN);
+        assert!(
+            message.contains("would hide the parameter `id`"),
+            "{message}"
+        );
+        let message = rules(
+            quote!(key = "k", guard = lock),
+            "async fn f(lock: u8) -> Result<(), E> { Ok(()) }",
+        );
+        assert!(message.contains("`guard = held`"), "{message}");
+    }
+
+    #[test]
+    fn signature_rules() {
+        let message = rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }");
+        assert!(message.contains("only works on an `async fn`"), "{message}");
+        let message = rules(quote!(key = "k"), "async fn f() {}");
+        assert!(
+            message.contains("this function returns nothing"),
+            "{message}"
+        );
+        let message = rules(quote!(key = "k"), "async fn f() -> Option<u8> { None }");
+        assert!(
+            message.contains("`-> Result<Option<u8>, YourError>`"),
+            "{message}"
+        );
+        for output in [
+            "std::io::Result<()>",
+            "anyhow::Result<u8>",
+            "AppResult<u8>",
+            "(Result<(), E>)",
+        ] {
+            let function = format!("async fn f() -> {output} {{ todo!() }}");
+            assert_eq!(rules(quote!(key = "k"), &function), "", "{output}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let mut errors = Errors::default();
+        let args = Args::parse(quote!(key = "{nope}", ttl = 0, guard = "g"), &mut errors);
+        let function: ItemFn = syn::parse_str("fn f() {}").unwrap();
+        let message = match check(&args, Some(&function), errors) {
+            Ok(_) => panic!("should be rejected"),
+            Err(error) => error.into_iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        };
+        // guard (parse), ttl, not async, no Result, unknown placeholder.
+        assert_eq!(message.len(), 5, "{message:#?}");
+    }
+
+    #[test]
+    fn not_a_function_is_checked_for_options_only() {
+        let mut errors = Errors::default();
+        let args = Args::parse(quote!(ttl = 0), &mut errors);
+        let error = check(&args, None, errors).err().unwrap();
+        assert_eq!(error.into_iter().count(), 2);
+    }
+
+    fn params(sig: &str) -> Params {
+        let sig: Signature = syn::parse_str(sig).unwrap();
+        Params::of(&sig)
+    }
+
+    fn validate_str(template: &str, sig: &str) -> Result<(), String> {
+        let literal = LitStr::new(template, Span::call_site());
+        let mut errors = Errors::default();
+        check_placeholders(
+            &key::scan(template).unwrap(),
+            &params(sig),
+            &literal,
+            &mut errors,
+        );
+        match messages(errors) {
+            message if message.is_empty() => Ok(()),
+            message => Err(message),
+        }
+    }
+
+    #[test]
+    fn params_are_read_from_the_signature() {
+        let p =
+            params("async fn f(&self, a: u32, mut b: u32, ref c: u32, (d, e): (u8, u8), _: u8)");
+        assert!(p.has_receiver);
+        assert_eq!(p.named, ["a", "b", "c"]);
+        assert_eq!(
+            p.destructured,
+            [
+                ("d".to_owned(), "(d, e)".to_owned()),
+                ("e".to_owned(), "(d, e)".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn placeholders_naming_parameters_are_accepted() {
+        validate_str("{a}:{b.x}:<c>", "async fn f(a: u32, mut b: B, c: &str)").unwrap();
+        validate_str("{self.id}:{a}", "async fn f(&mut self, a: u32)").unwrap();
+        validate_str("{self}", "async fn f(self)").unwrap();
+    }
+
+    #[test]
+    fn unknown_placeholder_lists_parameters() {
+        let message = validate_str("{nope}", "async fn f(&self, a: u32, b: u32)").unwrap_err();
+        assert!(message.contains("no parameter `nope`"), "{message}");
+        assert!(message.contains("`self`, `a`, `b`"), "{message}");
+    }
+
+    #[test]
+    fn unknown_placeholder_without_parameters() {
+        let message = validate_str("{nope}", "async fn f()").unwrap_err();
+        assert!(message.contains("it has no parameters"), "{message}");
+    }
+
+    #[test]
+    fn destructured_names_are_rejected() {
+        let message = validate_str("{a}", "async fn f((a, b): (u32, u32))").unwrap_err();
+        assert!(
+            message.contains("bound inside the pattern `(a, b)`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn self_without_receiver_is_rejected() {
+        let message = validate_str("{self.id}", "async fn f(id: u32)").unwrap_err();
+        assert!(message.contains("no `self` receiver"), "{message}");
+        assert!(message.contains("`id`"), "{message}");
+    }
+
+    #[test]
+    fn every_unknown_placeholder_is_reported() {
+        let message = validate_str("{x}{y}", "async fn f(a: u32)").unwrap_err();
+        assert_eq!(message.lines().count(), 2, "{message}");
+    }
+
+    #[test]
+    fn pretty_tokens_tightens_generics() {
+        assert_eq!(
+            pretty_tokens(&quote::quote!(Option<Vec<&'a str>>).to_string()),
+            "Option<Vec<&'a str>>"
+        );
+        assert_eq!(
+            pretty_tokens(&quote::quote!(std::io::Result<(u8, u8)>).to_string()),
+            "std::io::Result<(u8, u8)>"
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! Integration-test harness: real `redis-server` processes, a fault-injecting TCP proxy, and
+//! helpers for tests that run several OS processes.
+//!
+//! Every integration test binary of the workspace depends on this crate and uses what it needs:
+//!
+//! ```ignore
+//! use test_support::{FaultProxy, RedisServer};
+//!
+//! let server = RedisServer::start();
+//! let proxy = FaultProxy::start(server.port());
+//! proxy.set_delay(std::time::Duration::from_millis(20));
+//! // ... point the code under test at proxy.url(), assert on server.get(..) ...
+//! ```
+//!
+//! Rules the harness keeps so that tests stay trustworthy on a slow shared machine:
+//! - nothing waits without a bound; a wait that runs out panics and says what did not happen;
+//! - every process and thread the harness starts is stopped when its owner is dropped;
+//! - servers never persist anything, so a restart always comes back empty.
+
+pub mod binary;
+pub mod cluster;
+pub mod names;
+pub mod process;
+pub mod proxy;
+pub mod server;
+pub mod tls;
+
+// Short paths for what tests use most (`test_support::RedisServer`).
+pub use binary::{skip_without, Feature};
+pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
+pub use process::{free_port, in_own_process, send_signal, spawn_self, wait_all};
+pub use proxy::FaultProxy;
+pub use server::RedisServer;
+pub use tls::TlsFiles;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Polls `condition` every 10 ms until it returns `true`, panicking after `timeout` with
+/// "timed out after {timeout:?} waiting for {what}".
+///
+/// Use it instead of a fixed `sleep` whenever a test waits for something that happens
+/// asynchronously (a key expiring, a worker connecting): it returns as soon as the condition
+/// holds, and the bound can be generous without slowing the common case.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The async form of [`wait_until`]: polls `condition` every 10 ms without blocking the runtime
+/// until it returns `true`, panicking after `timeout` with
+/// "timed out after {timeout:?} waiting for {what}".
+pub async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The one redis-server this test binary shares between its tests, started on first use
+/// (killed when the process ends). Tests that share it use their own keys.
+pub fn shared_server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// [`shared_server`], with the global client (`distlock::init`) installed on it: once per
+/// process, later calls find it installed (`AlreadyInitialized` is fine); any other error panics.
+pub async fn global_server() -> &'static RedisServer {
+    let server = shared_server();
+    match distlock::init(&server.url()).await {
+        Ok(()) | Err(distlock::LockError::AlreadyInitialized) => server,
+        Err(error) => panic!("distlock::init({}) failed: {error}", server.url()),
+    }
+}
+
+/// Creates a new, empty directory under the system temp dir, unique to this process and call
+/// (`distlock-<label>-<pid>-<n>-<nanos>`); the caller removes it.
+///
+/// `create_dir` (not `create_dir_all`) fails if the name already exists, so two tests can never
+/// share a directory even when they run in parallel in several processes.
+pub fn unique_temp_dir(label: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    for _ in 0..100 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-{label}-{}-{n}-{nanos}",
+            std::process::id()
+        ));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
+        }
+    }
+    panic!("could not create a unique temp dir for {label} after 100 attempts");
+}

@@ -1,0 +1,9 @@
+//! distlock beyond one server and one process: Redis Cluster, Redlock over independent masters,
+//! and a fleet of worker processes waiting in one line.
+//!
+//! The tests that install the global manager run in a process of their own
+//! (`test_support::in_own_process`): a process has one.
+
+mod cluster;
+mod fleet;
+mod redlock;
