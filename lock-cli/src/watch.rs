@@ -41,7 +41,9 @@ pub(crate) async fn run(
             // The first look: every lock is news only in the terminal's table.
             None if terminal => Vec::new(),
             None => locks.values().map(|info| held_line(info)).collect(),
-            Some((before, at)) => changes(before, &locks, now.duration_since(*at)),
+            // From the start of the last look to the end of this one: a lock whose ttl had
+            // run out by then may have expired rather than been released.
+            Some((before, at)) => changes(before, &locks, at.elapsed()),
         };
         let stamp = format::clock(SystemTime::now());
         let mut out = std::io::stdout().lock();
@@ -91,7 +93,7 @@ fn held_line(info: &LockInfo) -> String {
     format!("held        {} by {}", info.key, format::whose(info))
 }
 
-/// What changed between two looks `elapsed` apart.
+/// What changed between two looks, the earlier one started `elapsed` ago.
 fn changes(
     before: &BTreeMap<String, LockInfo>,
     now: &BTreeMap<String, LockInfo>,
@@ -118,7 +120,7 @@ fn changes(
         if now.contains_key(name) {
             continue;
         }
-        // Gone with its ttl run out: it expired; gone earlier: it was released.
+        // Gone once its ttl could have run out: it expired; gone earlier: it was released.
         let expired = old.ttl_left.is_some_and(|left| left <= elapsed);
         let what = if expired {
             "expired     "

@@ -302,7 +302,7 @@ async fn watch_prints_one_line_per_change_when_not_a_terminal() {
     next_line("acquired    lock:w:2 by second");
     first.release().await.unwrap();
     next_line("released    lock:w:1 (held by first");
-    server.set_px("lock:w:3", "by-hand", 300);
+    server.set_px("lock:w:3", "by-hand", 1_500);
     next_line("acquired    lock:w:3 by an unknown holder");
     next_line("expired     lock:w:3");
     second.release().await.unwrap();
