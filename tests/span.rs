@@ -14,11 +14,14 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+/// A span's name and fields.
+type SpanData = (String, BTreeMap<String, String>);
+
 #[derive(Default)]
 struct Captured {
     next_id: AtomicU64,
     /// Span id → name and fields.
-    spans: Mutex<HashMap<u64, (String, BTreeMap<String, String>)>>,
+    spans: Mutex<HashMap<u64, SpanData>>,
     /// Span id → its metadata, for `current_span` (how `Span::current()` finds the span).
     metadata: Mutex<HashMap<u64, &'static Metadata<'static>>>,
     /// Each event: its target, its message, and the id of the span it happened in.

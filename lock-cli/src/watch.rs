@@ -40,7 +40,7 @@ pub(crate) async fn run(
         let changes = match &previous {
             // The first look: every lock is news only in the terminal's table.
             None if terminal => Vec::new(),
-            None => locks.values().map(|info| held_line(info)).collect(),
+            None => locks.values().map(held_line).collect(),
             // From the start of the last look to the end of this one: a lock whose ttl had
             // run out by then may have expired rather than been released.
             Some((before, at)) => changes(before, &locks, at.elapsed()),

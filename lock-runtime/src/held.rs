@@ -60,16 +60,15 @@ pub(crate) enum Finder {
 }
 
 impl Held {
-    /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`, which
-    /// the setting it got (its full ttl, or a hand-off's claim) put `span` after its send time.
+    /// A lock acquired with `expiry.ttl`, known to live in Redis at least until
+    /// `expiry.valid_until`, which the setting it got (its full ttl, or a hand-off's claim) put
+    /// `expiry.span` after its send time.
     pub(crate) fn new(
         manager: LockManager,
         keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
-        ttl: Duration,
-        valid_until: Instant,
-        span: Duration,
+        expiry: Expiry,
         hold: Hold,
     ) -> Self {
         Held {
@@ -77,11 +76,7 @@ impl Held {
             keys,
             token,
             fence,
-            expiry: Mutex::new(Expiry {
-                ttl,
-                span,
-                valid_until,
-            }),
+            expiry: Mutex::new(expiry),
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),

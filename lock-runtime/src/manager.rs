@@ -13,7 +13,7 @@ use crate::backend::{Attempt, Backend, Wait, Wakeups};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::grants::{Grant, GrantWaiter};
-use crate::held::Held;
+use crate::held::{Expiry, Held};
 use crate::keys::LockKeys;
 use crate::meters::Meter;
 use crate::queue::{LocalQueues, Turn};
@@ -481,9 +481,11 @@ impl LockManager {
             keys,
             token,
             fence,
-            ttl,
-            sent + expires_in,
-            expires_in,
+            Expiry {
+                ttl,
+                span: expires_in,
+                valid_until: sent + expires_in,
+            },
             Meter::new(options).hold(),
         );
         let mut guard = LockGuard::new(held, turn);

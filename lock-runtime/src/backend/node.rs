@@ -283,7 +283,7 @@ impl Node {
         let mut connection = self.connection().await?;
         let (line, fence) = (keys.line(), keys.fence());
         let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence], 0, 0);
-        let reply: Option<(Vec<u8>, i64, u64, Option<Vec<u8>>)> =
+        let reply: Option<InspectReply> =
             scripts::run(&scripts::INSPECT, &cmd, &mut connection).await?;
         Ok(reply.map(|(value, pttl, waiters, fence)| Look {
             value,
@@ -374,6 +374,9 @@ impl Node {
 /// How many keys one `SCAN` step asks a server to look at: large enough that listing a big
 /// keyspace takes few round trips, small enough that no step blocks the server for long.
 const SCAN_COUNT: u64 = 1000;
+
+/// The inspect script's reply for a held lock: value, pttl, waiters, fencing counter.
+type InspectReply = (Vec<u8>, i64, u64, Option<Vec<u8>>);
 
 /// What one look at a lock found (see `scripts::INSPECT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
