@@ -7,10 +7,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock::LockInfo;
 use serde_json::{json, Value};
 
-/// "label (pid 42 on host)", or what is known of a lock distlock did not write.
+/// "label (pid 42 on host)", or what is known of a lock distlock did not write; printable
+/// (see [`cell`]).
 pub(crate) fn whose(info: &LockInfo) -> String {
     match &info.holder {
-        Some(holder) => format!("{} (pid {} on {})", holder.label, holder.pid, holder.host),
+        Some(holder) => format!(
+            "{} (pid {} on {})",
+            cell(&holder.label),
+            holder.pid,
+            cell(&holder.host)
+        ),
         None => "an unknown holder (not written by distlock)".to_owned(),
     }
 }
@@ -45,12 +51,19 @@ fn ttl_left(info: &LockInfo) -> String {
         .map_or_else(|| "no expiry".to_owned(), duration)
 }
 
-/// The text of one cell, printable on one line: control characters (a label may hold any)
-/// are shown escaped, so a hostile label cannot rewrite the terminal.
-fn cell(text: &str) -> String {
-    text.chars()
-        .flat_map(char::escape_debug)
-        .collect::<String>()
+/// `text` printable on one line: control characters (a label or a lock name may hold any)
+/// are shown escaped, so a hostile one cannot rewrite the terminal. Quotes and backslashes
+/// stay as they are: only what a terminal acts on is escaped.
+pub(crate) fn cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The `list` table: name, holder, held for, time left, waiters, fence.
@@ -61,7 +74,7 @@ pub(crate) fn table(locks: &[LockInfo]) -> String {
         .map(|info| {
             [
                 cell(&info.name),
-                cell(&whose(info)),
+                whose(info),
                 held_for(info).map_or_else(|| "-".to_owned(), duration),
                 ttl_left(info),
                 info.waiters.to_string(),
@@ -205,5 +218,6 @@ mod tests {
     #[test]
     fn control_characters_are_escaped() {
         assert_eq!(cell("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+        assert_eq!(cell("trace:{\"x\"}\\"), "trace:{\"x\"}\\");
     }
 }

@@ -223,13 +223,13 @@ async fn show(manager: &LockManager, name: &str, json: bool) -> Result<(), Failu
         (None, true) => {
             write_out(&mut out, "null\n")?;
             Err(Failure::NotDone(format!(
-                "{}{name} is not held",
-                manager.key_prefix()
+                "{} is not held",
+                format::cell(&format!("{}{name}", manager.key_prefix()))
             )))
         }
         (None, false) => Err(Failure::NotDone(format!(
-            "{}{name} is not held",
-            manager.key_prefix()
+            "{} is not held",
+            format::cell(&format!("{}{name}", manager.key_prefix()))
         ))),
     }
 }
@@ -237,13 +237,16 @@ async fn show(manager: &LockManager, name: &str, json: bool) -> Result<(), Failu
 async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Failure> {
     let Some(info) = manager.inspect(name).await? else {
         return Err(Failure::NotDone(format!(
-            "{}{name} is not held; nothing to release",
-            manager.key_prefix()
+            "{} is not held; nothing to release",
+            format::cell(&format!("{}{name}", manager.key_prefix()))
         )));
     };
     let whose = format::whose(&info);
     let mut out = std::io::stdout().lock();
-    write_out(&mut out, &format!("{} is held by {whose}\n", info.key))?;
+    write_out(
+        &mut out,
+        &format!("{} is held by {whose}\n", format::cell(&info.key)),
+    )?;
     if !yes {
         // The question goes to standard error, so that standard output holds only the facts.
         write_out(&mut std::io::stderr().lock(), "Break it? [y/N] ")?;
@@ -257,19 +260,22 @@ async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Fai
             };
             return Err(Failure::NotDone(format!(
                 "left {} as it is{hint}",
-                info.key
+                format::cell(&info.key)
             )));
         }
     }
     if manager.force_release(&info).await? {
         write_out(
             &mut out,
-            &format!("released {} (it was held by {whose})\n", info.key),
+            &format!(
+                "released {} (it was held by {whose})\n",
+                format::cell(&info.key)
+            ),
         )
     } else {
         Err(Failure::NotDone(format!(
             "{} changed hands since it was read, so nothing was released; run the command again",
-            info.key
+            format::cell(&info.key)
         )))
     }
 }

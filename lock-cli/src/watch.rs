@@ -90,7 +90,11 @@ pub(crate) async fn run(
 }
 
 fn held_line(info: &LockInfo) -> String {
-    format!("held        {} by {}", info.key, format::whose(info))
+    format!(
+        "held        {} by {}",
+        format::cell(&info.key),
+        format::whose(info)
+    )
 }
 
 /// What changed between two looks, the earlier one started `elapsed` ago.
@@ -104,12 +108,12 @@ fn changes(
         match before.get(name) {
             None => changes.push(format!(
                 "acquired    {} by {}",
-                info.key,
+                format::cell(&info.key),
                 format::whose(info)
             )),
             Some(old) if old.holder != info.holder => changes.push(format!(
                 "handed over {} from {} to {}",
-                info.key,
+                format::cell(&info.key),
                 format::whose(old),
                 format::whose(info)
             )),
@@ -129,7 +133,7 @@ fn changes(
         };
         changes.push(format!(
             "{what}{} (held by {})",
-            old.key,
+            format::cell(&old.key),
             format::whose(old)
         ));
     }

@@ -352,3 +352,41 @@ async fn list_on_a_cluster_shows_the_locks_of_every_master() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_and_labels_cannot_drive_the_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let name = "evil\u{1b}[2J{x}";
+    let guard = manager
+        .acquire(name, &labelled("label\u{1b}]0;pwned\u{7}\nsecond line"))
+        .await
+        .unwrap();
+    let url2 = url.clone();
+    let outputs = tokio::task::spawn_blocking(move || {
+        [
+            expect(&url2, &["list"], 0),
+            expect(&url2, &["show", name], 0),
+            expect(&url2, &["release", name, "--force", "--yes"], 0),
+        ]
+    })
+    .await
+    .unwrap();
+    for (out, err) in &outputs {
+        for text in [out, err] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}'),
+                "{text:?}"
+            );
+        }
+    }
+    let (list, _) = &outputs[0];
+    assert_eq!(list.lines().count(), 2, "one line per lock: {list}");
+    assert!(list.contains("evil\\u{1b}[2J{x}"), "{list}");
+    assert!(
+        list.contains("label\\u{1b}]0;pwned\\u{7}\\nsecond line"),
+        "{list}"
+    );
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
