@@ -432,6 +432,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
         1 => sorted[0],
         len => {
             let rank = p / 100.0 * (len - 1) as f64;
+            // `p` is a percentage, so `rank` lies in 0..=len - 1: the casts are exact.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
             sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
         }
@@ -467,6 +469,9 @@ fn rounds<T>(
 /// One contender's round of workload 1: time, client CPU and Redis CPU per cycle
 /// (microseconds; CPU when it could be read).
 type CycleRound = (f64, Option<f64>, Option<f64>);
+
+/// Reads one figure of a cycle round, if it was measured.
+type PickCycle = fn(&CycleRound) -> Option<f64>;
 
 /// Cycles per turn in [`interleaved_rounds`]: about 20 ms of workload 1, short enough that the
 /// machine's drift barely changes from one contender's turn to the next.
@@ -600,29 +605,24 @@ fn redis_cpu_seconds(connection: &mut redis::Connection) -> Option<f64> {
 }
 
 /// Rows of one cycle workload: its main figure, then the client's and Redis's CPU per cycle.
-#[allow(clippy::type_complexity)]
 fn push_cycle_rows(
     rows: &mut Vec<Row>,
     (workload, metric, unit): (&'static str, &'static str, &'static str),
     names: &[&'static str],
-    results: Vec<Vec<(f64, Option<f64>, Option<f64>)>>,
+    results: &[Vec<CycleRound>],
     rslock: &str,
 ) {
-    let summaries = |pick: fn(&(f64, Option<f64>, Option<f64>)) -> Option<f64>| -> Vec<(&'static str, Summary)> {
+    let summaries = |pick: PickCycle| -> Vec<(&'static str, Summary)> {
         names
             .iter()
-            .zip(&results)
+            .zip(results)
             .filter_map(|(name, rounds)| {
                 let values: Option<Vec<f64>> = rounds.iter().map(pick).collect();
                 values.map(|values| (*name, Summary::new(values)))
             })
             .collect()
     };
-    let metrics: [(
-        &'static str,
-        &'static str,
-        fn(&(f64, Option<f64>, Option<f64>)) -> Option<f64>,
-    ); 3] = [
+    let metrics: [(&'static str, &'static str, PickCycle); 3] = [
         (metric, unit, |round| Some(round.0)),
         ("client CPU/cycle", "us", |round| round.1),
         ("redis CPU/cycle", "us", |round| round.2),
@@ -631,7 +631,7 @@ fn push_cycle_rows(
         push_rows(
             rows,
             (workload, metric, unit),
-            summaries(pick),
+            &summaries(pick),
             Some(FLOOR),
             Some(rslock),
         );
@@ -714,6 +714,9 @@ struct ContendRound {
     overlaps: usize,
 }
 
+/// Reads one figure of a contend round.
+type PickContend = fn(&ContendRound) -> f64;
+
 fn analyse(mut sections: Vec<Section>, wall: Duration) -> ContendRound {
     sections.sort_by_key(|section| section.acquired);
     let mut gaps = Vec::new();
@@ -743,7 +746,8 @@ fn analyse(mut sections: Vec<Section>, wall: Duration) -> ContendRound {
         gap_p50_us: percentile(&gaps, 50.0),
         gap_p99_us: percentile(&gaps, 99.0),
         longest_wait_ms: longest_wait.as_secs_f64() * 1e3,
-        changed_hands_pct: 100.0 * changes as f64 / sections.len().saturating_sub(1).max(1) as f64,
+        changed_hands_pct: 100.0 * f64::from(changes)
+            / sections.len().saturating_sub(1).max(1) as f64,
         overlaps,
     }
 }
@@ -854,7 +858,7 @@ struct Row {
 fn push_rows(
     rows: &mut Vec<Row>,
     (workload, metric, unit): (&'static str, &'static str, &'static str),
-    figures: Vec<(&'static str, Summary)>,
+    figures: &[(&'static str, Summary)],
     floor: Option<&str>,
     rslock: Option<&str>,
 ) {
@@ -862,7 +866,7 @@ fn push_rows(
         name.and_then(|name| figures.iter().find(|(contender, _)| *contender == name))
     };
     let (floor, rslock) = (base(floor), base(rslock));
-    for (contender, summary) in &figures {
+    for (contender, summary) in figures {
         let ratio = |base: Option<&(&str, Summary)>| {
             base.filter(|(name, _)| name != contender)
                 .map(|(_, base)| summary.ratio_to(base))
@@ -986,7 +990,7 @@ impl Machine {
             .unwrap_or_else(|| "unknown".to_owned());
         let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
         Machine {
-            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            nproc: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
             cpu,
             os: command_output("uname", &["-srm"])
                 .unwrap_or_else(|| std::env::consts::OS.to_owned()),
@@ -1010,14 +1014,15 @@ fn command_output(program: &str, args: &[&str]) -> Option<String> {
 }
 
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_owned(),
+        |text| {
             text.split_whitespace()
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_owned())
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,7 +1037,7 @@ fn main() {
     let started = Instant::now();
     let config = Config::from_env();
     let load_before = load_average();
-    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nproc = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     // Idle spinners (see support_idle) during workload 1 only: one task waiting on one round
     // trip after another leaves the CPUs idle, and a halted vCPU costs 100+ us per wake-up on
     // some VMs. Workloads 2 and 3 keep a CPU busy by themselves, and there, on the VM this was
@@ -1135,9 +1140,7 @@ fn main() {
             (MANUAL, Cycler::Manual(manager.clone(), options.clone())),
             (ATTRIBUTE, Cycler::Attribute),
         ];
-        if let Some(rslock) = Rslock::new(&client, None) {
-            cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
-        }
+        cyclers.push((RSLOCK, Cycler::Rslock(Rslock::new(&client, None))));
         cyclers.retain(|(name, _)| config.includes(name));
         let n = config.cycle_n;
         let results = interleaved_rounds(cyclers.len(), config.rounds, n, |contender, count| {
@@ -1157,7 +1160,7 @@ fn main() {
             &mut rows,
             ("1 cycle", "time per cycle", "us"),
             &names,
-            results,
+            &results,
             RSLOCK,
         );
         keys_left = server.as_ref().map(|server| {
@@ -1184,9 +1187,7 @@ fn main() {
             (RSLOCK_DEFAULT, None),
             (RSLOCK_TUNED, Some((3, Duration::from_millis(2)))),
         ] {
-            if let Some(rslock) = Rslock::new(&client, retry) {
-                contenders.push((name, Contender::Rslock(rslock)));
-            }
+            contenders.push((name, Contender::Rslock(Rslock::new(&client, retry))));
         }
         contenders.retain(|(name, _)| config.includes(name));
         let mut contend_round = 0u64;
@@ -1220,8 +1221,7 @@ fn main() {
             analyse(sections, wall)
         });
         overlaps = results.iter().flatten().map(|round| round.overlaps).sum();
-        type Pick = fn(&ContendRound) -> f64;
-        let metrics: [(&'static str, &'static str, Pick); 5] = [
+        let metrics: [(&'static str, &'static str, PickContend); 5] = [
             ("sections/s", "1/s", |round| round.sections_per_s),
             ("hand-off gap p50", "us", |round| round.gap_p50_us),
             ("hand-off gap p99", "us", |round| round.gap_p99_us),
@@ -1229,7 +1229,7 @@ fn main() {
             ("changed hands", "%", |round| round.changed_hands_pct),
         ];
         for (metric, unit, pick) in metrics {
-            let figures = contenders
+            let figures: Vec<_> = contenders
                 .iter()
                 .zip(&results)
                 .map(|((name, _), rounds)| (*name, Summary::new(rounds.iter().map(pick).collect())))
@@ -1237,7 +1237,7 @@ fn main() {
             push_rows(
                 &mut rows,
                 ("2 contend", metric, unit),
-                figures,
+                &figures,
                 None,
                 Some(RSLOCK_DEFAULT),
             );
@@ -1256,9 +1256,7 @@ fn main() {
             (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
             (DISTLOCK, Cycler::Manual(manager.clone(), options.clone())),
         ];
-        if let Some(rslock) = Rslock::new(&client, None) {
-            cyclers.push((RSLOCK, Cycler::Rslock(rslock)));
-        }
+        cyclers.push((RSLOCK, Cycler::Rslock(Rslock::new(&client, None))));
         cyclers.retain(|(name, _)| config.includes(name));
         let (tasks, k) = (config.parallel_tasks, config.parallel_k);
         let results = rounds(cyclers.len(), config.rounds, |contender, warm_up| {
@@ -1291,7 +1289,7 @@ fn main() {
             &mut rows,
             ("3 parallel", "cycles/s", "1/s"),
             &names,
-            results,
+            &results,
             RSLOCK,
         );
         eprintln!(
@@ -1386,7 +1384,7 @@ fn main() {
                 &mut rows,
                 (BACKENDS, "time per cycle", "us"),
                 &names,
-                results,
+                &results,
                 RSLOCK,
             );
             rows.extend(ratio_rows);
@@ -1689,9 +1687,10 @@ fn main() {
         "  \"total_seconds\": {}\n}}",
         json_number(total.as_secs_f64())
     );
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        std::path::PathBuf::from,
+    );
     let path = target_dir.join("distlock-bench.json");
     match std::fs::create_dir_all(&target_dir).and_then(|()| std::fs::write(&path, json)) {
         Ok(()) => println!("wrote {}", path.display()),

@@ -339,7 +339,10 @@ fn shuffled_jobs(jobs: usize, traces: usize) -> Vec<String> {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        queue.swap(i, (state % (i as u64 + 1)) as usize);
+        queue.swap(
+            i,
+            usize::try_from(state % (i as u64 + 1)).expect("at most i"),
+        );
     }
     queue
 }
@@ -546,7 +549,7 @@ fn run_id() -> String {
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    format!("{:08x}", random as u32)
+    format!("{:08x}", random & 0xffff_ffff)
 }
 
 /// Microseconds since the epoch. The workers all run on this machine, so they share the clock

@@ -252,7 +252,7 @@ async fn worker(args: &Args, id: usize, keys: RunKeys) -> ExitCode {
     let tasks: Vec<_> = (0..args.tasks)
         .map(|task| {
             let (app, names) = (Arc::clone(&app), Arc::clone(&names));
-            let seed = (std::process::id() as u64) << 16 | task as u64;
+            let seed = u64::from(std::process::id()) << 16 | task as u64;
             tokio::spawn(hammer(app, names, stop, seed))
         })
         .collect();
@@ -316,7 +316,7 @@ async fn hammer(app: Arc<App>, names: Arc<[String]>, stop: Instant, seed: u64) -
         random ^= random << 13;
         random ^= random >> 7;
         random ^= random << 17;
-        let index = (random % names.len() as u64) as usize;
+        let index = usize::try_from(random % names.len() as u64).expect("below the count");
         match section(&names[index], &app).await {
             Ok(in_order) => {
                 tally.done[index] += 1;
@@ -429,7 +429,7 @@ impl RunKeys {
     fn done(&self) -> String {
         format!("{}done", self.base)
     }
-    /// Hash of the workers' totals: sections, stale_tokens, errors.
+    /// Hash of the workers' totals: sections, `stale_tokens`, errors.
     fn stats(&self) -> String {
         format!("{}stats", self.base)
     }
@@ -439,7 +439,7 @@ fn run_id() -> String {
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    format!("{:08x}", random as u32)
+    format!("{:08x}", random & 0xffff_ffff)
 }
 
 #[derive(Debug)]

@@ -48,7 +48,12 @@
 //! [`LockManager::acquire`] returns a [`LockGuard`] that releases on [`LockGuard::release`] or
 //! on drop.
 //!
-//! See the README for every option of the attribute and for the behaviour under failure.
+//! Every option of the attribute is documented, with an example, on [`distributed_lock`]; the
+//! behaviour under failure, the backends and the waiting protocol are described in the
+//! repository's `docs/` directory.
+
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
 
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{

@@ -51,7 +51,7 @@ use processes::Workers;
 use stats::{Aggregate, RoundFigures};
 use worker::WorkerSpec;
 
-pub use worker::run_if_asked as run_worker_if_asked;
+pub(crate) use worker::run_if_asked as run_worker_if_asked;
 
 // Shared with the rest of the bench, so that every workload takes locks the same way.
 use crate::{DISTLOCK, PREFIX, RESPONSE_TIMEOUT, TTL};
@@ -62,20 +62,27 @@ use crate::{DISTLOCK, PREFIX, RESPONSE_TIMEOUT, TTL};
 /// workers can be put in one order; std's `Instant` reads the same clock but cannot hand its
 /// value to another process. Unlike `CLOCK_REALTIME` (`SystemTime`), it never jumps when the
 /// wall clock is set, which would invent or hide overlaps.
-pub fn monotonic_ns() -> u64 {
+// The workspace denies `unsafe_code`; reading that clock as a number takes the C call, and std
+// offers no safe way to it.
+#[allow(unsafe_code)]
+pub(crate) fn monotonic_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `now` is a valid, writable timespec for the call's duration.
-    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
     assert_eq!(result, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    let (seconds, nanos) = (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec));
+    let (Ok(seconds), Ok(nanos)) = (seconds, nanos) else {
+        panic!("CLOCK_MONOTONIC read a negative time: {now:?}");
+    };
+    seconds * 1_000_000_000 + nanos
 }
 
 /// How a worker takes the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Lock {
+pub(crate) enum Lock {
     Distlock,
     /// `SET NX PX`, sleeping `interval_ms` after each refusal.
     Poll {
@@ -83,11 +90,11 @@ pub enum Lock {
     },
 }
 
-pub const POLL_100: &str = "SET NX PX + 100 ms poll";
-pub const POLL_5: &str = "SET NX PX + 5 ms poll";
+pub(crate) const POLL_100: &str = "SET NX PX + 100 ms poll";
+pub(crate) const POLL_5: &str = "SET NX PX + 5 ms poll";
 
 /// Every contender, in report order.
-pub const CONTENDERS: [(&str, Lock); 3] = [
+pub(crate) const CONTENDERS: [(&str, Lock); 3] = [
     (DISTLOCK, Lock::Distlock),
     (POLL_100, Lock::Poll { interval_ms: 100 }),
     (POLL_5, Lock::Poll { interval_ms: 5 }),
@@ -95,7 +102,7 @@ pub const CONTENDERS: [(&str, Lock); 3] = [
 
 /// One configuration: `processes` worker processes × `tasks` tasks each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub processes: usize,
     pub tasks: usize,
 }
@@ -123,7 +130,7 @@ impl std::str::FromStr for Shape {
 
 /// Counts of the fleet workload.
 #[derive(Debug, Clone)]
-pub struct FleetConfig {
+pub(crate) struct FleetConfig {
     pub shapes: Vec<Shape>,
     /// Sections per task (S).
     pub sections: usize,
@@ -135,7 +142,7 @@ impl FleetConfig {
     /// The defaults, each replaced by its variable when set: `DISTLOCK_BENCH_FLEET_SHAPES`
     /// (`8x1,16x1,4x2`), `DISTLOCK_BENCH_FLEET_SECTIONS` (25), `DISTLOCK_BENCH_FLEET_ROUNDS` (5, or
     /// 1 when `quick`).
-    pub fn from_env(quick: bool) -> Self {
+    pub(crate) fn from_env(quick: bool) -> Self {
         fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
             let text = std::env::var(name).ok()?;
             Some(
@@ -161,7 +168,7 @@ impl FleetConfig {
 /// Everything the fleet workload measured: printed by [`FleetReport::render`], and written as
 /// the `fleet` member of the bench's JSON.
 #[derive(Debug, Serialize)]
-pub struct FleetReport {
+pub(crate) struct FleetReport {
     pub configurations: Vec<String>,
     pub sections_per_task: usize,
     pub rounds: usize,
@@ -176,7 +183,7 @@ pub struct FleetReport {
 
 /// One contender in one configuration.
 #[derive(Debug, Serialize)]
-pub struct FleetResult {
+pub(crate) struct FleetResult {
     pub configuration: String,
     pub processes: usize,
     pub tasks_per_process: usize,
@@ -188,7 +195,7 @@ pub struct FleetResult {
 
 /// A target of the fleet workload, judged on distlock's figure.
 #[derive(Debug, Serialize)]
-pub struct FleetTarget {
+pub(crate) struct FleetTarget {
     pub configuration: String,
     pub name: &'static str,
     pub unit: &'static str,
@@ -217,7 +224,7 @@ const DEFINITIONS: [(&str, &str); 9] = [
 
 /// Runs every configuration against the Redis at `url`, with the contenders that `includes`
 /// accepts (by name).
-pub fn run(url: &str, config: &FleetConfig, includes: impl Fn(&str) -> bool) -> FleetReport {
+pub(crate) fn run(url: &str, config: &FleetConfig, includes: impl Fn(&str) -> bool) -> FleetReport {
     let client = redis::Client::open(url).expect("bad Redis URL");
     let mut info = client
         .get_connection()
@@ -240,7 +247,7 @@ pub fn run(url: &str, config: &FleetConfig, includes: impl Fn(&str) -> bool) -> 
             &mut info,
             warm_up,
             *lock,
-            name,
+            &name,
             WARM_UP_SECTIONS,
             config,
         );
@@ -258,7 +265,7 @@ pub fn run(url: &str, config: &FleetConfig, includes: impl Fn(&str) -> bool) -> 
                 let index = (round + step) % contenders.len();
                 let name = format!("bench:fleet:{}:{shape}:{index}:{round}", std::process::id());
                 let lock = contenders[index].1;
-                let figures = run_once(url, &mut info, shape, lock, name, config.sections, config);
+                let figures = run_once(url, &mut info, shape, lock, &name, config.sections, config);
                 for detail in &figures.overlap_details {
                     eprintln!("fleet {shape} {}: OVERLAP: {detail}", contenders[index].0);
                 }
@@ -307,7 +314,7 @@ fn run_once(
     info: &mut redis::Connection,
     shape: Shape,
     lock: Lock,
-    name: String,
+    name: &str,
     sections: usize,
     config: &FleetConfig,
 ) -> RoundFigures {
@@ -315,11 +322,12 @@ fn run_once(
         .map(|process| WorkerSpec {
             url: url.to_owned(),
             lock,
-            name: name.clone(),
+            name: name.to_owned(),
             process,
             tasks: shape.tasks,
             sections,
-            critical_us: config.critical.as_micros() as u64,
+            critical_us: u64::try_from(config.critical.as_micros())
+                .expect("a section of centuries"),
         })
         .collect();
     let mut workers = Workers::spawn(&specs);
@@ -473,7 +481,7 @@ fn figure(value: f64, decimals: usize) -> String {
 
 impl FleetReport {
     /// The fleet tables: figures, commands by name, targets.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,

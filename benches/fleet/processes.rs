@@ -26,7 +26,7 @@ type Event = (usize, Option<String>);
 
 /// The worker processes of one run. Dropping it kills those still running (a panic of the
 /// bench, a failed run), so no worker outlives its run.
-pub struct Workers {
+pub(super) struct Workers {
     children: Vec<Child>,
     /// Held open until the workers have exited: each worker takes the end of its stdin for the
     /// end of the bench.
@@ -36,7 +36,7 @@ pub struct Workers {
 
 impl Workers {
     /// Starts one worker per spec; each runs this same binary with [`WORKER_ENV`] set.
-    pub fn spawn(specs: &[WorkerSpec]) -> Self {
+    pub(super) fn spawn(specs: &[WorkerSpec]) -> Self {
         let exe = std::env::current_exe().expect("fleet: cannot find the bench binary");
         let (sender, events) = mpsc::channel();
         let mut workers = Workers {
@@ -77,7 +77,7 @@ impl Workers {
     }
 
     /// Waits until every worker has printed `ready`.
-    pub fn wait_ready(&mut self) {
+    pub(super) fn wait_ready(&mut self) {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut ready = vec![false; self.children.len()];
         while !ready.iter().all(|ready| *ready) {
@@ -91,8 +91,9 @@ impl Workers {
     }
 
     /// Tells every worker to start at the same moment, a little from now.
-    pub fn go(&mut self) {
-        let start = monotonic_ns() + START_LEAD.as_nanos() as u64;
+    pub(super) fn go(&mut self) {
+        let start =
+            monotonic_ns() + u64::try_from(START_LEAD.as_nanos()).expect("a lead of centuries");
         for (index, stdin) in self.stdins.iter_mut().enumerate() {
             writeln!(stdin, "go {start}")
                 .and_then(|()| stdin.flush())
@@ -102,7 +103,7 @@ impl Workers {
 
     /// Every worker's report, in worker order, once all have printed one; then waits for them to
     /// exit, and checks that they exited well.
-    pub fn reports(&mut self) -> Vec<WorkerReport> {
+    pub(super) fn reports(&mut self) -> Vec<WorkerReport> {
         let deadline = Instant::now() + RUN_TIMEOUT;
         let mut reports: Vec<Option<WorkerReport>> =
             (0..self.children.len()).map(|_| None).collect();
@@ -124,7 +125,7 @@ impl Workers {
     }
 
     /// Waits (bounded) for every worker to exit, and checks that each succeeded.
-    pub fn wait_exit(mut self) {
+    pub(super) fn wait_exit(mut self) {
         let deadline = Instant::now() + EXIT_TIMEOUT;
         for index in 0..self.children.len() {
             loop {

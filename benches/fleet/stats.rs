@@ -10,7 +10,7 @@ use crate::percentile;
 /// One critical section, as its holder saw it. Times are [`super::monotonic_ns`] readings,
 /// comparable between the processes of one machine.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Section {
+pub(super) struct Section {
     /// The worker process, `0..P`.
     pub process: usize,
     /// The task, fleet-wide: `process * T + task`, so that two processes never share a number.
@@ -27,7 +27,7 @@ pub struct Section {
 
 /// The figures of one run (one configuration, one contender, one round).
 #[derive(Debug, Clone, Serialize)]
-pub struct RoundFigures {
+pub(crate) struct RoundFigures {
     pub sections: usize,
     /// Consecutive sections (in the order of acquisition) held by different tasks, in % of the
     /// `sections - 1` pairs.
@@ -72,7 +72,7 @@ fn ms(nanos: u64) -> f64 {
 }
 
 /// The figures of one run from every section of every worker and the run's command counts.
-pub fn analyse(mut sections: Vec<Section>, commands: BTreeMap<String, u64>) -> RoundFigures {
+pub(super) fn analyse(mut sections: Vec<Section>, commands: BTreeMap<String, u64>) -> RoundFigures {
     sections.sort_by_key(|section| section.acquired);
     let pairs = sections.len().saturating_sub(1).max(1) as f64;
     let first = sections.first().map_or(0, |section| section.acquired);
@@ -141,8 +141,8 @@ pub fn analyse(mut sections: Vec<Section>, commands: BTreeMap<String, u64>) -> R
         first_calls.values().max().unwrap_or(&0) - first_calls.values().min().unwrap_or(&0);
     RoundFigures {
         sections: sections.len(),
-        holder_changes_pct: 100.0 * holder_changes as f64 / pairs,
-        process_changes_pct: 100.0 * process_changes as f64 / pairs,
+        holder_changes_pct: 100.0 * f64::from(holder_changes) / pairs,
+        process_changes_pct: 100.0 * f64::from(process_changes) / pairs,
         longest_wait_ms: ms(longest_wait),
         cross_process_handoffs: gaps_ms.len(),
         gap_p50_ms: percentile(&gaps_ms, 50.0),
@@ -166,7 +166,7 @@ pub fn analyse(mut sections: Vec<Section>, commands: BTreeMap<String, u64>) -> R
 /// One configuration's contender over all its rounds: what the report prints and the targets
 /// judge.
 #[derive(Debug, Clone, Serialize)]
-pub struct Aggregate {
+pub(crate) struct Aggregate {
     /// Medians over the rounds.
     pub holder_changes_pct: f64,
     pub process_changes_pct: f64,
@@ -188,7 +188,7 @@ pub struct Aggregate {
 }
 
 impl Aggregate {
-    pub fn over(rounds: &[RoundFigures]) -> Self {
+    pub(crate) fn over(rounds: &[RoundFigures]) -> Self {
         let median = |pick: fn(&RoundFigures) -> f64| {
             let mut values: Vec<f64> = rounds.iter().map(pick).collect();
             values.sort_by(f64::total_cmp);

@@ -27,7 +27,7 @@ use super::stats::Section;
 use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
 
 /// Set (to a [`WorkerSpec`] in JSON) in the environment of a worker process.
-pub const WORKER_ENV: &str = "DISTLOCK_BENCH_FLEET_WORKER";
+pub(super) const WORKER_ENV: &str = "DISTLOCK_BENCH_FLEET_WORKER";
 
 /// The exit code of a worker whose parent went away mid-run.
 const ORPHANED: i32 = 3;
@@ -38,7 +38,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What one worker process does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WorkerSpec {
+pub(super) struct WorkerSpec {
     pub url: String,
     pub lock: Lock,
     /// The contended lock's name (without [`PREFIX`]), the same for every worker of the run.
@@ -54,14 +54,14 @@ pub struct WorkerSpec {
 
 /// What a worker prints when done.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct WorkerReport {
+pub(super) struct WorkerReport {
     pub process: usize,
     pub sections: Vec<Section>,
 }
 
 /// Runs as a fleet worker and returns `true` if this process was started as one; `false` (at
 /// once) otherwise.
-pub fn run_if_asked() -> bool {
+pub(crate) fn run_if_asked() -> bool {
     let Ok(spec) = std::env::var(WORKER_ENV) else {
         return false;
     };
@@ -252,7 +252,7 @@ impl WorkerLock {
                         .arg(token)
                         .arg("NX")
                         .arg("PX")
-                        .arg(TTL.as_millis() as u64)
+                        .arg(u64::try_from(TTL.as_millis()).expect("a ttl of centuries"))
                         .query_async(&mut connection.clone())
                         .await
                         .expect("fleet worker: SET NX PX failed");

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// The spinner threads; they stop when this is dropped.
-pub struct IdleSpinners {
+pub(crate) struct IdleSpinners {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     /// Kernel thread ids (`/proc/self/task/<tid>`) of the spinners that run.
@@ -27,7 +27,7 @@ pub struct IdleSpinners {
 
 impl IdleSpinners {
     /// Starts `count` spinners; [`running`](Self::running) says how many got `SCHED_IDLE`.
-    pub fn start(count: usize) -> Self {
+    pub(crate) fn start(count: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tids = Arc::new(Mutex::new(Vec::new()));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -41,7 +41,9 @@ impl IdleSpinners {
                         if idle {
                             if let Ok(path) = std::fs::read_link("/proc/thread-self") {
                                 if let Some(tid) = path.file_name() {
-                                    let mut tids = tids.lock().unwrap_or_else(|e| e.into_inner());
+                                    let mut tids = tids
+                                        .lock()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                                     tids.push(tid.to_string_lossy().into_owned());
                                 }
                             }
@@ -65,16 +67,19 @@ impl IdleSpinners {
     }
 
     /// How many spinners run (0 where `SCHED_IDLE` is not available).
-    pub fn running(&self) -> usize {
-        self.tids.lock().unwrap_or_else(|e| e.into_inner()).len()
+    pub(crate) fn running(&self) -> usize {
+        self.tids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Whether `tid` (a name in `/proc/self/task`) is a spinner, whose CPU time is not the
     /// bench's.
-    pub fn is_spinner(&self, tid: &str) -> bool {
+    pub(crate) fn is_spinner(&self, tid: &str) -> bool {
         self.tids
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .any(|spinner| spinner == tid)
     }
@@ -91,6 +96,9 @@ impl Drop for IdleSpinners {
 
 /// Puts the calling thread under `SCHED_IDLE`; `false` if that is not possible.
 #[cfg(target_os = "linux")]
+// The workspace denies `unsafe_code`; std has no way to change a thread's scheduling policy,
+// and this bench-only helper is not worth a dependency.
+#[allow(unsafe_code)]
 fn set_sched_idle() -> bool {
     /// `struct sched_param` of `<sched.h>`.
     #[repr(C)]
@@ -106,7 +114,7 @@ fn set_sched_idle() -> bool {
     let param = SchedParam { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid `struct sched_param` that
     // outlives the call; the function only reads it.
-    unsafe { sched_setscheduler(0, SCHED_IDLE, &param) == 0 }
+    unsafe { sched_setscheduler(0, SCHED_IDLE, &raw const param) == 0 }
 }
 
 #[cfg(not(target_os = "linux"))]

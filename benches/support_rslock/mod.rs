@@ -8,24 +8,24 @@ use std::time::Duration;
 /// One rslock `LockManager` on one Redis server (connects on first use, on the runtime of that
 /// first use: make one per runtime).
 #[derive(Clone)]
-pub struct Rslock(rslock::LockManager);
+pub(crate) struct Rslock(rslock::LockManager);
 
 /// A lock held through rslock.
-pub struct Held(rslock::LockGuard);
+pub(crate) struct Held(rslock::LockGuard);
 
 impl Rslock {
     /// A manager with rslock's retry policy: `count` attempts per `lock` call, each failed one
     /// followed by a random pause in `0..delay` (`None`: rslock's defaults, 3 and 200 ms).
-    pub fn new(client: &redis::Client, retry: Option<(u32, Duration)>) -> Option<Self> {
+    pub(crate) fn new(client: &redis::Client, retry: Option<(u32, Duration)>) -> Self {
         let mut manager = rslock::LockManager::from_clients(vec![client.clone()]);
         if let Some((count, delay)) = retry {
             manager.set_retry(count, delay);
         }
-        Some(Rslock(manager))
+        Rslock(manager)
     }
 
     /// `LockManager::acquire`: retries until it holds the lock.
-    pub async fn acquire(&self, key: &str, ttl: Duration) -> Held {
+    pub(crate) async fn acquire(&self, key: &str, ttl: Duration) -> Held {
         let guard = self
             .0
             .acquire(key.as_bytes(), ttl)
@@ -37,7 +37,7 @@ impl Rslock {
 
 impl Held {
     /// `LockGuard::release` (best effort: rslock reports nothing).
-    pub async fn release(self) {
+    pub(crate) async fn release(self) {
         self.0.release().await;
     }
 }

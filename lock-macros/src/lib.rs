@@ -14,6 +14,9 @@
 //!
 //! This file only wires them together.
 
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 
 mod args;

@@ -10,13 +10,14 @@
 //!  TimedOut ◀──── an attempt at or after the deadline that finds it held
 //! ```
 //!
-//! - **FirstTry**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
+//! - **`FirstTry`**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
 //! - **Subscribe**: held; before taking a place in line, listen where a release will tell
-//!   (this manager's grant channel; a lock's release channel on Redlock), so that a hand-off
+//!   (this manager's channel, on Redlock too), so that a hand-off or a wake-up
 //!   published right after the place is taken is not missed.
-//! - **InLine**: the attempt takes (then renews) a place in line and reports the holder's
-//!   remaining ttl. The waiter then sleeps until the first of: a message (a hand-off: done; a
-//!   release on Redlock: look again), its place's renewal ([`crate::backend::RENEW`]), the
+//! - **`InLine`**: the attempt takes (then renews) a place in line and reports the holder's
+//!   remaining ttl (on Redlock, a place in the wake list of each master that finds it held).
+//!   The waiter then sleeps until the first of: a message (a hand-off: done; a wake-up on
+//!   Redlock: look again), its place's renewal ([`crate::backend::RENEW`]), the
 //!   holder's expiry (a holder that died releases nothing), or the deadline — and looks again.
 //! - Errors from Redis are retried with backoff until the deadline, under a new token (the
 //!   failed attempt may still run, and is cleaned up by its own token), so the waiter
@@ -45,8 +46,8 @@ pub(crate) struct Acquisition {
     deadline: Instant,
     phase: Phase,
     subscription: Subscription,
-    /// How often a place in line must be renewed; `None` where places do not expire (Redlock's
-    /// mark lives as long as the holder's ttl).
+    /// How often a place in line (or in Redlock's wake lists) must be renewed; `None` where
+    /// places do not expire.
     renew: Option<Duration>,
     errors: Backoff,
 }
@@ -118,6 +119,9 @@ impl Acquisition {
         }
     }
 
+    // A method like every other transition: each step of the protocol, the first one too, comes
+    // from the machine.
+    #[allow(clippy::unused_self)]
     pub(crate) fn start(&self) -> Step {
         Step::Attempt(Request::FirstTry)
     }
@@ -186,7 +190,7 @@ impl Acquisition {
         Step::Attempt(Request::InLine)
     }
 
-    /// A sleep ended without a hand-off: its timer, a release message (Redlock), or a lost
+    /// A sleep ended without a hand-off: its timer, a wake-up message (Redlock), or a lost
     /// connection. Look again — also at the deadline: one last look may still find it free.
     pub(crate) fn woke(&mut self) -> Step {
         match (self.phase, self.subscription) {
@@ -337,6 +341,6 @@ mod tests {
         let Step::Sleep { until, .. } = acquisition.attempted(now, held(5000)) else {
             panic!("a held lock is waited for");
         };
-        assert_eq!(until, now + Duration::from_millis(5000));
+        assert_eq!(until, now + Duration::from_secs(5));
     }
 }

@@ -77,7 +77,7 @@ impl LockManagerBuilder {
     /// Prefix of every lock key: the lock named `trace:1` lives at `key_prefix + "trace:1"`.
     /// Default `"lock:"`.
     ///
-    /// A lock's helper keys (its waiters key, its fencing counter) are named
+    /// A lock's helper keys (its line of waiters, its fencing counter) are named
     /// `{<tag>}:distlock:<word>…`, so a full lock key of that shape — one that starts with `{`
     /// and whose first `}` is followed by `:distlock:` — is refused with
     /// [`LockError::Config`], as is the empty key. No name is ever refused under a prefix that

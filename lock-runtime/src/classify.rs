@@ -80,7 +80,7 @@ fn refused_inside_a_script(detail: &str) -> bool {
 
 /// A script that did not compile or failed while running: Redis 6.2 says "Error running
 /// script" / "Error compiling script"; Redis 7 and Valkey end a runtime error with
-/// "script: <sha>, on @user_script:<line>.".
+/// "script: <sha>, on `@user_script:<line>`.".
 fn is_script_failure(detail: &str) -> bool {
     detail.contains("Error running script")
         || detail.contains("Error compiling script")
@@ -101,6 +101,12 @@ pub(crate) fn is_permanent(error: &RedisError) -> bool {
                 && matches!(error.kind(), ErrorKind::Server(_))
         }
     }
+}
+
+/// Whether a request that failed with `error` may still have reached Redis and run there: it
+/// timed out, or its connection dropped after it was sent (a refused connection sent nothing).
+pub(crate) fn may_have_run(error: &RedisError) -> bool {
+    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
 }
 
 #[cfg(test)]
@@ -165,7 +171,7 @@ mod tests {
         ("all", "ERR Error compiling script (new function): user_script:1: unexpected symbol near '<eof>'", Meaning::ScriptError, true),
         // distlock's own refusal from a script (a fencing counter below 0): a plain ERR.
         ("all", "ERR distlock: the fencing counter {lock:a}:distlock:fence holds -5", Meaning::OtherReply, true),
-        // `scripts::run` answers NOSCRIPT by loading the script; one that still reaches the
+        // `scripts::invoke` answers NOSCRIPT by loading the script; one that still reaches the
         // caller will not go away by itself.
         ("redis 6.2 / 7.0", "NOSCRIPT No matching script. Please use EVAL.", Meaning::OtherReply, true),
         ("valkey 8.1", "NOSCRIPT No matching script.", Meaning::OtherReply, true),
@@ -201,5 +207,14 @@ mod tests {
         // A key name quoted in a message must not turn an error into a wrong type.
         let error = reply("ERR something about key NOTWRONGTYPEKEY");
         assert_eq!(classify(&error), Meaning::OtherReply);
+    }
+
+    #[test]
+    fn a_request_may_have_run_unless_it_was_never_sent_or_answered_with_an_error() {
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "test"));
+        assert!(may_have_run(&io(std::io::ErrorKind::TimedOut)));
+        assert!(may_have_run(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!may_have_run(&io(std::io::ErrorKind::ConnectionRefused)));
+        assert!(!may_have_run(&reply("NOPERM this user has no permissions")));
     }
 }

@@ -178,7 +178,7 @@ impl Connections {
         let id = runtime.id();
         let mut start = None;
         let attempt = {
-            let mut slots = self.lock();
+            let mut slots = self.slots();
             match slots
                 .iter()
                 .find(|slot| slot.runtime == id)
@@ -245,10 +245,10 @@ impl Connections {
 
     /// How many runtimes currently have a connection or a connect in flight (for leak tests).
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.slots().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -270,10 +270,10 @@ impl EndAttempt {
         let runtime_alive = Arc::downgrade(&alive);
         // Parks forever; dropped (with `alive`) when the runtime shuts down.
         drop(tokio::spawn(async move {
-            let _alive = alive;
             std::future::pending::<()>().await;
+            drop(alive);
         }));
-        let mut slots = self.connections.lock();
+        let mut slots = self.connections.slots();
         // Connections of runtimes that have shut down go now.
         slots.retain(|slot| match &slot.state {
             State::Connected { runtime_alive, .. } => runtime_alive.strong_count() > 0,
@@ -298,7 +298,7 @@ impl EndAttempt {
 impl Drop for EndAttempt {
     fn drop(&mut self) {
         if !self.connected {
-            self.connections.lock().retain(|slot| {
+            self.connections.slots().retain(|slot| {
                 slot.runtime != self.runtime || !matches!(slot.state, State::Connecting(_))
             });
         }

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 /// or may not have run. Must be idempotent: it may run a second time with `None` after being
 /// interrupted.
 pub(crate) trait CleanUp<T>: Clone + Send + 'static {
-    fn run(self, output: Option<T>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    fn apply(self, output: Option<T>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
 impl<T, C, G> CleanUp<T> for C
@@ -29,7 +29,7 @@ where
     C: FnOnce(Option<T>) -> G + Clone + Send + 'static,
     G: Future<Output = ()> + Send + 'static,
 {
-    fn run(self, output: Option<T>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    fn apply(self, output: Option<T>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         // Boxed only on the rare path where a caller gave up mid-call.
         Box::pin(self(output))
     }
@@ -111,7 +111,7 @@ where
         let unfinished = Unfinished::arm(clean_up.clone());
         spawn_here(async move {
             let output = future.await;
-            clean_up.run(Some(output)).await;
+            clean_up.apply(Some(output)).await;
             unfinished.disarm();
         });
     }
@@ -127,7 +127,7 @@ where
 {
     let unfinished = Unfinished::arm(clean_up.clone());
     spawn_here(async move {
-        clean_up.run(output).await;
+        clean_up.apply(output).await;
         unfinished.disarm();
     });
 }
@@ -163,7 +163,7 @@ impl<T, C: CleanUp<T>> Unfinished<T, C> {
 impl<T, C: CleanUp<T>> Drop for Unfinished<T, C> {
     fn drop(&mut self) {
         if let Some(clean_up) = self.clean_up.take() {
-            crate::background::spawn(clean_up.run(None));
+            crate::background::spawn(clean_up.apply(None));
         }
     }
 }

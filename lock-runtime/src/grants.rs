@@ -1,16 +1,18 @@
-//! Hand-off messages: how a waiter in line learns that a release gave it the lock.
+//! Messages to one waiter: how a waiter learns that a release gave it the lock, or (Redlock)
+//! that a release woke it to try again.
 //!
-//! Each lock manager on a standalone server or a cluster has one grant channel of its own,
-//! `distlock:grants:<random id>`, and one pub/sub connection, driven by a task on the background
-//! runtime, subscribed to it while any of its acquisitions waits in line (and for a short while
-//! after, so that a busy process does not subscribe and unsubscribe around every section). A
-//! waiter names the channel when it takes its place in line; the release that hands it the lock
-//! publishes `"<token> <fencing token>"` there, so only that process wakes, and in it only that
-//! waiter.
+//! Each lock manager has one channel of its own, `distlock:grants:<random id>` (`distlock:wake:`
+//! on Redlock), and one pub/sub connection per source — one for a standalone server or a
+//! cluster, one per master for Redlock — each driven by a task on the background runtime,
+//! subscribed to the channel while any of its acquisitions waits (and for a short while after,
+//! so that a busy process does not subscribe and unsubscribe around every section). A waiter
+//! names the channel when it takes its place in line (or in a Redlock master's wake list); the
+//! release that hands it the lock publishes `"<token> <fencing token>"` there, and a Redlock
+//! release that wakes it `"<token> ?"`, so only that process wakes, and in it only that waiter.
 //!
 //! Messages are an optimisation, never a requirement: a waiter also looks again at Redis when
 //! its place in line is due for renewal and when the holder's ttl runs out, so a lost message
-//! (a reconnect) costs at most that. When the connection drops, every waiter is told to look
+//! (a reconnect) costs at most that. When a connection drops, every waiter is told to look
 //! again at once.
 
 use std::collections::HashMap;
@@ -24,11 +26,12 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::connection::Timeouts;
+use crate::retry::Backoff;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
 /// Delay before reconnecting after the connection dropped: first, then doubling up to the last.
-const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 /// What a hand-off message told a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +43,7 @@ pub(crate) enum Grant {
     FenceFailed,
 }
 
-/// The grant channel of one lock manager.
+/// The message channel of one lock manager.
 pub(crate) struct GrantHub {
     shared: Arc<Shared>,
 }
@@ -48,16 +51,20 @@ pub(crate) struct GrantHub {
 struct Shared {
     channel: Arc<str>,
     state: Mutex<State>,
-    /// Wakes the hub's task: a subscription is wanted, or the last waiter left.
-    task: Notify,
+    /// Wakes the hub's tasks, one per connection: a subscription is wanted, or the last waiter
+    /// left.
+    tasks: Box<[Notify]>,
+    /// How many connections must be subscribed before a waiter relies on its messages.
+    confirmations: usize,
 }
 
-#[derive(Default)]
 struct State {
     waiters: HashMap<Arc<str>, Arc<Mailbox>>,
-    subscribed: bool,
-    /// Callers waiting for the subscription to be confirmed; answered all at once.
-    pending: Vec<oneshot::Sender<RedisResult<()>>>,
+    /// Which connections are subscribed now.
+    subscribed: Vec<bool>,
+    /// Callers waiting for enough subscriptions, each with how many subscriptions failed since
+    /// it asked; answered all at once when enough are confirmed.
+    pending: Vec<(oneshot::Sender<RedisResult<()>>, usize)>,
     /// When the last waiter left (for the linger).
     idle_since: Option<Instant>,
 }
@@ -77,16 +84,41 @@ pub(crate) struct GrantWaiter {
 }
 
 impl GrantHub {
-    /// A hub for the server or cluster that `servers` reach (tried in turn), with a fresh
-    /// channel name.
-    pub(crate) fn new(servers: Vec<Client>, timeouts: Timeouts) -> Self {
+    /// A hub with a fresh channel name starting with `prefix`, and one pub/sub connection per
+    /// entry of `sources`, each listing the servers that connection may use, tried in turn (the
+    /// seed nodes of a cluster, or one server). A waiter relies on messages once `confirmations`
+    /// connections are subscribed.
+    pub(crate) fn new(
+        prefix: &str,
+        sources: Vec<Vec<Client>>,
+        timeouts: Timeouts,
+        confirmations: usize,
+    ) -> Self {
         let shared = Arc::new(Shared {
-            channel: Arc::from(format!("distlock:grants:{}", uuid::Uuid::new_v4().simple())),
-            state: Mutex::new(State::default()),
-            task: Notify::new(),
+            channel: Arc::from(format!("{prefix}{}", uuid::Uuid::new_v4().simple())),
+            state: Mutex::new(State {
+                waiters: HashMap::new(),
+                subscribed: vec![false; sources.len()],
+                pending: Vec::new(),
+                idle_since: None,
+            }),
+            tasks: sources.iter().map(|_| Notify::new()).collect(),
+            confirmations: confirmations.clamp(1, sources.len().max(1)),
         });
-        crate::background::spawn(run(Arc::downgrade(&shared), servers, timeouts));
+        for (index, servers) in sources.into_iter().enumerate() {
+            crate::background::spawn(deliver_grants(
+                Arc::downgrade(&shared),
+                index,
+                servers,
+                timeouts,
+            ));
+        }
         GrantHub { shared }
+    }
+
+    /// The channel that messages to this hub's waiters are published on.
+    pub(crate) fn channel(&self) -> &Arc<str> {
+        &self.shared.channel
     }
 
     /// Registers `token` for its hand-off message. Register before taking a place in line, so
@@ -105,19 +137,19 @@ impl GrantHub {
         }
     }
 
-    /// Returns once the channel is subscribed, so that a hand-off published from now on reaches
-    /// this process.
+    /// Returns once enough connections subscribed the channel, so that a message published
+    /// from now on reaches this process.
     pub(crate) async fn subscribed(&self) -> RedisResult<()> {
         let confirmed = {
             let mut state = self.shared.state();
-            if state.subscribed {
+            if state.subscriptions() >= self.shared.confirmations {
                 return Ok(());
             }
             let (done, confirmed) = oneshot::channel();
-            state.pending.push(done);
+            state.pending.push((done, 0));
             confirmed
         };
-        self.shared.task.notify_one();
+        self.shared.notify_tasks();
         confirmed.await.unwrap_or_else(|_| Err(hub_gone()))
     }
 
@@ -126,16 +158,16 @@ impl GrantHub {
         self.shared.state().waiters.len()
     }
 
-    /// Whether the channel is subscribed now (for leak tests).
+    /// Whether the channel is subscribed now on any connection (for leak tests).
     pub(crate) fn is_subscribed(&self) -> bool {
-        self.shared.state().subscribed
+        self.shared.state().subscriptions() > 0
     }
 }
 
 impl Drop for GrantHub {
     fn drop(&mut self) {
-        // Lets the task see that the hub is gone.
-        self.shared.task.notify_one();
+        // Lets the tasks see that the hub is gone.
+        self.shared.notify_tasks();
     }
 }
 
@@ -177,8 +209,14 @@ impl Drop for GrantWaiter {
         if state.waiters.is_empty() {
             state.idle_since = Some(Instant::now());
             drop(state);
-            self.shared.task.notify_one();
+            self.shared.notify_tasks();
         }
+    }
+}
+
+impl State {
+    fn subscriptions(&self) -> usize {
+        self.subscribed.iter().filter(|&&on| on).count()
     }
 }
 
@@ -187,21 +225,31 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Delivers a message `"<token> <fence>"` (or `"<token> !"`) to its waiter, if it is ours.
+    fn notify_tasks(&self) {
+        for task in &self.tasks {
+            task.notify_one();
+        }
+    }
+
+    /// Delivers a message `"<token> <fence>"`, `"<token> !"` or `"<token> ?"` (look again) to
+    /// its waiter, if it is ours. Split at the last space: what follows it never has one.
     fn deliver(&self, message: &str) {
-        let Some((token, rest)) = message.split_once(' ') else {
+        let Some((token, rest)) = message.rsplit_once(' ') else {
             return;
         };
         let grant = match rest {
-            "!" => Grant::FenceFailed,
+            "!" => Some(Grant::FenceFailed),
+            "?" => None,
             fence => match fence.parse() {
-                Ok(fence) => Grant::Granted { fence },
+                Ok(fence) => Some(Grant::Granted { fence }),
                 Err(_) => return,
             },
         };
         let mailbox = self.state().waiters.get(token).cloned();
         if let Some(mailbox) = mailbox {
-            *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = Some(grant);
+            if grant.is_some() {
+                *mailbox.grant.lock().unwrap_or_else(PoisonError::into_inner) = grant;
+            }
             mailbox.wake.notify_one();
         }
     }
@@ -213,14 +261,28 @@ impl Shared {
         }
     }
 
-    /// Answers everyone waiting for the subscription.
-    fn confirm(&self, result: &RedisResult<()>) {
-        let pending = {
+    /// Records the outcome of connection `index`'s subscription, and answers those waiting for
+    /// enough subscriptions: all of them once enough are confirmed; with this error, those for
+    /// which too many connections failed for enough to be confirmed.
+    fn confirm(&self, index: usize, result: &RedisResult<()>) {
+        let answered = {
             let mut state = self.state();
-            state.subscribed = result.is_ok();
-            std::mem::take(&mut state.pending)
+            state.subscribed[index] = result.is_ok();
+            if state.subscriptions() >= self.confirmations {
+                std::mem::take(&mut state.pending)
+            } else if result.is_err() {
+                let spare = state.subscribed.len() - self.confirmations;
+                let (failed, waiting) = std::mem::take(&mut state.pending)
+                    .into_iter()
+                    .map(|(done, failures)| (done, failures + 1))
+                    .partition(|(_, failures)| *failures > spare);
+                state.pending = waiting;
+                failed
+            } else {
+                Vec::new()
+            }
         };
-        for done in pending {
+        for (done, _) in answered {
             let _ = done.send(match result {
                 Ok(()) => Ok(()),
                 Err(error) => Err(error.clone()),
@@ -229,12 +291,17 @@ impl Shared {
     }
 }
 
-/// The hub's task: keeps the channel subscribed while it is wanted, and delivers messages. Ends
-/// when the hub is dropped.
-async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Timeouts) {
+/// The task of the hub's connection `index`: keeps the channel subscribed there while it is
+/// wanted, and delivers messages. Ends when the hub is dropped.
+async fn deliver_grants(
+    shared: std::sync::Weak<Shared>,
+    index: usize,
+    servers: Vec<Client>,
+    timeouts: Timeouts,
+) {
     let mut next_server = 0usize;
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
-    let mut backoff = RECONNECT_BACKOFF.0;
+    let mut backoff = RECONNECT_BACKOFF.first;
     let mut reconnect_at: Option<Instant> = None;
     let Some(channel) = shared.upgrade().map(|hub| Arc::clone(&hub.channel)) else {
         return;
@@ -254,7 +321,7 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
                 state.idle_since,
             )
         };
-        let subscribed = hub.state().subscribed;
+        let subscribed = hub.state().subscribed[index];
         // Subscribe when someone waits or asks, and the connection is not in its backoff.
         if wanted && !subscribed && reconnect_at.is_none_or(|at| Instant::now() >= at) {
             let result = subscribe(
@@ -269,12 +336,12 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
                 tracing::debug!(target: "distlock", %error, "grant channel subscription failed; waiters look at Redis on their own meanwhile");
                 connection = None;
                 reconnect_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF.max);
             } else {
                 reconnect_at = None;
-                backoff = RECONNECT_BACKOFF.0;
+                backoff = RECONNECT_BACKOFF.first;
             }
-            hub.confirm(&result);
+            hub.confirm(index, &result);
             continue;
         }
         // Unsubscribe once nobody has waited for the linger.
@@ -290,11 +357,11 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
                     connection = None;
                 }
             }
-            hub.state().subscribed = false;
+            hub.state().subscribed[index] = false;
             continue;
         }
         let woken = Arc::clone(&hub);
-        let task_notified = woken.task.notified();
+        let task_notified = woken.tasks[index].notified();
         let wake_at = unsubscribe_at.or(reconnect_at.filter(|_| wanted));
         drop(hub);
         let message = async {
@@ -321,7 +388,7 @@ async fn run(shared: std::sync::Weak<Shared>, servers: Vec<Client>, timeouts: Ti
                 None => {
                     tracing::debug!(target: "distlock", "grant channel connection lost; reconnecting");
                     connection = None;
-                    woken.state().subscribed = false;
+                    woken.state().subscribed[index] = false;
                     reconnect_at = Some(Instant::now() + backoff);
                     woken.wake_all();
                 }
@@ -366,4 +433,91 @@ fn hub_gone() -> redis::RedisError {
         redis::ErrorKind::Client,
         "distlock hand-off task has stopped",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    /// A hub over `connections` connections, with no task behind it.
+    fn hub(connections: usize, confirmations: usize) -> GrantHub {
+        GrantHub {
+            shared: Arc::new(Shared {
+                channel: Arc::from("distlock:wake:test"),
+                state: Mutex::new(State {
+                    waiters: HashMap::new(),
+                    subscribed: vec![false; connections],
+                    pending: Vec::new(),
+                    idle_since: None,
+                }),
+                tasks: (0..connections).map(|_| Notify::new()).collect(),
+                confirmations,
+            }),
+        }
+    }
+
+    fn failed() -> RedisResult<()> {
+        Err(redis::RedisError::from((redis::ErrorKind::Io, "refused")))
+    }
+
+    #[test]
+    fn a_subscription_is_relied_on_once_enough_connections_confirm_it() {
+        let hub = hub(5, 3);
+        let mut first = Box::pin(hub.subscribed());
+        assert!(first.as_mut().now_or_never().is_none());
+        let shared = &hub.shared;
+        shared.confirm(0, &Ok(()));
+        shared.confirm(1, &failed());
+        shared.confirm(2, &failed());
+        shared.confirm(3, &Ok(()));
+        assert!(
+            first.as_mut().now_or_never().is_none(),
+            "2 of the 3 needed, and 2 failures are spare"
+        );
+        shared.confirm(4, &Ok(()));
+        assert!(matches!(first.now_or_never(), Some(Ok(()))));
+        // Enough are subscribed now: answered at once.
+        assert!(matches!(hub.subscribed().now_or_never(), Some(Ok(()))));
+    }
+
+    #[test]
+    fn a_subscription_fails_once_too_few_connections_can_confirm_it() {
+        let hub = hub(5, 3);
+        let mut waiting = Box::pin(hub.subscribed());
+        assert!(waiting.as_mut().now_or_never().is_none());
+        for index in 0..2 {
+            hub.shared.confirm(index, &failed());
+            assert!(waiting.as_mut().now_or_never().is_none());
+        }
+        hub.shared.confirm(2, &failed());
+        assert!(matches!(waiting.now_or_never(), Some(Err(_))));
+    }
+
+    #[test]
+    fn a_wake_up_tells_its_waiter_to_look_again_and_a_grant_hands_it_the_lock() {
+        let hub = hub(1, 1);
+        let token: Arc<str> = Arc::from("a token");
+        let waiter = hub.register(&token);
+        let other = hub.register(&Arc::from("other"));
+        hub.shared.deliver("a token ?");
+        assert_eq!(waiter.next().now_or_never(), Some(None));
+        assert_eq!(
+            other.next().now_or_never(),
+            None,
+            "only the named waiter wakes"
+        );
+        hub.shared.deliver("a token 7");
+        assert_eq!(
+            waiter.next().now_or_never(),
+            Some(Some(Grant::Granted { fence: 7 }))
+        );
+        hub.shared.deliver("a token !");
+        assert_eq!(waiter.next().now_or_never(), Some(Some(Grant::FenceFailed)));
+        hub.shared.deliver("nobody ?");
+        assert_eq!(waiter.next().now_or_never(), None);
+        drop((waiter, other));
+        assert_eq!(hub.waiters(), 0);
+    }
 }

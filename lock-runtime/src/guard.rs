@@ -90,7 +90,7 @@ impl LockGuard {
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
     pub(crate) fn start_watchdog(&mut self) {
         let held = Arc::clone(&self.held);
-        self.watchdog = Some(tokio::spawn(crate::watchdog::run(held)));
+        self.watchdog = Some(tokio::spawn(crate::watchdog::keep_alive(held)));
     }
 
     /// The full Redis key of the lock (`key_prefix + name`).
@@ -305,6 +305,6 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.fence)
             .field("auto_extend", &self.watchdog.is_some())
             .field("lost", &self.is_lost())
-            .finish()
+            .finish_non_exhaustive()
     }
 }

@@ -1,9 +1,9 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
-//! A lock `L` (the full key, `key_prefix + name`) has helper keys: its waiters key (whose name
-//! is also its wake-up channel), its fencing counter and, on a cluster, the marker of its last
-//! release, each named by a fixed word `s` (`waiters`, `fence`, `released`). Two rules hold
-//! for every name and prefix:
+//! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters, its
+//! fencing counter, on a cluster the marker of its last release, and on each Redlock master its
+//! wake list, each named by a fixed word `s` (`line`, `fence`, `released`, `wake`). Two rules
+//! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
 //!   can touch them all. Redis hashes a key by its hash tag — the text between the first `{`
@@ -24,7 +24,7 @@
 //! - `L`'s own hash tag when it has one (`lock:{user:7}:cart` →
 //!   `{user:7}:distlock:fence:lock:{user:7}:cart`);
 //! - else `L` itself when `L` contains no `}` — the common case, kept readable:
-//!   `lock:trace:1` → `{lock:trace:1}:distlock:waiters`. `L` is then hashed whole, and so is
+//!   `lock:trace:1` → `{lock:trace:1}:distlock:line`. `L` is then hashed whole, and so is
 //!   `T` inside the braces;
 //! - else (a `}` but no hash tag, as in `order:a}b`, `x}{y`, `{}x`) a short alphanumeric tag
 //!   with `L`'s slot, from a table of one tag per slot built once, on first use.
@@ -61,6 +61,8 @@ const MARKER: &str = ":distlock:";
 
 /// Number of Redis Cluster hash slots.
 const SLOTS: usize = 16384;
+/// [`SLOTS`] as the type of a slot.
+const SLOT_COUNT: u16 = 16384;
 
 /// The names derived from one full lock key. Cheap to clone: the key is shared, the tag is a
 /// position in it or a slot number, and the helper names are made when an operation needs them.
@@ -115,12 +117,10 @@ impl LockKeys {
         })
     }
 
-    /// Redlock only — two names in one: the key that exists while somebody waits (it tells the
-    /// release script to publish a wake-up), and the pub/sub channel that wake-up is published
-    /// on. Keys and channels are separate namespaces, and one name spares the release script an
-    /// argument.
-    pub(crate) fn waiters(&self) -> String {
-        self.helper("waiters")
+    /// Redlock only: the waiters to wake on this master, a sorted set of `"<channel> <token>"`
+    /// scored by the deadline of each waiter's lease (see `scripts::QUORUM_ACQUIRE`).
+    pub(crate) fn wake_list(&self) -> String {
+        self.helper("wake")
     }
 
     /// The line of waiters: a list of their entries (token, lease, ttl, fencing, grant
@@ -142,7 +142,7 @@ impl LockKeys {
 
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.
     /// Built by hand into one allocation of the right size, not with `format!`: the release of
-    /// every lock names its waiters key.
+    /// every lock names its line or wake list.
     pub(crate) fn helper(&self, word: &str) -> String {
         debug_assert!(!word.contains(':'), "a helper word without `:`: {word:?}");
         let lock = &*self.lock;
@@ -191,7 +191,7 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
         None => key,
     };
     // 16384 is a power of two: the remainder is the low 14 bits, as in Redis.
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS as u16
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOT_COUNT
 }
 
 /// One short alphanumeric tag per slot, for lock keys with a `}` but no hash tag. Built on
@@ -273,7 +273,7 @@ mod tests {
     const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
     /// The helper words of today and of the helpers to come.
-    const WORDS: [&str; 4] = ["waiters", "fence", "line", "claim"];
+    const WORDS: [&str; 5] = ["waiters", "fence", "line", "claim", "wake"];
 
     /// Lock names with braces in every position: every sequence of three pieces (empty tags,
     /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of
@@ -403,7 +403,8 @@ mod tests {
                     "helper {helper:?} of {key:?}"
                 );
             }
-            assert_eq!(keys.waiters(), keys.helper("waiters"));
+            assert_eq!(keys.wake_list(), keys.helper("wake"));
+            assert_eq!(keys.line(), keys.helper("line"));
             assert_eq!(keys.fence(), keys.helper("fence"));
         }
     }
@@ -482,20 +483,20 @@ mod tests {
     #[test]
     fn common_names_keep_readable_helpers() {
         let keys = LockKeys::new("lock:trace:1".to_owned()).unwrap();
-        assert_eq!(keys.waiters(), "{lock:trace:1}:distlock:waiters");
+        assert_eq!(keys.wake_list(), "{lock:trace:1}:distlock:wake");
         assert_eq!(keys.fence(), "{lock:trace:1}:distlock:fence");
         let keys = LockKeys::new("lock:{user:7}:cart".to_owned()).unwrap();
         assert_eq!(keys.fence(), "{user:7}:distlock:fence:lock:{user:7}:cart");
         assert_eq!(
-            keys.waiters(),
-            "{user:7}:distlock:waiters:lock:{user:7}:cart"
+            keys.wake_list(),
+            "{user:7}:distlock:wake:lock:{user:7}:cart"
         );
         // A `}` without a hash tag: a tag of the key's slot, then the key.
         let keys = LockKeys::new("lock:order:a}b".to_owned()).unwrap();
         let tag = SLOT_TAGS.tag(slot(b"lock:order:a}b"));
         assert_eq!(
-            keys.waiters(),
-            format!("{{{tag}}}:distlock:waiters:lock:order:a}}b")
+            keys.wake_list(),
+            format!("{{{tag}}}:distlock:wake:lock:order:a}}b")
         );
     }
 }

@@ -13,6 +13,61 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # The path of a lock: acquire → body → release
+//!
+//! 1. **Acquire.** `#[distributed_lock]` formats the key, opens the call's `distlock.lock` span
+//!    (`attribute::span`) and calls `attribute::acquire`, which
+//!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
+//!    lock's Redis keys (`keys`), waits for its turn among the tasks of this process that want
+//!    the same key (`queue`), then lets the state machine of `acquire` decide each step: a first
+//!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
+//!    master's wake list), sleeping until a hand-off message or a wake-up (`grants`), the
+//!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out. Every Redis operation
+//!    goes through the one seam, `backend`. A Redis error is retried with backoff (`retry`)
+//!    unless `classify` says retrying cannot cure it.
+//! 2. **Body.** The caller gets a [`LockGuard`]. With auto-extension, a `watchdog` task extends
+//!    the lock every ttl/3, sharing what it knows (`held`) with the guard; `attribute::run` races
+//!    the body against the watchdog and cancels the body when the lock is lost.
+//! 3. **Release.** [`LockGuard::release`] runs the release script (`scripts`): compare-and-delete
+//!    by token, handing the lock to the next in line. A guard dropped without a release (panic,
+//!    cancellation) releases on the process-wide `background` runtime, and an acquire dropped
+//!    while its command was in flight is finished there too (`finish`), so no clean-up depends on
+//!    the caller's runtime.
+//!
+//! # The modules, from the bottom up
+//!
+//! Each module uses only modules listed before it, except the five that make up a held lock
+//! and its manager (`held`, `watchdog`, `guard`, `builder`, `manager`), which use one another.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `classify` | what a Redis error means, whichever server worded it |
+//! | `error` | [`LockError`]: what went wrong and what to do |
+//! | `retry` | the pauses between tries: one `Backoff`, and jitter |
+//! | `options` | [`LockOptions`] and the limits on durations |
+//! | `identity` | the lock's value: its UUID, then who holds it (host, pid, since, label) |
+//! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
+//! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
+//! | `background` | the process-wide runtime for clean-up that outlives its caller |
+//! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
+//! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
+//! | `finish` | finishing a Redis call whose caller stopped waiting |
+//! | `grants` | messages to one waiter: a hand-off, or a wake-up on Redlock |
+//! | `backend` | the seam: one endpoint (`node`) or Redlock's majority (`quorum`) |
+//! | `queue` | the in-process first-come-first-served line per key |
+//! | `acquire` | the waiting protocol as a state machine, without I/O |
+//! | `held`, `watchdog` | what a held lock's guard and watchdog share; auto-extension |
+//! | `guard` | [`LockGuard`] |
+//! | `builder`, `manager` | [`LockManagerBuilder`], [`LockManager`] |
+//! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
+//! | `global`, `attribute` | the global manager ([`init`], [`global()`]); what the attribute's code calls |
+//!
+//! The long-form documents (the waiting protocol, reliability, backends, keys) are in the
+//! repository's `docs/` directory.
+
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
 
 mod acquire;
 #[doc(hidden)]
@@ -37,7 +92,6 @@ mod options;
 mod queue;
 mod retry;
 mod scripts;
-mod wake;
 mod watchdog;
 
 pub use builder::LockManagerBuilder;

@@ -1,15 +1,13 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
 use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::acquire::{Acquisition, Outcome, Request, Step};
-use crate::backend::{Attempt, Backend, Wait, Wakeups};
+use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::grants::{Grant, GrantWaiter};
@@ -18,7 +16,6 @@ use crate::keys::LockKeys;
 use crate::meters::Meter;
 use crate::queue::{LocalQueues, Turn};
 use crate::retry::{jitter, Backoff};
-use crate::wake::Watch;
 use crate::{LockError, LockGuard, LockOptions};
 
 /// A hand-off message is trusted without asking Redis only while the claim it announces has at
@@ -199,10 +196,10 @@ impl LockManager {
             }
         };
         let fencing = options.fencing_enabled();
-        let mut machine = Acquisition::new(deadline, self.inner.backend.renew_period());
+        let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
         let mut token = new_token(options);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
-        let mut listener: Option<Listener> = None;
+        let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
         // The send time of the last attempt that found the lock held: a hand-off announced
         // later was made after that attempt ran.
@@ -212,10 +209,10 @@ impl LockManager {
         loop {
             step = match step {
                 Step::Attempt(request) => {
-                    // Listen before asking: a release published while the attempt is in flight
-                    // must still wake us.
-                    if let Some(listener) = listener.as_mut() {
-                        listener.arm();
+                    // Listen before asking: a message published while the attempt is in flight
+                    // must still wake us; one from before is superseded by the attempt's answer.
+                    if let Some(listener) = listener.as_ref() {
+                        listener.clear();
                     }
                     let channel = match &listener {
                         Some(listener) if machine.listening() => Some(listener.channel()),
@@ -274,7 +271,7 @@ impl LockManager {
                 }
                 Step::Subscribe => {
                     // Bounded by the deadline: a slow pub/sub connect must not stretch it.
-                    let listening = self.listen(&keys, &token);
+                    let listening = self.listen(&token);
                     match tokio::time::timeout_at(deadline, listening).await {
                         Ok(Ok(subscribed)) => {
                             listener = Some(subscribed);
@@ -292,11 +289,11 @@ impl LockManager {
                 }
                 Step::Sleep { until, spread } => {
                     let until = (until + jitter(spread)).min(deadline);
-                    let woken = match listener.as_mut() {
+                    let woken = match listener.as_ref() {
                         Some(listener) => {
                             tokio::select! {
                                 () = tokio::time::sleep_until(until) => None,
-                                message = listener.message() => message,
+                                message = listener.next() => message,
                             }
                         }
                         None => {
@@ -327,14 +324,13 @@ impl LockManager {
                                 expires_in,
                             ));
                         }
-                        // A message read too late to trust (this waiter did not run for a
-                        // while): ask Redis whether the lock is still ours.
-                        Some(Grant::Granted { .. }) => machine.woke(),
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
-                        None => machine.woke(),
+                        // A message read too late to trust (this waiter did not run for a
+                        // while), or no message: ask Redis whether the lock is ours now.
+                        Some(Grant::Granted { .. }) | None => machine.woke(),
                     }
                 }
                 Step::Acquired => {
@@ -498,20 +494,13 @@ impl LockManager {
         guard
     }
 
-    /// Starts listening where this deployment tells a waiter for `token` that it may have the
-    /// lock: this manager's grant channel, or the lock's release channel on Redlock.
-    async fn listen(&self, keys: &LockKeys, token: &Arc<str>) -> redis::RedisResult<Listener> {
-        match self.inner.backend.wakeups() {
-            Wakeups::Grants(grants) => {
-                let waiter = grants.register(token);
-                grants.subscribed().await?;
-                Ok(Listener::Grants(waiter))
-            }
-            Wakeups::Releases(releases) => Ok(Listener::Releases {
-                watch: releases.watch(&keys.waiters()).await?,
-                next: None,
-            }),
-        }
+    /// Starts listening on this manager's channel for messages to `token`: a hand-off, or a
+    /// Redlock wake-up.
+    async fn listen(&self, token: &Arc<str>) -> redis::RedisResult<GrantWaiter> {
+        let grants = self.inner.backend.grants();
+        let waiter = grants.register(token);
+        grants.subscribed().await?;
+        Ok(waiter)
     }
 
     pub(crate) fn backend(&self) -> &Backend {
@@ -560,7 +549,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !may_have_run(&error) => {}
+                Some(Err(error)) if !crate::classify::may_have_run(&error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -572,7 +561,7 @@ impl LockManager {
         };
         let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
         if let Err(error) = &outcome {
-            if may_have_run(error) {
+            if crate::classify::may_have_run(error) {
                 crate::finish::spawn_clean_up(clean_up, None);
             }
         }
@@ -607,11 +596,10 @@ impl LockManager {
                     rechecked = true;
                     tokio::time::sleep(UNANSWERED_RECHECK).await;
                 }
-                Ok(false) => return,
                 Err(_) if Instant::now() < give_up => {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
-                Err(_) => return,
+                Ok(false) | Err(_) => return,
             }
         }
     }
@@ -658,11 +646,6 @@ fn timeout(keys: &LockKeys, started: Instant) -> LockError {
     }
 }
 
-/// Whether a request that failed with `error` may still have reached Redis and run there.
-fn may_have_run(error: &redis::RedisError) -> bool {
-    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
-}
-
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
@@ -679,51 +662,6 @@ fn fence_failed(keys: &LockKeys) -> redis::RedisError {
             keys.fence()
         ),
     ))
-}
-
-/// Where one waiter listens for the news that it may have the lock.
-enum Listener {
-    /// This manager's grant channel, registered for the waiter's token.
-    Grants(GrantWaiter),
-    /// The lock's release channel (Redlock), with the next release registered before each
-    /// attempt.
-    Releases {
-        watch: Watch,
-        next: Option<Pin<Box<OwnedNotified>>>,
-    },
-}
-
-impl Listener {
-    /// Before an attempt is sent: registers for the next release (Redlock), or forgets hand-off
-    /// messages that the attempt's answer supersedes.
-    fn arm(&mut self) {
-        match self {
-            Listener::Grants(waiter) => waiter.clear(),
-            Listener::Releases { watch, next } => *next = Some(watch.next_release()),
-        }
-    }
-
-    /// The channel to name in the attempt.
-    fn channel(&self) -> Arc<str> {
-        match self {
-            Listener::Grants(waiter) => waiter.channel(),
-            Listener::Releases { watch, .. } => watch.channel(),
-        }
-    }
-
-    /// The next message: `Some` for a hand-off, `None` when the waiter should look again.
-    async fn message(&mut self) -> Option<Grant> {
-        match self {
-            Listener::Grants(waiter) => waiter.next().await,
-            Listener::Releases { watch, next } => {
-                match next.take() {
-                    Some(release) => release.await,
-                    None => watch.next_release().await,
-                }
-                None
-            }
-        }
-    }
 }
 
 /// A waiter's place in the lock's line. If the acquisition gives up, or is dropped, while it may

@@ -59,12 +59,12 @@ impl LocalQueues {
 
     /// How many keys have a queue now (for leak tests).
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.map().len()
     }
 
     fn ticket(self: &Arc<Self>, key: &Arc<str>) -> Ticket {
         let semaphore = Arc::clone(
-            self.lock()
+            self.map()
                 .entry(Arc::clone(key))
                 .or_insert_with(|| Arc::new(Semaphore::new(1))),
         );
@@ -75,14 +75,14 @@ impl LocalQueues {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Semaphore>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Semaphore>>> {
         self.queues.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut queues = self.queues.lock();
+        let mut queues = self.queues.map();
         // The map and this ticket are the only owners left: nobody holds or waits for the key.
         // New tickets are only made under this same lock, so the count cannot grow meanwhile.
         if Arc::strong_count(&self.semaphore) == 2 {

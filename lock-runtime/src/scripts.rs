@@ -1,5 +1,5 @@
 //! The Lua scripts. Each runs atomically on the Redis server, is invoked by SHA (`EVALSHA`), and
-//! is sent with `SCRIPT LOAD` only when a server answers that it does not know it yet ([`run`]).
+//! is sent with `SCRIPT LOAD` only when a server answers that it does not know it yet ([`invoke`]).
 //! Keys always travel in `KEYS`, values in `ARGV`: nothing is ever spliced into the script text.
 
 use once_cell::sync::Lazy;
@@ -28,7 +28,7 @@ pub(crate) fn evalsha(script: &Script, keys: &[&str], argv_count: usize, argv_by
 
 /// Runs `cmd` (from [`evalsha`]); if Redis does not know the script yet (`NOSCRIPT`: a new or
 /// restarted server), loads it and runs it again.
-pub(crate) async fn run<T, C>(script: &Script, cmd: &Cmd, connection: &mut C) -> RedisResult<T>
+pub(crate) async fn invoke<T, C>(script: &Script, cmd: &Cmd, connection: &mut C) -> RedisResult<T>
 where
     T: FromRedisValue,
     C: ConnectionLike,
@@ -264,23 +264,32 @@ end
 return 1
 ";
 
-/// Redlock's acquisition on one master: like [`ACQUIRE`] without a line (independent masters
-/// cannot agree on one), marking instead that someone waits so that the release publishes a
-/// wake-up.
+/// Redlock's acquisition on one master: `SET NX PX`, and when someone else holds the lock, a
+/// place in the lock's wake list on this master, so that a release here wakes one waiter.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key (whose name is also the wake-up channel).
-/// - `ARGV[1]` the token, `ARGV[2]` the ttl in milliseconds, `ARGV[3]` `"1"` when the caller is
-///   subscribed to the wake-up channel and will wait.
-/// - Returns `{1}` when acquired (or found already ours: a re-sent command), `{0, pttl}` when
-///   someone else holds it.
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list: a sorted set of waiters, each member
+///   `"<channel> <token>"` (the pub/sub channel its process listens on, its token) scored by
+///   the deadline of its lease in ms (Redis time).
+/// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` the caller's member (empty: it is
+///   not subscribed, and takes no place), `ARGV[4]` the lease of a place in ms.
+/// - Returns `{1}` when acquired (or found already ours: a re-sent command), `{0, pttl,
+///   holder}` when someone else holds it (`pttl` -1: no expiry; `holder` the value of the lock
+///   key, so that the caller can tell one holder on several masters from a split).
 ///
-/// The waiters key outlives the holder's current ttl by a second; a waiter renews it on each
-/// failed attempt, and every waiter attempts again at the latest when that ttl runs out. The
+/// Taking a place is a `ZADD`: a renewal or a re-sent command moves the same member's lease,
+/// never adds a second place. The lease's deadline is rounded up to the next 100 ms, so that
+/// waiters registering at about the same time on every master (an attempt reaches them all at
+/// once) tie on each, and ties are ordered by member, the same on every master: a release on
+/// all masters then wakes the same waiter on each, not one per master. A waiter that gets the lock here takes its place out. The list
+/// expires two leases after its last join or renewal, so nothing outlives the last waiter. The
 /// lock key itself is never written by a waiter.
 pub(crate) static QUORUM_ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[2], ARGV[3])
+  end
   return {1}
 end
 local held = redis.pcall('GET', KEYS[1])
@@ -288,45 +297,70 @@ if type(held) == 'table' and held.err then
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
 end
 if held == ARGV[1] then
+  if ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[2], ARGV[3])
+  end
   return {1}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if ARGV[3] == '1' then
-  local keep = pttl
-  if keep < 0 then keep = tonumber(ARGV[2]) end
-  redis.call('SET', KEYS[2], '1', 'PX', keep + 1000)
+if ARGV[3] ~= '' then
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local lease = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[2], math.floor((now + lease) / 100) * 100 + 100, ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], 2 * lease)
 end
-return {0, pttl}
+return {0, pttl, held}
 ",
     )
 });
 
-/// Redlock's release on one master: delete the lock if it is still ours, and wake the waiters if
-/// there are any.
+/// Redlock's release on one master: delete the lock if it is still ours, and wake one waiter.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its waiters key, whose name is also the wake-up channel;
-///   `ARGV[1]` the token.
-/// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours.
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]).
+/// - `ARGV[1]` the token, `ARGV[2]` the caller's own member, taken out of the wake list whether
+///   or not the lock is ours (empty: none), `ARGV[3]` `"1"` to wake a waiter when the lock is
+///   deleted: a release; `"0"` for a contender giving back the masters of an attempt that did
+///   not reach a majority, which retries on its own and must not wake a waiter that would only
+///   find the lock held by whoever won.
+/// - Returns 1 when the lock was ours and is now deleted, 0 when it was not ours (nothing of
+///   the lock touched).
 ///
-/// One `DEL` removes the lock and the waiters key together: it returns 2 exactly when someone
-/// waits, so an uncontended release publishes nothing.
+/// The wake-up goes to the first live waiter only: places are taken out earliest lease first,
+/// those whose lease ran out (their waiter died, or its network did) dropped on the way, and the
+/// first still running is sent `"<token> ?"` on its channel (one `ZPOPMIN` when nobody died). So a release wakes at most one waiter per master
+/// however many wait, and a dead waiter's place is skipped at most a lease after its last
+/// renewal. With nobody waiting this is the compare-and-delete of any Redis lock plus one
+/// `EXISTS`.
 pub(crate) static QUORUM_RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
-if ARGV[2] then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
-    return 0
-  end
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+local waiting = redis.call('EXISTS', KEYS[2]) == 1
+if waiting and ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[2])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-    redis.call('PUBLISH', KEYS[2], KEYS[1])
-  end
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+redis.call('DEL', KEYS[1])
+if waiting and ARGV[3] == '1' then
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  while true do
+    local first = redis.call('ZPOPMIN', KEYS[2])
+    if not first[1] then
+      break
+    end
+    if tonumber(first[2]) >= now then
+      local channel, waiter = string.match(first[1], '^(%S+) (.+)$')
+      if channel then
+        redis.call('PUBLISH', channel, waiter .. ' ?')
+        break
+      end
+    end
+  end
+end
+return 1
 ",
     )
 });

@@ -19,7 +19,7 @@ use crate::held::{Finder, Held};
 use crate::LockError;
 
 /// Runs until the lock is lost; the guard aborts it on release or drop.
-pub(crate) async fn run(held: Arc<Held>) {
+pub(crate) async fn keep_alive(held: Arc<Held>) {
     // After a failed renewal: not before this instant again.
     let mut retry_at: Option<Instant> = None;
     loop {

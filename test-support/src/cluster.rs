@@ -235,7 +235,9 @@ impl RedisCluster {
 
     /// `redis://127.0.0.1:P/` of every running node, masters and replicas, in start order.
     pub fn node_urls(&self) -> Vec<String> {
-        self.running().map(|n| n.url()).collect()
+        self.running()
+            .map(super::server::RedisServer::url)
+            .collect()
     }
 
     /// The hash slot of `key` (`CLUSTER KEYSLOT`, so hash tags count as Redis counts them).
@@ -610,7 +612,10 @@ impl RedisCluster {
             .unwrap_or_else(|| {
                 panic!(
                     "port {port} is not a node of this cluster (nodes: {:?})",
-                    self.nodes.iter().map(|n| n.port()).collect::<Vec<_>>()
+                    self.nodes
+                        .iter()
+                        .map(super::server::RedisServer::port)
+                        .collect::<Vec<_>>()
                 )
             })
     }
@@ -642,9 +647,10 @@ impl RedisCluster {
                 Ok(()) => return,
                 Err(reason) => reason,
             };
-            if start.elapsed() >= timeout {
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}");
-            }
+            assert!(
+                start.elapsed() < timeout,
+                "timed out after {timeout:?} waiting for {what}; last: {last}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -730,7 +736,7 @@ fn start_cluster_node_on(pick_port: impl FnMut() -> u16, extra_args: &[String]) 
             "0",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .chain(extra_args.iter().cloned())
         .collect()
     })
@@ -807,7 +813,10 @@ fn parse_node_line(line: &str) -> Option<NodeLine> {
 fn start_all(n: usize, start: impl Fn() -> RedisServer + Sync) -> Vec<RedisServer> {
     let results: Vec<std::thread::Result<RedisServer>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n).map(|_| scope.spawn(&start)).collect();
-        handles.into_iter().map(|h| h.join()).collect()
+        handles
+            .into_iter()
+            .map(std::thread::ScopedJoinHandle::join)
+            .collect()
     });
     let mut servers = Vec::with_capacity(n);
     let mut first_panic = None;
@@ -867,7 +876,7 @@ impl ProxiedCluster {
                     "ProxiedCluster: {cmd:?} on port {} failed: {e}",
                     node.port()
                 )
-            })
+            });
         };
         // ADDSLOTS with every slot, not ADDSLOTSRANGE, which Redis 6.2 does not know.
         run(redis::cmd("CLUSTER")
@@ -880,14 +889,13 @@ impl ProxiedCluster {
                 Ok(()) => return cluster,
                 Err(reason) => reason,
             };
-            if start.elapsed() >= READY_TIMEOUT {
-                panic!(
-                    "timed out after {READY_TIMEOUT:?} waiting for the one-node cluster on port {} \
-                     to serve every slot behind proxy port {}; last: {last}",
-                    cluster.node.port(),
-                    cluster.proxy.port()
-                );
-            }
+            assert!(
+                start.elapsed() < READY_TIMEOUT,
+                "timed out after {READY_TIMEOUT:?} waiting for the one-node cluster on port {} \
+                 to serve every slot behind proxy port {}; last: {last}",
+                cluster.node.port(),
+                cluster.proxy.port()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -958,7 +966,10 @@ impl RedisServers {
     /// `redis://127.0.0.1:P/` of each server, in order (killed ones included: a Redlock
     /// client is configured with every master, up or not).
     pub fn urls(&self) -> Vec<String> {
-        self.servers.iter().map(|s| s.url()).collect()
+        self.servers
+            .iter()
+            .map(super::server::RedisServer::url)
+            .collect()
     }
 
     /// The indexes of the servers on which `key` exists (a Redlock lock is held when this is a

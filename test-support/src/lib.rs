@@ -17,6 +17,13 @@
 //! - every process and thread the harness starts is stopped when its owner is dropped;
 //! - servers never persist anything, so a restart always comes back empty.
 
+// Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
+#![forbid(unsafe_code)]
+// A harness function panics, saying what did not happen, whenever a server or process does not
+// do what the test needs: that is how a test fails, so it is not repeated in a `# Panics` section
+// on each. Its results are values tests assert on; marking each `#[must_use]` adds nothing.
+#![allow(clippy::missing_panics_doc, clippy::must_use_candidate)]
+
 pub mod binary;
 pub mod cluster;
 pub mod names;
@@ -50,9 +57,10 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
         if condition() {
             return;
         }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -99,15 +107,14 @@ pub fn unique_temp_dir(label: &str) -> PathBuf {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+            .map_or(0, |d| d.subsec_nanos());
         let dir = std::env::temp_dir().join(format!(
             "distlock-{label}-{}-{n}-{nanos}",
             std::process::id()
         ));
         match std::fs::create_dir(&dir) {
             Ok(()) => return dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
         }
     }

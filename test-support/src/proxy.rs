@@ -121,7 +121,7 @@ impl FaultProxy {
         let accept_shared = Arc::clone(&shared);
         let listener = std::thread::Builder::new()
             .name(format!("fault-proxy-{port}-accept"))
-            .spawn(move || accept_loop(listener, accept_shared))
+            .spawn(move || accept_loop(&listener, &accept_shared))
             .unwrap_or_else(|e| panic!("FaultProxy: cannot spawn the accept thread: {e}"));
         Self {
             port,
@@ -256,7 +256,7 @@ impl std::fmt::Debug for FaultProxy {
             .field("port", &self.port)
             .field("upstream_port", &self.upstream_port)
             .field("connections", &self.connection_count())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -316,7 +316,7 @@ impl Connection {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Waits up to `deadline` for `thread` to finish; past it, leaves it detached and says so
@@ -332,7 +332,7 @@ fn join_bounded(thread: JoinHandle<()>, deadline: Instant, what: &str) {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     for incoming in listener.incoming() {
         if shared.shutdown.load(Ordering::SeqCst) {
             return;
@@ -354,7 +354,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         };
-        if let Err(e) = start_connection(&shared, client, upstream) {
+        if let Err(e) = start_connection(shared, client, upstream) {
             eprintln!("FaultProxy: cannot set up a proxied connection: {e}");
         }
     }

@@ -112,7 +112,10 @@ impl RedisServer {
     /// Panics with the install instructions if `redis-server` is not on `PATH`, and with the
     /// log if the server exits or does not answer within 10 s.
     pub fn start_with(extra_args: &[&str]) -> Self {
-        let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let extra_args: Vec<String> = extra_args
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         Self::start_custom(crate::unique_temp_dir("redis"), Readiness::Plain, |_| {
             extra_args.clone()
         })
@@ -161,7 +164,8 @@ impl RedisServer {
                         }),
                     }
                 }
-                Err(LaunchError::PortInUse) => continue,
+                // Taken between choosing the port and binding it: try another.
+                Err(LaunchError::PortInUse) => {}
                 Err(LaunchError::Failed(message)) => {
                     let _ = std::fs::remove_dir_all(&dir);
                     panic!("{message}");
@@ -221,7 +225,10 @@ impl RedisServer {
     }
 
     /// Opens a sync connection with 5 s connect, read and write timeouts, so that a paused server
-    /// makes the caller's command fail instead of hanging; returns the error instead of panicking.
+    /// makes the caller's command fail instead of hanging.
+    ///
+    /// # Errors
+    /// Connecting or setting the timeouts failed: returned, where [`RedisServer::conn`] panics.
     pub fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
         let conn = self.client().get_connection_with_timeout(HELPER_TIMEOUT)?;
         conn.set_read_timeout(Some(HELPER_TIMEOUT))?;
@@ -438,7 +445,7 @@ impl RedisServer {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -466,7 +473,7 @@ impl std::fmt::Debug for RedisServer {
             .field("port", &self.port)
             .field("dir", &self.dir)
             .field("running", &self.is_running())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -497,7 +504,7 @@ fn launch(
     let (log, log_err) = open_log()
         .map_err(|e| LaunchError::Failed(format!("cannot open {}: {e}", log_path.display())))?;
     // Only this launch's part of the (appended) log tells why this launch failed.
-    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let log_start = log.metadata().map_or(0, |m| m.len());
 
     let port_arg = port.to_string();
     let mut child = match Command::new(crate::binary::server_program())
@@ -628,7 +635,8 @@ fn reply_complete(reply: &[u8]) -> bool {
         Some(len) => len,
         None => return true, // malformed: stop reading, the caller sees no process_id
     };
-    len < 0 || reply.len() >= line_end + 2 + len as usize + 2
+    // A negative length is a null reply: complete as it is.
+    usize::try_from(len).map_or(true, |len| reply.len() >= line_end + 2 + len + 2)
 }
 
 /// Starts a shell that kills `redis_pid` (and removes `dir`) once this test process is gone.

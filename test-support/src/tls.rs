@@ -7,6 +7,7 @@
 //! `redis-cli --tls` ([`RedisServer::tls_cli`]); the redis-rs helpers of [`RedisServer`]
 //! (`get`, `conn`, ...) speak plain text and cannot reach it.
 
+use std::fmt::Write as _;
 use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -197,7 +198,10 @@ impl RedisServer {
             path(&files.server_key),
             path(&files.ca_cert),
         );
-        let extra: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let extra: Vec<String> = extra_args
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         let readiness = Readiness::Tls {
             ca_file: files.ca_cert.clone(),
         };
@@ -218,7 +222,7 @@ impl RedisServer {
                 "no",
             ]
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
             args.extend(extra.iter().cloned());
             args
@@ -287,7 +291,7 @@ impl RedisServer {
     pub fn add_acl_user(&self, name: &str, password: &str, allowed: &[&str]) -> String {
         let mut rule: Vec<String> = ["ACL", "SETUSER", name, "reset", "on"]
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         rule.push(format!(">{password}"));
         rule.extend(["~*", "&*", "-@all"].map(String::from));
@@ -344,7 +348,7 @@ fn percent_encode(text: &str) -> String {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
             out.push(byte as char);
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            let _ = write!(out, "%{byte:02X}");
         }
     }
     out
@@ -363,6 +367,8 @@ pub fn require_redis_cli() {
 /// `redis-cli --tls`. `None` if nothing answered over TLS with this CA (yet); `Some(pid)` if a
 /// Redis answered, with its `process_id` when it said (an error reply such as `NOAUTH` still
 /// proves it is up).
+// Three answers, not two: nothing answered, or a Redis answered with or without its pid.
+#[allow(clippy::option_option)]
 pub(super) fn probe_tls(port: u16, ca_file: &Path) -> Option<Option<u32>> {
     let mut command = Command::new("redis-cli");
     command.arg("--tls").arg("--cacert").arg(ca_file).args([
@@ -388,6 +394,9 @@ pub(super) fn probe_tls(port: u16, ca_file: &Path) -> Option<Option<u32>> {
 /// Runs `command` (stdin closed, stdout and stderr captured) and waits at most `timeout` for
 /// it; on timeout the process is killed and an error of kind `TimedOut` returned. A program
 /// that is not installed gives an error of kind `NotFound`.
+///
+/// # Errors
+/// Starting or waiting for the program failed, or it ran out of time, as above.
 pub fn run_bounded(command: &mut Command, timeout: Duration) -> std::io::Result<Output> {
     let mut child = command
         .stdin(Stdio::null())

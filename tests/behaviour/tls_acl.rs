@@ -5,7 +5,7 @@
 //!   (system roots, or another CA) is refused with an error that says it is the certificate;
 //!   plain text on the TLS port fails within a bound. Without the feature a `rediss://` URL is a
 //!   `Config` error naming the feature.
-//! - ACL: a user with exactly the README's minimal ACL (read from README.md, so the README
+//! - ACL: a user with exactly the document's minimal ACL (read from docs/tls-acl.md, so the document
 //!   cannot drift) can do everything distlock does, and every command of that list is used; a
 //!   wrong password is an error that says so without showing the password.
 
@@ -15,14 +15,14 @@ use distlock::{LockError, LockManager, LockOptions};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
-/// The `+command` entries of the minimal ACL in README.md ("TLS and ACL users"):
+/// The `+command` entries of the minimal ACL in docs/tls-acl.md:
 /// `ACL SETUSER locker on >secret ~* &* -@all +evalsha ... +ping`.
-fn readme_acl_commands() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let start = readme
+fn documented_acl_commands() -> Vec<String> {
+    let doc = include_str!("../../docs/tls-acl.md");
+    let start = doc
         .find("ACL SETUSER locker")
-        .expect("README.md shows the minimal ACL as `ACL SETUSER locker ...`");
-    let rule = &readme[start..];
+        .expect("docs/tls-acl.md shows the minimal ACL as `ACL SETUSER locker ...`");
+    let rule = &doc[start..];
     let rule = &rule[..rule.find('`').expect("the ACL rule ends with a backtick")];
     let commands: Vec<String> = rule
         .split_whitespace()
@@ -31,11 +31,11 @@ fn readme_acl_commands() -> Vec<String> {
         .collect();
     assert!(
         rule.contains("~*") && rule.contains("&*") && rule.contains("-@all"),
-        "the README's rule allows every key and channel and no other command: {rule}"
+        "the document's rule allows every key and channel and no other command: {rule}"
     );
     assert!(
         !commands.is_empty(),
-        "no commands in the README's rule: {rule}"
+        "no commands in the document's rule: {rule}"
     );
     commands
 }
@@ -127,9 +127,9 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
+async fn an_acl_user_with_the_documented_minimal_acl_can_do_everything() {
     let server = RedisServer::start();
-    let commands = readme_acl_commands();
+    let commands = documented_acl_commands();
     let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
     let url = server.add_acl_user("locker", "s3cret", &allowed);
     // Only the ACL user runs commands from here on (the helpers below only run INFO), so
@@ -152,7 +152,7 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
         .collect();
     assert!(
         unused.is_empty(),
-        "the README's minimal ACL allows commands distlock never ran: {unused:?} (list: {allowed:?})"
+        "the document's minimal ACL allows commands distlock never ran: {unused:?} (list: {allowed:?})"
     );
     assert_eq!(
         server.keys("lock:*"),
@@ -161,15 +161,15 @@ async fn an_acl_user_with_the_readme_minimal_acl_can_do_everything() {
     );
 }
 
-/// The key patterns the README says the minimal ACL may be narrowed to: "(`~*` may be narrowed
+/// The key patterns docs/tls-acl.md says the minimal ACL may be narrowed to: "(`~*` may be narrowed
 /// to your prefix, e.g. `~lock:* ~{lock:* ...`".
-fn readme_narrowed_key_patterns() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let start = readme
+fn documented_narrowed_key_patterns() -> Vec<String> {
+    let doc = include_str!("../../docs/tls-acl.md");
+    let start = doc
         .find("may be narrowed to your prefix, e.g. `")
-        .expect("README.md says how to narrow the ACL's keys")
+        .expect("docs/tls-acl.md says how to narrow the ACL's keys")
         + "may be narrowed to your prefix, e.g. `".len();
-    let patterns = &readme[start..];
+    let patterns = &doc[start..];
     let patterns = &patterns[..patterns
         .find('`')
         .expect("the patterns end with a backtick")];
@@ -177,12 +177,12 @@ fn readme_narrowed_key_patterns() -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_minimal_acl_narrowed_to_the_key_prefix_as_the_readme_says_is_enough() {
+async fn the_minimal_acl_narrowed_to_the_key_prefix_as_documented_is_enough() {
     let server = RedisServer::start();
-    let commands = readme_acl_commands();
+    let commands = documented_acl_commands();
     let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
     let url = server.add_acl_user("locker", "s3cret", &allowed);
-    let patterns = readme_narrowed_key_patterns();
+    let patterns = documented_narrowed_key_patterns();
     assert!(
         patterns.iter().all(|pattern| pattern.starts_with('~')),
         "key patterns: {patterns:?}"
@@ -193,7 +193,7 @@ async fn the_minimal_acl_narrowed_to_the_key_prefix_as_the_readme_says_is_enough
         .arg("resetkeys")
         .arg(&patterns)
         .query(&mut server.conn())
-        .expect("the README's key patterns are valid ACL rules");
+        .expect("the document's key patterns are valid ACL rules");
     // Connecting (its probe release included), fencing, extend, a woken waiter, release; on a
     // name without braces, one with a hash tag, and one with a `}` but no tag: the three forms
     // of helper keys.
@@ -205,7 +205,7 @@ async fn the_minimal_acl_narrowed_to_the_key_prefix_as_the_readme_says_is_enough
 #[tokio::test]
 async fn a_wrong_password_says_so_and_never_shows_the_password() {
     let server = RedisServer::start();
-    let commands = readme_acl_commands();
+    let commands = documented_acl_commands();
     let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
     server.add_acl_user("locker", "the-right-one", &allowed);
     let password = "Wr0ngPassw0rd";
@@ -266,7 +266,7 @@ mod tls {
     use distlock::{LockError, LockManager, LockOptions};
     use tokio::time::Instant;
 
-    use super::{everything, readme_acl_commands};
+    use super::{documented_acl_commands, everything};
     use test_support::{skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,7 +306,7 @@ mod tls {
             return;
         }
         let server = RedisServer::start_tls();
-        let commands = readme_acl_commands();
+        let commands = documented_acl_commands();
         let allowed: Vec<&str> = commands.iter().map(String::as_str).collect();
         let url = server.add_acl_user("locker", "s3cret", &allowed);
         assert!(url.starts_with("rediss://locker:"), "{url}");

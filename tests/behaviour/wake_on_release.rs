@@ -313,7 +313,7 @@ async fn tasks_of_one_process_are_served_first_come_first_served() {
     }
     // Each task signals just before its first acquire; give the last one time to get in line.
     let _ = ready
-        .acquire_many(TASKS as u32)
+        .acquire_many(u32::try_from(TASKS).expect("a few tasks"))
         .await
         .expect("open semaphore");
     tokio::time::sleep(Duration::from_millis(300)).await;

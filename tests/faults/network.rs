@@ -34,7 +34,7 @@ async fn long_job(
     progress: Arc<AtomicU64>,
     token: Arc<Mutex<String>>,
 ) -> Result<(), LockError> {
-    *token.lock().unwrap() = lock.token().to_owned();
+    lock.token().clone_into(&mut token.lock().unwrap());
     for _ in 0..6000 {
         progress.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -207,12 +207,12 @@ async fn a_slow_network_is_only_slower() {
     let sections = CLIENTS * TASKS * SECTIONS;
     eprintln!(
         "slow network: {sections} sections in {took:?} ({:?} per section)",
-        took / sections as u32
+        took / u32::try_from(sections).expect("a few sections")
     );
     assert_eq!(server.get("count"), Some(sections.to_string()));
     // Each section waits at least one 100 ms round trip to acquire: the delay was in effect.
     assert!(
-        took >= Duration::from_millis(100) * sections as u32,
+        took >= Duration::from_millis(100) * u32::try_from(sections).expect("a few sections"),
         "took only {took:?}"
     );
     assert_eq!(server.keys("lock:*"), Vec::<String>::new());

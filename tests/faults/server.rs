@@ -376,7 +376,7 @@ async fn a_pause_shorter_than_the_acquire_timeout_only_delays_the_acquire() {
         async move { manager.acquire("brief", &options).await }
     });
     // Several attempts time out (300 ms each) and are retried while Redis is stopped.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     server.resume();
     let guard = acquire
         .await

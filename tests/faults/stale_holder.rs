@@ -1,5 +1,5 @@
 //! Stale holder: a holder that stops running (a GC pause, a stopped VM, here a
-//! SIGSTOPped worker process) for longer than its ttl comes back believing it still holds the
+//! `SIGSTOPped` worker process) for longer than its ttl comes back believing it still holds the
 //! lock. Redis cannot stop it from running its code; what distlock guarantees is that
 //! - its release (compare-and-delete) does not delete the new owner's lock, and says `Lost`;
 //! - with fencing, the storage that checks tokens rejects its late write, because the new owner's
@@ -47,7 +47,7 @@ async fn data_connection(url: &str) -> MultiplexedConnection {
 }
 
 /// The worker that goes stale: takes the lock (ttl 1 s, fencing), writes, announces itself, and
-/// is SIGSTOPped by the test while it "works"; once continued it writes late and releases.
+/// is `SIGSTOPped` by the test while it "works"; once continued it writes late and releases.
 #[test]
 fn stale_worker() {
     let Ok(url) = std::env::var(URL_VAR) else {

@@ -151,11 +151,10 @@ fn torture_counts_are_exact_and_fencing_tokens_increase_in_commit_order() {
             per_key,
             "key {key}: one token per committed section"
         );
-        if let Some(pair) = fences.windows(2).find(|pair| pair[0] >= pair[1]) {
+        if let Some(&[earlier, later]) = fences.windows(2).find(|pair| pair[0] >= pair[1]) {
             panic!(
-                "key {key}: fencing token {} committed after {}: tokens must strictly increase \
-                 in commit order",
-                pair[1], pair[0]
+                "key {key}: fencing token {later} committed after {earlier}: tokens must \
+                 strictly increase in commit order"
             );
         }
         // Strictly increasing from 1 with as many tokens as sections: exactly 1..=n, so every

@@ -568,7 +568,10 @@ fn spawn_self_runs_workers() {
     let statuses = wait_all(workers, Duration::from_secs(60));
 
     assert_eq!(statuses.len(), 4);
-    assert!(statuses[..3].iter().all(|s| s.success()), "{statuses:?}");
+    assert!(
+        statuses[..3].iter().all(std::process::ExitStatus::success),
+        "{statuses:?}"
+    );
     assert!(
         !statuses[3].success(),
         "a panicking worker exited successfully"

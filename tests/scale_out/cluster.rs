@@ -577,7 +577,7 @@ fn spawn_loops(
     data: &ClusterConnection,
     tasks: usize,
     name: &str,
-    counters: [String; 2],
+    counters: &[String; 2],
     ttl: Duration,
     run: &Arc<Run>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -664,7 +664,7 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
         &data,
         8,
         name,
-        counters.clone(),
+        &counters,
         // Long, so that a lock left behind by a failed release would stall the run visibly.
         Duration::from_secs(10),
         &run,
@@ -784,7 +784,7 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
         &data,
         8,
         name,
-        [counter.clone(), counter.clone()],
+        &[counter.clone(), counter.clone()],
         // Long, so that a lock left behind by a failed release would stall the run visibly.
         Duration::from_secs(10),
         &run,

@@ -2,7 +2,7 @@
 //! release hands the lock to the next in line.
 //!
 //! - processes that queued in a known order get the lock in that order;
-//! - a waiter SIGKILLed in line, and one SIGKILLed right after being handed the lock, hold the
+//! - a waiter `SIGKILLed` in line, and one `SIGKILLed` right after being handed the lock, hold the
 //!   others up for at most the documented bound (a lease, a claim: 3 s each), not the ttl;
 //! - a waiter that gives up (cancelled, timed out) leaves the line at once;
 //! - a release wakes only the next in line: Redis work per hand-off does not grow with the

@@ -8,8 +8,9 @@
 //!   lock shares one hash slot, so each script runs on the one node that owns it, and waiters
 //!   queue in one line per lock that releases hand the lock down ([`Protocol::Line`]);
 //! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
-//!   waiters mark the lock as awaited and compete when a release wakes them
-//!   ([`Protocol::Mark`]).
+//!   waiters take a place in the lock's wake list on each master where they find it held, and
+//!   a release on a master wakes the first live waiter there, which then competes
+//!   ([`Protocol::Wake`]).
 
 mod node;
 mod quorum;
@@ -22,20 +23,25 @@ use redis::RedisResult;
 use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::GrantHub;
 use crate::keys::LockKeys;
-use crate::wake::WakeHub;
 pub(crate) use node::Look;
 use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 
-/// How long a place in line lasts unless its waiter renews it: a waiter that dies in line is
-/// skipped at most this long after its last renewal.
+/// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
+/// it: a waiter that dies in line is skipped at most this long after its last renewal.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 /// How often a waiter renews its place in line (and looks whether the lock is already its own,
-/// in case a hand-off message was lost).
+/// in case a hand-off message was lost; on Redlock, whether it is free, in case the wake-up
+/// went to a waiter that has just died).
 pub(crate) const RENEW: Duration = Duration::from_secs(1);
 /// The longest ttl a hand-off gives before its new holder confirms it: a lock handed to a
 /// waiter that has just died comes back at most this long after.
 pub(crate) const CLAIM: Duration = Duration::from_secs(3);
+
+/// The prefix of a manager's hand-off channel (standalone, cluster).
+const GRANTS: &str = "distlock:grants:";
+/// The prefix of a manager's wake-up channel (Redlock).
+const WAKE_UPS: &str = "distlock:wake:";
 
 /// What one attempt to take a lock found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +62,9 @@ pub(crate) enum Wait {
     /// Nothing: a first try needs only `SET NX PX` — exactly the command a hand-written lock
     /// sends, the cheapest thing Redis can run.
     FirstTry,
-    /// Take a place in line — or renew it, when `renewing` — (or mark the lock as awaited), to
-    /// be told on `channel` (`None`: not subscribed, the waiter looks again on its own).
+    /// Take a place in line — or renew it, when `renewing` — (on Redlock, in the wake list of
+    /// each master that finds the lock held), to be told on `channel` (`None`: not subscribed,
+    /// the waiter looks again on its own).
     InLine {
         channel: Option<Arc<str>>,
         renewing: bool,
@@ -74,7 +81,8 @@ pub(crate) struct Scan {
 /// Where the locks live, and how their waiters hear of a release.
 pub(crate) struct Backend {
     locks: Locks,
-    wakeups: Wakeups,
+    /// This manager's message channel: hand-offs (single endpoint) and wake-ups (Redlock).
+    grants: GrantHub,
 }
 
 enum Locks {
@@ -82,19 +90,11 @@ enum Locks {
     Quorum(Quorum),
 }
 
-/// How a waiter hears that it may have the lock now.
-pub(crate) enum Wakeups {
-    /// A release handed it the lock (single endpoint).
-    Grants(GrantHub),
-    /// A release on some master: compete again (Redlock).
-    Releases(WakeHub),
-}
-
 impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
-            wakeups: Wakeups::Grants(GrantHub::new(vec![client.clone()], timeouts)),
+            grants: GrantHub::new(GRANTS, vec![vec![client.clone()]], timeouts, 1),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(Endpoint::Standalone(client), timeouts),
                 Protocol::Line,
@@ -110,7 +110,7 @@ impl Backend {
         timeouts: Timeouts,
     ) -> Self {
         Backend {
-            wakeups: Wakeups::Grants(GrantHub::new(seeds, timeouts)),
+            grants: GrantHub::new(GRANTS, vec![seeds], timeouts, 1),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(endpoint, timeouts),
                 Protocol::Line,
@@ -118,31 +118,33 @@ impl Backend {
         }
     }
 
-    /// Redlock over independent masters.
+    /// Redlock over independent masters, with one wake-up connection per master.
     pub(crate) fn redlock(
         masters: Vec<redis::Client>,
         timeouts: Timeouts,
         node_timeout: Duration,
     ) -> Self {
-        let quorum = Quorum::new(
-            masters
-                .iter()
-                .map(|client| {
-                    Node::new(
-                        Connections::new(Endpoint::Standalone(client.clone()), timeouts),
-                        Protocol::Mark,
-                    )
-                })
-                .collect(),
-            node_timeout,
-        );
+        let nodes = masters
+            .iter()
+            .map(|client| {
+                Node::new(
+                    Connections::new(Endpoint::Standalone(client.clone()), timeouts),
+                    Protocol::Wake,
+                )
+            })
+            .collect();
         // A waiter must hear a release from at least one master of any majority the holder
         // may have: n - majority + 1 subscriptions guarantee that.
-        let confirmations = masters.len() - quorum.majority() + 1;
+        let confirmations = masters.len() - (masters.len() / 2 + 1) + 1;
         let sources = masters.into_iter().map(|client| vec![client]).collect();
+        let grants = GrantHub::new(WAKE_UPS, sources, timeouts, confirmations);
         Backend {
-            wakeups: Wakeups::Releases(WakeHub::new(sources, timeouts, confirmations)),
-            locks: Locks::Quorum(quorum),
+            locks: Locks::Quorum(Quorum::new(
+                nodes,
+                node_timeout,
+                Arc::clone(grants.channel()),
+            )),
+            grants,
         }
     }
 
@@ -152,9 +154,9 @@ impl Backend {
         matches!(self.locks, Locks::Single(_))
     }
 
-    /// How waiters hear of a release here.
-    pub(crate) fn wakeups(&self) -> &Wakeups {
-        &self.wakeups
+    /// Where waiters hear of a hand-off or a wake-up.
+    pub(crate) fn grants(&self) -> &GrantHub {
+        &self.grants
     }
 
     /// Whether the connection may send a command again after losing its reply (a cluster
@@ -279,15 +281,6 @@ impl Backend {
         matches!(self.locks, Locks::Quorum(_))
     }
 
-    /// How often a waiter renews its place in line; `None` on Redlock, whose waiters mark the
-    /// lock for as long as the holder's ttl.
-    pub(crate) fn renew_period(&self) -> Option<Duration> {
-        match &self.locks {
-            Locks::Single(_) => Some(RENEW),
-            Locks::Quorum(_) => None,
-        }
-    }
-
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
@@ -299,19 +292,11 @@ impl Backend {
                 .map(|node| node.connections().len())
                 .sum(),
         };
-        match &self.wakeups {
-            Wakeups::Grants(grants) => (
-                connections,
-                usize::from(grants.is_subscribed()),
-                0,
-                grants.waiters(),
-            ),
-            Wakeups::Releases(wake) => (
-                connections,
-                wake.watched_channels(),
-                wake.pending_requests(),
-                0,
-            ),
-        }
+        (
+            connections,
+            usize::from(self.grants.is_subscribed()),
+            0,
+            self.grants.waiters(),
+        )
     }
 }

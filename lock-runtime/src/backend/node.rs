@@ -8,6 +8,7 @@ use redis::{Cmd, RedisResult, Value};
 use super::{Attempt, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
+use crate::retry::Backoff;
 use crate::scripts;
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
@@ -23,10 +24,23 @@ pub(crate) enum Protocol {
     /// the next waiter (`scripts::ACQUIRE`, `scripts::RELEASE`): a standalone server or a
     /// cluster, where one node owns all of a lock's keys.
     Line,
-    /// Marking the lock as awaited, each release waking every waiting process, which then
-    /// compete (`scripts::QUORUM_ACQUIRE`, `scripts::QUORUM_RELEASE`): a Redlock master, which
-    /// cannot hand a lock over on its own.
-    Mark,
+    /// In the lock's wake list on this master, each release waking the first live waiter
+    /// there, which then competes on every master (`scripts::QUORUM_ACQUIRE`,
+    /// `scripts::QUORUM_RELEASE`): a Redlock master, which cannot hand a lock over on its own.
+    Wake,
+}
+
+/// What one Redlock master answered an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// Granted to the caller (or found already its own).
+    Granted,
+    /// Held by `holder` (`None`: not asked — a first try's plain `SET NX`), for at most
+    /// `remaining` more (`None`: unknown, or no expiry).
+    Held {
+        remaining: Option<Duration>,
+        holder: Option<String>,
+    },
 }
 
 impl Node {
@@ -75,28 +89,14 @@ impl Node {
     ) -> RedisResult<Attempt> {
         let mut connection = self.connection().await?;
         if !fencing && wait == Wait::FirstTry {
-            // The plain command: no script to run when the lock is free, which is most times.
-            // Sized up front ("SET", key, token, "NX", "PX", up to 20 digits): no reallocation.
-            let mut set = Cmd::with_capacity(6, 3 + keys.lock.len() + token.len() + 4 + 20);
-            set.arg("SET")
-                .arg(&*keys.lock)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_millis);
-            // `+OK` or a nil reply: read as a `Value`, which needs no allocation for either.
-            return match set.query_async(&mut connection).await? {
-                Value::Okay => Ok(Attempt::Acquired {
+            return Ok(if set_nx(&mut connection, keys, token, ttl_millis).await? {
+                Attempt::Acquired {
                     fence: None,
                     expires_in: Duration::from_millis(ttl_millis),
-                }),
-                Value::Nil => Ok(Attempt::Held { remaining: None }),
-                other => Err(redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "SET NX PX answered neither OK nor nil",
-                    format!("{other:?}"),
-                ))),
-            };
+                }
+            } else {
+                Attempt::Held { remaining: None }
+            });
         }
         let channel = match &wait {
             Wait::FirstTry => "",
@@ -125,7 +125,7 @@ impl Node {
                         Wait::InLine { renewing: true, .. } => "renew",
                     });
                 let reply: Vec<i64> =
-                    scripts::run(&scripts::ACQUIRE, &cmd, &mut connection).await?;
+                    scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
                 match reply.as_slice() {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
@@ -143,31 +143,96 @@ impl Node {
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
             }
-            Protocol::Mark => {
-                let waiters = keys.waiters();
-                let mut cmd = scripts::evalsha(
-                    &scripts::QUORUM_ACQUIRE,
-                    &[&keys.lock, &waiters],
-                    3,
-                    token.len() + 20 + 1,
-                );
-                cmd.arg(token)
-                    .arg(ttl_millis)
-                    .arg(flag(!channel.is_empty()));
-                let reply: Vec<i64> =
-                    scripts::run(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
-                match reply.as_slice() {
-                    [1] => Ok(Attempt::Acquired {
-                        fence: None,
-                        expires_in: Duration::from_millis(ttl_millis),
-                    }),
-                    [0, pttl] => Ok(Attempt::Held {
-                        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                    }),
-                    other => Err(unexpected_reply("the acquire script", other)),
-                }
-            }
+            // A Redlock master is asked through `vote`, which names the caller's place in the
+            // wake list and reports the holder: the quorum needs both, an `Attempt` has neither.
+            Protocol::Wake => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a Redlock master takes votes, not attempts",
+            ))),
         }
+    }
+
+    /// One Redlock master's vote: `SET NX PX` for a first try; otherwise the quorum acquire
+    /// script, which also takes (or renews) the place `member` in the lock's wake list here
+    /// when someone else holds it (`None`: the caller is not subscribed, and takes none).
+    pub(crate) async fn vote(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        first_try: bool,
+        member: Option<&str>,
+    ) -> RedisResult<Vote> {
+        let mut connection = self.connection().await?;
+        if first_try {
+            return Ok(if set_nx(&mut connection, keys, token, ttl_millis).await? {
+                Vote::Granted
+            } else {
+                Vote::Held {
+                    remaining: None,
+                    holder: None,
+                }
+            });
+        }
+        let (wake_list, member) = (keys.wake_list(), member.unwrap_or(""));
+        let mut cmd = scripts::evalsha(
+            &scripts::QUORUM_ACQUIRE,
+            &[&keys.lock, &wake_list],
+            4,
+            token.len() + 20 + member.len() + 20,
+        );
+        cmd.arg(token)
+            .arg(ttl_millis)
+            .arg(member)
+            .arg(millis(super::LEASE));
+        let reply: Vec<Value> =
+            scripts::invoke(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
+        match reply.as_slice() {
+            [Value::Int(1)] => Ok(Vote::Granted),
+            [Value::Int(0), Value::Int(pttl), holder] => Ok(Vote::Held {
+                remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: redis::from_redis_value(holder.clone()).ok(),
+            }),
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected reply",
+                format!("the quorum acquire script answered {other:?}"),
+            ))),
+        }
+    }
+
+    /// One Redlock master's release: deletes the lock if it is still ours, waking the first live
+    /// waiter there when `wake`; takes `member` (ours) out of the wake list either way.
+    pub(crate) async fn release_vote(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        member: Option<&str>,
+        wake: bool,
+    ) -> RedisResult<bool> {
+        let mut connection = self.connection().await?;
+        self.release_vote_on(&mut connection, keys, token, member, wake)
+            .await
+    }
+
+    async fn release_vote_on(
+        &self,
+        connection: &mut Connection,
+        keys: &LockKeys,
+        token: &str,
+        member: Option<&str>,
+        wake: bool,
+    ) -> RedisResult<bool> {
+        let (wake_list, member) = (keys.wake_list(), member.unwrap_or(""));
+        let mut cmd = scripts::evalsha(
+            &scripts::QUORUM_RELEASE,
+            &[&keys.lock, &wake_list],
+            3,
+            token.len() + member.len() + 1,
+        );
+        cmd.arg(token).arg(member).arg(flag(wake));
+        let deleted: i64 = scripts::invoke(&scripts::QUORUM_RELEASE, &cmd, connection).await?;
+        Ok(deleted == 1)
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
@@ -186,8 +251,8 @@ impl Node {
         token: &str,
         leave: bool,
     ) -> RedisResult<bool> {
-        let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_RETRY.0;
-        let mut pause = CLUSTER_IN_FLUX_RETRY.1;
+        let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
+        let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
         loop {
             let mut connection = self.connection().await?;
             let in_cluster = matches!(connection, Connection::Cluster(_));
@@ -203,7 +268,7 @@ impl Node {
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(CLUSTER_IN_FLUX_RETRY.2);
+                    pause = (pause * 2).min(CLUSTER_IN_FLUX_BACKOFF.max);
                 }
                 result => return result,
             }
@@ -247,18 +312,12 @@ impl Node {
                         cmd
                     }
                 };
-                scripts::run(&scripts::RELEASE, &cmd, connection).await?
+                scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
-            Protocol::Mark => {
-                let waiters = keys.waiters();
-                let mut cmd = scripts::evalsha(
-                    &scripts::QUORUM_RELEASE,
-                    &[&keys.lock, &waiters],
-                    1,
-                    token.len(),
-                );
-                cmd.arg(token);
-                scripts::run(&scripts::QUORUM_RELEASE, &cmd, connection).await?
+            Protocol::Wake => {
+                return self
+                    .release_vote_on(connection, keys, token, None, !leave)
+                    .await;
             }
         };
         Ok(deleted == 1)
@@ -274,7 +333,7 @@ impl Node {
         let mut connection = self.connection().await?;
         let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
         cmd.arg(token).arg(ttl_millis);
-        let extended: i64 = scripts::run(&scripts::EXTEND, &cmd, &mut connection).await?;
+        let extended: i64 = scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?;
         Ok(extended == 1)
     }
 
@@ -398,14 +457,41 @@ pub(crate) enum ScanTarget {
     Address(String, u16),
 }
 
-/// How long a release retries while a cluster is in flux, and its first and longest pause.
-/// A slot migration or a failover usually settles within a few seconds; past that the lock
-/// expires at the end of its ttl, as after any failed release.
-const CLUSTER_IN_FLUX_RETRY: (Duration, Duration, Duration) = (
-    Duration::from_secs(5),
-    Duration::from_millis(10),
-    Duration::from_millis(200),
-);
+/// `SET key token NX PX ttl`: `true` when set. The plain command, no script: what a first try
+/// sends, since the lock is free most times.
+async fn set_nx(
+    connection: &mut Connection,
+    keys: &LockKeys,
+    token: &str,
+    ttl_millis: u64,
+) -> RedisResult<bool> {
+    // Sized up front ("SET", key, token, "NX", "PX", up to 20 digits): no reallocation.
+    let mut set = Cmd::with_capacity(6, 3 + keys.lock.len() + token.len() + 4 + 20);
+    set.arg("SET")
+        .arg(&*keys.lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_millis);
+    // `+OK` or a nil reply: read as a `Value`, which needs no allocation for either.
+    match set.query_async(connection).await? {
+        Value::Okay => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "SET NX PX answered neither OK nor nil",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
+/// How long a release retries while a cluster is in flux. A slot migration or a failover
+/// usually settles within a few seconds; past that the lock expires at the end of its ttl, as
+/// after any failed release.
+const CLUSTER_IN_FLUX_GIVE_UP: Duration = Duration::from_secs(5);
+/// The first and the longest pause between those retries.
+const CLUSTER_IN_FLUX_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 
 /// Whether a cluster refused to run the command for now (it did not run): the slot is being
 /// migrated, or has moved, or the cluster is failing over.

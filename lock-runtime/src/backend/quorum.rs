@@ -5,8 +5,23 @@
 //! or stopped master costs at most that timeout. An acquisition counts only if a majority
 //! granted it within the lock's validity (ttl minus the time the fan-out took minus an allowance
 //! for clock drift); otherwise whatever was granted is given back at once.
+//!
+//! **Waking waiters.** Masters cannot agree on a line, so each keeps a wake list per lock: a
+//! subscribed waiter's attempt takes a place (`"<channel> <token>"`, with a lease) on every
+//! master where it finds the lock held by someone else, and renews it with every later attempt
+//! (at least every [`RENEW`](super::RENEW)). A release deletes the lock on each master and
+//! wakes only the first waiter whose lease still runs there, taking its place out, with one
+//! message on its process's channel; the woken waiter tries every master again, and takes its
+//! places again where it loses. So a release wakes at most one waiter per master, however many
+//! processes wait. An attempt that does not reach a majority gives back what it won, and tries
+//! again itself: soon when nobody can hold a majority, or else when whoever may hold one
+//! releases it (which wakes waiters) or expires. Its give-back wakes nobody when another holder
+//! has a majority of the answers (a woken waiter would only find the lock held); otherwise the
+//! lock may be free once every contender has given back, and each master given back wakes one
+//! waiter, as a release does.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -14,8 +29,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
-use super::node::Look;
-use super::node::Node;
+use super::node::{Look, Node, Vote};
 use super::{Attempt, Wait};
 use crate::keys::LockKeys;
 
@@ -23,13 +37,16 @@ use crate::keys::LockKeys;
 pub(crate) struct Quorum {
     nodes: Vec<Node>,
     node_timeout: Duration,
+    /// This manager's wake-up channel, named in its waiters' places.
+    channel: Arc<str>,
 }
 
 impl Quorum {
-    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration) -> Self {
+    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, channel: Arc<str>) -> Self {
         Quorum {
             nodes,
             node_timeout,
+            channel,
         }
     }
 
@@ -73,75 +90,110 @@ impl Quorum {
         ttl_millis: u64,
         wait: Wait,
     ) -> RedisResult<Attempt> {
+        let member = match &wait {
+            Wait::InLine {
+                channel: Some(channel),
+                ..
+            } => Some(member(channel, token)),
+            _ => None,
+        };
+        let first_try = wait == Wait::FirstTry;
         let started = Instant::now();
         let results = self
-            .on_each(|node| node.try_lock(keys, token, ttl_millis, false, wait.clone()))
+            .on_each(|node| node.vote(keys, token, ttl_millis, first_try, member.as_deref()))
             .await;
         let granted = results
             .iter()
-            .filter(|result| matches!(result, Ok(Attempt::Acquired { .. })))
+            .filter(|result| matches!(result, Ok(Vote::Granted)))
             .count();
         let ttl = Duration::from_millis(ttl_millis);
         if granted >= self.majority() && started.elapsed() + drift(ttl) < ttl {
             return Ok(Attempt::Acquired {
                 fence: None,
                 // Counted from when the attempt was sent, less the drift allowance.
-                expires_in: ttl - drift(ttl),
+                expires_in: ttl.saturating_sub(drift(ttl)),
             });
         }
-        // Not ours: give back what some masters granted (or may still grant, if they did not
-        // answer) so the next contender does not wait for those to expire.
-        if granted > 0 || results.iter().any(Result::is_err) {
-            let _ = self.unlock(keys, token).await;
-        }
-        let answered = results.iter().filter(|result| result.is_ok()).count();
-        self.check_quorum(&results, answered)?;
-        let held: Vec<Option<Duration>> = results
+        let held: Vec<(Option<Duration>, Option<&str>)> = results
             .iter()
             .filter_map(|result| match result {
-                Ok(Attempt::Held { remaining }) => Some(*remaining),
+                Ok(Vote::Held { remaining, holder }) => Some((*remaining, holder.as_deref())),
                 _ => None,
             })
             .collect();
+        // Not ours: give back what some masters granted (or may still grant, if they did not
+        // answer) so the next contender does not wait for those to expire. Quietly when
+        // another holder has a majority of the answers: a waiter woken now would only find
+        // the lock held by it, whose release wakes waiters. Otherwise nobody may hold the lock
+        // once every contender has given back (a split, a majority granted too late, or too
+        // few masters answering to tell): wake a waiter on each master given back, so that
+        // waiters asleep behind what looked like a holder with the silent masters try again.
+        if granted > 0 || results.iter().any(Result::is_err) {
+            let wake = likeliest_holder(&held).map_or(0, |(_, count)| count) < self.majority();
+            let to_give_back: Vec<bool> = results
+                .iter()
+                .map(|result| !matches!(result, Ok(Vote::Held { .. })))
+                .collect();
+            let _ = self
+                .on_each_where(&to_give_back, |node| {
+                    node.release_vote(keys, token, None, wake)
+                })
+                .await;
+        }
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(&results, answered)?;
         Ok(Attempt::Held {
             remaining: self.held_for(&held, results.len() - answered),
         })
     }
 
-    /// How long to wait before trying again, given the remaining ttls of the masters that
-    /// answered "held by someone else" and how many masters did not answer.
+    /// How long to wait before trying again, given the remaining ttl and the holder (`None`:
+    /// not known) of each master that answered "held by someone else", and how many masters did
+    /// not answer.
     ///
-    /// While those masters (and the silent ones, which may hold it too) can still make up a
-    /// majority, someone may hold the lock, and no retry can win before enough of them expire:
-    /// wait for the release's wake-up, or until the k-th shortest of those ttls has run out, k
-    /// being how many must expire before no majority is left. Retrying sooner only wins the
-    /// masters that lost their data and gives them back, over and over, for as long as the
-    /// holder holds. A split among contenders that each give back their minority also ends
-    /// here, and ends early: a subscribed waiter marks the lock as awaited on every master
-    /// where it found it held, so each give-back there (by a distlock contender) deletes the
-    /// mark and publishes the waiter's wake-up.
+    /// While one holder (and the silent masters, which may be its too) can still make up a
+    /// majority, it may hold the lock, and no retry can win before enough of its masters
+    /// expire: wait for the release's wake-up, or until the k-th shortest of its ttls has run
+    /// out, k being how many must expire before no majority is left. Retrying sooner only wins
+    /// the masters that lost their data and gives them back, over and over, for as long as the
+    /// holder holds. Holders that were not asked (a first try's `SET NX`) count as one.
     ///
     /// Otherwise no contender can have a majority (a split vote, or a majority granted too
     /// late): retry soon, after a random delay, so the contenders do not collide again.
     /// `None` when the masters did not say when (a plain `SET NX` does not ask, a key without
     /// expiry has no end).
-    fn held_for(&self, held: &[Option<Duration>], unanswered: usize) -> Option<Duration> {
-        let possible_holders = held.len() + unanswered;
+    fn held_for(
+        &self,
+        held: &[(Option<Duration>, Option<&str>)],
+        unanswered: usize,
+    ) -> Option<Duration> {
+        let Some((likeliest, count)) = likeliest_holder(held) else {
+            return Some(soon());
+        };
+        let possible_holders = count + unanswered;
         if possible_holders < self.majority() {
-            return Some(
-                Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10)),
-            );
+            return Some(soon());
         }
         // A ttl not known (no expiry, or not asked) counts as the longest.
         let must_expire = possible_holders - self.majority() + 1;
-        let mut known: Vec<Duration> = held.iter().flatten().copied().collect();
+        let mut known: Vec<Duration> = held
+            .iter()
+            .filter(|(_, holder)| *holder == likeliest)
+            .filter_map(|(remaining, _)| *remaining)
+            .collect();
         known.sort_unstable();
         known.get(must_expire - 1).copied()
     }
 
-    /// Releases on every master; ours if a majority still held it.
+    /// Releases on every master, waking the first live waiter on each master where the lock
+    /// was ours, and takes `token`'s places in the wake lists out (a waiter that gives up, or
+    /// one that won a majority while some masters were held by others); ours if a majority
+    /// still held it.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
-        let results = self.on_each(|node| node.unlock(keys, token, false)).await;
+        let member = member(&self.channel, token);
+        let results = self
+            .on_each(|node| node.release_vote(keys, token, Some(&member), true))
+            .await;
         self.majority_true(&results)
     }
 
@@ -212,6 +264,34 @@ impl Quorum {
         .await
     }
 
+    /// Runs `operation` at once on the masters whose entry in `which` is `true`, each bounded by
+    /// the per-node timeout.
+    async fn on_each_where<'a, T, F, Fut>(
+        &'a self,
+        which: &[bool],
+        operation: F,
+    ) -> Vec<RedisResult<T>>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + 'a,
+    {
+        join_all(
+            self.nodes
+                .iter()
+                .zip(which)
+                .filter(|(_, &chosen)| chosen)
+                .map(|(node, _)| {
+                    let call = operation(node);
+                    async move {
+                        tokio::time::timeout(self.node_timeout, call)
+                            .await
+                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                    }
+                }),
+        )
+        .await
+    }
+
     /// `true` when a majority answered `true`; an error when too few masters answered to tell.
     fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
         let yes = results
@@ -245,6 +325,35 @@ impl Quorum {
     }
 }
 
+/// The holder on the most masters, and on how many: only it can have a majority. Holders that
+/// were not asked (a first try's `SET NX`) count as one.
+fn likeliest_holder<'a>(
+    held: &[(Option<Duration>, Option<&'a str>)],
+) -> Option<(Option<&'a str>, usize)> {
+    let mut counts: Vec<(Option<&str>, usize)> = Vec::new();
+    for (_, holder) in held {
+        match counts.iter_mut().find(|(known, _)| known == holder) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((*holder, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|(_, count)| *count)
+}
+
+/// A waiter's place in a wake list: its process's channel, then its token.
+fn member(channel: &str, token: &str) -> String {
+    let mut member = String::with_capacity(channel.len() + 1 + token.len());
+    member.push_str(channel);
+    member.push(' ');
+    member.push_str(token);
+    member
+}
+
+/// When no contender can hold a majority: soon, with jitter so they do not collide again.
+fn soon() -> Duration {
+    Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10))
+}
+
 /// Allowance for clock drift between this host and the masters: 1 % of the ttl plus 2 ms, as
 /// the Redlock description suggests.
 fn drift(ttl: Duration) -> Duration {
@@ -274,11 +383,11 @@ mod tests {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
                 Node::new(
                     Connections::new(Endpoint::Standalone(client), timeouts),
-                    super::super::node::Protocol::Mark,
+                    super::super::node::Protocol::Wake,
                 )
             })
             .collect();
-        Quorum::new(nodes, Duration::from_millis(100))
+        Quorum::new(nodes, Duration::from_millis(100), Arc::from("channel"))
     }
 
     fn five() -> Quorum {
@@ -290,8 +399,18 @@ mod tests {
         Err(RedisError::from(std::io::Error::other("master down")))
     }
 
+    // An `Option` because the remaining ttls it stands for are: a master may not say.
+    #[allow(clippy::unnecessary_wraps)]
     fn ms(millis: u64) -> Option<Duration> {
         Some(Duration::from_millis(millis))
+    }
+
+    /// The same holder (or none known) on every master.
+    fn by_one(remaining: &[Option<Duration>]) -> Vec<(Option<Duration>, Option<&'static str>)> {
+        remaining
+            .iter()
+            .map(|remaining| (*remaining, None))
+            .collect()
     }
 
     #[test]
@@ -299,24 +418,57 @@ mod tests {
         let quorum = five();
         // Held on 4 (one master lost the key): a majority is gone once 2 have expired.
         assert_eq!(
-            quorum.held_for(&[ms(900), ms(300), ms(500), ms(700)], 0),
+            quorum.held_for(&by_one(&[ms(900), ms(300), ms(500), ms(700)]), 0),
             ms(500)
         );
         // Held on 3: the first expiry ends the majority.
-        assert_eq!(quorum.held_for(&[ms(900), ms(300), ms(500)], 0), ms(300));
+        assert_eq!(
+            quorum.held_for(&by_one(&[ms(900), ms(300), ms(500)]), 0),
+            ms(300)
+        );
         // Held on 2 and one master silent: it may hold it too.
-        assert_eq!(quorum.held_for(&[ms(900), ms(300)], 1), ms(300));
+        assert_eq!(quorum.held_for(&by_one(&[ms(900), ms(300)]), 1), ms(300));
         // Without an expiry, or not asked: not known.
-        assert_eq!(quorum.held_for(&[None, None, None], 0), None);
-        assert_eq!(quorum.held_for(&[None, ms(400), ms(200), None], 0), ms(400));
+        assert_eq!(quorum.held_for(&by_one(&[None, None, None]), 0), None);
+        assert_eq!(
+            quorum.held_for(&by_one(&[None, ms(400), ms(200), None]), 0),
+            ms(400)
+        );
+        // Held by "a" on 3 and by "b" on 1: only a's ttls count.
+        let held = [
+            (ms(100), Some("b")),
+            (ms(900), Some("a")),
+            (ms(700), Some("a")),
+            (ms(800), Some("a")),
+        ];
+        assert_eq!(quorum.held_for(&held, 0), ms(700));
     }
 
     #[test]
     fn a_split_with_no_possible_majority_retries_soon() {
         let quorum = five();
-        for (held, unanswered) in [(vec![ms(30_000), ms(30_000)], 0), (vec![ms(30_000)], 1)] {
+        let long = ms(30_000);
+        for (held, unanswered) in [
+            (by_one(&[long, long]), 0),
+            (by_one(&[long]), 1),
+            (vec![], 0),
+            // Three contenders split the five masters 2 / 2 / 1: none can have a majority.
+            (
+                vec![
+                    (long, Some("a")),
+                    (long, Some("a")),
+                    (long, Some("b")),
+                    (long, Some("b")),
+                ],
+                0,
+            ),
+            (
+                vec![(long, Some("a")), (long, Some("b")), (long, Some("c"))],
+                0,
+            ),
+        ] {
             let retry = quorum.held_for(&held, unanswered).unwrap();
-            assert!(retry <= Duration::from_millis(11), "{retry:?}");
+            assert!(retry <= Duration::from_millis(11), "{held:?}: {retry:?}");
         }
     }
 
