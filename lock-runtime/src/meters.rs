@@ -1,5 +1,5 @@
 //! Metrics, through the [`metrics`](https://docs.rs/metrics) facade, with the `metrics`
-//! feature: whatever recorder the application installed (Prometheus, StatsD, OpenTelemetry)
+//! feature: whatever recorder the application installed (Prometheus, `StatsD`, `OpenTelemetry`)
 //! receives them. Without the feature every call here is empty and the types carry nothing.
 //!
 //! | name | kind | labels | meaning |

@@ -343,7 +343,7 @@ impl Node {
         let (line, fence) = (keys.line(), keys.fence());
         let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence], 0, 0);
         let reply: Option<InspectReply> =
-            scripts::run(&scripts::INSPECT, &cmd, &mut connection).await?;
+            scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
         Ok(reply.map(|(value, pttl, waiters, fence)| Look {
             value,
             ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
