@@ -37,6 +37,8 @@ pub(crate) struct Meter {
     label: Arc<str>,
 }
 
+// Without the feature the methods record nothing, so they leave `self` unread.
+#[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
 impl Meter {
     pub(crate) fn new(options: &LockOptions) -> Self {
         #[cfg(not(feature = "metrics"))]
@@ -100,6 +102,7 @@ pub(crate) struct Hold {
     ended: AtomicBool,
 }
 
+#[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
 impl Hold {
     /// The lock is no longer held (released, lost, or its guard gone): records the hold time
     /// and lowers the gauge, the first time only.
