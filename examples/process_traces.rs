@@ -17,8 +17,8 @@
 //!   takes the next job, so duplicates of a trace really do arrive at different processes at the
 //!   same moment.
 //! - The parent waits for the workers (killing any that overrun), checks the results and prints
-//!   a summary. It exits with 1 if any check failed or any worker failed, and with 2 when no
-//!   Redis answers.
+//!   a summary. It exits with 1 if any check failed or any worker failed, with 2 when no
+//!   Redis answers, and with 130 when interrupted (Ctrl-C: the workers are stopped too).
 //!
 //! How exclusivity is checked, independently of the lock:
 //! - an in-flight count per trace in Redis, incremented when a section starts and decremented
@@ -30,12 +30,18 @@
 //! Everything lives under a fresh `process_traces:<run id>:` key prefix, locks included, and the
 //! parent deletes it at the end, so runs never interfere with each other or with other data.
 //!
-//! Run it (with a Redis on 127.0.0.1:6379, or say where with `REDIS_URL` / `--redis-url`):
+//! Which Redis: the one at `REDIS_URL` (or `--redis-url`) if set — if it does not answer, the
+//! demo exits with instructions; else the one at 127.0.0.1:6379; else, when `redis-server` is
+//! installed, a private one on a free port for this run, stopped at the end and on Ctrl-C
+//! (`--start-redis` starts one without looking elsewhere).
 //!
 //! ```text
 //! cargo run --release --example process_traces
 //! cargo run --release --example process_traces -- --workers 2 --tasks 8
 //! ```
+
+#[path = "common/local_redis.rs"]
+mod local_redis;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
@@ -44,10 +50,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock::{distributed_lock, LockError, LockManager};
+use local_redis::{redacted, LocalRedis};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// The parent kills workers still running after this long: a stuck demo must not hang forever.
 const WORKER_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -58,12 +64,15 @@ const SAVE: Duration = Duration::from_millis(2);
 
 const USAGE: &str = "\
 usage: process_traces [--workers N] [--tasks N] [--jobs N] [--traces N] [--redis-url URL]
+                      [--start-redis]
 
   --workers N      worker processes to start (default 4)
   --tasks N        concurrent tasks in each worker (default 4)
   --jobs N         jobs to process (default 2000)
   --traces N       distinct trace ids among the jobs (default 40)
-  --redis-url URL  Redis to use (default $REDIS_URL, else redis://127.0.0.1:6379)";
+  --redis-url URL  Redis to use (default $REDIS_URL, else redis://127.0.0.1:6379, else a
+                   private redis-server started for this run)
+  --start-redis    start a private redis-server for this run without looking elsewhere";
 
 /// The application's error type. The lock attribute hands its errors (timeout, Redis down) to
 /// the caller as `AppError::from(LockError)`, which `#[from]` provides.
@@ -165,9 +174,22 @@ async fn main() -> ExitCode {
 // The parent: prepares the jobs, starts the workers, checks and reports.
 
 async fn parent(args: &Args) -> ExitCode {
-    let mut redis = match connect(&args.redis_url).await {
+    let server =
+        match LocalRedis::find_or_start("process_traces", args.redis_url.clone(), args.start_redis)
+            .await
+        {
+            Ok(server) => server,
+            Err(code) => return code,
+        };
+    let mut redis = match connect(server.url()).await {
         Ok(redis) => redis,
-        Err(error) => return no_redis(&args.redis_url, &error),
+        Err(error) => {
+            eprintln!(
+                "error: cannot use Redis at {}: {error}",
+                redacted(server.url())
+            );
+            return ExitCode::from(2);
+        }
     };
     let keys = RunKeys::new(&run_id());
     let jobs = shuffled_jobs(args.jobs, args.traces);
@@ -183,7 +205,16 @@ async fn parent(args: &Args) -> ExitCode {
         args.tasks,
         keys.base
     );
-    let result = run_fleet(args, &mut redis, &keys, &jobs, &jobs_per_trace).await;
+    // Interrupted: the fleet is dropped, which kills the workers (`kill_on_drop`).
+    let fleet = run_fleet(
+        args,
+        server.url(),
+        redis.clone(),
+        &keys,
+        &jobs,
+        &jobs_per_trace,
+    );
+    let result = server.until_interrupted(fleet).await;
     // Whatever happened, leave nothing behind in Redis.
     if let Err(error) = delete_run_keys(&mut redis, &keys).await {
         eprintln!(
@@ -192,9 +223,10 @@ async fn parent(args: &Args) -> ExitCode {
         );
     }
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
+        None => ExitCode::from(130),
+        Some(Ok(true)) => ExitCode::SUCCESS,
+        Some(Ok(false)) => ExitCode::FAILURE,
+        Some(Err(error)) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
         }
@@ -204,7 +236,8 @@ async fn parent(args: &Args) -> ExitCode {
 /// Runs the workers over the jobs and checks the outcome; `Ok(true)` when every check passed.
 async fn run_fleet(
     args: &Args,
-    redis: &mut MultiplexedConnection,
+    url: &str,
+    mut redis: MultiplexedConnection,
     keys: &RunKeys,
     jobs: &[String],
     jobs_per_trace: &BTreeMap<&str, u64>,
@@ -219,7 +252,7 @@ async fn run_fleet(
             .args(["--worker", &id.to_string(), "--run", &keys.run])
             .args(["--tasks", &args.tasks.to_string()])
             // By environment rather than argument: a password in the URL stays out of `ps`.
-            .env("REDIS_URL", &args.redis_url)
+            .env("REDIS_URL", url)
             .kill_on_drop(true)
             .spawn();
         match child {
@@ -270,7 +303,7 @@ async fn run_fleet(
         .values()
         .filter(|count| **count != 0)
         .count();
-    let locks_left = scan(redis, &format!("{}trace:*", keys.lock_prefix()))
+    let locks_left = scan(&mut redis, &format!("{}trace:*", keys.lock_prefix()))
         .await?
         .len();
     let jobs_left: u64 = redis.llen(keys.jobs()).await?;
@@ -354,13 +387,17 @@ async fn worker(args: &Args, id: usize, keys: RunKeys) -> ExitCode {
     // The global client that every `#[distributed_lock]` function uses. A key prefix of this
     // run's own, so that locks of different runs never meet; `distlock::init(url)` is the same
     // with the default prefix `lock:`.
-    let manager = LockManager::builder(args.redis_url.as_str())
+    let url = args
+        .redis_url
+        .as_deref()
+        .unwrap_or(local_redis::DEFAULT_URL);
+    let manager = LockManager::builder(url)
         .key_prefix(keys.lock_prefix())
         .connect()
         .await;
     let installed = manager.and_then(distlock::init_with);
     let redis = match installed {
-        Ok(()) => connect(&args.redis_url).await.map_err(LockError::from),
+        Ok(()) => connect(url).await.map_err(LockError::from),
         Err(error) => Err(error),
     };
     let redis = match redis {
@@ -368,7 +405,7 @@ async fn worker(args: &Args, id: usize, keys: RunKeys) -> ExitCode {
         Err(error) => {
             eprintln!(
                 "worker {id}: cannot use Redis at {}: {error}",
-                args.redis_url
+                redacted(url)
             );
             return ExitCode::from(2);
         }
@@ -449,21 +486,6 @@ async fn connect(url: &str) -> Result<MultiplexedConnection, redis::RedisError> 
         .await?;
     let () = redis::cmd("PING").query_async(&mut redis).await?;
     Ok(redis)
-}
-
-fn no_redis(url: &str, error: &redis::RedisError) -> ExitCode {
-    if error.kind() == redis::ErrorKind::InvalidClientConfig {
-        eprintln!("error: `{url}` is not a usable Redis URL ({error}); write redis://host:port");
-        return ExitCode::from(2);
-    }
-    eprintln!(
-        "error: no Redis answers at {url} ({error}).\n\n\
-         This demo needs a Redis server. Start a throwaway one with\n\n    \
-             redis-server --port 6379 --save \"\" --appendonly no\n\n\
-         (install it with `apt-get install -y redis-server` or `brew install redis`),\n\
-         or point the demo at yours with REDIS_URL=redis://host:port or --redis-url URL."
-    );
-    ExitCode::from(2)
 }
 
 /// All keys matching `pattern` (SCAN, so a large shared Redis is never blocked).
@@ -567,7 +589,9 @@ struct Args {
     tasks: usize,
     jobs: usize,
     traces: usize,
-    redis_url: String,
+    /// `--redis-url`, else `REDIS_URL`.
+    redis_url: Option<String>,
+    start_redis: bool,
     /// Set in worker processes: the worker's number and the run id.
     worker: Option<(usize, String)>,
 }
@@ -579,7 +603,8 @@ impl Args {
             tasks: 4,
             jobs: 2000,
             traces: 40,
-            redis_url: std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned()),
+            redis_url: std::env::var("REDIS_URL").ok(),
+            start_redis: false,
             worker: None,
         };
         let (mut worker_id, mut run) = (None, None);
@@ -587,6 +612,10 @@ impl Args {
             if flag == "-h" || flag == "--help" {
                 println!("{USAGE}");
                 std::process::exit(0);
+            }
+            if flag == "--start-redis" {
+                args.start_redis = true;
+                continue;
             }
             let value = argv.next().ok_or_else(|| format!("{flag} needs a value"))?;
             let count = || match value.parse::<usize>() {
@@ -598,7 +627,7 @@ impl Args {
                 "--tasks" => args.tasks = count()?,
                 "--jobs" => args.jobs = count()?,
                 "--traces" => args.traces = count()?,
-                "--redis-url" => args.redis_url = value,
+                "--redis-url" => args.redis_url = Some(value),
                 // Internal: how the parent starts a worker.
                 "--worker" => worker_id = Some(value.parse().map_err(|_| "bad --worker")?),
                 "--run" => run = Some(value),

@@ -1,4 +1,4 @@
-//! Quick start: `cargo run --example quickstart` (needs Redis; set `REDIS_URL` if not local).
+//! Quick start: `cargo run --example quickstart`.
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError};
@@ -21,14 +21,16 @@ async fn process_trace(trace_id: &str) -> Result<(), AppError> {
     Ok(())
 }
 
+// Only the example needs this: REDIS_URL, else 127.0.0.1:6379, else a private redis-server for
+// this run. Your program passes its Redis URL to `distlock::init` instead.
+#[path = "common/local_redis.rs"]
+mod local_redis;
+
 #[tokio::main]
 async fn main() -> Result<(), AppError> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis = local_redis::LocalRedis::or_exit("quickstart").await;
     // Once, at startup: connect, and fail fast if Redis does not answer.
-    if let Err(error) = distlock::init(&url).await {
-        eprintln!("error: {error}\n(start one with: redis-server --save \"\" --appendonly no)");
-        std::process::exit(1);
-    }
+    distlock::init(redis.url()).await?;
     // Three calls for "abc" take turns on its lock; "xyz" has its own and runs alongside.
     let (a, b, c, x) = tokio::join!(
         process_trace("abc"),
@@ -36,8 +38,5 @@ async fn main() -> Result<(), AppError> {
         process_trace("abc"),
         process_trace("xyz"),
     );
-    for result in [a, b, c, x] {
-        result?;
-    }
-    Ok(())
+    a.and(b).and(c).and(x)
 }

@@ -48,6 +48,10 @@
 //! [`LockManager::acquire`] returns a [`LockGuard`] that releases on [`LockGuard::release`] or
 //! on drop.
 //!
+//! Synchronous code uses [`blocking`]: the same manager and guard without `.await`, and the
+//! attribute on a plain `fn`. Tests (and single-process tools) can run without any server on
+//! [`LockManager::in_process`], which keeps Redis's semantics within one process.
+//!
 //! Every option of the attribute is documented, with an example, on [`distributed_lock`]; the
 //! behaviour under failure, the backends and the waiting protocol are described in the
 //! repository's `docs/` directory.
@@ -56,6 +60,7 @@
 #![forbid(unsafe_code)]
 
 pub use lock_macros::distributed_lock;
+pub use lock_runtime::blocking;
 pub use lock_runtime::{
     global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
     LockManagerBuilder, LockOptions,
@@ -66,7 +71,10 @@ pub use lock_runtime::{
 #[doc(hidden)]
 pub mod __private {
     pub use core::time::Duration;
-    pub use lock_runtime::attribute::{acquire, release, run, span};
+    pub use lock_runtime::attribute::{
+        acquire, acquire_blocking, release, run, span, BlockingHeld,
+    };
+    pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
     pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -4,7 +4,8 @@
 //!
 //! The signature and the attributes of the function are kept exactly as written and only the
 //! body is replaced: the original body becomes an `async move` block, so `return` and `?` inside
-//! it keep their meaning and no lifetime is rewritten. The generated code names the runtime only through `<crate>::__private` (`::distlock::__private` unless
+//! it keep their meaning and no lifetime is rewritten. On a plain `fn` (the blocking form) the
+//! body is kept as it is, after a local that holds the lock and releases it when dropped. The generated code names the runtime only through `<crate>::__private` (`::distlock::__private` unless
 //! `crate = "..."` says otherwise), and sets only the options the user wrote: every default
 //! lives in the runtime's `LockOptions`.
 
@@ -98,32 +99,61 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         .map(|value| quote!(.auto_extend(#value)));
     let fencing = args.fencing.as_ref().map(|value| quote!(.fencing(#value)));
 
+    let from_error = convert_error(&sig.output, &error);
+    let prelude = quote! {
+        #(#inner_attrs)*
+        #key_lint_allow
+        let #key_var: ::std::string::String = #key_expr;
+        let #label_var: &'static str =
+            ::core::concat!(::core::module_path!(), "::", #fn_name, " ", #template);
+        let #options_var = #private::LockOptions::new()
+            #ttl
+            #timeout
+            #auto_extend
+            #fencing
+            .label(#label_var);
+        // The acquisition, the body and the release run in the call's `distlock.lock` span.
+        let #span_var = #private::span(&#key_var, #label_var);
+    };
+
+    if sig.asyncness.is_none() {
+        // The blocking form: the lock is held by a local whose drop releases it, so the body
+        // stays as written — `return`, `?` and a panic all release on their way out.
+        let guard_binding = args.guard.as_ref().map(|guard| {
+            quote! {
+                #[allow(unused_variables)]
+                let #guard: &#private::BlockingLockGuard = #guard_var.guard();
+            }
+        });
+        return Ok(quote! {
+            #(#outer_attrs)*
+            #vis #sig {
+                #prelude
+                let #span_var = #span_var.entered();
+                let #guard_var = match #private::acquire_blocking(&#key_var, &#options_var) {
+                    ::core::result::Result::Ok(#acquired) => #acquired,
+                    ::core::result::Result::Err(#error) => {
+                        return ::core::result::Result::Err(#from_error);
+                    }
+                };
+                #guard_binding
+                #block
+            }
+        });
+    }
+
     let guard_binding = args.guard.as_ref().map(|guard| {
         quote! {
             #[allow(unused_variables)]
             let #guard: &#private::LockGuard = &#guard_var;
         }
     });
-
-    let from_error = convert_error(&sig.output, &error);
     let from_lost = convert_error(&sig.output, &lost);
 
     Ok(quote! {
         #(#outer_attrs)*
         #vis #sig {
-            #(#inner_attrs)*
-            #key_lint_allow
-            let #key_var: ::std::string::String = #key_expr;
-            let #label_var: &'static str =
-                ::core::concat!(::core::module_path!(), "::", #fn_name, " ", #template);
-            let #options_var = #private::LockOptions::new()
-                #ttl
-                #timeout
-                #auto_extend
-                #fencing
-                .label(#label_var);
-            // The acquisition, the body and the release run in the call's `distlock.lock` span.
-            let #span_var = #private::span(&#key_var, #label_var);
+            #prelude
             let #guard_var = match #private::Instrument::instrument(
                 #private::acquire(&#key_var, &#options_var),
                 ::core::clone::Clone::clone(&#span_var),

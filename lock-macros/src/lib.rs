@@ -25,7 +25,8 @@ mod expand;
 mod key;
 mod valid;
 
-/// Runs the body of an `async fn` while holding a distributed lock on Redis.
+/// Runs the body of an `async fn` (or a plain `fn`: see below) while holding a distributed lock
+/// on Redis.
 ///
 /// ```ignore
 /// use distlock::distributed_lock;
@@ -173,6 +174,31 @@ mod valid;
 /// receiver (`self`, `&self`, `&mut self`, `self: Box<Self>`), with generics, `where` clauses,
 /// lifetimes and `impl Trait` arguments.
 ///
+/// # Synchronous functions
+///
+/// On a plain `fn` the attribute takes the lock through `distlock::blocking` (install it with
+/// `distlock::blocking::init(url)`, or `distlock::init`), with the same options and rules. The
+/// body is kept as written after a local that holds the lock and releases it when dropped: on
+/// return, on `?`, and while a panic unwinds, before the function returns. `guard = name` binds
+/// `&distlock::blocking::LockGuard`. A synchronous body cannot be interrupted, so with
+/// `auto_extend` the watchdog keeps the lock alive while it runs, but a lock lost anyway does not
+/// stop it: the release logs a warning, and a body with a guard can check `guard.is_lost()`.
+/// Called on a thread of an async runtime it returns `E::from(LockError::Config(..))` at once
+/// rather than block that thread.
+///
+/// ```ignore
+/// #[distributed_lock(key = "report:{day}", ttl = "5m")]
+/// fn build_report(day: u32) -> Result<(), AppError> {
+///     // one process of the fleet at a time, for a given day
+///     Ok(())
+/// }
+///
+/// fn main() -> Result<(), AppError> {
+///     distlock::blocking::init("redis://127.0.0.1:6379")?;
+///     build_report(7)
+/// }
+/// ```
+///
 /// # Compile-time errors
 ///
 /// Every mistake is reported where it is written, saying what to write instead: a missing or
@@ -180,7 +206,7 @@ mod valid;
 /// parameter (the message lists the parameters there are); an unknown or repeated option; a
 /// duration that is zero, negative, under a millisecond, over 365 days or unparsable (the
 /// runtime refuses the same values, so none of them compiles and then fails on every call); a
-/// value of the wrong kind; a function that is not `async` or does not return a `Result`. If the
+/// value of the wrong kind; a `const fn`, or a function that does not return a `Result`. If the
 /// error type has no `From<LockError>`, rustc points at the return type.
 ///
 /// When the attribute's arguments or the function are wrong, the function is still emitted as

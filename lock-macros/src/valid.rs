@@ -5,7 +5,8 @@
 //!
 //! - the options: `key` is given, no option is repeated, `ttl` and `timeout` are within the
 //!   limits the runtime enforces (read from `lock_limits`, so both refuse the same values);
-//! - the function: an `async fn` with a body, returning a `Result`;
+//! - the function: an `async fn` or a plain `fn` (the blocking form) with a body, not `const`,
+//!   returning a `Result`;
 //! - the key: every placeholder names a parameter a placeholder may use;
 //! - `guard` does not hide a parameter.
 //!
@@ -53,8 +54,8 @@ pub(crate) fn function(item: TokenStream) -> syn::Result<ItemFn> {
     syn::parse::<ItemFn>(item).map_err(|_| {
         syn::Error::new(
             Span::call_site(),
-            "`#[distributed_lock]` goes on an `async fn` with a body: a free function, or a \
-             method in an `impl` block",
+            "`#[distributed_lock]` goes on a function with a body (an `async fn`, or a plain \
+             `fn` for synchronous code): a free function, or a method in an `impl` block",
         )
     })
 }
@@ -85,7 +86,7 @@ pub(crate) fn check<'a>(
         // Both cases pushed an error above (a missing key, or an item that is not a function).
         _ => Err(syn::Error::new(
             Span::call_site(),
-            "`#[distributed_lock]` needs `key = \"...\"` and an `async fn`",
+            "`#[distributed_lock]` needs `key = \"...\"` and a function",
         )),
     }
 }
@@ -200,14 +201,15 @@ fn not_whole_milliseconds(name: &str, value: &DurationArg) -> String {
     )
 }
 
-/// The rules on the signature alone: `async fn`, returning a `...Result`.
+/// The rules on the signature alone: not a `const fn`, returning a `...Result`. An `async fn`
+/// takes the lock with `.await`; a plain `fn` takes it through `distlock::blocking`.
 fn check_signature(sig: &Signature, errors: &mut Errors) {
-    if sig.asyncness.is_none() {
+    if let Some(constness) = &sig.constness {
         errors.push(syn::Error::new(
-            sig.fn_token.span,
+            constness.span,
             format!(
-                "`#[distributed_lock]` only works on an `async fn`: the lock is acquired with \
-                 `.await` before the body runs; make it `async fn {}(..)`",
+                "`#[distributed_lock]` cannot go on a `const fn`: taking a lock talks to Redis, \
+                 which cannot happen at compile time; remove `const` from `{}`",
                 sig.ident
             ),
         ));
@@ -571,8 +573,21 @@ mod tests {
 
     #[test]
     fn signature_rules() {
-        let message = rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }");
-        assert!(message.contains("only works on an `async fn`"), "{message}");
+        // A plain `fn` is the blocking form: the same rules apply.
+        assert_eq!(
+            rules(quote!(key = "k"), "fn f() -> Result<(), E> { Ok(()) }"),
+            ""
+        );
+        let message = rules(quote!(key = "k"), "fn f() {}");
+        assert!(
+            message.contains("this function returns nothing"),
+            "{message}"
+        );
+        let message = rules(
+            quote!(key = "k"),
+            "const fn f() -> Result<(), E> { Ok(()) }",
+        );
+        assert!(message.contains("cannot go on a `const fn`"), "{message}");
         let message = rules(quote!(key = "k"), "async fn f() {}");
         assert!(
             message.contains("this function returns nothing"),
@@ -598,12 +613,12 @@ mod tests {
     fn every_problem_is_reported_at_once() {
         let mut errors = Errors::default();
         let args = Args::parse(quote!(key = "{nope}", ttl = 0, guard = "g"), &mut errors);
-        let function: ItemFn = syn::parse_str("fn f() {}").unwrap();
+        let function: ItemFn = syn::parse_str("const fn f() {}").unwrap();
         let message = match check(&args, Some(&function), errors) {
             Ok(_) => panic!("should be rejected"),
             Err(error) => error.into_iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         };
-        // guard (parse), ttl, not async, no Result, unknown placeholder.
+        // guard (parse), ttl, const, no Result, unknown placeholder.
         assert_eq!(message.len(), 5, "{message:#?}");
     }
 

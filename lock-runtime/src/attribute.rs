@@ -69,18 +69,66 @@ pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, Loc
 pub async fn release(guard: LockGuard) {
     // Shared, not copied: only a warning needs it, after `release` has consumed the guard.
     let key = guard.shared_key();
-    match guard.release().await {
-        Ok(()) => {}
-        Err(LockError::Lost { .. }) => tracing::warn!(
+    if let Err(error) = guard.release().await {
+        warn_release(&key, &error);
+    }
+}
+
+/// The warning of a release after the body that did not go as planned.
+fn warn_release(key: &str, error: &LockError) {
+    match error {
+        LockError::Lost { .. } => tracing::warn!(
             target: "distlock",
             key = %key,
             "the lock expired before the function finished, so another worker may have run at the same time; raise `ttl` or use `auto_extend = true`"
         ),
-        Err(error) => tracing::warn!(
+        error => tracing::warn!(
             target: "distlock",
             key = %key,
             %error,
             "could not release the lock; it expires at the end of its ttl"
         ),
+    }
+}
+
+/// Takes the lock `key` from the global blocking manager, for a plain `fn`: the returned value
+/// holds it while the body runs and releases it when dropped — after the body returns, by
+/// `return`, `?` or a panic.
+///
+/// # Errors
+/// As [`crate::blocking::LockManager::acquire`], plus [`LockError::NotInitialized`].
+pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld, LockError> {
+    let guard = crate::blocking::global()?.acquire(key, options)?;
+    Ok(BlockingHeld(Some(guard)))
+}
+
+/// A lock held by a plain `fn` (see [`acquire_blocking`]). A synchronous body cannot be
+/// interrupted, so with `auto_extend` the watchdog extends the lock while it runs, but a lock
+/// lost anyway is only reported: as a warning at release, and to a body that checks
+/// `guard.is_lost()`.
+pub struct BlockingHeld(Option<crate::blocking::LockGuard>);
+
+impl BlockingHeld {
+    /// The guard, for `guard = name`.
+    ///
+    /// # Panics
+    /// Never: it is only taken by `Drop`.
+    #[must_use]
+    pub fn guard(&self) -> &crate::blocking::LockGuard {
+        self.0
+            .as_ref()
+            .expect("distlock: the lock is held until the function returns")
+    }
+}
+
+impl Drop for BlockingHeld {
+    fn drop(&mut self) {
+        let Some(guard) = self.0.take() else {
+            return;
+        };
+        let key = guard.shared_key();
+        if let Err(error) = guard.release() {
+            warn_release(&key, &error);
+        }
     }
 }

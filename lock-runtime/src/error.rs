@@ -22,8 +22,9 @@ use std::time::Duration;
 pub enum LockError {
     /// A locked function ran before the global client was installed.
     #[error(
-        "distlock is not initialized: call `distlock::init(\"redis://host:port\").await` once at \
-         startup, before any `#[distributed_lock]` function runs"
+        "distlock is not initialized: call `distlock::init(\"redis://host:port\").await` (or \
+         `distlock::blocking::init(..)` in synchronous code) once at startup, before any \
+         `#[distributed_lock]` function runs"
     )]
     NotInitialized,
 

@@ -116,6 +116,34 @@ impl GrantHub {
         GrantHub { shared }
     }
 
+    /// The hub of the in-process backend: one for the whole process, as its lock table is, so
+    /// a hand-off reaches the waiter whichever in-process manager it waits through. Nothing
+    /// travels over a network: it counts as subscribed, and has no task.
+    pub(crate) fn in_process() -> Self {
+        static SHARED: once_cell::sync::Lazy<Arc<Shared>> = once_cell::sync::Lazy::new(|| {
+            Arc::new(Shared {
+                channel: Arc::from("distlock:grants:in-process"),
+                state: Mutex::new(State {
+                    waiters: HashMap::new(),
+                    subscribed: vec![true],
+                    pending: Vec::new(),
+                    idle_since: None,
+                }),
+                tasks: Box::new([]),
+                confirmations: 1,
+            })
+        });
+        GrantHub {
+            shared: Arc::clone(&SHARED),
+        }
+    }
+
+    /// Delivers `grant` to the waiter registered for `token` in this process, if any: the
+    /// in-process backend's hand-off, which needs no message.
+    pub(crate) fn hand_over(&self, token: &str, grant: Grant) {
+        self.shared.deliver_to(token, Some(grant));
+    }
+
     /// The channel that messages to this hub's waiters are published on.
     pub(crate) fn channel(&self) -> &Arc<str> {
         &self.shared.channel
@@ -245,6 +273,11 @@ impl Shared {
                 Err(_) => return,
             },
         };
+        self.deliver_to(token, grant);
+    }
+
+    /// Puts `grant` (`None`: look again) in `token`'s mailbox, if it waits here.
+    fn deliver_to(&self, token: &str, grant: Option<Grant>) {
         let mailbox = self.state().waiters.get(token).cloned();
         if let Some(mailbox) = mailbox {
             if grant.is_some() {

@@ -74,6 +74,7 @@ mod acquire;
 pub mod attribute;
 mod backend;
 mod background;
+pub mod blocking;
 mod builder;
 mod classify;
 mod connection;

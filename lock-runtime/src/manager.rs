@@ -122,6 +122,41 @@ impl LockManager {
         LockManagerBuilder::new(Topology::Redlock(to_strings(urls)))
     }
 
+    /// A manager whose locks live in this process's memory: no server, nothing to connect.
+    ///
+    /// It behaves as a manager on one Redis does — ttl expiry, a fresh token per acquisition,
+    /// [`extend`](LockGuard::extend), [`is_held`](LockGuard::is_held), `Lost` on a release after
+    /// expiry, strictly increasing fencing tokens, waiters served first come, first served and
+    /// woken by the release, `auto_extend`, [`try_acquire`](Self::try_acquire), timeouts and
+    /// cancellation — and the behaviour tests run the same bodies against both.
+    ///
+    /// **One process only.** Every in-process manager of the process shares one lock table (as
+    /// the clients of one Redis share its keys), so they exclude each other; another process
+    /// sees none of it. Use it for tests of code that takes locks, and for tools that run as a
+    /// single process; anything with more than one process needs Redis. Its key prefix is
+    /// `"lock:"`; ttls run on the real clock, not on a paused tokio clock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::{LockManager, LockOptions};
+    ///
+    /// let manager = LockManager::in_process();
+    /// let guard = manager.acquire("report", &LockOptions::new()).await?;
+    /// assert!(manager.try_acquire("report", &LockOptions::new()).await?.is_none());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn in_process() -> LockManager {
+        Self::new(
+            Backend::in_process(),
+            "lock:".to_owned(),
+            "in-process (this process only)".to_owned(),
+        )
+    }
+
     /// A manager over `backend`, before any Redis call.
     pub(crate) fn new(backend: Backend, key_prefix: String, description: String) -> Self {
         LockManager {

@@ -211,7 +211,7 @@ impl LockOptions {
     /// returns the ttl in whole milliseconds.
     pub(crate) fn validate(&self) -> Result<u64, LockError> {
         let ttl_millis = ttl_millis(self.ttl)?;
-        if lock_limits::check_timeout(whole_millis(self.timeout)).is_err() {
+        if lock_limits::check_timeout(millis_rounded_up(self.timeout)).is_err() {
             return Err(LockError::config(format!(
                 "timeout {:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter \
                  timeout",
@@ -226,7 +226,11 @@ impl LockOptions {
 /// what range is accepted.
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     let millis = whole_millis(ttl);
-    match lock_limits::check_ttl(millis) {
+    // Past the maximum by a fraction of a millisecond is past it: rounding down would accept a
+    // ttl the documentation says is refused.
+    let checked =
+        lock_limits::check_ttl(millis_rounded_up(ttl)).and(lock_limits::check_ttl(millis));
+    match checked {
         Ok(()) => Ok(millis),
         Err(Violation::TooLong) => Err(LockError::config(format!(
             "ttl {ttl:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter ttl \
@@ -243,6 +247,13 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
 /// is dropped, and anything past `u64::MAX` ms is past every limit anyway.
 fn whole_millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The milliseconds in `duration` with any fraction counted as a whole one, saturating: what a
+/// maximum is compared with.
+fn millis_rounded_up(duration: Duration) -> u64 {
+    let fraction = u64::from(duration.subsec_nanos() % 1_000_000 != 0);
+    whole_millis(duration).saturating_add(fraction)
 }
 
 #[cfg(test)]
@@ -265,9 +276,13 @@ mod tests {
     fn the_limits_are_inclusive() {
         let max = Duration::from_millis(MAX_DURATION_MILLIS);
         assert!(LockOptions::new().ttl(max).timeout(max).validate().is_ok());
-        let over = max + Duration::from_millis(1);
-        assert!(LockOptions::new().ttl(over).validate().is_err());
-        assert!(LockOptions::new().timeout(over).validate().is_err());
+        for over in [
+            max + Duration::from_millis(1),
+            max + Duration::from_nanos(1),
+        ] {
+            assert!(LockOptions::new().ttl(over).validate().is_err());
+            assert!(LockOptions::new().timeout(over).validate().is_err());
+        }
         assert!(LockOptions::new()
             .timeout(Duration::ZERO)
             .validate()

@@ -300,3 +300,48 @@ async fn redlock_shows_a_lock_held_by_a_majority_once() {
     guard.release().await.unwrap();
     assert!(manager.inspect("quorum:1").await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_process_backend_shows_its_holders_too() {
+    let manager = LockManager::in_process();
+    let other = LockManager::in_process();
+    let guard = manager
+        .acquire(
+            "mem:[1]",
+            &LockOptions::new().label("in process").fencing(true),
+        )
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire(
+                "mem:[1]",
+                &LockOptions::new().timeout(Duration::from_secs(20)),
+            )
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while inspect(&manager, "mem:[1]").await.waiters != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never lined up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = inspect(&manager, "mem:[1]").await;
+    let holder = info.holder.unwrap();
+    assert_eq!(
+        (holder.label.as_str(), holder.pid),
+        ("in process", std::process::id())
+    );
+    assert_eq!(info.fence, guard.fencing_token());
+    assert!(info.ttl_left.unwrap() > Duration::from_secs(20));
+    let second = manager.acquire("mem:2", &LockOptions::new()).await.unwrap();
+    assert_eq!(names(&manager, "mem:*").await, set(&["mem:2", "mem:[1]"]));
+    assert_eq!(names(&manager, "mem:\\[*").await, set(&["mem:[1]"]));
+    assert_eq!(names(&manager, "mem:[0-9]").await, set(&["mem:2"]));
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    second.release().await.unwrap();
+    assert!(manager.inspect("mem:[1]").await.unwrap().is_none());
+}

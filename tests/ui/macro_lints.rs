@@ -118,6 +118,58 @@ async fn shared(state: Arc<Vec<u8>>, name: String) -> Result<usize, LockError> {
 
 fn assert_send<T: Send>(_: T) {}
 
+// The blocking form, on a plain `fn`.
+#[distributed_lock(
+    key = "blocking:{order.id}:<attempt>",
+    ttl = 60,
+    timeout = "500ms",
+    guard = lock,
+    auto_extend = true,
+    fencing = true
+)]
+fn blocking_everything(order: &Order, attempt: u32) -> AppResult<Option<u64>> {
+    if attempt > 3 {
+        return Err(AppError::Invalid(attempt));
+    }
+    lock.extend(Duration::from_secs(60))?;
+    Ok(lock.fencing_token())
+}
+
+#[distributed_lock(key = "blocking:unused", guard = lock)]
+fn blocking_unused_guard() -> std::io::Result<()> {
+    Ok(())
+}
+
+impl Account {
+    #[distributed_lock(key = "account:{self.id}:blocking")]
+    fn blocking_withdraw(&mut self, amount: u64) -> Result<u64, LockError> {
+        self.balance -= amount;
+        Ok(self.balance)
+    }
+}
+
+/// The blocking form runs on a plain thread; without a global manager it fails at once.
+#[test]
+fn the_blocking_form_compiles_and_reports_a_missing_manager() {
+    let order = Order {
+        id: 1,
+        region: Region {
+            name: "eu".to_owned(),
+        },
+    };
+    let _ = &order.region.name;
+    let mut account = Account { id: 1, balance: 5 };
+    assert!(matches!(
+        blocking_everything(&order, 1),
+        Err(AppError::Lock(LockError::NotInitialized))
+    ));
+    assert!(blocking_unused_guard().is_err());
+    assert!(matches!(
+        account.blocking_withdraw(1),
+        Err(LockError::NotInitialized)
+    ));
+}
+
 #[test]
 fn generated_futures_are_send() {
     let order = Order {

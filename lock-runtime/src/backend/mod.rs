@@ -10,8 +10,11 @@
 //! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
 //!   waiters take a place in the lock's wake list on each master where they find it held, and
 //!   a release on a master wakes the first live waiter there, which then competes
-//!   ([`Protocol::Wake`]).
+//!   ([`Protocol::Wake`]);
+//! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
+//!   process's memory, for tests and single-process tools.
 
+mod memory;
 mod node;
 mod quorum;
 
@@ -23,6 +26,7 @@ use redis::RedisResult;
 use crate::connection::{Connections, Endpoint, Timeouts};
 use crate::grants::GrantHub;
 use crate::keys::LockKeys;
+use memory::Memory;
 pub(crate) use node::Look;
 use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
@@ -88,6 +92,7 @@ pub(crate) struct Backend {
 enum Locks {
     Single(Box<Node>),
     Quorum(Quorum),
+    Memory(Memory),
 }
 
 impl Backend {
@@ -115,6 +120,14 @@ impl Backend {
                 Connections::new(endpoint, timeouts),
                 Protocol::Line,
             ))),
+        }
+    }
+
+    /// The in-process lock table (see `memory`).
+    pub(crate) fn in_process() -> Self {
+        Backend {
+            grants: GrantHub::in_process(),
+            locks: Locks::Memory(Memory::new()),
         }
     }
 
@@ -151,7 +164,7 @@ impl Backend {
     /// Whether fencing tokens can be issued: they need one counter that every acquisition
     /// increments in order, which independent masters cannot provide.
     pub(crate) fn supports_fencing(&self) -> bool {
-        matches!(self.locks, Locks::Single(_))
+        matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
     }
 
     /// Where waiters hear of a hand-off or a wake-up.
@@ -165,7 +178,7 @@ impl Backend {
     pub(crate) fn resends_commands(&self) -> bool {
         match &self.locks {
             Locks::Single(node) => node.resends_commands(),
-            Locks::Quorum(_) => false,
+            Locks::Quorum(_) | Locks::Memory(_) => false,
         }
     }
 
@@ -175,6 +188,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.ping(probe).await,
             Locks::Quorum(quorum) => quorum.ping(probe).await,
+            Locks::Memory(_) => Ok(()),
         }
     }
 
@@ -190,6 +204,13 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.try_lock(keys, token, ttl_millis, fencing, wait).await,
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
+            Locks::Memory(memory) => Ok(memory.try_lock(
+                keys,
+                token,
+                Duration::from_millis(ttl_millis),
+                fencing,
+                &wait,
+            )),
         }
     }
 
@@ -199,6 +220,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, false).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
         }
     }
 
@@ -208,6 +230,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.unlock(keys, token, true).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
         }
     }
 
@@ -221,6 +244,9 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.extend(keys, token, ttl_millis).await,
             Locks::Quorum(quorum) => quorum.extend(keys, token, ttl_millis).await,
+            Locks::Memory(memory) => {
+                Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
+            }
         }
     }
 
@@ -229,6 +255,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
+            Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
     }
 
@@ -238,6 +265,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.inspect(keys).await,
             Locks::Quorum(quorum) => quorum.inspect(keys).await,
+            Locks::Memory(memory) => Ok(memory.inspect(keys)),
         }
     }
 
@@ -257,6 +285,10 @@ impl Backend {
                     target: ScanTarget::Server,
                 })
                 .collect()),
+            Locks::Memory(_) => Ok(vec![Scan {
+                node: 0,
+                target: ScanTarget::Server,
+            }]),
         }
     }
 
@@ -271,6 +303,8 @@ impl Backend {
         let node = match &self.locks {
             Locks::Single(node) => node,
             Locks::Quorum(quorum) => &quorum.nodes()[scan.node],
+            // The whole table in one step.
+            Locks::Memory(memory) => return Ok((0, memory.held_keys(pattern))),
         };
         node.scan(&scan.target, cursor, pattern).await
     }
@@ -284,6 +318,11 @@ impl Backend {
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
+        if let Locks::Memory(memory) = &self.locks {
+            // No connection, no channel; the hub and the table are the process's, so what
+            // they hold is counted as waiters.
+            return (0, 0, 0, self.grants.waiters() + memory.len());
+        }
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
             Locks::Quorum(quorum) => quorum
@@ -291,6 +330,7 @@ impl Backend {
                 .iter()
                 .map(|node| node.connections().len())
                 .sum(),
+            Locks::Memory(_) => 0,
         };
         (
             connections,

@@ -1,0 +1,494 @@
+//! The in-process backend: the lock table in this process's memory, no server.
+//!
+//! It keeps the line protocol of a single Redis endpoint ([`super::node`] with the scripts in
+//! `scripts.rs`), step for step, so that a manager on it behaves as one on Redis: a lock is a
+//! token with an expiry; a release frees it only for the token that holds it and hands it to the
+//! first live waiter in line (for at most the claim, which the new holder confirms); waiters
+//! renew their place within the lease; fencing tokens come from one counter. The only
+//! difference is the transport: a hand-off is delivered to the waiter's mailbox directly.
+//!
+//! There is one table per process, shared by every in-process manager — as every client of a
+//! Redis shares its keys — so two managers exclude each other, and one lock is never held twice
+//! in the process. It is never shared with another process: that needs Redis.
+//!
+//! Expiries are on the real clock (`std::time::Instant`), not tokio's (which a test may pause):
+//! a lock expires when its ttl has passed, whichever runtime looks.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{Attempt, Look, Wait, CLAIM, LEASE};
+use crate::grants::{Grant, GrantHub};
+use crate::keys::LockKeys;
+
+/// The process's lock table.
+pub(crate) struct Memory {
+    table: &'static Mutex<Table>,
+    hub: GrantHub,
+}
+
+#[derive(Default)]
+struct Table {
+    locks: HashMap<Arc<str>, Slot>,
+    /// The last fencing token issued. One counter for every key: strictly increasing per key
+    /// follows, and no counter is kept per key (Redis keeps one forever; here it would grow
+    /// with every distinct name).
+    fence: u64,
+    /// Number of slots after the last sweep of expired ones: the next sweep runs at twice it.
+    swept_at: usize,
+}
+
+/// One lock: its holder, and who waits for it.
+#[derive(Default)]
+struct Slot {
+    holder: Option<Holder>,
+    line: VecDeque<Place>,
+}
+
+struct Holder {
+    token: Arc<str>,
+    expires: Instant,
+    fence: u64,
+}
+
+/// A waiter's place in line: what a hand-off needs to give it the lock.
+struct Place {
+    token: Arc<str>,
+    lease_until: Instant,
+    ttl: Duration,
+    fencing: bool,
+    /// Whether it listens for a hand-off (else it finds the grant by looking again).
+    listening: bool,
+}
+
+impl Slot {
+    /// Forgets a holder whose ttl ran out and places whose lease ran out.
+    fn expire(&mut self, now: Instant) {
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|holder| holder.expires <= now)
+        {
+            self.holder = None;
+        }
+        self.line.retain(|place| place.lease_until >= now);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holder.is_none() && self.line.is_empty()
+    }
+
+    fn held_by(&self, token: &str) -> bool {
+        self.holder
+            .as_ref()
+            .is_some_and(|holder| &*holder.token == token)
+    }
+
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.holder
+            .as_ref()
+            .map(|holder| holder.expires.saturating_duration_since(now))
+    }
+}
+
+impl Table {
+    fn next_fence(&mut self) -> u64 {
+        self.fence += 1;
+        self.fence
+    }
+
+    /// The slot of `key`, with what has expired forgotten.
+    fn slot(&mut self, key: &Arc<str>, now: Instant) -> &mut Slot {
+        if self.locks.len() >= (2 * self.swept_at).max(64) {
+            // Locks nobody touches again (a holder that died, a name used once) would otherwise
+            // stay: sweep when the table has doubled, so the cost per operation stays constant.
+            self.locks.retain(|_, slot| {
+                slot.expire(now);
+                !slot.is_empty()
+            });
+            self.swept_at = self.locks.len();
+        }
+        let slot = self.locks.entry(Arc::clone(key)).or_default();
+        slot.expire(now);
+        slot
+    }
+
+    /// Removes the slot of `key` once nothing is in it.
+    fn tidy(&mut self, key: &str) {
+        if self.locks.get(key).is_some_and(Slot::is_empty) {
+            self.locks.remove(key);
+        }
+    }
+}
+
+impl Memory {
+    pub(crate) fn new() -> Self {
+        static TABLE: once_cell::sync::Lazy<Mutex<Table>> =
+            once_cell::sync::Lazy::new(Mutex::default);
+        Memory {
+            table: &TABLE,
+            hub: GrantHub::in_process(),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One attempt, as the acquire script runs it: ours already (a hand-off not heard yet),
+    /// free (the first live waiter in line gets it, else the caller), or held (the caller takes
+    /// or renews its place in line when `wait` says so).
+    pub(crate) fn try_lock(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        fencing: bool,
+        wait: &Wait,
+    ) -> Attempt {
+        let now = Instant::now();
+        let mut table = self.table();
+        let table = &mut *table;
+        let slot = table.slot(&keys.lock, now);
+        if let Some(holder) = slot
+            .holder
+            .as_ref()
+            .filter(|holder| &*holder.token == token)
+        {
+            return Attempt::Acquired {
+                fence: fencing.then_some(holder.fence),
+                expires_in: holder.expires.saturating_duration_since(now),
+            };
+        }
+        if slot.holder.is_none() {
+            match self.hand_off(table, &keys.lock, now, None, Some(token)) {
+                None => {
+                    let fence = if fencing { table.next_fence() } else { 0 };
+                    let slot = table.slot(&keys.lock, now);
+                    slot.holder = Some(Holder {
+                        token: Arc::from(token),
+                        expires: now + ttl,
+                        fence,
+                    });
+                    return Attempt::Acquired {
+                        fence: fencing.then_some(fence),
+                        expires_in: ttl,
+                    };
+                }
+                Some((winner, fence, expires_in)) if &*winner == token => {
+                    return Attempt::Acquired {
+                        fence: fencing.then_some(fence),
+                        expires_in,
+                    };
+                }
+                Some(_) => {}
+            }
+        }
+        let slot = table.slot(&keys.lock, now);
+        let remaining = slot.remaining(now);
+        if let Wait::InLine { channel, .. } = wait {
+            let place = Place {
+                token: Arc::from(token),
+                lease_until: now + LEASE,
+                ttl,
+                fencing,
+                listening: channel.is_some(),
+            };
+            // A renewal whose place lapsed joins again at the end, as on Redis.
+            match slot.line.iter_mut().find(|place| &*place.token == token) {
+                Some(existing) => *existing = place,
+                None => slot.line.push_back(place),
+            }
+        }
+        Attempt::Held { remaining }
+    }
+
+    /// Frees the lock if `token` holds it, handing it to the first live waiter in line;
+    /// `false` if it was not ours (nothing touched). With `leave`, also takes `token` out of
+    /// the line.
+    pub(crate) fn unlock(&self, keys: &LockKeys, token: &str, leave: bool) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let table = &mut *table;
+        let slot = table.slot(&keys.lock, now);
+        if leave {
+            slot.line.retain(|place| &*place.token != token);
+        }
+        let ours = slot.held_by(token);
+        if ours {
+            slot.holder = None;
+            self.hand_off(table, &keys.lock, now, Some(token), None);
+        }
+        table.tidy(&keys.lock);
+        ours
+    }
+
+    /// Sets the lock's remaining ttl if `token` holds it.
+    pub(crate) fn extend(&self, keys: &LockKeys, token: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let slot = table.slot(&keys.lock, now);
+        match slot
+            .holder
+            .as_mut()
+            .filter(|holder| &*holder.token == token)
+        {
+            Some(holder) => {
+                holder.expires = now + ttl;
+                true
+            }
+            None => {
+                table.tidy(&keys.lock);
+                false
+            }
+        }
+    }
+
+    /// Whether `token` holds the lock now.
+    pub(crate) fn is_held(&self, keys: &LockKeys, token: &str) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let held = table.slot(&keys.lock, now).held_by(token);
+        table.tidy(&keys.lock);
+        held
+    }
+
+    /// Gives the free lock to the first live waiter in line other than `except`, for the
+    /// shorter of its ttl and the claim, and tells it unless it is `quiet` (the caller, which
+    /// learns from the reply). Returns the new holder's token, fencing token and ttl; `None`
+    /// when nobody waits.
+    fn hand_off(
+        &self,
+        table: &mut Table,
+        key: &Arc<str>,
+        now: Instant,
+        except: Option<&str>,
+        quiet: Option<&str>,
+    ) -> Option<(Arc<str>, u64, Duration)> {
+        loop {
+            let place = table.slot(key, now).line.pop_front()?;
+            if Some(&*place.token) == except {
+                continue;
+            }
+            let fence = if place.fencing { table.next_fence() } else { 0 };
+            let claim = place.ttl.min(CLAIM);
+            table.slot(key, now).holder = Some(Holder {
+                token: Arc::clone(&place.token),
+                expires: now + claim,
+                fence,
+            });
+            if place.listening && Some(&*place.token) != quiet {
+                self.hub.hand_over(&place.token, Grant::Granted { fence });
+            }
+            return Some((place.token, fence, claim));
+        }
+    }
+
+    /// One look at the lock as inspection shows it; `None` when it is free.
+    pub(crate) fn inspect(&self, keys: &LockKeys) -> Option<Look> {
+        let now = Instant::now();
+        let mut table = self.table();
+        let slot = table.slot(&keys.lock, now);
+        let look = slot.holder.as_ref().map(|holder| Look {
+            value: holder.token.as_bytes().to_vec(),
+            ttl_left: Some(holder.expires.saturating_duration_since(now)),
+            waiters: u64::try_from(slot.line.len()).unwrap_or(u64::MAX),
+            // One counter serves every key here: the holder's own token is what it issued.
+            fence: (holder.fence > 0).then_some(holder.fence),
+        });
+        table.tidy(&keys.lock);
+        look
+    }
+
+    /// The keys of the locks held now that match the Redis glob `pattern`.
+    pub(crate) fn held_keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        let now = Instant::now();
+        let table = self.table();
+        table
+            .locks
+            .iter()
+            .filter(|(_, slot)| slot.holder.as_ref().is_some_and(|h| h.expires > now))
+            .filter(|(key, _)| glob_matches(pattern.as_bytes(), key.as_bytes()))
+            .map(|(key, _)| key.as_bytes().to_vec())
+            .collect()
+    }
+
+    /// How many locks are held or awaited in the process (for leak tests).
+    pub(crate) fn len(&self) -> usize {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.locks.retain(|_, slot| {
+            slot.expire(now);
+            !slot.is_empty()
+        });
+        table.locks.len()
+    }
+}
+
+/// Whether `text` matches the Redis glob `pattern`: `*` any run, `?` one byte, `[abc]`,
+/// `[^a]` and `[a-z]` sets, `\\` escapes the next byte (as `SCAN MATCH` reads it).
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_matches(rest, &text[1..]),
+        Some((b'[', rest)) => {
+            let Some((&byte, text_rest)) = text.split_first() else {
+                return false;
+            };
+            let (negate, mut set) = match rest.split_first() {
+                Some((b'^', set)) => (true, set),
+                _ => (false, rest),
+            };
+            let mut found = false;
+            loop {
+                match set {
+                    [] => return false,
+                    [b']', after @ ..] => return found != negate && glob_matches(after, text_rest),
+                    [b'\\', escaped, after @ ..] => {
+                        found |= *escaped == byte;
+                        set = after;
+                    }
+                    [low, b'-', high, after @ ..] if *high != b']' => {
+                        found |= (*low.min(high)..=*low.max(high)).contains(&byte);
+                        set = after;
+                    }
+                    [single, after @ ..] => {
+                        found |= *single == byte;
+                        set = after;
+                    }
+                }
+            }
+        }
+        Some((b'\\', [escaped, rest @ ..])) | Some((escaped, rest)) => {
+            text.first() == Some(escaped) && glob_matches(rest, &text[1..])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_redis_scan_reads_them() {
+        for (pattern, text, expected) in [
+            ("*", "anything", true),
+            ("lock:*", "lock:trace:1", true),
+            ("lock:*", "other:1", false),
+            ("lock:?", "lock:a", true),
+            ("lock:?", "lock:ab", false),
+            ("lock:[ab]", "lock:b", true),
+            ("lock:[^ab]", "lock:b", false),
+            ("lock:[a-c]x", "lock:bx", true),
+            ("lock:[a-c]x", "lock:dx", false),
+            ("\\[x\\]\\*:*", "[x]*:q", true),
+            ("\\[x\\]\\*:*", "x*:q", false),
+        ] {
+            assert_eq!(
+                glob_matches(pattern.as_bytes(), text.as_bytes()),
+                expected,
+                "{pattern:?} {text:?}"
+            );
+        }
+    }
+
+    fn keys(name: &str) -> LockKeys {
+        LockKeys::new(format!("lock:memory-test:{name}")).unwrap()
+    }
+
+    fn in_line(channel: bool) -> Wait {
+        Wait::InLine {
+            channel: channel.then(|| Arc::from("in-process")),
+            renewing: false,
+        }
+    }
+
+    #[test]
+    fn a_release_hands_over_to_the_first_live_waiter_and_skips_a_lapsed_one() {
+        let memory = Memory::new();
+        let lock = keys("hand-off");
+        let ttl = Duration::from_secs(30);
+        assert!(matches!(
+            memory.try_lock(&lock, "holder", ttl, false, &Wait::FirstTry),
+            Attempt::Acquired { .. }
+        ));
+        for waiter in ["lapsed", "next", "last"] {
+            assert!(matches!(
+                memory.try_lock(&lock, waiter, ttl, true, &in_line(false)),
+                Attempt::Held { .. }
+            ));
+        }
+        // The first waiter stopped renewing: its place ran out.
+        let now = Instant::now();
+        memory.table().slot(&lock.lock, now).line[0].lease_until = now;
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(memory.unlock(&lock, "holder", false));
+        assert!(
+            memory.is_held(&lock, "next"),
+            "handed to the first live waiter"
+        );
+        assert!(!memory.is_held(&lock, "lapsed"));
+        // Its grant is found by looking again, with the fencing token issued at the hand-off.
+        let Attempt::Acquired {
+            fence: Some(first),
+            expires_in,
+        } = memory.try_lock(&lock, "next", ttl, true, &in_line(false))
+        else {
+            panic!("the hand-off is found by looking again");
+        };
+        assert!(
+            expires_in <= CLAIM,
+            "a hand-off lasts the claim until confirmed"
+        );
+        assert!(
+            !memory.unlock(&lock, "holder", false),
+            "not the holder's any more"
+        );
+        assert!(memory.unlock(&lock, "next", false));
+        let Attempt::Acquired {
+            fence: Some(second),
+            ..
+        } = memory.try_lock(&lock, "last", ttl, true, &in_line(false))
+        else {
+            panic!("handed to the last waiter");
+        };
+        assert!(second > first);
+        assert!(memory.unlock(&lock, "last", false));
+        assert!(
+            !memory.table().locks.contains_key(&lock.lock),
+            "nothing left"
+        );
+    }
+
+    #[test]
+    fn expired_locks_nobody_touches_again_do_not_pile_up() {
+        let memory = Memory::new();
+        // Rounds of names used once, whose holders never release (they died).
+        for round in 0..5 {
+            for n in 0..1000 {
+                let lock = keys(&format!("sweep:{round}:{n}"));
+                memory.try_lock(
+                    &lock,
+                    "gone",
+                    Duration::from_millis(1),
+                    false,
+                    &Wait::FirstTry,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let kept = memory
+            .table()
+            .locks
+            .keys()
+            .filter(|key| key.starts_with("lock:memory-test:sweep:"))
+            .count();
+        // Swept whenever the table doubles: never more than twice what was live at a sweep.
+        assert!(
+            kept <= 2 * 1000 + 64,
+            "{kept} of 5000 expired locks were kept"
+        );
+    }
+}
