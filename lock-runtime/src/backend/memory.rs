@@ -361,7 +361,7 @@ fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
                 }
             }
         }
-        Some((b'\\', [escaped, rest @ ..])) | Some((escaped, rest)) => {
+        Some((b'\\', [escaped, rest @ ..]) | (escaped, rest)) => {
             text.first() == Some(escaped) && glob_matches(rest, &text[1..])
         }
     }
