@@ -336,6 +336,10 @@ impl LockManager {
                             None
                         }
                     };
+                    // Only a release that hands the lock over sends a grant: on Redlock a
+                    // message with a fence (or a fencing failure) is not one of ours, and means
+                    // at most "look again" — the majority's answers decide.
+                    let woken = woken.filter(|_| self.inner.backend.hands_over());
                     match woken {
                         // Handed over: ours for at least the claim, counted from before the
                         // last attempt that found the lock held (the hand-off came after it) —

@@ -211,7 +211,7 @@ impl LockOptions {
     /// returns the ttl in whole milliseconds.
     pub(crate) fn validate(&self) -> Result<u64, LockError> {
         let ttl_millis = ttl_millis(self.ttl)?;
-        if lock_limits::check_timeout(millis_rounded_up(self.timeout)).is_err() {
+        if lock_limits::check_timeout(whole_millis(self.timeout)).is_err() {
             return Err(LockError::config(format!(
                 "timeout {:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter \
                  timeout",
@@ -226,11 +226,7 @@ impl LockOptions {
 /// what range is accepted.
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     let millis = whole_millis(ttl);
-    // Past the maximum by a fraction of a millisecond is past it: rounding down would accept a
-    // ttl the documentation says is refused.
-    let checked =
-        lock_limits::check_ttl(millis_rounded_up(ttl)).and(lock_limits::check_ttl(millis));
-    match checked {
+    match lock_limits::check_ttl(millis) {
         Ok(()) => Ok(millis),
         Err(Violation::TooLong) => Err(LockError::config(format!(
             "ttl {ttl:?} is longer than the maximum of {MAX_DURATION_TEXT}; use a shorter ttl \
@@ -243,17 +239,14 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, LockError> {
     }
 }
 
-/// The whole milliseconds in `duration` (Redis' unit), saturating: a fraction of a millisecond
-/// is dropped, and anything past `u64::MAX` ms is past every limit anyway.
+/// The whole milliseconds in `duration` (Redis' unit), a fraction of a millisecond dropped —
+/// except past the limit, where a fraction counts too (`u64::MAX`, past every limit), so that
+/// the limit holds for every `Duration`, not only for whole milliseconds.
 fn whole_millis(duration: Duration) -> u64 {
+    if duration > MAX_DURATION {
+        return u64::MAX;
+    }
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The milliseconds in `duration` with any fraction counted as a whole one, saturating: what a
-/// maximum is compared with.
-fn millis_rounded_up(duration: Duration) -> u64 {
-    let fraction = u64::from(!duration.subsec_nanos().is_multiple_of(1_000_000));
-    whole_millis(duration).saturating_add(fraction)
 }
 
 #[cfg(test)]
@@ -293,5 +286,13 @@ mod tests {
     fn ttl_is_rounded_down_to_whole_milliseconds() {
         assert_eq!(ttl_millis(Duration::from_micros(1500)).unwrap(), 1);
         assert_eq!(ttl_millis(Duration::from_secs(60)).unwrap(), 60_000);
+    }
+
+    #[test]
+    fn a_fraction_of_a_millisecond_past_the_limit_is_past_it() {
+        assert!(ttl_millis(MAX_DURATION).is_ok());
+        assert!(ttl_millis(MAX_DURATION + Duration::from_nanos(1)).is_err());
+        let timeout = MAX_DURATION + Duration::from_nanos(1);
+        assert!(LockOptions::new().timeout(timeout).validate().is_err());
     }
 }

@@ -1221,3 +1221,255 @@ fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
         "the lapsed places were dropped"
     );
 }
+
+/// A Redlock master cannot hand a lock over, so a message on a waiter's wake-up channel can
+/// only mean "look again": a waiter that took a hand-off-shaped message (`"<token> <fence>"`,
+/// as a line's release sends) for the lock would hold it next to a holder with a majority. Any
+/// client allowed to publish (the documented ACL lets every distlock client) can send one, and
+/// the channel and token are readable from the wake lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_never_takes_a_message_for_the_lock() {
+    let servers = RedisServers::start(5);
+    let holder_manager = redlock(&servers).await;
+    let waiter_manager = redlock(&servers).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(3));
+    let holder = holder_manager.acquire("forged", &options).await.unwrap();
+    let waiter = tokio::spawn({
+        let options = options.clone();
+        async move { waiter_manager.acquire("forged", &options).await }
+    });
+    let wake_list = "{lock:forged}:distlock:wake";
+    let mut member = None;
+    let looking_until = Instant::now() + Duration::from_secs(5);
+    while member.is_none() && Instant::now() < looking_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let members: Vec<String> = servers[0]
+            .try_conn()
+            .and_then(|mut c| {
+                redis::cmd("ZRANGE")
+                    .arg(wake_list)
+                    .arg(0)
+                    .arg(-1)
+                    .query(&mut c)
+            })
+            .unwrap_or_default();
+        member = members.into_iter().next();
+    }
+    let member = member.expect("the waiter takes a place in the wake list");
+    let (channel, token) = member.split_once(' ').unwrap();
+    let mut publisher = connection(&servers[0]).await;
+    for _ in 0..3 {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(format!("{token} 1"))
+            .query_async(&mut publisher)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gives up at its timeout")
+        .unwrap();
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "the waiter got a lock a majority holds for someone else: {:?}",
+        outcome.map(|guard| guard.token().to_string())
+    );
+    assert!(token_holders(&servers, holder.key(), holder.token()).len() >= MAJORITY);
+    holder.release().await.unwrap();
+}
+
+/// A waiter whose runtime shuts down while it waits takes its places out at once, not a lease
+/// (3 s) later: clean-up does not depend on the caller's runtime still running, and a place
+/// left behind would swallow the next release's wake-up on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_whose_runtime_shuts_down_takes_its_places_out_at_once() {
+    let servers = RedisServers::start(5);
+    let holder = redlock(&servers).await;
+    let waiter = redlock(&servers).await;
+    let guard = holder
+        .acquire(
+            "shut-down",
+            &LockOptions::new().ttl(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn({
+        let waiter = waiter.clone();
+        move || {
+            runtime.spawn(async move {
+                let options = LockOptions::new().timeout(Duration::from_secs(30));
+                let _ = waiter.acquire("shut-down", &options).await;
+            });
+            // Drive the runtime until the test says the places are taken, then drop it.
+            runtime.block_on(async {
+                loop {
+                    if started_rx.try_recv().is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+            drop(runtime);
+        }
+    });
+    test_support::eventually(
+        Duration::from_secs(5),
+        "the waiter to take its places",
+        || places(&servers, "shut-down") == vec![1; 5],
+    )
+    .await;
+    started_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || worker.join().unwrap())
+        .await
+        .unwrap();
+    test_support::eventually(
+        Duration::from_secs(1),
+        "the places of a waiter whose runtime shut down to be taken out",
+        || places(&servers, "shut-down") == vec![0; 5],
+    )
+    .await;
+    guard.release().await.unwrap();
+}
+
+/// A hand-written lock (`SET NX PX` on every master, released by compare-and-delete, which
+/// wakes nobody) sharing the keys: distlock never writes into it while waiting, and a waiter
+/// takes the lock soon after the hand-written release, with or without an expiry on it — by
+/// its own look at the renewal, not at the hand-written lock's 30 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_lock_on_the_masters_is_respected_and_its_release_seen_soon() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    for expiry in [true, false] {
+        let key = "lock:by-hand";
+        for server in servers.iter() {
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg("hand written").arg("NX");
+            if expiry {
+                set.arg("PX").arg(30_000);
+            }
+            let set: Option<String> = set.query(&mut server.conn()).unwrap();
+            assert_eq!(set.as_deref(), Some("OK"));
+        }
+        let waiting = tokio::spawn({
+            let manager = manager.clone();
+            async move {
+                let options = LockOptions::new()
+                    .ttl(Duration::from_secs(30))
+                    .timeout(Duration::from_secs(10));
+                manager.acquire("by-hand", &options).await
+            }
+        });
+        test_support::eventually(
+            Duration::from_secs(5),
+            "the waiter to take its places",
+            || places(&servers, "by-hand") == vec![1; 5],
+        )
+        .await;
+        assert_eq!(servers.holders(key).len(), 5);
+        for server in servers.iter() {
+            assert_eq!(server.get(key).as_deref(), Some("hand written"));
+        }
+        let released_at = Instant::now();
+        for server in servers.iter() {
+            let deleted: i64 = redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            )
+            .key(key)
+            .arg("hand written")
+            .invoke(&mut server.conn())
+            .unwrap();
+            assert_eq!(deleted, 1);
+        }
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiter finishes")
+            .unwrap()
+            .expect("the waiter gets the lock once the hand-written one is gone");
+        let after = released_at.elapsed();
+        assert!(
+            after < Duration::from_secs(3),
+            "a waiter looks again at least every second: {after:?} (expiry: {expiry})"
+        );
+        assert_eq!(token_holders(&servers, key, guard.token()).len(), 5);
+        guard.release().await.unwrap();
+    }
+}
+
+/// A release wakes a waiter whose token has spaces (a token may carry its holder's identity
+/// after a space) with the whole token: the wake list's member is split at its first space
+/// only, the channel having none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_whose_token_has_spaces_with_its_whole_token() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    let guard = manager
+        .acquire("spaces", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let channel = "distlock:wake:by-hand";
+    let token = "a-uuid host=web 1 pid=7";
+    let mut subscriber = servers[0].conn();
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe(channel).unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("{lock:spaces}:distlock:wake")
+        .arg(u64::MAX >> 12)
+        .arg(format!("{channel} {token}"))
+        .query(&mut servers[0].conn())
+        .unwrap();
+    guard.release().await.unwrap();
+    let message: String = pubsub
+        .get_message()
+        .expect("the release wakes the waiter")
+        .get_payload()
+        .unwrap();
+    assert_eq!(message, format!("{token} ?"));
+}
+
+/// A holder whose masters are a bare majority, one of them frozen at its release: two masters
+/// confirm, two others (never its) say no, and the frozen one still holds its token. Nobody else
+/// could have held a majority meanwhile, so `Lost` would be false; with too few confirmations
+/// to tell, the release is an error (and it did not wrongly report success either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_cannot_tell_is_an_error_not_lost() {
+    let servers = RedisServers::start(5);
+    let manager = redlock(&servers).await;
+    let key = "lock:undecided";
+    for server in &servers[3..] {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg("someone else")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"));
+    }
+    let guard = manager
+        .acquire(
+            "undecided",
+            &LockOptions::new().ttl(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(token_holders(&servers, key, guard.token()), vec![0, 1, 2]);
+    servers[2].pause();
+    let outcome = guard.release().await;
+    servers[2].resume();
+    assert!(
+        matches!(outcome, Err(LockError::Redis(_))),
+        "the lock was ours on a majority to the end, one of it frozen: {outcome:?}"
+    );
+}

@@ -167,6 +167,12 @@ impl Backend {
         matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
     }
 
+    /// Whether a release hands the lock to a waiter by a message. A Redlock master cannot
+    /// (a lock is held only by a majority's grants), so there a message is only a wake-up.
+    pub(crate) fn hands_over(&self) -> bool {
+        matches!(self.locks, Locks::Single(_))
+    }
+
     /// Where waiters hear of a hand-off or a wake-up.
     pub(crate) fn grants(&self) -> &GrantHub {
         &self.grants

@@ -292,7 +292,9 @@ impl Quorum {
         .await
     }
 
-    /// `true` when a majority answered `true`; an error when too few masters answered to tell.
+    /// `true` when a majority answered `true`, `false` when enough answered `false` that no
+    /// majority is left; an error when the silent masters could still make up a majority (they
+    /// may hold our token: "not ours" would then be false).
     fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
         let yes = results
             .iter()
@@ -303,7 +305,27 @@ impl Quorum {
         }
         let answered = results.iter().filter(|result| result.is_ok()).count();
         self.check_quorum(results, answered)?;
+        let silent = results.len() - answered;
+        if yes + silent >= self.majority() {
+            return Err(self.undecided(results, yes, silent));
+        }
         Ok(false)
+    }
+
+    /// The error of an answer that the silent masters could still turn either way.
+    fn undecided<T>(&self, results: &[RedisResult<T>], yes: usize, silent: usize) -> RedisError {
+        let last_error = results
+            .iter()
+            .rev()
+            .find_map(|result| result.as_ref().err())
+            .map_or_else(String::new, ToString::to_string);
+        RedisError::from(std::io::Error::other(format!(
+            "{yes} of {} Redlock masters confirmed and {silent} did not answer, which may \
+             still hold the lock: a majority ({}) can neither be confirmed nor ruled out \
+             (last error: {last_error})",
+            self.nodes.len(),
+            self.majority()
+        )))
     }
 
     /// An error naming how many masters answered, when fewer than a majority did.
@@ -488,10 +510,19 @@ mod tests {
         assert!(!quorum
             .majority_true(&[yes(), yes(), no(), no(), no()])
             .unwrap());
-        // Three answered: enough to tell that two yes votes are not a majority.
+        // Three no votes leave no majority, whatever the silent masters hold.
         assert!(!quorum
-            .majority_true(&[yes(), yes(), no(), silent(), silent()])
+            .majority_true(&[yes(), no(), no(), no(), silent()])
             .unwrap());
+        // Two yes votes and two silent masters, which may hold it too: not "no".
+        let error = quorum
+            .majority_true(&[yes(), yes(), no(), silent(), silent()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("2 of 5 Redlock masters confirmed and 2 did not answer"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! rslock (crates.io, the best-known Rust Redis lock) as a contender of `benches/locks.rs`.
+//! rslock (crates.io, the best-known Rust Redis lock) as a contender of the `locks` bench.
 //!
 //! Needs rslock's `tokio-comp` feature (set in Cargo.toml): without `tokio-comp` (or
 //! `smol-comp`) rslock compiles to an empty crate.

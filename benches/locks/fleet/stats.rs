@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::percentile;
+use crate::statistics::percentile;
 
 /// One critical section, as its holder saw it. Times are [`super::monotonic_ns`] readings,
 /// comparable between the processes of one machine.

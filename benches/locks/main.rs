@@ -40,7 +40,7 @@
 //!    Besides the time per cycle, every round reads the CPU time of this process (all threads,
 //!    `/proc/self/task/*/schedstat`) and of Redis (`INFO cpu`) before and after, and reports
 //!    both per cycle. While workload 1 runs, one `SCHED_IDLE` spinner per CPU keeps the vCPUs
-//!    from halting between round trips (see `support_idle`; `DISTLOCK_BENCH_IDLE_SPIN=0`).
+//!    from halting between round trips (see `idle`; `DISTLOCK_BENCH_IDLE_SPIN=0`).
 //! 2. **contend** — `W` = 8 tasks on one key, `M` sections each, on a tokio `multi_thread`
 //!    runtime with 2 workers. The critical section lasts 1 ms, measured precisely: the holder
 //!    spins until `acquired_at + 1 ms`, calling `tokio::task::yield_now()` between checks (a
@@ -91,26 +91,42 @@
 //! second or two of each other, so pairing cancels most of the machine's drift). Targets are
 //! judged on these medians, except the longest wait, which is judged on the worst round. A section that starts before the previous one ended fails the
 //! run (after the report): the locks must stay locks while being timed.
+//!
+//! The modules: `contenders` (each lock under test, and the floor), `workloads` (what workloads
+//! share beyond their contenders), `statistics` (summaries, percentiles, rotated rounds, hand-off
+//! figures), `cpu` (CPU time of this process and of Redis), `report` (the rows, targets and
+//! machine, as text and JSON), `fleet` (the workload across processes), `idle` (the idle
+//! spinners), `rslock` (the rslock contender); `main` runs the workloads in order.
 
-// rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
-#[path = "support_rslock/mod.rs"]
-mod support_rslock;
-
-#[path = "support_idle/mod.rs"]
-mod support_idle;
-
-// A directory module: a `benches/fleet.rs` would be taken by cargo for a bench target of its own.
+mod contenders;
+mod cpu;
 mod fleet;
+mod idle;
+mod report;
+// rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
+mod rslock;
+mod statistics;
+mod workloads;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{LockError, LockManager, LockManagerBuilder, LockOptions};
-use redis::aio::MultiplexedConnection;
-use support_idle::IdleSpinners;
-use support_rslock::Rslock;
+use distlock::{LockManager, LockOptions};
+
+use crate::contenders::{next_keys, Contender, Cycler, Floor, NEXT_KEY};
+use crate::cpu::{client_cpu_seconds, CpuMeter};
+use crate::idle::IdleSpinners;
+use crate::report::{
+    format_ratio, format_value, load_average, number, push_cycle_rows, push_rows, summary, Machine,
+    Row, Target, INFO,
+};
+use crate::rslock::Rslock;
+use crate::statistics::{
+    analyse, interleaved_rounds, micros, rounds, PickContend, Summary, CYCLE_BLOCK,
+};
+use crate::workloads::Backend;
 
 /// The compare-and-delete script of the floor (and of every Redis lock since the Redlock page).
 const FLOOR_RELEASE: &str = r"
@@ -221,810 +237,6 @@ impl Config {
     }
 }
 
-/// Lock numbers for the whole run: every cycle of every contender takes a key of its own.
-/// Starts at a value derived from the process id, so runs sharing a `REDIS_URL` never meet.
-static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
-
-fn next_keys(count: u64) -> u64 {
-    NEXT_KEY.fetch_add(count, Ordering::Relaxed)
-}
-
-#[distlock::distributed_lock(key = "bench:{i}", ttl = 30)]
-async fn attributed(i: u64) -> Result<(), LockError> {
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Contenders
-// ---------------------------------------------------------------------------------------------
-
-/// The raw-Redis floor: the commands of a lock cycle on a multiplexed connection, nothing else.
-#[derive(Clone)]
-struct Floor {
-    connection: MultiplexedConnection,
-    release: redis::Script,
-    distlock_release: redis::Script,
-}
-
-impl Floor {
-    async fn connect(client: &redis::Client) -> Self {
-        let config =
-            redis::AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let connection = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .expect("floor: cannot connect to Redis");
-        Floor {
-            connection,
-            release: redis::Script::new(FLOOR_RELEASE),
-            // distlock's release script, from lock-runtime itself: a diagnostic floor that sends
-            // exactly distlock's commands with raw redis-rs, so the distance from it to distlock
-            // is what distlock's client side costs.
-            distlock_release: redis::Script::new(&lock_runtime::release_script_source()),
-        }
-    }
-
-    /// A 36-character token (as long as distlock's UUIDs), unique in the run.
-    fn token(n: u64) -> String {
-        // The process id once, not per token: `std::process::id()` is a syscall each time, and
-        // the floor must not pay for anything a lock does not need.
-        static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        format!("floor-{:08x}-{n:021}", PID.get_or_init(std::process::id))
-    }
-
-    /// `SET key token NX PX 30000`, then the compare-and-delete script by SHA.
-    async fn cycle(&mut self, n: u64) {
-        self.cycle_releasing_with(n, false).await;
-    }
-
-    /// What distlock sends for one uncontended cycle: the floor's `SET NX PX`, then its own
-    /// release script with its keys and arguments.
-    async fn cycle_with_distlock_commands(&mut self, n: u64) {
-        self.cycle_releasing_with(n, true).await;
-    }
-
-    /// `SET NX PX`, then the floor's release script, or distlock's (which also names the lock's
-    /// waiters key).
-    async fn cycle_releasing_with(&mut self, n: u64, distlock_release: bool) {
-        let key = format!("{PREFIX}bench:{n}");
-        let token = Self::token(n);
-        let set: redis::Value = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(&mut self.connection)
-            .await
-            .expect("floor: SET failed");
-        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
-        let release = if distlock_release {
-            // The lock key, its line and its fencing counter; the token, the claim (3 s), and
-            // "not leaving a line".
-            let mut release = self.distlock_release.key(&key);
-            release
-                .key(format!("{{{key}}}:distlock:line"))
-                .key(format!("{{{key}}}:distlock:fence"))
-                .arg(&token)
-                .arg(3000)
-                .arg("0");
-            release
-        } else {
-            let mut release = self.release.key(&key);
-            release.arg(&token);
-            release
-        };
-        let deleted: i64 = release
-            .invoke_async(&mut self.connection)
-            .await
-            .expect("floor: release failed");
-        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
-    }
-}
-
-async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {
-    let guard = manager
-        .acquire(&format!("bench:{n}"), options)
-        .await
-        .expect("distlock: acquire failed");
-    guard.release().await.expect("distlock: release failed");
-}
-
-async fn rslock_cycle(manager: &Rslock, n: u64) {
-    manager
-        .acquire(&format!("{PREFIX}bench:{n}"), TTL)
-        .await
-        .release()
-        .await;
-}
-
-/// Who runs workloads 1 and 3.
-#[derive(Clone)]
-enum Cycler {
-    Floor(Floor),
-    FloorScripts(Floor),
-    Manual(LockManager, LockOptions),
-    Attribute,
-    Rslock(Rslock),
-}
-
-impl Cycler {
-    /// Cycles on the keys numbered `keys`, one after the other.
-    async fn run(&mut self, keys: std::ops::Range<u64>) {
-        match self {
-            Cycler::Floor(floor) => {
-                for i in keys {
-                    floor.cycle(i).await;
-                }
-            }
-            Cycler::FloorScripts(floor) => {
-                for i in keys {
-                    floor.cycle_with_distlock_commands(i).await;
-                }
-            }
-            Cycler::Manual(manager, options) => {
-                for i in keys {
-                    manual_cycle(manager, options, i).await;
-                }
-            }
-            Cycler::Attribute => {
-                for i in keys {
-                    attributed(i)
-                        .await
-                        .expect("distlock attribute: cycle failed");
-                }
-            }
-            Cycler::Rslock(manager) => {
-                for i in keys {
-                    rslock_cycle(manager, i).await;
-                }
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics
-// ---------------------------------------------------------------------------------------------
-
-/// One figure over the rounds.
-#[derive(Debug, Clone)]
-struct Summary {
-    /// In the order of the rounds.
-    by_round: Vec<f64>,
-    sorted: Vec<f64>,
-}
-
-impl Summary {
-    fn new(by_round: Vec<f64>) -> Self {
-        let mut sorted = by_round.clone();
-        sorted.sort_by(f64::total_cmp);
-        Summary { by_round, sorted }
-    }
-    /// The median over the rounds of `self / base`, round by round: contenders of one round
-    /// run within a second or two of each other, so a paired ratio cancels most of the drift
-    /// of a shared machine that a ratio of medians would keep.
-    fn ratio_to(&self, base: &Summary) -> f64 {
-        let mut ratios: Vec<f64> = self
-            .by_round
-            .iter()
-            .zip(&base.by_round)
-            .map(|(value, base)| value / base)
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        percentile(&ratios, 50.0)
-    }
-    fn median(&self) -> f64 {
-        percentile(&self.sorted, 50.0)
-    }
-    fn min(&self) -> f64 {
-        self.sorted.first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted.last().copied().unwrap_or(f64::NAN)
-    }
-}
-
-/// Percentile of sorted values, interpolating linearly between the closest ranks.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        1 => sorted[0],
-        len => {
-            let rank = p / 100.0 * (len - 1) as f64;
-            // `p` is a percentage, so `rank` lies in 0..=len - 1: the casts are exact.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
-            sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
-        }
-    }
-}
-
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
-}
-
-/// Runs a warm-up round and then `rounds` rounds; in each, `run(contender, warm_up)` once per
-/// contender, in an order rotated by one from round to round. Returns, per contender, the
-/// results of the counted rounds.
-fn rounds<T>(
-    contenders: usize,
-    rounds: usize,
-    mut run: impl FnMut(usize, bool) -> T,
-) -> Vec<Vec<T>> {
-    let mut results: Vec<Vec<T>> = (0..contenders).map(|_| Vec::new()).collect();
-    for round in 0..=rounds {
-        let warm_up = round == 0;
-        for step in 0..contenders {
-            let contender = (round + step) % contenders;
-            let result = run(contender, warm_up);
-            if !warm_up {
-                results[contender].push(result);
-            }
-        }
-    }
-    results
-}
-
-/// One contender's round of workload 1: time, client CPU and Redis CPU per cycle
-/// (microseconds; CPU when it could be read).
-type CycleRound = (f64, Option<f64>, Option<f64>);
-
-/// Reads one figure of a cycle round, if it was measured.
-type PickCycle = fn(&CycleRound) -> Option<f64>;
-
-/// Cycles per turn in [`interleaved_rounds`]: about 20 ms of workload 1, short enough that the
-/// machine's drift barely changes from one contender's turn to the next.
-const CYCLE_BLOCK: u64 = 250;
-
-/// Like [`rounds`], for workload 1, whose contenders differ by a few percent at most: each
-/// round's `n` cycles per contender run in turns of [`CYCLE_BLOCK`] cycles, the contenders
-/// taking turns in an order rotated from turn to turn, so that every contender samples the
-/// same moments of the round. `run(contender, count)` runs `count` cycles and returns
-/// per-cycle figures; a contender's round is the cycle-weighted mean of its turns.
-fn interleaved_rounds(
-    contenders: usize,
-    rounds: usize,
-    n: usize,
-    mut run: impl FnMut(usize, u64) -> CycleRound,
-) -> Vec<Vec<CycleRound>> {
-    let mut results: Vec<Vec<CycleRound>> = (0..contenders).map(|_| Vec::new()).collect();
-    let add = |sum: Option<f64>, value: Option<f64>, weight: f64| {
-        sum.zip(value).map(|(sum, value)| sum + value * weight)
-    };
-    for round in 0..=rounds {
-        let warm_up = round == 0;
-        let n = if warm_up { n.div_ceil(10) } else { n } as u64;
-        let mut sums = vec![(0.0, Some(0.0), Some(0.0)); contenders];
-        let mut done = 0;
-        for turn in 0.. {
-            if done >= n {
-                break;
-            }
-            let count = CYCLE_BLOCK.min(n - done);
-            for step in 0..contenders {
-                let contender = (round + turn + step) % contenders;
-                let (time, client, redis) = run(contender, count);
-                let weight = count as f64;
-                let sum = &mut sums[contender];
-                *sum = (
-                    sum.0 + time * weight,
-                    add(sum.1, client, weight),
-                    add(sum.2, redis, weight),
-                );
-            }
-            done += count;
-        }
-        if !warm_up {
-            let mean = |sum: f64| sum / n as f64;
-            for (contender, sum) in sums.into_iter().enumerate() {
-                results[contender].push((mean(sum.0), sum.1.map(mean), sum.2.map(mean)));
-            }
-        }
-    }
-    results
-}
-
-/// CPU time spent so far by this process (all its threads) and by the Redis server: a reading
-/// before and after a round tells where a cycle's time goes, client or server.
-struct CpuMeter {
-    redis: Option<redis::Connection>,
-    /// Idle spinners while they run: their CPU time is not the bench's.
-    spinners: Option<IdleSpinners>,
-}
-
-/// One reading of [`CpuMeter`], in seconds.
-#[derive(Debug, Clone, Copy)]
-struct CpuReading {
-    client: Option<f64>,
-    redis: Option<f64>,
-}
-
-impl CpuMeter {
-    fn new(client: &redis::Client) -> Self {
-        CpuMeter {
-            redis: client.get_connection().ok(),
-            spinners: None,
-        }
-    }
-
-    fn read(&mut self) -> CpuReading {
-        CpuReading {
-            client: client_cpu_seconds(self.spinners.as_ref()),
-            redis: self.redis.as_mut().and_then(redis_cpu_seconds),
-        }
-    }
-
-    /// Runs `round`, returning its result and the client's and Redis's CPU microseconds per
-    /// one of its `units` (cycles).
-    fn measure<T>(
-        &mut self,
-        units: u64,
-        round: impl FnOnce() -> T,
-    ) -> (T, Option<f64>, Option<f64>) {
-        let before = self.read();
-        let result = round();
-        let after = self.read();
-        let per_unit =
-            |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| (b - a) * 1e6 / units as f64);
-        (
-            result,
-            per_unit(before.client, after.client),
-            per_unit(before.redis, after.redis),
-        )
-    }
-}
-
-/// The CPU time of every thread of this process but the idle spinners
-/// (`/proc/self/task/*/schedstat`, Linux).
-fn client_cpu_seconds(spinners: Option<&IdleSpinners>) -> Option<f64> {
-    let mut nanos = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let Ok(task) = task else { continue };
-        if spinners.is_some_and(|spinners| spinners.is_spinner(&task.file_name().to_string_lossy()))
-        {
-            continue;
-        }
-        // A thread may end between the listing and the read: it then counts no more.
-        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
-            nanos += text.split_whitespace().next()?.parse::<u64>().ok()?;
-        }
-    }
-    Some(nanos as f64 / 1e9)
-}
-
-/// `used_cpu_sys + used_cpu_user` of `INFO cpu` (microsecond resolution).
-fn redis_cpu_seconds(connection: &mut redis::Connection) -> Option<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query(connection).ok()?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|value| value.trim().parse::<f64>().ok())
-    };
-    Some(field("used_cpu_sys:")? + field("used_cpu_user:")?)
-}
-
-/// Rows of one cycle workload: its main figure, then the client's and Redis's CPU per cycle.
-fn push_cycle_rows(
-    rows: &mut Vec<Row>,
-    (workload, metric, unit): (&'static str, &'static str, &'static str),
-    names: &[&'static str],
-    results: &[Vec<CycleRound>],
-    rslock: &str,
-) {
-    let summaries = |pick: PickCycle| -> Vec<(&'static str, Summary)> {
-        names
-            .iter()
-            .zip(results)
-            .filter_map(|(name, rounds)| {
-                let values: Option<Vec<f64>> = rounds.iter().map(pick).collect();
-                values.map(|values| (*name, Summary::new(values)))
-            })
-            .collect()
-    };
-    let metrics: [(&'static str, &'static str, PickCycle); 3] = [
-        (metric, unit, |round| Some(round.0)),
-        ("client CPU/cycle", "us", |round| round.1),
-        ("redis CPU/cycle", "us", |round| round.2),
-    ];
-    for (metric, unit, pick) in metrics {
-        push_rows(
-            rows,
-            (workload, metric, unit),
-            &summaries(pick),
-            Some(FLOOR),
-            Some(rslock),
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Workload 5: backends
-// ---------------------------------------------------------------------------------------------
-
-/// One deployment of workload 5: a manager on it, and a connection to each of its Redis nodes.
-struct Backend {
-    name: &'static str,
-    cycler: Cycler,
-    nodes: Vec<redis::Connection>,
-}
-
-impl Backend {
-    /// `builder` with the bench's response timeout, connected on `runtime` (whose tasks then
-    /// drive its connections).
-    fn connect(
-        name: &'static str,
-        runtime: &tokio::runtime::Runtime,
-        builder: LockManagerBuilder,
-        nodes: &[test_support::RedisServer],
-    ) -> Self {
-        let manager = runtime
-            .block_on(builder.response_timeout(RESPONSE_TIMEOUT).connect())
-            .unwrap_or_else(|error| panic!("{name}: cannot connect distlock: {error}"));
-        Backend {
-            name,
-            cycler: Cycler::Manual(manager, LockOptions::new().ttl(TTL)),
-            nodes: nodes.iter().map(test_support::RedisServer::conn).collect(),
-        }
-    }
-
-    /// Redis's CPU seconds so far, summed over every node of the backend.
-    fn redis_cpu_seconds(&mut self) -> Option<f64> {
-        self.nodes.iter_mut().map(redis_cpu_seconds).sum()
-    }
-
-    /// Keys on all its nodes together.
-    fn keys(&mut self) -> i64 {
-        self.nodes
-            .iter_mut()
-            .map(|node| {
-                redis::cmd("DBSIZE")
-                    .query::<i64>(node)
-                    .expect("DBSIZE failed")
-            })
-            .sum()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Workload 2: contention
-// ---------------------------------------------------------------------------------------------
-
-/// One critical section, as its holder saw it.
-#[derive(Debug, Clone, Copy)]
-struct Section {
-    holder: usize,
-    /// The acquire call started.
-    called: Instant,
-    /// The acquire call returned.
-    acquired: Instant,
-    /// Just before the release call.
-    release_start: Instant,
-}
-
-/// What one contention round measured.
-#[derive(Debug, Clone, Copy)]
-struct ContendRound {
-    sections_per_s: f64,
-    gap_p50_us: f64,
-    gap_p99_us: f64,
-    longest_wait_ms: f64,
-    changed_hands_pct: f64,
-    /// Sections that began before the previous one ended (a broken lock): must be 0.
-    overlaps: usize,
-}
-
-/// Reads one figure of a contend round.
-type PickContend = fn(&ContendRound) -> f64;
-
-fn analyse(mut sections: Vec<Section>, wall: Duration) -> ContendRound {
-    sections.sort_by_key(|section| section.acquired);
-    let mut gaps = Vec::new();
-    let mut changes = 0;
-    let mut overlaps = 0;
-    for pair in sections.windows(2) {
-        let (previous, next) = (pair[0], pair[1]);
-        if next.acquired < previous.release_start {
-            overlaps += 1;
-        }
-        if next.holder != previous.holder {
-            changes += 1;
-            gaps.push(micros(
-                next.acquired
-                    .saturating_duration_since(previous.release_start),
-            ));
-        }
-    }
-    gaps.sort_by(f64::total_cmp);
-    let longest_wait = sections
-        .iter()
-        .map(|section| section.acquired - section.called)
-        .max()
-        .unwrap_or_default();
-    ContendRound {
-        sections_per_s: sections.len() as f64 / wall.as_secs_f64(),
-        gap_p50_us: percentile(&gaps, 50.0),
-        gap_p99_us: percentile(&gaps, 99.0),
-        longest_wait_ms: longest_wait.as_secs_f64() * 1e3,
-        changed_hands_pct: 100.0 * f64::from(changes)
-            / sections.len().saturating_sub(1).max(1) as f64,
-        overlaps,
-    }
-}
-
-/// Holds the lock until exactly `acquired + critical`, yielding to the runtime between checks
-/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick).
-async fn critical_section(acquired: Instant, critical: Duration) {
-    let end = acquired + critical;
-    while Instant::now() < end {
-        tokio::task::yield_now().await;
-        std::hint::spin_loop();
-    }
-}
-
-/// Who runs workload 2.
-#[derive(Clone)]
-enum Contender {
-    Distlock(LockManager),
-    Rslock(Rslock),
-    /// Not a Redis lock: the same tasks handing over a `tokio::sync::Mutex`. Its hand-off gap
-    /// is what the runtime and the machine's scheduling cost by themselves.
-    InProcess(Arc<tokio::sync::Mutex<()>>),
-}
-
-impl Contender {
-    /// One task's `m` sections on the lock `name`.
-    async fn sections(
-        self,
-        holder: usize,
-        name: String,
-        m: usize,
-        critical: Duration,
-    ) -> Vec<Section> {
-        let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(60));
-        let key = format!("{PREFIX}{name}");
-        let mut sections = Vec::with_capacity(m);
-        for _ in 0..m {
-            let called = Instant::now();
-            let section = match &self {
-                Contender::Distlock(manager) => {
-                    let guard = manager
-                        .acquire(&name, &options)
-                        .await
-                        .expect("distlock: acquire failed");
-                    let acquired = Instant::now();
-                    critical_section(acquired, critical).await;
-                    let release_start = Instant::now();
-                    guard.release().await.expect("distlock: release failed");
-                    Section {
-                        holder,
-                        called,
-                        acquired,
-                        release_start,
-                    }
-                }
-                Contender::Rslock(manager) => {
-                    let guard = manager.acquire(&key, TTL).await;
-                    let acquired = Instant::now();
-                    critical_section(acquired, critical).await;
-                    let release_start = Instant::now();
-                    guard.release().await;
-                    Section {
-                        holder,
-                        called,
-                        acquired,
-                        release_start,
-                    }
-                }
-                Contender::InProcess(mutex) => {
-                    let guard = mutex.lock().await;
-                    let acquired = Instant::now();
-                    critical_section(acquired, critical).await;
-                    let release_start = Instant::now();
-                    drop(guard);
-                    Section {
-                        holder,
-                        called,
-                        acquired,
-                        release_start,
-                    }
-                }
-            };
-            sections.push(section);
-        }
-        sections
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Report
-// ---------------------------------------------------------------------------------------------
-
-/// One line of the report: one figure of one contender in one workload.
-struct Row {
-    workload: &'static str,
-    contender: &'static str,
-    metric: &'static str,
-    unit: &'static str,
-    summary: Summary,
-    /// This median over the floor's (same workload and metric).
-    vs_floor: Option<f64>,
-    /// This median over rslock's (same workload and metric).
-    vs_rslock: Option<f64>,
-}
-
-/// Adds the rows of one metric of one workload, with ratios to `floor` and `rslock` (contender
-/// names) when they ran.
-fn push_rows(
-    rows: &mut Vec<Row>,
-    (workload, metric, unit): (&'static str, &'static str, &'static str),
-    figures: &[(&'static str, Summary)],
-    floor: Option<&str>,
-    rslock: Option<&str>,
-) {
-    let base = |name: Option<&str>| {
-        name.and_then(|name| figures.iter().find(|(contender, _)| *contender == name))
-    };
-    let (floor, rslock) = (base(floor), base(rslock));
-    for (contender, summary) in figures {
-        let ratio = |base: Option<&(&str, Summary)>| {
-            base.filter(|(name, _)| name != contender)
-                .map(|(_, base)| summary.ratio_to(base))
-        };
-        rows.push(Row {
-            workload,
-            contender,
-            metric,
-            unit,
-            summary: summary.clone(),
-            vs_floor: ratio(floor),
-            vs_rslock: ratio(rslock),
-        });
-    }
-}
-
-fn summary<'a>(
-    rows: &'a [Row],
-    workload: &str,
-    contender: &str,
-    metric: &str,
-) -> Option<&'a Summary> {
-    rows.iter()
-        .find(|row| row.workload == workload && row.contender == contender && row.metric == metric)
-        .map(|row| &row.summary)
-}
-
-/// The `op` of a figure shown next to the targets for information, with no limit.
-const INFO: &str = "info";
-
-/// A target of the issue; `value` is `None` when its contender could not run.
-struct Target {
-    name: &'static str,
-    value: Option<f64>,
-    op: &'static str,
-    limit: f64,
-}
-
-impl Target {
-    fn verdict(&self) -> &'static str {
-        match self.value {
-            None => "SKIP",
-            Some(_) if self.op == INFO => "INFO",
-            Some(value)
-                if (self.op == "<=" && value <= self.limit)
-                    || (self.op == ">=" && value >= self.limit) =>
-            {
-                "PASS"
-            }
-            Some(_) => "MISS",
-        }
-    }
-}
-
-fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn json_number(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:.3}")
-    } else {
-        "null".to_owned()
-    }
-}
-
-fn json_option(value: Option<f64>) -> String {
-    value.map_or_else(|| "null".to_owned(), json_number)
-}
-
-fn format_value(value: f64) -> String {
-    if !value.is_finite() {
-        "-".to_owned()
-    } else if value.abs() >= 1000.0 {
-        format!("{value:.0}")
-    } else if value.abs() >= 100.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
-}
-
-fn format_ratio(ratio: Option<f64>) -> String {
-    ratio.map_or_else(String::new, |ratio| format!("{ratio:.2}x"))
-}
-
-/// The machine and software the figures came from.
-struct Machine {
-    nproc: usize,
-    cpu: String,
-    os: String,
-    redis_version: String,
-    rustc: String,
-    load_before: String,
-    load_after: String,
-}
-
-impl Machine {
-    fn describe(redis_version: String, load_before: String) -> Self {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|line| line.strip_prefix("model name"))
-                    .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-            })
-            .unwrap_or_else(|| "unknown".to_owned());
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
-        Machine {
-            nproc: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
-            cpu,
-            os: command_output("uname", &["-srm"])
-                .unwrap_or_else(|| std::env::consts::OS.to_owned()),
-            redis_version,
-            rustc: command_output(&rustc, &["--version"]).unwrap_or_else(|| "unknown".to_owned()),
-            load_before,
-            load_after: load_average(),
-        }
-    }
-}
-
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let output = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "unknown".to_owned(),
-        |text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        },
-    )
-}
-
 // ---------------------------------------------------------------------------------------------
 // main
 // ---------------------------------------------------------------------------------------------
@@ -1038,7 +250,7 @@ fn main() {
     let config = Config::from_env();
     let load_before = load_average();
     let nproc = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    // Idle spinners (see support_idle) during workload 1 only: one task waiting on one round
+    // Idle spinners (see `idle`) during workload 1 only: one task waiting on one round
     // trip after another leaves the CPUs idle, and a halted vCPU costs 100+ us per wake-up on
     // some VMs. Workloads 2 and 3 keep a CPU busy by themselves, and there, on the VM this was
     // written on, spinners made the tail worse (hand-off gap p99 1.5-2.7 ms with them, 0.7-1.1
@@ -1602,91 +814,80 @@ fn main() {
     print!("{out}");
 
     // ---- JSON -------------------------------------------------------------------------------
-    let mut json = String::from("{\n");
-    let _ = writeln!(json, "  \"command\": \"cargo bench --bench locks\",");
-    let _ = writeln!(
-        json,
-        "  \"machine\": {{\"nproc\": {}, \"cpu\": {}, \"os\": {}, \"redis_server\": {}, \"rustc\": {}, \"load_average_before\": {}, \"load_average_after\": {}}},",
-        machine.nproc,
-        json_string(&machine.cpu),
-        json_string(&machine.os),
-        json_string(&machine.redis_version),
-        json_string(&machine.rustc),
-        json_string(&machine.load_before),
-        json_string(&machine.load_after),
-    );
-    let _ = writeln!(
-        json,
-        "  \"runtime\": {{\"cycle\": \"tokio current_thread\", \"contend\": \"tokio multi_thread, {WORKERS} workers\", \"parallel\": \"tokio multi_thread, {WORKERS} workers\", \"backends\": \"tokio current_thread\"}},"
-    );
-    let _ = writeln!(
-        json,
-        "  \"config\": {{\"rounds\": {}, \"warm_up_rounds\": 1, \"cycle_n\": {}, \"contend_tasks\": {}, \"contend_m\": {}, \"critical_section_us\": {}, \"critical_section\": \"spin until acquired_at + 1 ms, yield_now between checks\", \"hand_off_gap\": \"next acquired_at - previous release_start, consecutive sections of different holders\", \"parallel_tasks\": {}, \"parallel_k\": {}, \"backends_n\": {}, \"backends\": \"standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters\", \"redis\": {}, \"rslock\": true, \"idle_spinners_during_cycle_and_backends\": {}}},",
-        config.rounds,
-        config.cycle_n,
-        config.contend_tasks,
-        config.contend_m,
-        config.critical.as_micros(),
-        config.parallel_tasks,
-        config.parallel_k,
-        config.backends_n,
-        json_string(if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" }),
-        spinners_running,
-    );
-    json.push_str("  \"results\": [\n");
-    for (index, row) in rows.iter().enumerate() {
-        let rounds: Vec<String> = row
-            .summary
-            .by_round
-            .iter()
-            .map(|value| json_number(*value))
-            .collect();
-        let _ = writeln!(
-            json,
-            "    {{\"workload\": {}, \"contender\": {}, \"metric\": {}, \"unit\": {}, \"median\": {}, \"min\": {}, \"max\": {}, \"ratio_to_floor\": {}, \"ratio_to_rslock\": {}, \"rounds\": [{}]}}{}",
-            json_string(row.workload),
-            json_string(row.contender),
-            json_string(row.metric),
-            json_string(row.unit),
-            json_number(row.summary.median()),
-            json_number(row.summary.min()),
-            json_number(row.summary.max()),
-            json_option(row.vs_floor),
-            json_option(row.vs_rslock),
-            rounds.join(", "),
-            if index + 1 < rows.len() { "," } else { "" }
-        );
-    }
-    json.push_str("  ],\n  \"targets\": [\n");
-    for (index, target) in targets.iter().enumerate() {
-        let _ = writeln!(
-            json,
-            "    {{\"name\": {}, \"value\": {}, \"op\": {}, \"limit\": {}, \"result\": {}}}{}",
-            json_string(target.name),
-            json_option(target.value),
-            json_string(target.op),
-            json_number(target.limit),
-            json_string(target.verdict()),
-            if index + 1 < targets.len() { "," } else { "" }
-        );
-    }
-    json.push_str("  ],\n");
-    let _ = writeln!(
-        json,
-        "  \"checks\": {{\"overlapping_sections\": {overlaps}, \"keys_left_after_cycle\": {}, \"keys_left_after_backends\": {}}},",
-        keys_left.map_or_else(|| "null".to_owned(), |keys| keys.to_string()),
-        keys_left_backends.map_or_else(|| "null".to_owned(), |keys| keys.to_string())
-    );
-    let _ = writeln!(
-        json,
-        "  \"fleet\": {},",
-        serde_json::to_string(&fleet).expect("the fleet report is plain data")
-    );
-    let _ = writeln!(
-        json,
-        "  \"total_seconds\": {}\n}}",
-        json_number(total.as_secs_f64())
-    );
+    let results: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "workload": row.workload,
+                "contender": row.contender,
+                "metric": row.metric,
+                "unit": row.unit,
+                "median": number(row.summary.median()),
+                "min": number(row.summary.min()),
+                "max": number(row.summary.max()),
+                "ratio_to_floor": row.vs_floor.map(number),
+                "ratio_to_rslock": row.vs_rslock.map(number),
+                "rounds": row.summary.by_round.iter().copied().map(number).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let targets: Vec<serde_json::Value> = targets
+        .iter()
+        .map(|target| {
+            serde_json::json!({
+                "name": target.name,
+                "value": target.value.map(number),
+                "op": target.op,
+                "limit": number(target.limit),
+                "result": target.verdict(),
+            })
+        })
+        .collect();
+    let json = serde_json::json!({
+        "command": "cargo bench --bench locks",
+        "machine": {
+            "nproc": machine.nproc,
+            "cpu": machine.cpu,
+            "os": machine.os,
+            "redis_server": machine.redis_version,
+            "rustc": machine.rustc,
+            "load_average_before": machine.load_before,
+            "load_average_after": machine.load_after,
+        },
+        "runtime": {
+            "cycle": "tokio current_thread",
+            "contend": format!("tokio multi_thread, {WORKERS} workers"),
+            "parallel": format!("tokio multi_thread, {WORKERS} workers"),
+            "backends": "tokio current_thread",
+        },
+        "config": {
+            "rounds": config.rounds,
+            "warm_up_rounds": 1,
+            "cycle_n": config.cycle_n,
+            "contend_tasks": config.contend_tasks,
+            "contend_m": config.contend_m,
+            "critical_section_us": u64::try_from(config.critical.as_micros()).unwrap_or(u64::MAX),
+            "critical_section": "spin until acquired_at + 1 ms, yield_now between checks",
+            "hand_off_gap": "next acquired_at - previous release_start, consecutive sections of different holders",
+            "parallel_tasks": config.parallel_tasks,
+            "parallel_k": config.parallel_k,
+            "backends_n": config.backends_n,
+            "backends": "standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters",
+            "redis": if server.is_some() { "private redis-server on a free port" } else { "REDIS_URL" },
+            "rslock": true,
+            "idle_spinners_during_cycle_and_backends": spinners_running,
+        },
+        "results": results,
+        "targets": targets,
+        "checks": {
+            "overlapping_sections": overlaps,
+            "keys_left_after_cycle": keys_left,
+            "keys_left_after_backends": keys_left_backends,
+        },
+        "fleet": fleet,
+        "total_seconds": number(total.as_secs_f64()),
+    });
+    let json = serde_json::to_string_pretty(&json).expect("the report is plain data");
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
         std::path::PathBuf::from,

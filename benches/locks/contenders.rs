@@ -1,0 +1,246 @@
+//! The contenders: distlock through the attribute and the manual API, rslock, the floor (the
+//! same commands sent by hand), and what workload 2 runs each as.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock::{LockError, LockManager, LockOptions};
+use redis::aio::MultiplexedConnection;
+
+use crate::rslock::Rslock;
+use crate::statistics::Section;
+use crate::workloads::critical_section;
+use crate::{FLOOR_RELEASE, PREFIX, RESPONSE_TIMEOUT, TTL};
+
+/// Lock numbers for the whole run: every cycle of every contender takes a key of its own.
+/// Starts at a value derived from the process id, so runs sharing a `REDIS_URL` never meet.
+pub(crate) static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn next_keys(count: u64) -> u64 {
+    NEXT_KEY.fetch_add(count, Ordering::Relaxed)
+}
+
+#[distlock::distributed_lock(key = "bench:{i}", ttl = 30)]
+pub(crate) async fn attributed(i: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The raw-Redis floor: the commands of a lock cycle on a multiplexed connection, nothing else.
+#[derive(Clone)]
+pub(crate) struct Floor {
+    pub(crate) connection: MultiplexedConnection,
+    pub(crate) release: redis::Script,
+    pub(crate) distlock_release: redis::Script,
+}
+
+impl Floor {
+    pub(crate) async fn connect(client: &redis::Client) -> Self {
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("floor: cannot connect to Redis");
+        Floor {
+            connection,
+            release: redis::Script::new(FLOOR_RELEASE),
+            // distlock's release script, from lock-runtime itself: a diagnostic floor that sends
+            // exactly distlock's commands with raw redis-rs, so the distance from it to distlock
+            // is what distlock's client side costs.
+            distlock_release: redis::Script::new(&lock_runtime::release_script_source()),
+        }
+    }
+
+    /// A 36-character token (as long as distlock's UUIDs), unique in the run.
+    pub(crate) fn token(n: u64) -> String {
+        // The process id once, not per token: `std::process::id()` is a syscall each time, and
+        // the floor must not pay for anything a lock does not need.
+        static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        format!("floor-{:08x}-{n:021}", PID.get_or_init(std::process::id))
+    }
+
+    /// `SET key token NX PX 30000`, then the compare-and-delete script by SHA.
+    pub(crate) async fn cycle(&mut self, n: u64) {
+        self.cycle_releasing_with(n, false).await;
+    }
+
+    /// What distlock sends for one uncontended cycle: the floor's `SET NX PX`, then its own
+    /// release script with its keys and arguments.
+    pub(crate) async fn cycle_with_distlock_commands(&mut self, n: u64) {
+        self.cycle_releasing_with(n, true).await;
+    }
+
+    /// `SET NX PX`, then the floor's release script, or distlock's (which also names the lock's
+    /// waiters key).
+    pub(crate) async fn cycle_releasing_with(&mut self, n: u64, distlock_release: bool) {
+        let key = format!("{PREFIX}bench:{n}");
+        let token = Self::token(n);
+        let set: redis::Value = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut self.connection)
+            .await
+            .expect("floor: SET failed");
+        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
+        let release = if distlock_release {
+            // The lock key, its line and its fencing counter; the token, the claim (3 s), and
+            // "not leaving a line".
+            let mut release = self.distlock_release.key(&key);
+            release
+                .key(format!("{{{key}}}:distlock:line"))
+                .key(format!("{{{key}}}:distlock:fence"))
+                .arg(&token)
+                .arg(3000)
+                .arg("0");
+            release
+        } else {
+            let mut release = self.release.key(&key);
+            release.arg(&token);
+            release
+        };
+        let deleted: i64 = release
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor: release failed");
+        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
+    }
+}
+
+pub(crate) async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {
+    let guard = manager
+        .acquire(&format!("bench:{n}"), options)
+        .await
+        .expect("distlock: acquire failed");
+    guard.release().await.expect("distlock: release failed");
+}
+
+pub(crate) async fn rslock_cycle(manager: &Rslock, n: u64) {
+    manager
+        .acquire(&format!("{PREFIX}bench:{n}"), TTL)
+        .await
+        .release()
+        .await;
+}
+
+/// Who runs workloads 1 and 3.
+#[derive(Clone)]
+pub(crate) enum Cycler {
+    Floor(Floor),
+    FloorScripts(Floor),
+    Manual(LockManager, LockOptions),
+    Attribute,
+    Rslock(Rslock),
+}
+
+impl Cycler {
+    /// Cycles on the keys numbered `keys`, one after the other.
+    pub(crate) async fn run(&mut self, keys: std::ops::Range<u64>) {
+        match self {
+            Cycler::Floor(floor) => {
+                for i in keys {
+                    floor.cycle(i).await;
+                }
+            }
+            Cycler::FloorScripts(floor) => {
+                for i in keys {
+                    floor.cycle_with_distlock_commands(i).await;
+                }
+            }
+            Cycler::Manual(manager, options) => {
+                for i in keys {
+                    manual_cycle(manager, options, i).await;
+                }
+            }
+            Cycler::Attribute => {
+                for i in keys {
+                    attributed(i)
+                        .await
+                        .expect("distlock attribute: cycle failed");
+                }
+            }
+            Cycler::Rslock(manager) => {
+                for i in keys {
+                    rslock_cycle(manager, i).await;
+                }
+            }
+        }
+    }
+}
+
+/// Who runs workload 2.
+#[derive(Clone)]
+pub(crate) enum Contender {
+    Distlock(LockManager),
+    Rslock(Rslock),
+    /// Not a Redis lock: the same tasks handing over a `tokio::sync::Mutex`. Its hand-off gap
+    /// is what the runtime and the machine's scheduling cost by themselves.
+    InProcess(Arc<tokio::sync::Mutex<()>>),
+}
+
+impl Contender {
+    /// One task's `m` sections on the lock `name`.
+    pub(crate) async fn sections(
+        self,
+        holder: usize,
+        name: String,
+        m: usize,
+        critical: Duration,
+    ) -> Vec<Section> {
+        let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(60));
+        let key = format!("{PREFIX}{name}");
+        let mut sections = Vec::with_capacity(m);
+        for _ in 0..m {
+            let called = Instant::now();
+            let section = match &self {
+                Contender::Distlock(manager) => {
+                    let guard = manager
+                        .acquire(&name, &options)
+                        .await
+                        .expect("distlock: acquire failed");
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    guard.release().await.expect("distlock: release failed");
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
+                }
+                Contender::Rslock(manager) => {
+                    let guard = manager.acquire(&key, TTL).await;
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    guard.release().await;
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
+                }
+                Contender::InProcess(mutex) => {
+                    let guard = mutex.lock().await;
+                    let acquired = Instant::now();
+                    critical_section(acquired, critical).await;
+                    let release_start = Instant::now();
+                    drop(guard);
+                    Section {
+                        holder,
+                        called,
+                        acquired,
+                        release_start,
+                    }
+                }
+            };
+            sections.push(section);
+        }
+        sections
+    }
+}
