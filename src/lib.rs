@@ -62,7 +62,8 @@
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::blocking;
 pub use lock_runtime::{
-    global, init, init_with, LockError, LockGuard, LockManager, LockManagerBuilder, LockOptions,
+    global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
+    LockManagerBuilder, LockOptions,
 };
 
 /// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in
@@ -71,8 +72,9 @@ pub use lock_runtime::{
 pub mod __private {
     pub use core::time::Duration;
     pub use lock_runtime::attribute::{
-        acquire, acquire_blocking, acquire_or_busy, release, run, try_acquire, BlockingHeld,
+        acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
+    pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -65,6 +65,13 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     let error = local("__distlock_error");
     let output = local("__distlock_output");
     let lost = local("__distlock_lost");
+    let label_var = local("__distlock_label");
+    let span_var = local("__distlock_span");
+
+    // Who takes the lock, for inspection, metrics and the span: the function's path and the
+    // key template as written (never the rendered key: one label per function, not per id).
+    let fn_name = sig.ident.unraw().to_string();
+    let template = &key.literal.value();
 
     let key_expr = key_expression(&key.segments, &key.literal)?;
     // The `format!` arguments carry the key literal's span (so a non-`Display` placeholder is
@@ -98,12 +105,17 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         #(#inner_attrs)*
         #key_lint_allow
         let #key_var: ::std::string::String = #key_expr;
+        let #label_var: &'static str =
+            ::core::concat!(::core::module_path!(), "::", #fn_name, " ", #template);
         let #options_var = #private::LockOptions::new()
             #ttl
             #timeout
             #auto_extend
             #fencing
-            #hold_at_least;
+            #hold_at_least
+            .label(#label_var);
+        // The acquisition, the body and the release run in the call's `distlock.lock` span.
+        let #span_var = #private::span(&#key_var, #label_var);
     };
 
     if sig.asyncness.is_none() {
@@ -119,6 +131,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #(#outer_attrs)*
             #vis #sig {
                 #prelude
+                let #span_var = #span_var.entered();
                 let #guard_var = match #private::acquire_blocking(&#key_var, &#options_var) {
                     ::core::result::Result::Ok(#acquired) => #acquired,
                     ::core::result::Result::Err(#error) => {
@@ -139,6 +152,8 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     });
     let from_lost = convert_error(&sig.output, &lost);
 
+    // The acquisition runs in the call's span too, so its wait shows up in the trace.
+    let in_span = |call: TokenStream| quote!(#private::Instrument::instrument(#call, ::core::clone::Clone::clone(&#span_var)));
     let policy = args.on_busy.unwrap_or(OnBusy::Wait);
     let acquire = match policy {
         OnBusy::Wait | OnBusy::Fail => {
@@ -146,8 +161,9 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 OnBusy::Fail => quote!(acquire_or_busy),
                 _ => quote!(acquire),
             };
+            let call = in_span(quote!(#private::#function(&#key_var, &#options_var)));
             quote! {
-                let #guard_var = match #private::#function(&#key_var, &#options_var).await {
+                let #guard_var = match #call.await {
                     ::core::result::Result::Ok(#acquired) => #acquired,
                     ::core::result::Result::Err(#error) => {
                         return ::core::result::Result::Err(#from_error);
@@ -161,8 +177,9 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 // `valid` made sure it is one of the two.
                 _ => quote!(()),
             };
+            let call = in_span(quote!(#private::try_acquire(&#key_var, &#options_var)));
             quote! {
-                let #guard_var = match #private::try_acquire(&#key_var, &#options_var).await {
+                let #guard_var = match #call.await {
                     ::core::result::Result::Ok(::core::option::Option::Some(#acquired)) => #acquired,
                     ::core::result::Result::Ok(::core::option::Option::None) => {
                         return ::core::result::Result::Ok(#value);
@@ -182,11 +199,16 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #acquire
             let #outcome_var = {
                 #guard_binding
-                #private::run(&#guard_var, async move #block).await
+                #private::Instrument::instrument(
+                    #private::run(&#guard_var, async move #block),
+                    ::core::clone::Clone::clone(&#span_var),
+                )
+                .await
             };
             match #outcome_var {
                 ::core::result::Result::Ok(#output) => {
-                    #private::release(#guard_var).await;
+                    #private::Instrument::instrument(#private::release(#guard_var), #span_var)
+                        .await;
                     #output
                 }
                 ::core::result::Result::Err(#lost) => {

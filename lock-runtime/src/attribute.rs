@@ -7,12 +7,37 @@ use std::task::Poll;
 
 use crate::{global, LockError, LockGuard, LockOptions};
 
-/// Takes the lock `key` from the global manager.
+/// The `distlock.lock` span of one locked call: the generated code runs the acquisition, the
+/// body and the release in it, so the lock's wait shows in the request's trace and distlock's
+/// events are its children. `wait_ms` and `fence` are recorded once the lock is held.
+pub fn span(key: &str, label: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: "distlock",
+        "distlock.lock",
+        key = %key,
+        label = %label,
+        wait_ms = tracing::field::Empty,
+        fence = tracing::field::Empty,
+    )
+}
+
+/// Takes the lock `key` from the global manager, recording the wait and the fencing token in
+/// the current span (the call's [`span`]).
 ///
 /// # Errors
 /// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`].
 pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
-    global()?.acquire(key, options).await
+    let started = std::time::Instant::now();
+    let guard = global()?.acquire(key, options).await?;
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        let waited = started.elapsed().as_secs_f64() * 1000.0;
+        span.record("wait_ms", waited);
+        if let Some(fence) = guard.fencing_token() {
+            span.record("fence", fence);
+        }
+    }
+    Ok(guard)
 }
 
 /// One attempt at the lock `key` (`on_busy = "skip"`): `Ok(None)` when someone else holds it,

@@ -110,11 +110,15 @@ impl LockGuard {
         Arc::clone(&self.held.keys.lock)
     }
 
-    /// The token stored in the lock key: a fresh UUID v4 for every acquisition.
+    /// The value stored in the lock key: a fresh UUID v4 for every acquisition (what makes it
+    /// unguessable), then who holds it — `;h=<host>;p=<pid>;t=<since, Unix ms>[;l=<label>]`,
+    /// escaped, without whitespace — which [`LockManager::inspect`](crate::LockManager::inspect)
+    /// reads back. Release and extension compare the whole value.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) {
-    /// assert_eq!(guard.token().len(), 36);
+    /// let uuid = &guard.token()[..36];
+    /// assert!(guard.token()[36..].starts_with(";h="));
     /// # }
     /// ```
     #[must_use]

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::keys::LockKeys;
+use crate::meters::Hold;
 use crate::{LockError, LockManager};
 
 /// One held lock.
@@ -35,6 +36,8 @@ pub(crate) struct Held {
     lost_by_watchdog: AtomicBool,
     /// Signalled on every change of `expiry` and on loss.
     changed: Notify,
+    /// The metrics of this hold (nothing without the `metrics` feature).
+    pub(crate) hold: Hold,
 }
 
 /// What is known of the lock's expiry in Redis.
@@ -59,19 +62,17 @@ pub(crate) enum Finder {
 }
 
 impl Held {
-    /// A lock acquired with `ttl`, known to live in Redis at least until `valid_until`, which
-    /// the setting it got (its full ttl, or a hand-off's claim) put `span` after its send time;
-    /// a release before `hold_until` leaves it to expire then.
-    #[allow(clippy::too_many_arguments)]
+    /// A lock acquired with `expiry.ttl`, known to live in Redis at least until
+    /// `expiry.valid_until`, which the setting it got (its full ttl, or a hand-off's claim) put
+    /// `expiry.span` after its send time; a release before `hold_until` leaves it to expire then.
     pub(crate) fn new(
         manager: LockManager,
         keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
-        ttl: Duration,
-        valid_until: Instant,
-        span: Duration,
+        expiry: Expiry,
         hold_until: Option<Instant>,
+        hold: Hold,
     ) -> Self {
         Held {
             manager,
@@ -79,15 +80,12 @@ impl Held {
             token,
             fence,
             hold_until,
-            expiry: Mutex::new(Expiry {
-                ttl,
-                span,
-                valid_until,
-            }),
+            expiry: Mutex::new(expiry),
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),
             changed: Notify::new(),
+            hold,
         }
     }
 
@@ -144,11 +142,19 @@ impl Held {
             .and_then(|until| until.checked_duration_since(Instant::now()))
             .map(|keep| u64::try_from(keep.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
             .filter(|millis| *millis > 0);
-        let ours = match keep_millis {
-            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await?,
-            None => backend.unlock(&self.keys, &self.token).await?,
+        let released = match keep_millis {
+            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await,
+            None => backend.unlock(&self.keys, &self.token).await,
+        };
+        let ours = match released {
+            Ok(ours) => ours,
+            Err(error) => {
+                self.hold.release_failed();
+                return Err(error.into());
+            }
         };
         if ours {
+            self.hold.end();
             match keep_millis {
                 Some(keep_ms) => {
                     tracing::debug!(target: "distlock", key = %self.keys.lock, keep_ms, "released; the lock expires when its hold_at_least ends");
@@ -167,6 +173,7 @@ impl Held {
             self.lost_by_watchdog.store(true, Ordering::Release);
         }
         if !self.lost.swap(true, Ordering::AcqRel) {
+            self.hold.lost();
             tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
         }
         self.changed.notify_waiters();

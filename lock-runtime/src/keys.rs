@@ -168,7 +168,7 @@ impl LockKeys {
 
 /// Whether `key` has the shape of a helper key: it starts with `{`, and its first `}` is
 /// followed by `:distlock:`.
-fn has_helper_shape(key: &str) -> bool {
+pub(crate) fn has_helper_shape(key: &str) -> bool {
     key.starts_with('{')
         && key
             .find('}')

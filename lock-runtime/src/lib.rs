@@ -16,7 +16,8 @@
 //!
 //! # The path of a lock: acquire → body → release
 //!
-//! 1. **Acquire.** `#[distributed_lock]` formats the key and calls `attribute::acquire`, which
+//! 1. **Acquire.** `#[distributed_lock]` formats the key, opens the call's `distlock.lock` span
+//!    (`attribute::span`) and calls `attribute::acquire`, which
 //!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
 //!    lock's Redis keys (`keys`), waits for its turn among the tasks of this process that want
 //!    the same key (`queue`), then lets the state machine of `acquire` decide each step: a first
@@ -45,6 +46,8 @@
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `retry` | the pauses between tries: one `Backoff`, and jitter |
 //! | `options` | [`LockOptions`] and the limits on durations |
+//! | `identity` | the lock's value: its UUID, then who holds it (host, pid, since, label) |
+//! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
 //! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
 //! | `background` | the process-wide runtime for clean-up that outlives its caller |
 //! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
@@ -57,6 +60,7 @@
 //! | `held`, `watchdog` | what a held lock's guard and watchdog share; auto-extension |
 //! | `guard` | [`LockGuard`] |
 //! | `builder`, `manager` | [`LockManagerBuilder`], [`LockManager`] |
+//! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
 //! | `global`, `attribute` | the global manager ([`init`], [`global()`]); what the attribute's code calls |
 //!
 //! The long-form documents (the waiting protocol, reliability, backends, keys) are in the
@@ -80,8 +84,11 @@ mod global;
 mod grants;
 mod guard;
 mod held;
+mod identity;
+mod inspect;
 mod keys;
 mod manager;
+mod meters;
 mod options;
 mod queue;
 mod retry;
@@ -93,10 +100,14 @@ pub use builder::LockManagerBuilder;
 pub use error::LockError;
 pub use global::{global, init, init_with};
 pub use guard::LockGuard;
+pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
 #[doc(hidden)]
 pub use manager::ResourceCounts;
 pub use options::LockOptions;
+/// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
+#[doc(hidden)]
+pub use tracing::Instrument;
 
 /// The release script's text, for the benchmark's floor that sends distlock's commands by hand.
 /// Not a public API.

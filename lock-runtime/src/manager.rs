@@ -11,8 +11,9 @@ use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::finish::FinishOnDrop;
 use crate::grants::{Grant, GrantWaiter};
-use crate::held::Held;
+use crate::held::{Expiry, Held};
 use crate::keys::LockKeys;
+use crate::meters::Meter;
 use crate::queue::{LocalQueues, Turn};
 use crate::retry::{jitter, Backoff};
 use crate::{LockError, LockGuard, LockOptions};
@@ -234,6 +235,18 @@ impl LockManager {
     /// # }
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let result = self.acquire_waiting(name, options).await;
+        Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
+        result
+    }
+
+    /// [`LockManager::acquire`], without its metrics.
+    async fn acquire_waiting(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
@@ -250,7 +263,7 @@ impl LockManager {
         };
         let fencing = options.fencing_enabled();
         let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
-        let mut token = new_token();
+        let mut token = new_token(options);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
@@ -318,7 +331,7 @@ impl LockManager {
                         // its token: go on under a new one, listening for that one.
                         place.give_up();
                         listener = None;
-                        token = new_token();
+                        token = new_token(options);
                     }
                     next
                 }
@@ -431,11 +444,23 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
+        let started = Instant::now();
+        let result = self.try_acquire_once(name, options).await;
+        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
+        result
+    }
+
+    /// [`LockManager::try_acquire`], without its metrics.
+    async fn try_acquire_once(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let token = new_token();
+        let token = new_token(options);
         let sent = Instant::now();
         match self
             .attempt(
@@ -522,13 +547,16 @@ impl LockManager {
             keys,
             token,
             fence,
-            ttl,
-            sent + expires_in,
-            expires_in,
+            Expiry {
+                ttl,
+                span: expires_in,
+                valid_until: sent + expires_in,
+            },
             // From when Redis answered, which is after it granted: never a shorter hold.
             options
                 .hold_at_least_duration()
                 .map(|hold| Instant::now() + hold),
+            Meter::new(options).hold(),
         );
         let mut guard = LockGuard::new(held, turn);
         if expires_in < ttl && expires_in <= crate::backend::CLAIM {
@@ -676,10 +704,9 @@ impl fmt::Debug for LockManager {
     }
 }
 
-/// A fresh UUID v4 for one acquisition, in one allocation.
-fn new_token() -> Arc<str> {
-    let mut buffer = uuid::Uuid::encode_buffer();
-    Arc::from(&*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer))
+/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock.
+fn new_token(options: &LockOptions) -> Arc<str> {
+    crate::identity::new_value(options.encoded_label())
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {

@@ -410,3 +410,36 @@ return 1
 ",
     )
 });
+
+/// Read what inspection shows of one lock, in one atomic look (it writes nothing).
+///
+/// - `KEYS` as in [`LINE_PRELUDE`].
+/// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
+///   value, its `PTTL` (-1: no expiry), how many waiters in line still hold a live place, and
+///   the fencing counter's raw value (`false` when there is none).
+///
+/// A lock key of another type than a string is an error, as in [`ACQUIRE`]; so is a line that
+/// is not a list.
+pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' and value.err then
+  return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
+end
+if not value then
+  return false
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local waiters = 0
+for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  local deadline = string.match(entry, '^%S+ (%d+) ')
+  if deadline and tonumber(deadline) >= now then
+    waiters = waiters + 1
+  end
+end
+return {value, redis.call('PTTL', KEYS[1]), waiters, redis.call('GET', KEYS[3])}
+",
+    )
+});

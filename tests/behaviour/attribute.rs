@@ -86,8 +86,13 @@ impl Seen {
 }
 
 fn assert_uuid_v4(token: &str) {
+    // The lock's value: the UUID, then who holds the lock.
+    let (token, holder) = token.split_at(36);
+    assert!(
+        holder.starts_with(";h="),
+        "{holder:?} does not name the holder"
+    );
     let bytes = token.as_bytes();
-    assert_eq!(bytes.len(), 36, "token {token:?} is not a UUID");
     for (i, &b) in bytes.iter().enumerate() {
         if [8, 13, 18, 23].contains(&i) {
             assert_eq!(b, b'-', "token {token:?} is not a UUID");

@@ -1,5 +1,6 @@
 //! What distlock does, against a real Redis: the manual API, the attribute, auto-extension,
-//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, TLS and ACL users.
+//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, TLS and ACL users, and
+//! inspection (who holds a lock).
 //!
 //! One binary, so the harness and the facade compile once for all of them. The attribute tests
 //! share one redis-server and the one global client (`test_support::global_server`); every
@@ -11,6 +12,7 @@ mod attribute;
 mod auto_extend;
 mod fencing;
 mod hold_at_least;
+mod inspect;
 mod manual_api;
 mod mutual_exclusion;
 mod on_busy;

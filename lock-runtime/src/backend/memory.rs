@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Wait, CLAIM, LEASE};
+use super::{Attempt, Look, Wait, CLAIM, LEASE};
 use crate::grants::{Grant, GrantHub};
 use crate::keys::LockKeys;
 
@@ -285,6 +285,35 @@ impl Memory {
         }
     }
 
+    /// One look at the lock as inspection shows it; `None` when it is free.
+    pub(crate) fn inspect(&self, keys: &LockKeys) -> Option<Look> {
+        let now = Instant::now();
+        let mut table = self.table();
+        let slot = table.slot(&keys.lock, now);
+        let look = slot.holder.as_ref().map(|holder| Look {
+            value: holder.token.as_bytes().to_vec(),
+            ttl_left: Some(holder.expires.saturating_duration_since(now)),
+            waiters: u64::try_from(slot.line.len()).unwrap_or(u64::MAX),
+            // One counter serves every key here: the holder's own token is what it issued.
+            fence: (holder.fence > 0).then_some(holder.fence),
+        });
+        table.tidy(&keys.lock);
+        look
+    }
+
+    /// The keys of the locks held now that match the Redis glob `pattern`.
+    pub(crate) fn held_keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        let now = Instant::now();
+        let table = self.table();
+        table
+            .locks
+            .iter()
+            .filter(|(_, slot)| slot.holder.as_ref().is_some_and(|h| h.expires > now))
+            .filter(|(key, _)| glob_matches(pattern.as_bytes(), key.as_bytes()))
+            .map(|(key, _)| key.as_bytes().to_vec())
+            .collect()
+    }
+
     /// How many locks are held or awaited in the process (for leak tests).
     pub(crate) fn len(&self) -> usize {
         let now = Instant::now();
@@ -297,9 +326,73 @@ impl Memory {
     }
 }
 
+/// Whether `text` matches the Redis glob `pattern`: `*` any run, `?` one byte, `[abc]`,
+/// `[^a]` and `[a-z]` sets, `\\` escapes the next byte (as `SCAN MATCH` reads it).
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_matches(rest, &text[1..]),
+        Some((b'[', rest)) => {
+            let Some((&byte, text_rest)) = text.split_first() else {
+                return false;
+            };
+            let (negate, mut set) = match rest.split_first() {
+                Some((b'^', set)) => (true, set),
+                _ => (false, rest),
+            };
+            let mut found = false;
+            loop {
+                match set {
+                    [] => return false,
+                    [b']', after @ ..] => return found != negate && glob_matches(after, text_rest),
+                    [b'\\', escaped, after @ ..] => {
+                        found |= *escaped == byte;
+                        set = after;
+                    }
+                    [low, b'-', high, after @ ..] if *high != b']' => {
+                        found |= (*low.min(high)..=*low.max(high)).contains(&byte);
+                        set = after;
+                    }
+                    [single, after @ ..] => {
+                        found |= *single == byte;
+                        set = after;
+                    }
+                }
+            }
+        }
+        Some((b'\\', [escaped, rest @ ..]) | (escaped, rest)) => {
+            text.first() == Some(escaped) && glob_matches(rest, &text[1..])
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_match_as_redis_scan_reads_them() {
+        for (pattern, text, expected) in [
+            ("*", "anything", true),
+            ("lock:*", "lock:trace:1", true),
+            ("lock:*", "other:1", false),
+            ("lock:?", "lock:a", true),
+            ("lock:?", "lock:ab", false),
+            ("lock:[ab]", "lock:b", true),
+            ("lock:[^ab]", "lock:b", false),
+            ("lock:[a-c]x", "lock:bx", true),
+            ("lock:[a-c]x", "lock:dx", false),
+            ("\\[x\\]\\*:*", "[x]*:q", true),
+            ("\\[x\\]\\*:*", "x*:q", false),
+        ] {
+            assert_eq!(
+                glob_matches(pattern.as_bytes(), text.as_bytes()),
+                expected,
+                "{pattern:?} {text:?}"
+            );
+        }
+    }
 
     fn keys(name: &str) -> LockKeys {
         LockKeys::new(format!("lock:memory-test:{name}")).unwrap()

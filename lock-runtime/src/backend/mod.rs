@@ -29,7 +29,8 @@ use crate::grants::{GrantHub, Servers};
 use crate::keys::LockKeys;
 use crate::sentinel::Sentinels;
 use memory::Memory;
-use node::{Node, Protocol};
+pub(crate) use node::Look;
+use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
@@ -74,6 +75,13 @@ pub(crate) enum Wait {
         channel: Option<Arc<str>>,
         renewing: bool,
     },
+}
+
+/// One server to scan for lock keys, and which node of the backend reaches it.
+#[derive(Debug, Clone)]
+pub(crate) struct Scan {
+    node: usize,
+    target: ScanTarget,
 }
 
 /// Where the locks live, and how their waiters hear of a release.
@@ -303,6 +311,62 @@ impl Backend {
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
             Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
+    }
+
+    /// One look at the lock as inspection shows it; `None` when it is free (on Redlock: not
+    /// held by a majority of the masters).
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+        match &self.locks {
+            Locks::Single(node) => node.inspect(keys).await,
+            Locks::Quorum(quorum) => quorum.inspect(keys).await,
+            Locks::Memory(memory) => Ok(memory.inspect(keys)),
+        }
+    }
+
+    /// Every server to scan for lock keys: the standalone server, each master of a cluster,
+    /// or each Redlock master (whose keyspaces overlap: the caller drops repeated names).
+    pub(crate) async fn scan_targets(&self) -> RedisResult<Vec<Scan>> {
+        match &self.locks {
+            Locks::Single(node) => Ok(node
+                .scan_targets()
+                .await?
+                .into_iter()
+                .map(|target| Scan { node: 0, target })
+                .collect()),
+            Locks::Quorum(quorum) => Ok((0..quorum.nodes().len())
+                .map(|node| Scan {
+                    node,
+                    target: ScanTarget::Server,
+                })
+                .collect()),
+            Locks::Memory(_) => Ok(vec![Scan {
+                node: 0,
+                target: ScanTarget::Server,
+            }]),
+        }
+    }
+
+    /// One `SCAN` step on `scan`: the next cursor (0 when done) and the string keys found
+    /// that match `pattern`.
+    pub(crate) async fn scan(
+        &self,
+        scan: &Scan,
+        cursor: u64,
+        pattern: &str,
+    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
+        let node = match &self.locks {
+            Locks::Single(node) => node,
+            Locks::Quorum(quorum) => &quorum.nodes()[scan.node],
+            // The whole table in one step.
+            Locks::Memory(memory) => return Ok((0, memory.held_keys(pattern))),
+        };
+        node.scan(&scan.target, cursor, pattern).await
+    }
+
+    /// Whether one server may hold keys that another scanned server also holds (Redlock's
+    /// masters each hold every lock).
+    pub(crate) fn keyspaces_overlap(&self) -> bool {
+        matches!(self.locks, Locks::Quorum(_))
     }
 
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests

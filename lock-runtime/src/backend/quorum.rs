@@ -29,7 +29,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
-use super::node::{Node, Vote};
+use super::node::{Look, Node, Vote};
 use super::{Attempt, Wait};
 use crate::keys::LockKeys;
 
@@ -230,6 +230,35 @@ impl Quorum {
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         let results = self.on_each(|node| node.is_held(keys, token)).await;
         self.majority_true(&results)
+    }
+
+    /// The lock as a majority of the masters hold it: the value a majority agree on, with the
+    /// shortest time left among them; `None` when no value has a majority (free, or taken on
+    /// too few masters to count as held). Masters have no line, so no waiters are counted, and
+    /// no fencing counter.
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+        let results = self.on_each(|node| node.inspect(keys)).await;
+        let answered = results.iter().filter(|result| result.is_ok()).count();
+        self.check_quorum(&results, answered)?;
+        let looks: Vec<&Look> = results
+            .iter()
+            .filter_map(|result| result.as_ref().ok()?.as_ref())
+            .collect();
+        for look in &looks {
+            let agreeing: Vec<&&Look> = looks
+                .iter()
+                .filter(|other| other.value == look.value)
+                .collect();
+            if agreeing.len() >= self.majority() {
+                return Ok(Some(Look {
+                    value: look.value.clone(),
+                    ttl_left: agreeing.iter().filter_map(|look| look.ttl_left).min(),
+                    waiters: 0,
+                    fence: None,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// Runs `operation` on every master at once, each bounded by the per-node timeout.

@@ -1,0 +1,223 @@
+//! How locks are shown: the table, the detail view, JSON, durations, and URLs without their
+//! password.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::LockInfo;
+use serde_json::{json, Value};
+
+/// "label (pid 42 on host)", or what is known of a lock distlock did not write; printable
+/// (see [`cell`]).
+pub(crate) fn whose(info: &LockInfo) -> String {
+    match &info.holder {
+        Some(holder) => format!(
+            "{} (pid {} on {})",
+            cell(&holder.label),
+            holder.pid,
+            cell(&holder.host)
+        ),
+        None => "an unknown holder (not written by distlock)".to_owned(),
+    }
+}
+
+/// How long the holder has held the lock, by this machine's clock; `None` when unknown.
+fn held_for(info: &LockInfo) -> Option<Duration> {
+    let holder = info.holder.as_ref()?;
+    // A holder whose clock runs ahead shows as just taken, not as an error.
+    Some(
+        SystemTime::now()
+            .duration_since(holder.since)
+            .unwrap_or_default(),
+    )
+}
+
+/// A duration as people read it: `850ms`, `12.3s`, `5m07s`, `2h03m`.
+pub(crate) fn duration(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    if duration < Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else if secs < 60 {
+        format!("{:.1}s", duration.as_secs_f64())
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
+    }
+}
+
+fn ttl_left(info: &LockInfo) -> String {
+    info.ttl_left
+        .map_or_else(|| "no expiry".to_owned(), duration)
+}
+
+/// `text` printable on one line: control characters (a label or a lock name may hold any)
+/// are shown escaped, so a hostile one cannot rewrite the terminal. Quotes and backslashes
+/// stay as they are: only what a terminal acts on is escaped.
+pub(crate) fn cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `list` table: name, holder, held for, time left, waiters, fence.
+pub(crate) fn table(locks: &[LockInfo]) -> String {
+    let header = ["NAME", "HOLDER", "HELD FOR", "TTL LEFT", "WAITERS", "FENCE"];
+    let rows: Vec<[String; 6]> = locks
+        .iter()
+        .map(|info| {
+            [
+                cell(&info.name),
+                whose(info),
+                held_for(info).map_or_else(|| "-".to_owned(), duration),
+                ttl_left(info),
+                info.waiters.to_string(),
+                info.fence
+                    .map_or_else(|| "-".to_owned(), |fence| fence.to_string()),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|title| title.chars().count());
+    for row in &rows {
+        for (width, text) in widths.iter_mut().zip(row) {
+            *width = (*width).max(text.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let _ = write!(text, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for row in &rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+    out
+}
+
+/// `show`: one lock, one field a line.
+pub(crate) fn detail(info: &LockInfo) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "name:      {}", cell(&info.name));
+    let _ = writeln!(out, "key:       {}", cell(&info.key));
+    match &info.holder {
+        Some(holder) => {
+            let _ = writeln!(out, "label:     {}", cell(&holder.label));
+            let _ = writeln!(out, "host:      {}", cell(&holder.host));
+            let _ = writeln!(out, "pid:       {}", holder.pid);
+            let _ = writeln!(
+                out,
+                "since:     {} ({} ago)",
+                clock(holder.since),
+                held_for(info).map_or_else(String::new, duration)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "holder:    {}", whose(info));
+        }
+    }
+    let _ = writeln!(out, "ttl left:  {}", ttl_left(info));
+    let _ = writeln!(out, "waiters:   {}", info.waiters);
+    let fence = info
+        .fence
+        .map_or_else(|| "-".to_owned(), |fence| fence.to_string());
+    let _ = writeln!(out, "fence:     {fence}");
+    out
+}
+
+/// One lock as JSON: durations in milliseconds, `since` in Unix milliseconds.
+pub(crate) fn json(info: &LockInfo) -> Value {
+    let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    let holder = info.holder.as_ref().map(|holder| {
+        json!({
+            "label": holder.label,
+            "host": holder.host,
+            "pid": holder.pid,
+            "since_unix_ms": holder.since.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0),
+            "held_for_ms": held_for(info).map(millis),
+        })
+    });
+    json!({
+        "name": info.name,
+        "key": info.key,
+        "holder": holder,
+        "ttl_left_ms": info.ttl_left.map(millis),
+        "waiters": info.waiters,
+        "fence": info.fence,
+    })
+}
+
+/// A time of day in UTC, `HH:MM:SS`.
+pub(crate) fn clock(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// `url` with the password of its user part replaced by `***`, for messages.
+pub(crate) fn hide_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let user = &rest[..at];
+    let shown = match user.split_once(':') {
+        Some((name, _password)) => format!("{name}:***"),
+        None => "***".to_owned(),
+    };
+    format!("{scheme}://{shown}{}", &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            hide_password("redis://app:s3cret@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(hide_password("redis://:s3cret@db"), "redis://:***@db");
+        assert_eq!(hide_password("rediss://s3cret@db"), "rediss://***@db");
+        assert_eq!(hide_password("redis://db:6379"), "redis://db:6379");
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(duration(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(duration(Duration::from_secs(307)), "5m07s");
+        assert_eq!(duration(Duration::from_secs(7380)), "2h03m");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(cell("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+        assert_eq!(cell("trace:{\"x\"}\\"), "trace:{\"x\"}\\");
+    }
+}

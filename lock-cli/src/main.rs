@@ -1,0 +1,287 @@
+//! `distlock`: who holds distlock's Redis locks — list them, show one, watch them change, and
+//! break one whose holder is stuck.
+//!
+//! ```text
+//! distlock list 'trace:*'            # a table; --json for scripts
+//! distlock show trace:abc
+//! distlock watch                     # acquisitions, hand-offs, releases, expiries
+//! distlock release trace:abc --force # asks first; --yes to skip the question
+//! ```
+//!
+//! Exit status: 0 done, 1 when the lock asked for is not held or a release was not done, 2 for
+//! a usage error or when Redis cannot be reached or refuses a command.
+
+mod format;
+mod watch;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::pin::pin;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use distlock::{LockError, LockInfo, LockManager};
+use futures_util::StreamExt;
+
+/// Who holds distlock's Redis locks: list, show, watch, and break them.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, about)]
+struct Cli {
+    /// Redis URL (`redis://[user:password@]host:port[/db]`); with `--cluster`, any nodes of
+    /// the cluster (repeat the option, or separate with commas).
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    url: Vec<String>,
+    /// The URL names nodes of a Redis Cluster: every master is scanned.
+    #[arg(long, global = true)]
+    cluster: bool,
+    /// The key prefix the application's lock manager uses.
+    #[arg(long, default_value = "lock:", global = true)]
+    prefix: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A table of the held locks whose name matches PATTERN (a Redis glob).
+    List {
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// One JSON array, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One lock in detail (exit status 1 when it is not held).
+    Show {
+        name: String,
+        /// A JSON object (`null` when not held).
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view: refreshes in place in a terminal, prints one line per change otherwise.
+    Watch {
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// Seconds between looks.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many looks (default: until interrupted).
+        #[arg(long)]
+        looks: Option<u64>,
+    },
+    /// Break a lock whose holder is stuck; prints whose it was. It goes to the next waiter in
+    /// line, as if its holder had released it.
+    Release {
+        name: String,
+        /// Required: breaking a lock lets another worker in while its holder may still run.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// What went wrong, and the exit status it gives.
+enum Failure {
+    /// The lock asked for is not held, or the release was not done: status 1.
+    NotDone(String),
+    /// Redis unreachable or refusing, bad usage: status 2.
+    Error(String),
+}
+
+impl From<LockError> for Failure {
+    fn from(error: LockError) -> Self {
+        Failure::Error(error.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::NotDone(message)) => {
+            eprintln!("{message}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Error(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Release { force: false, .. } = cli.command {
+        return Err(Failure::Error(
+            "`release` breaks a lock that someone may still be using: add `--force` to do it"
+                .into(),
+        ));
+    }
+    let manager = connect(&cli).await?;
+    match cli.command {
+        Command::List { pattern, json } => list(&manager, &pattern, json).await,
+        Command::Show { name, json } => show(&manager, &name, json).await,
+        Command::Watch {
+            pattern,
+            interval,
+            looks,
+        } => {
+            if !(interval.is_finite() && interval > 0.0 && interval <= 3600.0) {
+                return Err(Failure::Error(format!(
+                    "--interval {interval} is not a number of seconds between 0 and 3600; \
+                     try --interval 1"
+                )));
+            }
+            let interval = Duration::from_secs_f64(interval);
+            watch::run(&manager, &pattern, interval, looks).await
+        }
+        Command::Release { name, yes, .. } => release(&manager, &name, yes).await,
+    }
+}
+
+/// Connects as the application's manager would, saying where (without a password) if Redis
+/// cannot be reached.
+async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
+    let builder = if cli.cluster {
+        LockManager::cluster_builder(&cli.url)
+    } else {
+        match cli.url.as_slice() {
+            [url] => LockManager::builder(url),
+            _ => {
+                return Err(Failure::Error(
+                    "several URLs name a cluster's nodes: add `--cluster`, or give one URL".into(),
+                ))
+            }
+        }
+    };
+    builder
+        .key_prefix(cli.prefix.clone())
+        .connect()
+        .await
+        .map_err(|error| {
+            let at: Vec<String> = cli
+                .url
+                .iter()
+                .map(|url| format::hide_password(url))
+                .collect();
+            Failure::Error(format!(
+                "cannot use Redis at {}: {error}\n(check --url or REDIS_URL, and that the server \
+                 runs and lets this user run GET, SET, EVALSHA and SCAN)",
+                at.join(", ")
+            ))
+        })
+}
+
+async fn collect(manager: &LockManager, pattern: &str) -> Result<Vec<LockInfo>, Failure> {
+    let mut locks = Vec::new();
+    let mut found = pin!(manager.list(pattern));
+    while let Some(info) = found.next().await {
+        locks.push(info?);
+    }
+    locks.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(locks)
+}
+
+async fn list(manager: &LockManager, pattern: &str, json: bool) -> Result<(), Failure> {
+    let locks = collect(manager, pattern).await?;
+    let mut out = std::io::stdout().lock();
+    let text = if json {
+        let all: Vec<_> = locks.iter().map(format::json).collect();
+        format!("{}\n", serde_json::Value::Array(all))
+    } else if locks.is_empty() {
+        format!("no held lock matches {pattern:?}\n")
+    } else {
+        format::table(&locks)
+    };
+    write_out(&mut out, &text)
+}
+
+async fn show(manager: &LockManager, name: &str, json: bool) -> Result<(), Failure> {
+    let info = manager.inspect(name).await?;
+    let mut out = std::io::stdout().lock();
+    match (info, json) {
+        (Some(info), true) => write_out(&mut out, &format!("{}\n", format::json(&info))),
+        (Some(info), false) => write_out(&mut out, &format::detail(&info)),
+        (None, true) => {
+            write_out(&mut out, "null\n")?;
+            Err(Failure::NotDone(format!(
+                "{} is not held",
+                format::cell(&format!("{}{name}", manager.key_prefix()))
+            )))
+        }
+        (None, false) => Err(Failure::NotDone(format!(
+            "{} is not held",
+            format::cell(&format!("{}{name}", manager.key_prefix()))
+        ))),
+    }
+}
+
+async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Failure> {
+    let Some(info) = manager.inspect(name).await? else {
+        return Err(Failure::NotDone(format!(
+            "{} is not held; nothing to release",
+            format::cell(&format!("{}{name}", manager.key_prefix()))
+        )));
+    };
+    let whose = format::whose(&info);
+    let mut out = std::io::stdout().lock();
+    write_out(
+        &mut out,
+        &format!("{} is held by {whose}\n", format::cell(&info.key)),
+    )?;
+    if !yes {
+        // The question goes to standard error, so that standard output holds only the facts.
+        write_out(&mut std::io::stderr().lock(), "Break it? [y/N] ")?;
+        let mut answer = String::new();
+        let read = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            let hint = if read.map_or(true, |n| n == 0) && !std::io::stdin().is_terminal() {
+                " (no answer on standard input: pass --yes to confirm without a terminal)"
+            } else {
+                ""
+            };
+            return Err(Failure::NotDone(format!(
+                "left {} as it is{hint}",
+                format::cell(&info.key)
+            )));
+        }
+    }
+    if manager.force_release(&info).await? {
+        write_out(
+            &mut out,
+            &format!(
+                "released {} (it was held by {whose})\n",
+                format::cell(&info.key)
+            ),
+        )
+    } else {
+        Err(Failure::NotDone(format!(
+            "{} changed hands since it was read, so nothing was released; run the command again",
+            format::cell(&info.key)
+        )))
+    }
+}
+
+fn write_out(out: &mut impl Write, text: &str) -> Result<(), Failure> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|error| Failure::Error(format!("cannot write to standard output: {error}")))
+}

@@ -1,0 +1,392 @@
+//! The `distlock` command run as a user runs it — the built binary against real servers — with
+//! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
+//! release --force, a server that cannot be reached and one that refuses a command.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use distlock::{LockError, LockManager, LockOptions};
+use test_support::{free_port, RedisCluster, RedisServer};
+
+fn distlock(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .env_remove("REDIS_URL")
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the distlock binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs it, expecting `status`; returns stdout and stderr.
+fn expect(url: &str, args: &[&str], status: i32) -> (String, String) {
+    let output = distlock(url, args);
+    let (out, err) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(status),
+        "distlock {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    (out, err)
+}
+
+fn labelled(label: &str) -> LockOptions {
+    LockOptions::new().ttl(Duration::from_secs(60)).label(label)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_show_tell_who_holds_what() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let report = manager
+        .acquire(
+            "report:7",
+            &labelled("jobs::report report:{day}").fencing(true),
+        )
+        .await
+        .unwrap();
+    let trace = manager
+        .acquire("trace:abc", &labelled("traces"))
+        .await
+        .unwrap();
+    server.set_px("lock:by-hand", "hand-written", 30_000);
+
+    let (out, _) = expect(&url, &["list"], 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    for title in ["NAME", "HOLDER", "HELD FOR", "TTL LEFT", "WAITERS", "FENCE"] {
+        assert!(lines[0].contains(title), "{out}");
+    }
+    let pid = format!("pid {}", std::process::id());
+    assert!(lines[1].starts_with("by-hand ") && lines[1].contains("not written by distlock"));
+    assert!(lines[2].starts_with("report:7 ") && lines[2].contains("jobs::report report:{day}"));
+    assert!(
+        lines[2].contains(&pid) && lines[2].trim_end().ends_with(" 1"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("trace:abc ") && lines[3].contains("traces"),
+        "{out}"
+    );
+
+    let (out, _) = expect(&url, &["list", "trace:*", "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let locks = json.as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{out}");
+    assert_eq!(locks[0]["name"], "trace:abc");
+    assert_eq!(locks[0]["key"], "lock:trace:abc");
+    assert_eq!(locks[0]["holder"]["label"], "traces");
+    assert_eq!(locks[0]["holder"]["pid"], std::process::id());
+    assert_eq!(locks[0]["waiters"], 0);
+    let left = locks[0]["ttl_left_ms"].as_u64().unwrap();
+    assert!(left > 30_000 && left <= 60_000, "{left}");
+
+    let (out, _) = expect(&url, &["show", "report:7"], 0);
+    assert!(
+        out.contains("label:     jobs::report report:{day}"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("pid:       {}", std::process::id())),
+        "{out}"
+    );
+    assert!(out.contains("fence:     1"), "{out}");
+    let (_, err) = expect(&url, &["show", "report:8"], 1);
+    assert!(err.contains("lock:report:8 is not held"), "{err}");
+    let (out, _) = expect(&url, &["show", "report:8", "--json"], 1);
+    assert_eq!(out.trim(), "null");
+
+    let (out, _) = expect(&url, &["list", "none:*"], 0);
+    assert!(out.contains("no held lock matches"), "{out}");
+    let (out, _) = expect(&url, &["--prefix", "other:", "list", "--json"], 0);
+    assert_eq!(out.trim(), "[]");
+    report.release().await.unwrap();
+    trace.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_force_breaks_the_lock_and_says_whose_it_was() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let stuck = manager
+        .acquire("stuck", &labelled("jobs::stuck"))
+        .await
+        .unwrap();
+
+    let (_, err) = expect(&url, &["release", "stuck"], 2);
+    assert!(err.contains("add `--force`"), "{err}");
+    // Without --yes and without an answer, nothing is broken.
+    let (out, err) = expect(&url, &["release", "stuck", "--force"], 1);
+    assert!(out.contains("lock:stuck is held by jobs::stuck"), "{out}");
+    assert!(err.contains("pass --yes"), "{err}");
+    assert!(server.exists("lock:stuck"));
+    // Answered "n" at the prompt: still nothing.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args(["--url", &url, "release", "stuck", "--force"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(1));
+    assert!(server.exists("lock:stuck"));
+
+    let (out, _) = expect(&url, &["release", "stuck", "--force", "--yes"], 0);
+    let whose = format!("jobs::stuck (pid {} on ", std::process::id());
+    assert!(
+        out.contains(&format!("released lock:stuck (it was held by {whose}")),
+        "{out}"
+    );
+    assert!(!server.exists("lock:stuck"));
+    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
+    let (_, err) = expect(&url, &["release", "stuck", "--force", "--yes"], 1);
+    assert!(err.contains("not held"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_hands_the_lock_to_the_next_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = LockManager::connect(&url).await.unwrap();
+    let waiter = LockManager::connect(&url).await.unwrap();
+    let stuck = holder.acquire("handed", &labelled("first")).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(
+                "handed",
+                &labelled("second").timeout(Duration::from_secs(30)),
+            )
+            .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while holder.inspect("handed").await.unwrap().unwrap().waiters == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never lined up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let url2 = url.clone();
+    let (out, _) = tokio::task::spawn_blocking(move || {
+        expect(&url2, &["release", "handed", "--force", "--yes"], 0)
+    })
+    .await
+    .unwrap();
+    assert!(out.contains("it was held by first"), "{out}");
+    let next = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        holder
+            .inspect("handed")
+            .await
+            .unwrap()
+            .unwrap()
+            .holder
+            .unwrap()
+            .label,
+        "second"
+    );
+    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
+    next.release().await.unwrap();
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error_without_the_password() {
+    let url = format!("redis://app:s3cret@127.0.0.1:{}", free_port());
+    for args in [
+        &["list"][..],
+        &["show", "x"],
+        &["release", "x", "--force", "--yes"],
+    ] {
+        let started = std::time::Instant::now();
+        let (out, err) = expect(&url, args, 2);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.starts_with("error: cannot use Redis at redis://app:***@127.0.0.1:"),
+            "{err}"
+        );
+        assert!(err.contains("check --url or REDIS_URL"), "{err}");
+        assert!(!err.contains("s3cret"), "the password was printed: {err}");
+    }
+    // REDIS_URL is read too, and its value is not shown in the help.
+    let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .env("REDIS_URL", &url)
+        .arg("list")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("app:***@"));
+    let help = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .env("REDIS_URL", &url)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(!text(&help.stdout).contains("s3cret"));
+}
+
+#[test]
+fn a_server_that_refuses_scan_is_a_clear_error() {
+    let server = RedisServer::start();
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-scan"][..])
+        .query(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://ops:pw@127.0.0.1:{}", server.port());
+    let (_, err) = expect(&url, &["list"], 2);
+    assert!(err.to_lowercase().contains("scan"), "{err}");
+    assert!(
+        err.contains("NOPERM") || err.contains("permission"),
+        "{err}"
+    );
+    assert!(!err.contains(">pw") && !err.contains(":pw@"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_one_line_per_change_when_not_a_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let first = manager.acquire("w:1", &labelled("first")).await.unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "--url",
+            &url,
+            "watch",
+            "w:*",
+            "--interval",
+            "0.1",
+            "--looks",
+            "600",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (sender, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if sender.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let next_line = |what: &str| {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no line for {what}"));
+        assert!(line.contains(what), "{line:?} is not {what:?}");
+        line
+    };
+    let line = next_line("held        lock:w:1 by first (pid");
+    assert!(line.contains(" UTC  held "), "a time stamp first: {line}");
+    let second = manager.acquire("w:2", &labelled("second")).await.unwrap();
+    next_line("acquired    lock:w:2 by second");
+    first.release().await.unwrap();
+    next_line("released    lock:w:1 (held by first");
+    server.set_px("lock:w:3", "by-hand", 1_500);
+    next_line("acquired    lock:w:3 by an unknown holder");
+    next_line("expired     lock:w:3");
+    second.release().await.unwrap();
+    next_line("released    lock:w:2");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_on_a_cluster_shows_the_locks_of_every_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let manager = LockManager::cluster_builder(&cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    let mut masters = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let name = format!("c:{i}");
+        masters.insert(cluster.node_for_key(&format!("lock:{name}")).port());
+        guards.push(
+            manager
+                .acquire(&name, &labelled("cluster job"))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(masters.len(), 3);
+    let seeds = cluster.urls().join(",");
+    let (out, _) = tokio::task::spawn_blocking(move || {
+        expect(&seeds, &["--cluster", "list", "c:*", "--json"], 0)
+    })
+    .await
+    .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut names: Vec<String> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    let mut expected: Vec<String> = (0..12).map(|i| format!("c:{i}")).collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_and_labels_cannot_drive_the_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let name = "evil\u{1b}[2J{x}";
+    let guard = manager
+        .acquire(name, &labelled("label\u{1b}]0;pwned\u{7}\nsecond line"))
+        .await
+        .unwrap();
+    let url2 = url.clone();
+    let outputs = tokio::task::spawn_blocking(move || {
+        [
+            expect(&url2, &["list"], 0),
+            expect(&url2, &["show", name], 0),
+            expect(&url2, &["release", name, "--force", "--yes"], 0),
+        ]
+    })
+    .await
+    .unwrap();
+    for (out, err) in &outputs {
+        for text in [out, err] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}'),
+                "{text:?}"
+            );
+        }
+    }
+    let (list, _) = &outputs[0];
+    assert_eq!(list.lines().count(), 2, "one line per lock: {list}");
+    assert!(list.contains("evil\\u{1b}[2J{x}"), "{list}");
+    assert!(
+        list.contains("label\\u{1b}]0;pwned\\u{7}\\nsecond line"),
+        "{list}"
+    );
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}

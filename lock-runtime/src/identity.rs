@@ -1,0 +1,233 @@
+//! The value a lock key holds: an unguessable token followed by who holds the lock.
+//!
+//! `<uuid v4>;h=<host>;p=<pid>;t=<since, Unix ms>[;l=<label>]`
+//!
+//! Writing who holds a lock into the value the lock key holds anyway costs no command: the
+//! first try is still one `SET NX PX`, and compare-and-delete still compares the whole value,
+//! whose UUID alone makes it unguessable. The value must contain no whitespace (the line's
+//! entries and the hand-off messages are space-separated, and the scripts match a token with
+//! Lua's `%S+`), so host and label are percent-escaped: every byte that is not printable ASCII,
+//! and `%` and `;`, becomes `%XX`. Both are cut to a bounded length first (at a character
+//! boundary), so a huge label cannot make every command of every acquisition huge.
+//!
+//! A value of another shape (a lock written by hand, by another library) is no error: it has
+//! no holder to show ([`parse`] gives `None`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use once_cell::sync::Lazy;
+
+/// The longest host name recorded, in bytes (DNS names are at most 253).
+pub(crate) const MAX_HOST: usize = 255;
+/// The longest label recorded, in bytes: a function path and a key template fit easily.
+pub(crate) const MAX_LABEL: usize = 200;
+
+/// This process's host and pid, escaped once: `;h=<host>;p=<pid>;t=`.
+static PROCESS: Lazy<String> = Lazy::new(|| {
+    let mut text = String::from(";h=");
+    escape_into(&mut text, bounded(&host_name(), MAX_HOST));
+    let _ = write!(text, ";p={};t=", std::process::id());
+    text
+});
+
+/// A label as it is stored: cut to [`MAX_LABEL`] bytes and escaped. Computed when the options
+/// are built, not per acquisition.
+pub(crate) fn encode_label(label: &str) -> Arc<str> {
+    let mut text = String::new();
+    escape_into(&mut text, bounded(label, MAX_LABEL));
+    Arc::from(text)
+}
+
+/// A fresh lock value: a new UUID v4, this process, the time now, and `label` (escaped, from
+/// [`encode_label`]) when there is one.
+pub(crate) fn new_value(label: Option<&str>) -> Arc<str> {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis();
+    let label_len = label.map_or(0, |label| 3 + label.len());
+    let mut value = String::with_capacity(uuid.len() + PROCESS.len() + 13 + label_len);
+    value.push_str(uuid);
+    value.push_str(&PROCESS);
+    let _ = write!(value, "{since}");
+    if let Some(label) = label {
+        value.push_str(";l=");
+        value.push_str(label);
+    }
+    Arc::from(value)
+}
+
+/// Who holds a lock, as read back from its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) label: Option<String>,
+    pub(crate) since: SystemTime,
+}
+
+/// Reads who holds a lock from its value; `None` for a value distlock did not write.
+pub(crate) fn parse(value: &[u8]) -> Option<Identity> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (uuid, rest) = text.split_at_checked(36)?;
+    uuid::Uuid::try_parse(uuid).ok()?;
+    let rest = rest.strip_prefix(';')?;
+    let (mut host, mut pid, mut since, mut label) = (None, None, None, None);
+    for field in rest.split(';') {
+        let (name, content) = field.split_once('=')?;
+        match name {
+            "h" => host = Some(unescape(content)),
+            "p" => pid = Some(content.parse().ok()?),
+            "t" => since = Some(UNIX_EPOCH + Duration::from_millis(content.parse().ok()?)),
+            "l" => label = Some(unescape(content)),
+            // A field a later version adds is no reason to hide the holder.
+            _ => {}
+        }
+    }
+    Some(Identity {
+        host: host?,
+        pid: pid?,
+        label,
+        since: since?,
+    })
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn escape_into(out: &mut String, text: &str) {
+    for byte in text.bytes() {
+        if byte.is_ascii_graphic() && byte != b'%' && byte != b';' {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+}
+
+/// Undoes [`escape_into`]; a malformed escape is kept as it is, and bytes that are not UTF-8
+/// are shown as U+FFFD.
+fn unescape(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            if let Some(byte) = text
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The name of this host: the kernel's (Linux), else `HOSTNAME` or `COMPUTERNAME`, else
+/// `"unknown"`. Read without a system call binding: inspection only shows it.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_reads_back_its_holder() {
+        let label = encode_label("my_app::jobs::process_trace trace:{trace_id}");
+        let value = new_value(Some(&label));
+        let identity = parse(value.as_bytes()).expect("a value distlock wrote");
+        assert_eq!(
+            identity.label.as_deref(),
+            Some("my_app::jobs::process_trace trace:{trace_id}")
+        );
+        assert_eq!(identity.pid, std::process::id());
+        assert_eq!(identity.host, bounded(&host_name(), MAX_HOST));
+        let age = SystemTime::now().duration_since(identity.since).unwrap();
+        assert!(age < Duration::from_secs(60), "{age:?}");
+        assert!(parse(new_value(None).as_bytes()).unwrap().label.is_none());
+    }
+
+    #[test]
+    fn values_carry_no_whitespace_and_hostile_labels_read_back() {
+        let hostile = [
+            "a b\tc\nd\re",
+            "50%;l=forged;p=1",
+            "é鍵🔒 \u{0}\u{7f}",
+            "{braces}}{",
+            "%zz%4",
+        ];
+        for label in hostile {
+            let value = new_value(Some(&encode_label(label)));
+            assert!(
+                value.bytes().all(|byte| byte.is_ascii_graphic()),
+                "{value:?} has whitespace or non-ASCII"
+            );
+            assert_eq!(
+                parse(value.as_bytes()).unwrap().label.as_deref(),
+                Some(label)
+            );
+        }
+    }
+
+    #[test]
+    fn huge_labels_are_cut_at_a_character_boundary() {
+        let huge = "é".repeat(1 << 16);
+        let value = new_value(Some(&encode_label(&huge)));
+        assert!(
+            value.len() < 36 + MAX_HOST * 3 + MAX_LABEL * 3 + 64,
+            "{}",
+            value.len()
+        );
+        let label = parse(value.as_bytes()).unwrap().label.unwrap();
+        assert_eq!(label, "é".repeat(MAX_LABEL / 2));
+    }
+
+    #[test]
+    fn values_are_fresh_uuids_first() {
+        let (a, b) = (new_value(None), new_value(None));
+        assert_ne!(a, b);
+        let uuid = uuid::Uuid::try_parse(&a[..36]).unwrap();
+        assert_eq!(uuid.get_version_num(), 4);
+    }
+
+    #[test]
+    fn values_written_by_others_have_no_holder() {
+        for value in [
+            &b"hand-written-token"[..],
+            b"",
+            b"\xff\xfe",
+            b"6f1c9a52-6d2e-4d7a-9d1b-0c5a2f4e8b11",
+            b"6f1c9a52-6d2e-4d7a-9d1b-0c5a2f4e8b11;h=x",
+            b"6f1c9a52-6d2e-4d7a-9d1b-0c5a2f4e8b11;h=x;p=notanumber;t=1",
+            b"not-a-uuid-but-36-characters-long-xx;h=x;p=1;t=1",
+        ] {
+            assert_eq!(parse(value), None, "{value:?}");
+        }
+    }
+}

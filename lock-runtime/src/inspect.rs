@@ -1,0 +1,284 @@
+//! Who holds a lock: [`LockInfo`] and [`Holder`], read by [`LockManager::inspect`] and
+//! [`LockManager::list`].
+//!
+//! Everything shown comes from what acquisitions write anyway — the lock's value names its
+//! holder (see [`LockGuard::token`](crate::LockGuard::token)), the line holds its waiters, the
+//! fencing counter its last token — so inspection adds nothing to the cost of a lock. It only
+//! reads: one script per lock, and `SCAN` (never `KEYS`, which blocks a server) to find locks.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use futures_util::stream::{self, Stream};
+
+use crate::backend::{Look, Scan};
+use crate::keys::LockKeys;
+use crate::{LockError, LockManager};
+
+/// One held lock, as [`LockManager::inspect`] and [`LockManager::list`] see it.
+///
+/// ```no_run
+/// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+/// if let Some(info) = manager.inspect("trace:abc").await? {
+///     match &info.holder {
+///         Some(holder) => println!("{} holds it: pid {} on {}", holder.label, holder.pid, holder.host),
+///         None => println!("held by something other than distlock"),
+///     }
+///     println!("{:?} left, {} waiting, fence {:?}", info.ttl_left, info.waiters, info.fence);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name (its key without the manager's prefix).
+    pub name: String,
+    /// The full Redis key.
+    pub key: String,
+    /// Who holds it; `None` when its value was not written by distlock (a hand-written lock
+    /// sharing the key, another library).
+    pub holder: Option<Holder>,
+    /// How long until it expires unless extended; `None` when the key has no expiry.
+    pub ttl_left: Option<Duration>,
+    /// How many waiters hold a live place in its line in Redis. Tasks of one process that
+    /// share a [`LockManager`] queue in the process behind one of them, so this counts waiting
+    /// managers (usually processes), not tasks. Always 0 on Redlock, whose masters keep no
+    /// line.
+    pub waiters: u64,
+    /// The last fencing token issued for this key, if any ever was.
+    pub fence: Option<u64>,
+    /// The lock key's value as it was read (`None`: not UTF-8), for
+    /// [`LockManager::force_release`], which breaks the lock only if it still holds it.
+    value: Option<String>,
+}
+
+/// Who holds a lock, as it wrote itself into the lock's value when it took it.
+///
+/// ```no_run
+/// # fn example(holder: &distlock::Holder) {
+/// let held_for = holder.since.elapsed().unwrap_or_default();
+/// println!("{} (pid {} on {}) for {held_for:?}", holder.label, holder.pid, holder.host);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's host name (cut to 255 bytes).
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// Its [`LockOptions::label`](crate::LockOptions::label) (`#[distributed_lock]`: the
+    /// function's path and key template); the lock's name when none was set.
+    pub label: String,
+    /// When the holder asked for the lock, by its own clock. For a lock handed over after a
+    /// wait this includes the wait: the value is written once, before the first try.
+    pub since: SystemTime,
+}
+
+impl LockManager {
+    /// Who holds the lock `name` now, how long it has left, who waits; `None` when it is free.
+    ///
+    /// One read-only script on the lock's node (on Redlock, on every master: the lock is
+    /// shown when a majority hold the same value, with the shortest time left among them).
+    ///
+    /// # Errors
+    /// [`LockError::Redis`] if Redis could not be asked (or, on Redlock, fewer than a majority
+    /// of masters answered), or the key holds something other than a string;
+    /// [`LockError::Config`] for a name distlock refuses as a lock key.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// match manager.inspect("trace:abc").await? {
+    ///     Some(info) => println!("held: {info:?}"),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let mut key = String::with_capacity(self.key_prefix().len() + name.len());
+        key.push_str(self.key_prefix());
+        key.push_str(name);
+        let keys = LockKeys::new(key)?;
+        let look = self.backend().inspect(&keys).await?;
+        Ok(look.map(|look| info(name, &keys, look)))
+    }
+
+    /// Every held lock whose name matches `pattern`, a Redis glob (`*` any text, `?` one
+    /// character, `[abc]` a set, `\` escapes): `"*"` for all, `"trace:*"` for the traces.
+    ///
+    /// Locks are found with `SCAN` on the server — on a cluster, on every master; on Redlock,
+    /// on every master, each lock shown once, as [`LockManager::inspect`] shows it — so a big
+    /// keyspace is walked in steps without blocking Redis, and a lock taken or released while
+    /// the walk runs may or may not appear. A lock found by the scan and free by the time it
+    /// is looked at is skipped. With an empty key prefix every string key that matches is
+    /// taken for a lock (distlock cannot tell them apart); its holder is `None`.
+    ///
+    /// The stream ends after its first error.
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// use futures_util::StreamExt;
+    ///
+    /// let mut locks = std::pin::pin!(manager.list("trace:*"));
+    /// while let Some(info) = locks.next().await {
+    ///     let info = info?;
+    ///     println!("{} ({:?} left, {} waiting)", info.name, info.ttl_left, info.waiters);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn list(
+        &self,
+        pattern: &str,
+    ) -> impl Stream<Item = Result<LockInfo, LockError>> + Send + 'static {
+        let mut glob = String::with_capacity(self.key_prefix().len() * 2 + pattern.len());
+        for c in self.key_prefix().chars() {
+            // The prefix is literal text, not part of the pattern.
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                glob.push('\\');
+            }
+            glob.push(c);
+        }
+        glob.push_str(pattern);
+        let walk = Walk {
+            manager: self.clone(),
+            glob,
+            targets: None,
+            cursor: 0,
+            found: VecDeque::new(),
+            seen: HashSet::new(),
+            done: false,
+        };
+        stream::unfold(walk, |mut walk| async move {
+            match walk.next().await {
+                Ok(Some(info)) => Some((Ok(info), walk)),
+                Ok(None) => None,
+                Err(error) => {
+                    walk.done = true;
+                    Some((Err(error), walk))
+                }
+            }
+        })
+    }
+}
+
+impl LockManager {
+    /// Breaks the lock that `info` (from [`LockManager::inspect`] or [`LockManager::list`])
+    /// shows, for an operator clearing a lock whose holder is stuck: it is released as its
+    /// holder would release it — handed to the next waiter in line, if any — but only if it
+    /// still holds the value it held when inspected, so a lock that has passed to someone
+    /// else since is never broken. Returns whether it was.
+    ///
+    /// The holder is not told: it runs on, believing it holds the lock, until its next
+    /// `extend`, `is_held` or release finds it lost. Use it on holders that are gone or hung.
+    ///
+    /// # Errors
+    /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] when the lock's
+    /// value is not UTF-8 text (not written by distlock: delete the key by hand).
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// if let Some(info) = manager.inspect("nightly-report").await? {
+    ///     if manager.force_release(&info).await? {
+    ///         println!("broke {} (held by {:?})", info.key, info.holder);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_release(&self, info: &LockInfo) -> Result<bool, LockError> {
+        let keys = LockKeys::new(info.key.clone())?;
+        let Some(value) = &info.value else {
+            return Err(LockError::config(format!(
+                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the                  key by hand (`redis-cli DEL`) if you are sure nothing holds it",
+                info.key
+            )));
+        };
+        Ok(self.backend().unlock(&keys, value).await?)
+    }
+}
+
+/// Where a [`LockManager::list`] is in its scan.
+struct Walk {
+    manager: LockManager,
+    glob: String,
+    /// The servers left to scan, the current one last; `None` until asked for.
+    targets: Option<Vec<Scan>>,
+    cursor: u64,
+    /// Names found and not yet looked at.
+    found: VecDeque<String>,
+    /// Names already shown, when servers share keys (Redlock).
+    seen: HashSet<String>,
+    done: bool,
+}
+
+impl Walk {
+    async fn next(&mut self) -> Result<Option<LockInfo>, LockError> {
+        if self.done {
+            return Ok(None);
+        }
+        loop {
+            while let Some(name) = self.found.pop_front() {
+                if let Some(info) = self.manager.inspect(&name).await? {
+                    return Ok(Some(info));
+                }
+            }
+            if self.targets.is_none() {
+                let mut targets = self.manager.backend().scan_targets().await?;
+                targets.reverse();
+                self.targets = Some(targets);
+            }
+            let Some(target) = self.targets.as_ref().and_then(|targets| targets.last()) else {
+                self.done = true;
+                return Ok(None);
+            };
+            let (cursor, keys) = self
+                .manager
+                .backend()
+                .scan(target, self.cursor, &self.glob)
+                .await?;
+            self.cursor = cursor;
+            if cursor == 0 {
+                self.targets.as_mut().map(Vec::pop);
+            }
+            let prefix = self.manager.key_prefix();
+            let overlap = self.manager.backend().keyspaces_overlap();
+            for key in keys {
+                // Keys that cannot be a lock: not text, or distlock's own helpers.
+                let Ok(key) = String::from_utf8(key) else {
+                    continue;
+                };
+                if crate::keys::has_helper_shape(&key) {
+                    continue;
+                }
+                let Some(name) = key.strip_prefix(prefix) else {
+                    continue;
+                };
+                if overlap && !self.seen.insert(name.to_owned()) {
+                    continue;
+                }
+                self.found.push_back(name.to_owned());
+            }
+        }
+    }
+}
+
+fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
+    let holder = crate::identity::parse(&look.value).map(|identity| Holder {
+        host: identity.host,
+        pid: identity.pid,
+        label: identity.label.unwrap_or_else(|| name.to_owned()),
+        since: identity.since,
+    });
+    LockInfo {
+        name: name.to_owned(),
+        key: keys.lock.to_string(),
+        holder,
+        ttl_left: look.ttl_left,
+        waiters: look.waiters,
+        fence: look.fence,
+        value: String::from_utf8(look.value).ok(),
+    }
+}

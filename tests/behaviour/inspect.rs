@@ -1,0 +1,347 @@
+//! Who holds a lock: `LockManager::inspect` and `LockManager::list` on a standalone server, a
+//! cluster and a Redlock set — the holder that the lock's value names (host, pid, label, since),
+//! time left, waiters in line and the fencing counter — and locks that distlock did not write.
+
+use std::collections::BTreeSet;
+use std::pin::pin;
+use std::time::{Duration, SystemTime};
+
+use distlock::{LockError, LockInfo, LockManager, LockOptions};
+use futures_util::StreamExt;
+use test_support::{eventually, RedisCluster, RedisServer, RedisServers};
+
+async fn names(manager: &LockManager, pattern: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut locks = pin!(manager.list(pattern));
+    while let Some(info) = locks.next().await {
+        let info = info.unwrap_or_else(|error| panic!("list({pattern:?}): {error}"));
+        assert!(
+            found.insert(info.name.clone()),
+            "{} listed twice",
+            info.name
+        );
+    }
+    found
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+async fn inspect(manager: &LockManager, name: &str) -> LockInfo {
+    manager
+        .inspect(name)
+        .await
+        .unwrap_or_else(|error| panic!("inspect({name:?}): {error}"))
+        .unwrap_or_else(|| panic!("{name:?} is held but inspect found it free"))
+}
+
+/// Holder, ttl, waiters and fence of one lock, checked through hand-offs to two waiters, each
+/// with a manager of its own (tasks sharing a manager queue in the process, behind one waiter
+/// in Redis).
+async fn holder_waiters_and_fence(manager: &LockManager, others: [LockManager; 2], name: &str) {
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(20))
+        .fencing(true)
+        .label("jobs::nightly report:{day}");
+    let guard = manager.acquire(name, &options).await.unwrap();
+    let info = inspect(manager, name).await;
+    assert_eq!(info.name, name);
+    assert_eq!(info.key, guard.key());
+    let holder = info.holder.clone().expect("distlock wrote this lock");
+    assert_eq!(holder.label, "jobs::nightly report:{day}");
+    assert_eq!(holder.pid, std::process::id());
+    assert!(!holder.host.is_empty());
+    assert!(
+        holder.since >= before && holder.since <= SystemTime::now(),
+        "{holder:?}"
+    );
+    let left = info.ttl_left.expect("the lock has a ttl");
+    assert!(
+        left > Duration::from_secs(10) && left <= Duration::from_secs(20),
+        "{left:?}"
+    );
+    assert_eq!(info.waiters, 0);
+    assert_eq!(info.fence, guard.fencing_token());
+
+    // Two waiters, one with a label that a line entry could choke on (spaces, `;`, a newline).
+    let hostile = "a b;c\nd %20 é";
+    let waiters: Vec<_> = [hostile, "second"]
+        .into_iter()
+        .zip(others)
+        .map(|(label, manager)| {
+            let name = name.to_owned();
+            let options = options
+                .clone()
+                .label(label)
+                .timeout(Duration::from_secs(30));
+            tokio::spawn(async move {
+                let guard = manager.acquire(&name, &options).await?;
+                let info = manager.inspect(&name).await?;
+                guard.release().await?;
+                Ok::<_, LockError>(info)
+            })
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting = inspect(manager, name).await.waiters;
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} waiters in line, not 2"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first_fence = guard.fencing_token();
+    guard.release().await.unwrap();
+    let mut labels = BTreeSet::new();
+    for waiter in waiters {
+        let info = waiter
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("held while inspected");
+        labels.insert(info.holder.expect("written by distlock").label);
+        assert!(
+            info.fence > first_fence,
+            "{:?} after {first_fence:?}",
+            info.fence
+        );
+    }
+    assert_eq!(
+        labels,
+        set(&[hostile, "second"]),
+        "labels read back exactly"
+    );
+    assert!(
+        manager.inspect(name).await.unwrap().is_none(),
+        "free after the last release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_holder_ttl_waiters_and_fence_on_a_server() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let connect = || LockManager::connect(&url);
+    let others = [connect().await.unwrap(), connect().await.unwrap()];
+    holder_waiters_and_fence(&connect().await.unwrap(), others, "report:2026-12-01").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_without_a_label_shows_its_name_and_a_hand_written_lock_no_holder() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let guard = manager.acquire("plain", &LockOptions::new()).await.unwrap();
+    assert_eq!(
+        inspect(&manager, "plain").await.holder.unwrap().label,
+        "plain"
+    );
+    guard.release().await.unwrap();
+
+    server.set_px("lock:by-hand", "hand-written-token", 30_000);
+    let info = inspect(&manager, "by-hand").await;
+    assert_eq!(info.holder, None);
+    assert_eq!(info.waiters, 0);
+    assert!(info.ttl_left.unwrap() > Duration::from_secs(20));
+    // Inspecting wrote nothing: the hand-written lock is as it was.
+    assert_eq!(
+        server.get("lock:by-hand").as_deref(),
+        Some("hand-written-token")
+    );
+    server.set("lock:forever", "x");
+    assert_eq!(inspect(&manager, "forever").await.ttl_left, None);
+    assert!(manager.inspect("nobody").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_label_is_cut_and_costs_a_bounded_value() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let huge = "🔒".repeat(100_000);
+    let guard = manager
+        .acquire("huge", &LockOptions::new().label(huge.as_str()))
+        .await
+        .unwrap();
+    let label = inspect(&manager, "huge").await.holder.unwrap().label;
+    assert!(
+        huge.starts_with(&label) && !label.is_empty() && label.len() <= 200,
+        "{}",
+        label.len()
+    );
+    assert!(server.get("lock:huge").unwrap().len() < 2_000);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_scans_for_matching_locks_and_skips_helper_keys() {
+    let server = RedisServer::start();
+    // An empty prefix: the helper keys (line, fence) lie in the same keyspace as the locks.
+    let bare = LockManager::builder(server.url())
+        .key_prefix("")
+        .connect()
+        .await
+        .unwrap();
+    let fenced = LockOptions::new().fencing(true);
+    let held: Vec<_> = ["job:a", "job:b", "other:c"]
+        .iter()
+        .map(|name| bare.acquire(name, &fenced))
+        .collect();
+    let mut guards = Vec::new();
+    for guard in held {
+        guards.push(guard.await.unwrap());
+    }
+    // A waiter puts a line key beside job:a.
+    let other = LockManager::builder(server.url())
+        .key_prefix("")
+        .connect()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        async move {
+            other
+                .acquire(
+                    "job:a",
+                    &LockOptions::new().timeout(Duration::from_secs(20)),
+                )
+                .await
+        }
+    });
+    eventually(Duration::from_secs(10), "a line key", || {
+        !server.keys("{job:a}:distlock:line").is_empty()
+    })
+    .await;
+    let _ = redis::cmd("LPUSH")
+        .arg("job:list")
+        .arg("x")
+        .query::<i64>(&mut server.conn());
+    assert_eq!(names(&bare, "job:*").await, set(&["job:a", "job:b"]));
+    assert_eq!(names(&bare, "*").await, set(&["job:a", "job:b", "other:c"]));
+    assert_eq!(names(&bare, "nothing*").await, set(&[]));
+
+    // A prefix with glob characters is taken literally.
+    let odd = LockManager::builder(server.url())
+        .key_prefix("[x]*:")
+        .connect()
+        .await
+        .unwrap();
+    let odd_guard = odd.acquire("q", &LockOptions::new()).await.unwrap();
+    server.set("x*:decoy", "not under the prefix");
+    assert_eq!(names(&odd, "*").await, set(&["q"]));
+    odd_guard.release().await.unwrap();
+
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_walks_more_keys_than_one_scan_step() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let mut expected = BTreeSet::new();
+    let mut guards = Vec::new();
+    for i in 0..1500 {
+        let name = format!("many:{i}");
+        guards.push(manager.acquire(&name, &LockOptions::new()).await.unwrap());
+        expected.insert(name);
+    }
+    assert_eq!(names(&manager, "many:*").await, expected);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(names(&manager, "many:*").await, set(&[]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_on_a_cluster_cover_every_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let connect = || LockManager::cluster_builder(&cluster.urls()).connect();
+    let others = [connect().await.unwrap(), connect().await.unwrap()];
+    let manager = connect().await.unwrap();
+    holder_waiters_and_fence(&manager, others, "report:{cluster}").await;
+
+    let mut expected = BTreeSet::new();
+    let mut masters = BTreeSet::new();
+    let mut guards = Vec::new();
+    for i in 0..30 {
+        let name = format!("spread:{i}");
+        guards.push(manager.acquire(&name, &LockOptions::new()).await.unwrap());
+        masters.insert(cluster.node_for_key(&format!("lock:{name}")).port());
+        expected.insert(name);
+    }
+    assert_eq!(masters.len(), 3, "the locks lie on every master");
+    assert_eq!(names(&manager, "spread:*").await, expected);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_shows_a_lock_held_by_a_majority_once() {
+    let servers = RedisServers::start(3);
+    let manager = LockManager::redlock_builder(&servers.urls())
+        .connect()
+        .await
+        .unwrap();
+    let guard = manager
+        .acquire("quorum:1", &LockOptions::new().label("q"))
+        .await
+        .unwrap();
+    let info = inspect(&manager, "quorum:1").await;
+    assert_eq!(info.holder.unwrap().label, "q");
+    assert_eq!(info.waiters, 0);
+    assert_eq!(names(&manager, "quorum:*").await, set(&["quorum:1"]));
+    guard.release().await.unwrap();
+    assert!(manager.inspect("quorum:1").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_process_backend_shows_its_holders_too() {
+    let manager = LockManager::in_process();
+    let other = LockManager::in_process();
+    let guard = manager
+        .acquire(
+            "mem:[1]",
+            &LockOptions::new().label("in process").fencing(true),
+        )
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire(
+                "mem:[1]",
+                &LockOptions::new().timeout(Duration::from_secs(20)),
+            )
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while inspect(&manager, "mem:[1]").await.waiters != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never lined up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = inspect(&manager, "mem:[1]").await;
+    let holder = info.holder.unwrap();
+    assert_eq!(
+        (holder.label.as_str(), holder.pid),
+        ("in process", std::process::id())
+    );
+    assert_eq!(info.fence, guard.fencing_token());
+    assert!(info.ttl_left.unwrap() > Duration::from_secs(20));
+    let second = manager.acquire("mem:2", &LockOptions::new()).await.unwrap();
+    assert_eq!(names(&manager, "mem:*").await, set(&["mem:2", "mem:[1]"]));
+    assert_eq!(names(&manager, "mem:\\[*").await, set(&["mem:[1]"]));
+    assert_eq!(names(&manager, "mem:[0-9]").await, set(&["mem:2"]));
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    second.release().await.unwrap();
+    assert!(manager.inspect("mem:[1]").await.unwrap().is_none());
+}

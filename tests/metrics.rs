@@ -1,0 +1,195 @@
+//! Metrics (feature `metrics`): a scripted workload against a real server, read back through
+//! `metrics-util`'s debugging recorder — exact counts per label and outcome, and no rendered
+//! key in any label.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use distlock::{LockError, LockManager, LockOptions};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::MetricKind;
+use test_support::{eventually, RedisServer};
+
+const LABEL: &str = "metrics::job k:{id}";
+const HOLDER: &str = "metrics::holder";
+
+/// `(name, sorted labels)` → the value: a counter's count, a gauge's value, a histogram's
+/// number of samples.
+type Seen = BTreeMap<(String, Vec<(String, String)>), i64>;
+
+fn read(snapshotter: &metrics_util::debugging::Snapshotter) -> Seen {
+    let mut seen = Seen::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let (kind, key) = key.into_parts();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|label| (label.key().to_owned(), label.value().to_owned()))
+            .collect();
+        labels.sort();
+        let value = match (kind, value) {
+            (MetricKind::Counter, DebugValue::Counter(count)) => i64::try_from(count).unwrap(),
+            // The gauge counts whole locks: it only ever moves by 1.
+            #[allow(clippy::cast_possible_truncation)]
+            (MetricKind::Gauge, DebugValue::Gauge(value)) => value.into_inner().round() as i64,
+            (MetricKind::Histogram, DebugValue::Histogram(samples)) => {
+                i64::try_from(samples.len()).unwrap()
+            }
+            (kind, value) => panic!("{kind:?} with {value:?}"),
+        };
+        seen.insert((key.name().to_owned(), labels), value);
+    }
+    seen
+}
+
+fn get(seen: &Seen, name: &str, labels: &[(&str, &str)]) -> i64 {
+    let mut labels: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.sort();
+    seen.get(&(name.to_owned(), labels)).copied().unwrap_or(0)
+}
+
+fn labelled(ttl: Duration) -> LockOptions {
+    LockOptions::new().ttl(ttl).label(LABEL)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_workload_gives_exact_counts_per_label_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
+
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let long = Duration::from_secs(30);
+
+    // Three acquired and released.
+    for id in 1..=3 {
+        let guard = manager
+            .acquire(&format!("k:{id}"), &labelled(long))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    // Held by another: one attempt finds it busy, a short wait times out.
+    let holder = other
+        .acquire("k:busy", &LockOptions::new().label(HOLDER))
+        .await
+        .unwrap();
+    assert!(manager
+        .try_acquire("k:busy", &labelled(long))
+        .await
+        .unwrap()
+        .is_none());
+    let waited = manager
+        .acquire(
+            "k:busy",
+            &labelled(long).timeout(Duration::from_millis(200)),
+        )
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    holder.release().await.unwrap();
+    // Lost: its ttl ran out before the release.
+    let lost = manager
+        .acquire("k:lost", &labelled(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(matches!(lost.release().await, Err(LockError::Lost { .. })));
+    // Dropped: released in the background.
+    drop(manager.acquire("k:dropped", &labelled(long)).await.unwrap());
+    eventually(
+        Duration::from_secs(10),
+        "the dropped guard's release",
+        || !server.exists("lock:k:dropped"),
+    )
+    .await;
+    // Refused: a release, then an acquisition, that the server's ACL forbids.
+    let refused = manager.acquire("k:acl", &labelled(long)).await.unwrap();
+    let acl = |rules: &[&str]| {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rules)
+            .query(&mut server.conn())
+            .unwrap();
+    };
+    acl(&["-eval", "-evalsha", "-set"]);
+    assert!(matches!(refused.release().await, Err(LockError::Redis(_))));
+    let failed = manager
+        .acquire(
+            "k:refused",
+            &labelled(long).timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert!(matches!(failed, Err(LockError::Redis(_))), "{failed:?}");
+    acl(&["+@all"]);
+    // No label.
+    manager
+        .acquire("plain:1", &LockOptions::new())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let seen = read(&snapshotter);
+    let outcome = |label, outcome| {
+        get(
+            &seen,
+            "distlock_acquisitions_total",
+            &[("label", label), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(outcome(LABEL, "acquired"), 6, "{seen:#?}");
+    assert_eq!(outcome(LABEL, "busy"), 1, "{seen:#?}");
+    assert_eq!(outcome(LABEL, "timeout"), 1, "{seen:#?}");
+    assert_eq!(outcome(LABEL, "error"), 1, "{seen:#?}");
+    assert_eq!(outcome(HOLDER, "acquired"), 1, "{seen:#?}");
+    assert_eq!(outcome("unlabelled", "acquired"), 1, "{seen:#?}");
+    let label = [("label", LABEL)];
+    assert_eq!(get(&seen, "distlock_wait_seconds", &label), 6, "{seen:#?}");
+    assert_eq!(get(&seen, "distlock_hold_seconds", &label), 6, "{seen:#?}");
+    assert_eq!(get(&seen, "distlock_lost_total", &label), 1, "{seen:#?}");
+    assert_eq!(
+        get(&seen, "distlock_release_failures_total", &label),
+        1,
+        "{seen:#?}"
+    );
+    for label in [LABEL, HOLDER, "unlabelled"] {
+        assert_eq!(
+            get(&seen, "distlock_held", &[("label", label)]),
+            0,
+            "{seen:#?}"
+        );
+    }
+    assert_eq!(get(&seen, "distlock_hold_seconds", &[("label", HOLDER)]), 1);
+
+    // Every label is a label or an outcome: never a rendered key.
+    for (name, labels) in seen.keys() {
+        assert!(name.starts_with("distlock_"), "{name}");
+        for (key, value) in labels {
+            let allowed = match key.as_str() {
+                "label" => [LABEL, HOLDER, "unlabelled"].contains(&value.as_str()),
+                "outcome" => ["acquired", "busy", "timeout", "error"].contains(&value.as_str()),
+                _ => false,
+            };
+            assert!(allowed, "{name} has the label {key}={value:?}");
+        }
+    }
+
+    // Held now: up while held, down after. (Each snapshot drains what it read, so the second
+    // and third read the change since the one before.)
+    let guard = manager.acquire("k:gauge", &labelled(long)).await.unwrap();
+    assert_eq!(get(&read(&snapshotter), "distlock_held", &label), 1);
+    guard.release().await.unwrap();
+    assert_eq!(get(&read(&snapshotter), "distlock_held", &label), -1);
+}
