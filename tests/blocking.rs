@@ -341,3 +341,35 @@ async fn the_attribute_on_a_plain_fn_inside_a_runtime_is_an_error() {
     let error = gives_up_quickly().expect_err("refused inside a runtime");
     assert!(matches!(error, LockError::Config(_)), "{error:?}");
 }
+
+/// A guard kept in a `thread_local!` is dropped while its thread exits, after tokio's own
+/// thread-locals may be gone (here they are: ours was set up first, so it is destroyed last).
+/// Blocking on a runtime is impossible then: the drop must release in the background, not
+/// abort the whole process.
+#[test]
+fn a_guard_in_a_thread_local_is_released_when_its_thread_exits() {
+    use std::cell::RefCell;
+    thread_local! {
+        static HELD: RefCell<Option<blocking::LockGuard>> = const { RefCell::new(None) };
+    }
+    let manager = connect();
+    let in_thread = manager.clone();
+    std::thread::spawn(move || {
+        HELD.with(|held| *held.borrow_mut() = None);
+        let guard = in_thread
+            .acquire("blocking:thread-local", &ttl(30_000))
+            .unwrap();
+        HELD.with(|held| *held.borrow_mut() = Some(guard));
+    })
+    .join()
+    .unwrap();
+    let started = Instant::now();
+    let again = manager
+        .acquire(
+            "blocking:thread-local",
+            &ttl(30_000).timeout(Duration::from_secs(10)),
+        )
+        .expect("released when its thread exited, well before its 30 s ttl");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    again.release().unwrap();
+}
