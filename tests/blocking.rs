@@ -378,11 +378,12 @@ fn a_guard_in_a_thread_local_is_released_when_its_thread_exits() {
 struct NotesOnDrop<'a> {
     key: &'static str,
     held_when_dropped: &'a AtomicU64,
+    value: u64,
 }
 
 impl NotesOnDrop<'_> {
     fn value(&self) -> u64 {
-        7
+        self.value
     }
 }
 
@@ -401,6 +402,7 @@ fn tail_temporary(held_when_dropped: &AtomicU64) -> Result<u64, LockError> {
     Ok(NotesOnDrop {
         key: "lock:blocking:attr:tail",
         held_when_dropped,
+        value: 7,
     }
     .value())
 }

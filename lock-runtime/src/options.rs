@@ -192,7 +192,7 @@ fn whole_millis(duration: Duration) -> u64 {
 /// The milliseconds in `duration` with any fraction counted as a whole one, saturating: what a
 /// maximum is compared with.
 fn millis_rounded_up(duration: Duration) -> u64 {
-    let fraction = u64::from(duration.subsec_nanos() % 1_000_000 != 0);
+    let fraction = u64::from(!duration.subsec_nanos().is_multiple_of(1_000_000));
     whole_millis(duration).saturating_add(fraction)
 }
 
