@@ -341,3 +341,83 @@ async fn the_attribute_on_a_plain_fn_inside_a_runtime_is_an_error() {
     let error = gives_up_quickly().expect_err("refused inside a runtime");
     assert!(matches!(error, LockError::Config(_)), "{error:?}");
 }
+
+/// A guard kept in a `thread_local!` is dropped while its thread exits, after tokio's own
+/// thread-locals may be gone (here they are: ours was set up first, so it is destroyed last).
+/// Blocking on a runtime is impossible then: the drop must release in the background, not
+/// abort the whole process.
+#[test]
+fn a_guard_in_a_thread_local_is_released_when_its_thread_exits() {
+    use std::cell::RefCell;
+    thread_local! {
+        static HELD: RefCell<Option<blocking::LockGuard>> = const { RefCell::new(None) };
+    }
+    let manager = connect();
+    let in_thread = manager.clone();
+    std::thread::spawn(move || {
+        HELD.with(|held| *held.borrow_mut() = None);
+        let guard = in_thread
+            .acquire("blocking:thread-local", &ttl(30_000))
+            .unwrap();
+        HELD.with(|held| *held.borrow_mut() = Some(guard));
+    })
+    .join()
+    .unwrap();
+    let started = Instant::now();
+    let again = manager
+        .acquire(
+            "blocking:thread-local",
+            &ttl(30_000).timeout(Duration::from_secs(10)),
+        )
+        .expect("released when its thread exited, well before its 30 s ttl");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    again.release().unwrap();
+}
+
+/// Notes, when dropped, whether the lock `key` is still held in Redis.
+struct NotesOnDrop<'a> {
+    key: &'static str,
+    held_when_dropped: &'a AtomicU64,
+    value: u64,
+}
+
+impl NotesOnDrop<'_> {
+    fn value(&self) -> u64 {
+        self.value
+    }
+}
+
+impl Drop for NotesOnDrop<'_> {
+    fn drop(&mut self) {
+        let held = shared_server().exists(self.key);
+        self.held_when_dropped
+            .store(u64::from(held) + 1, Ordering::SeqCst);
+    }
+}
+
+#[distributed_lock(key = "blocking:attr:tail", ttl = 30)]
+fn tail_temporary(held_when_dropped: &AtomicU64) -> Result<u64, LockError> {
+    // A temporary of the body's last expression (a transaction that commits on drop, a
+    // `MutexGuard`, a buffered writer) finishes its work when dropped: still under the lock.
+    Ok(NotesOnDrop {
+        key: "lock:blocking:attr:tail",
+        held_when_dropped,
+        value: 7,
+    }
+    .value())
+}
+
+/// As with the `async fn` form, everything the body does, down to the drop of the temporaries
+/// of its last expression, happens before the release.
+#[test]
+fn the_attribute_on_a_plain_fn_releases_after_the_bodys_temporaries() {
+    install_global();
+    let held_when_dropped = AtomicU64::new(0);
+    assert_eq!(tail_temporary(&held_when_dropped).unwrap(), 7);
+    assert_eq!(
+        held_when_dropped.load(Ordering::SeqCst),
+        2,
+        "the body's last temporary was dropped after the lock was released (1) or never (0)"
+    );
+    assert!(!shared_server().exists("lock:blocking:attr:tail"));
+}

@@ -291,3 +291,138 @@ fn quickstart_stops_its_server_on_ctrl_c() {
     );
     assert_stopped(pid, port);
 }
+
+/// A directory holding a `redis-server` that starts, records its pid, and never answers (a
+/// hung or wrong binary first on `PATH`), and the file it writes its pid to.
+fn silent_redis_server(test: &str) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("distlock-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let program = dir.join("redis-server");
+    // `exec` keeps the pid the example sees as its child's.
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\necho $$ > '{}.tmp' && mv '{0}.tmp' '{0}'\nexec sleep 120\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, pid_file)
+}
+
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut paths = vec![dir.to_path_buf()];
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(paths).unwrap()
+}
+
+fn silent_server_pid(pid_file: &Path) -> u32 {
+    let mut pid = None;
+    wait_until(
+        Duration::from_secs(30),
+        "the example to start redis-server",
+        || {
+            pid = std::fs::read_to_string(pid_file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok());
+            pid.is_some()
+        },
+    );
+    pid.unwrap()
+}
+
+#[test]
+fn a_private_server_that_never_answers_is_stopped_before_the_instructions() {
+    let (dir, pid_file) = silent_redis_server("never-answers");
+    let mut child = Command::new(example("process_traces"))
+        .arg("--start-redis")
+        .env_remove("REDIS_URL")
+        .env("PATH", path_with(&dir))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = silent_server_pid(&pid_file);
+    // The example gives the server a bounded time to answer, then gives up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still waiting after 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let running = is_running(pid);
+    if running {
+        send_signal(pid, "KILL");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(2), "exit status: {status}");
+    assert!(
+        !running,
+        "the redis-server it started (pid {pid}) was left running"
+    );
+}
+
+#[test]
+fn ctrl_c_while_the_private_server_starts_stops_it() {
+    for name in ["process_traces", "quickstart"] {
+        ctrl_c_while_starting(name);
+    }
+}
+
+fn ctrl_c_while_starting(name: &str) {
+    let (dir, pid_file) = silent_redis_server(&format!("ctrl-c-at-start-{name}"));
+    let mut child = Command::new(example(name))
+        .arg("--start-redis")
+        .env_remove("REDIS_URL")
+        .env("PATH", path_with(&dir))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = silent_server_pid(&pid_file);
+    // The example is waiting for its server's first answer: interrupt it (the example alone, as
+    // `kill -INT` or a supervisor does, not the whole process group as a terminal does).
+    send_signal(child.id(), "INT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running 30 s after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Reaped by the example, or orphaned and reaped by init: either way, gone in time if stopped.
+    let stopped = wait_until_gone(pid, Duration::from_secs(10));
+    if !stopped {
+        send_signal(pid, "KILL");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        stopped,
+        "the redis-server {name} was starting (pid {pid}) was left running after Ctrl-C ({status})"
+    );
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "exit status of {name} after Ctrl-C: {status}"
+    );
+}
+
+fn wait_until_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if !is_running(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}

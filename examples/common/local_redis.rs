@@ -68,7 +68,15 @@ impl LocalRedis {
                 Err(_) => {}
             }
         }
-        match PrivateServer::start_and_wait().await {
+        // Until the server answers, Ctrl-C drops the start, and with it the server.
+        let started = tokio::select! {
+            started = PrivateServer::start_and_wait() => started,
+            () = interrupted() => {
+                eprintln!("interrupted while starting a private redis-server: stopped it");
+                return Err(ExitCode::from(130));
+            }
+        };
+        match started {
             Ok(server) => {
                 if !start {
                     print!("no Redis answers at {}: ", redacted(DEFAULT_URL));
@@ -103,9 +111,10 @@ impl LocalRedis {
     /// private server is stopped and the process exits.
     pub(crate) async fn or_exit(example: &str) -> LocalRedis {
         let start = std::env::args().any(|arg| arg == "--start-redis");
-        // Otherwise the instructions are printed and no server was started: nothing to clean up.
-        let Ok(redis) = LocalRedis::find_or_start(example, None, start).await else {
-            std::process::exit(2);
+        // On `Err` the instructions are printed and any server it started is stopped already.
+        let redis = match LocalRedis::find_or_start(example, None, start).await {
+            Ok(redis) => redis,
+            Err(code) => exit_with(code),
         };
         let private = Arc::clone(&redis.private);
         tokio::spawn(async move {
@@ -143,9 +152,7 @@ fn stop(private: &Mutex<Option<PrivateServer>>) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .take();
-    if let Some(mut server) = server {
-        server.stop();
-    }
+    drop(server);
 }
 
 impl PrivateServer {
@@ -172,15 +179,8 @@ impl PrivateServer {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            server.stop();
         }
         Err(last)
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 
     /// Starts `redis-server` on a free port, persisting nothing, in a directory of its own.
@@ -217,6 +217,21 @@ impl PrivateServer {
             }
         }
     }
+}
+
+/// However a server goes away — stopped at the end, given up on, its start abandoned — the
+/// process is stopped with it, so no `redis-server` outlives the example.
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Exits with `code` (2: no Redis; 130: interrupted).
+fn exit_with(code: ExitCode) -> ! {
+    std::process::exit(if code == ExitCode::from(130) { 130 } else { 2 })
 }
 
 /// Completes at Ctrl-C (SIGINT) or SIGTERM.

@@ -119,8 +119,12 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     };
 
     if sig.asyncness.is_none() {
-        // The blocking form: the lock is held by a local whose drop releases it, so the body
-        // stays as written — `return`, `?` and a panic all release on their way out.
+        // The blocking form: the lock is held by the scrutinee of the body's `match`, whose drop
+        // releases it, so the body stays as written — `return`, `?` and a panic all release on
+        // their way out. Being a temporary created before the body's, it is dropped after them:
+        // in edition 2021 the temporaries of a function's last expression outlive its locals,
+        // so a guard held by a local would be released before the body's last temporaries (a
+        // `MutexGuard`, a transaction that commits on drop) are done.
         let guard_binding = args.guard.as_ref().map(|guard| {
             quote! {
                 #[allow(unused_variables)]
@@ -132,14 +136,15 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #vis #sig {
                 #prelude
                 let #span_var = #span_var.entered();
-                let #guard_var = match #private::acquire_blocking(&#key_var, &#options_var) {
-                    ::core::result::Result::Ok(#acquired) => #acquired,
+                match #private::acquire_blocking(&#key_var, &#options_var) {
+                    ::core::result::Result::Ok(ref #guard_var) => {
+                        #guard_binding
+                        #block
+                    }
                     ::core::result::Result::Err(#error) => {
                         return ::core::result::Result::Err(#from_error);
                     }
-                };
-                #guard_binding
-                #block
+                }
             }
         });
     }

@@ -37,6 +37,13 @@ fn in_async_runtime() -> bool {
     tokio::runtime::Handle::try_current().is_ok()
 }
 
+/// Whether the current thread is exiting and has already destroyed tokio's thread-locals (a
+/// guard kept in a `thread_local!` is dropped then): no runtime can be entered from it any more,
+/// so nothing may block on one.
+fn thread_exiting() -> bool {
+    tokio::runtime::Handle::try_current().is_err_and(|error| error.is_thread_local_destroyed())
+}
+
 /// The error of a blocking call made on a thread of an async runtime.
 fn inside_runtime(what: &str) -> LockError {
     LockError::config(format!(
@@ -51,6 +58,13 @@ fn inside_runtime(what: &str) -> LockError {
 fn block_on<F: Future>(what: &str, future: F) -> Result<F::Output, LockError> {
     if in_async_runtime() {
         return Err(inside_runtime(what));
+    }
+    if thread_exiting() {
+        return Err(LockError::config(format!(
+            "distlock::blocking::{what} was called while its thread was exiting (from the drop \
+             of a thread-local), when no runtime can be entered any more; keep locks out of \
+             thread-locals, or release them before the thread ends"
+        )));
     }
     // The background runtime's thread drives timers and sockets all the time, so the future can
     // be polled here, on the caller's thread, and what it spawns runs there between calls.
@@ -293,7 +307,8 @@ impl From<crate::LockManagerBuilder> for LockManagerBuilder {
 ///
 /// Released by [`release`](LockGuard::release), or when dropped — on return, on `?`, while a
 /// panic unwinds — before the drop returns, so the next thread can take it at once. A drop on a
-/// thread of an async runtime releases in the background instead.
+/// thread of an async runtime, or on an exiting thread (a guard kept in a `thread_local!`),
+/// releases in the background instead.
 ///
 /// ```no_run
 /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -407,8 +422,8 @@ impl LockGuard {
     /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.
     ///
     /// # Errors
-    /// As [`crate::LockGuard::release`]; [`LockError::Config`] on a thread of an async runtime
-    /// (the lock is then released in the background).
+    /// As [`crate::LockGuard::release`]; [`LockError::Config`] on a thread of an async runtime,
+    /// or on a thread that is exiting (the lock is then released in the background).
     ///
     /// ```no_run
     /// # fn example(guard: distlock::blocking::LockGuard) -> Result<(), distlock::LockError> {
@@ -435,8 +450,9 @@ impl Drop for LockGuard {
         let Some(guard) = self.inner.take() else {
             return;
         };
-        if in_async_runtime() {
-            // Dropping the async guard releases in the background.
+        if in_async_runtime() || thread_exiting() {
+            // Dropping the async guard releases in the background, which needs nothing from
+            // this thread.
             return;
         }
         let key = guard.shared_key();

@@ -48,8 +48,20 @@ pub struct LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(held: Held, turn: Turn) -> Self {
+        let held = Arc::new(held);
+        // This process's next task may contend once the lock has expired: a holder stuck past
+        // its ttl keeps it from no one, in this process as in others.
+        let lease = Arc::downgrade(&held);
+        turn.hold_while(move || {
+            let held = lease.upgrade()?;
+            Some(if held.is_lost() {
+                tokio::time::Instant::now()
+            } else {
+                held.expiry().valid_until
+            })
+        });
         LockGuard {
-            held: Arc::new(held),
+            held,
             turn: Some(turn),
             watchdog: None,
             confirming: None,

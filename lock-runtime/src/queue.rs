@@ -8,53 +8,169 @@
 //! The queue of a key exists only while someone holds or waits for it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// How often a waiter looks again at a head whose lock's expiry is not known yet (it is still
+/// acquiring, or handing over).
+const RECHECK: Duration = Duration::from_millis(500);
+
+/// Until when the head's lock surely lives; `None` while that is not known.
+type Lease = Box<dyn Fn() -> Option<Instant> + Send + Sync>;
 
 /// The queues of one lock manager.
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    queues: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    queues: Mutex<HashMap<Arc<str>, Arc<KeyQueue>>>,
+}
+
+/// One key's line: one permit, and who has it.
+struct KeyQueue {
+    semaphore: Arc<Semaphore>,
+    head: Mutex<Option<Arc<HeadState>>>,
+}
+
+/// What the line knows of the task whose turn it is.
+#[derive(Default)]
+struct HeadState {
+    lease: Mutex<Option<Lease>>,
+    /// Its lock expired while it kept its turn (a stuck task): the turn went to the next task,
+    /// and its permit is not given back when it is finally dropped.
+    revoked: AtomicBool,
 }
 
 /// A place in a key's queue; removes the queue when the last place is given up.
 struct Ticket {
     queues: Arc<LocalQueues>,
     key: Arc<str>,
-    semaphore: Arc<Semaphore>,
+    queue: Arc<KeyQueue>,
 }
 
 /// The head of a key's queue: while this lives, no other task of the process contends for the
-/// key. Dropping it hands the turn to the next task in line.
+/// key — until the lock it holds expires (see [`Turn::hold_while`]). Dropping it hands the turn
+/// to the next task in line.
 pub(crate) struct Turn {
-    // Field order matters: the permit goes first, so the ticket sees the queue's true users.
-    _permit: OwnedSemaphorePermit,
-    _ticket: Ticket,
+    permit: Option<OwnedSemaphorePermit>,
+    state: Arc<HeadState>,
+    ticket: Ticket,
+}
+
+impl Turn {
+    fn new(permit: OwnedSemaphorePermit, ticket: Ticket) -> Self {
+        let state = Arc::new(HeadState::default());
+        *ticket.queue.head() = Some(Arc::clone(&state));
+        Turn {
+            permit: Some(permit),
+            state,
+            ticket,
+        }
+    }
+
+    /// The turn lasts while `lease` says the lock lives. The ttl is what frees a lock whose
+    /// holder hangs: once it has run out, the next task of the process gets the turn, as another
+    /// process gets the lock, instead of waiting behind the stuck one for ever. (Redis still
+    /// decides who holds the lock; the turn only orders the tasks of this process.)
+    pub(crate) fn hold_while(&self, lease: impl Fn() -> Option<Instant> + Send + Sync + 'static) {
+        *self
+            .state
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(lease));
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut head = self.ticket.queue.head();
+        if head
+            .as_ref()
+            .is_some_and(|state| Arc::ptr_eq(state, &self.state))
+        {
+            *head = None;
+        }
+        if let Some(permit) = self.permit.take() {
+            if self.state.revoked.load(Ordering::SeqCst) {
+                // Its permit was given to the next task when the turn was revoked.
+                permit.forget();
+            } else {
+                drop(permit);
+            }
+        }
+    }
+}
+
+impl KeyQueue {
+    fn head(&self) -> std::sync::MutexGuard<'_, Option<Arc<HeadState>>> {
+        self.head.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When to look at the head again: when its lock may expire.
+    fn head_lease(&self) -> Option<Instant> {
+        let head = self.head().clone()?;
+        let lease = head.lease.lock().unwrap_or_else(PoisonError::into_inner);
+        lease.as_ref().and_then(|lease| lease())
+    }
+
+    /// Passes the turn on if the head's lock has expired.
+    fn revoke_expired_head(&self) {
+        let mut head = self.head();
+        let Some(state) = head.as_ref() else {
+            return;
+        };
+        let expired = state
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(|lease| lease())
+            .is_some_and(|until| until <= Instant::now());
+        if expired && !state.revoked.swap(true, Ordering::SeqCst) {
+            *head = None;
+            self.semaphore.add_permits(1);
+        }
+    }
 }
 
 impl LocalQueues {
     /// Waits for this task's turn on `key`. Cancel-safe: a dropped wait leaves the line.
     pub(crate) async fn wait_turn(self: &Arc<Self>, key: &Arc<str>) -> Turn {
         let ticket = self.ticket(key);
-        let permit = Arc::clone(&ticket.semaphore)
-            .acquire_owned()
-            .await
-            .expect("distlock: a local queue's semaphore is never closed");
-        Turn {
-            _permit: permit,
-            _ticket: ticket,
+        let acquire = Arc::clone(&ticket.queue.semaphore).acquire_owned();
+        let mut acquire = std::pin::pin!(acquire);
+        loop {
+            let look_again = ticket
+                .queue
+                .head_lease()
+                .unwrap_or_else(|| Instant::now() + RECHECK);
+            tokio::select! {
+                biased;
+                permit = &mut acquire => {
+                    let permit =
+                        permit.expect("distlock: a local queue's semaphore is never closed");
+                    return Turn::new(permit, ticket);
+                }
+                () = tokio::time::sleep_until(look_again) => ticket.queue.revoke_expired_head(),
+            }
         }
     }
 
-    /// This task's turn on `key` if nobody in the process holds or waits for it.
+    /// This task's turn on `key` if nobody in the process holds (a lock still alive) or waits
+    /// for it.
     pub(crate) fn try_turn(self: &Arc<Self>, key: &Arc<str>) -> Option<Turn> {
         let ticket = self.ticket(key);
-        let permit = Arc::clone(&ticket.semaphore).try_acquire_owned().ok()?;
-        Some(Turn {
-            _permit: permit,
-            _ticket: ticket,
-        })
+        let semaphore = Arc::clone(&ticket.queue.semaphore);
+        let permit = match Arc::clone(&semaphore).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                ticket.queue.revoke_expired_head();
+                semaphore.try_acquire_owned().ok()?
+            }
+        };
+        Some(Turn::new(permit, ticket))
     }
 
     /// How many keys have a queue now (for leak tests).
@@ -63,19 +179,20 @@ impl LocalQueues {
     }
 
     fn ticket(self: &Arc<Self>, key: &Arc<str>) -> Ticket {
-        let semaphore = Arc::clone(
-            self.map()
-                .entry(Arc::clone(key))
-                .or_insert_with(|| Arc::new(Semaphore::new(1))),
-        );
+        let queue = Arc::clone(self.map().entry(Arc::clone(key)).or_insert_with(|| {
+            Arc::new(KeyQueue {
+                semaphore: Arc::new(Semaphore::new(1)),
+                head: Mutex::new(None),
+            })
+        }));
         Ticket {
             queues: Arc::clone(self),
             key: Arc::clone(key),
-            semaphore,
+            queue,
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Semaphore>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<KeyQueue>>> {
         self.queues.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -85,7 +202,7 @@ impl Drop for Ticket {
         let mut queues = self.queues.map();
         // The map and this ticket are the only owners left: nobody holds or waits for the key.
         // New tickets are only made under this same lock, so the count cannot grow meanwhile.
-        if Arc::strong_count(&self.semaphore) == 2 {
+        if Arc::strong_count(&self.queue) == 2 {
             queues.remove(&self.key);
         }
     }

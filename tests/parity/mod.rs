@@ -59,6 +59,11 @@ macro_rules! parity_tests {
         async fn hostile_names_lock_alike() {
             parity::hostile_names_lock_alike($connect).await;
         }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_stuck_holder_task_gives_the_lock_up_to_its_own_process_at_its_ttl() {
+            parity::a_stuck_holder_task_gives_the_lock_up_to_its_own_process_at_its_ttl($connect)
+                .await;
+        }
         #[test]
         fn a_runtime_that_shuts_down_releases_its_locks() {
             parity::a_runtime_that_shuts_down_releases_its_locks($connect);
@@ -444,6 +449,45 @@ where
             .expect("free");
         again.release().await.unwrap();
     }
+}
+
+/// The ttl is what frees a lock whose holder hangs (a body stuck on a channel that never
+/// fires): another task of the same process, on the same manager, must get it after the ttl as
+/// another process does — by `acquire` and by `try_acquire` — not wait behind the stuck task.
+pub(crate) async fn a_stuck_holder_task_gives_the_lock_up_to_its_own_process_at_its_ttl<F, Fut>(
+    connect: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let manager = connect().await;
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let stuck_manager = manager.clone();
+    let stuck = tokio::spawn(async move {
+        let _guard = stuck_manager
+            .acquire("parity:stuck", &ttl(500))
+            .await
+            .unwrap();
+        held_tx.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    held_rx.await.unwrap();
+    let started = Instant::now();
+    let next = manager
+        .acquire("parity:stuck", &ttl(500).timeout(Duration::from_secs(10)))
+        .await
+        .expect("the stuck holder's lock expired after 500 ms: the next task gets it");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Now this one hangs too (forgotten guard): `try_acquire` gets the lock after its ttl.
+    std::mem::forget(next);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let taken = manager
+        .try_acquire("parity:stuck", &LockOptions::new())
+        .await
+        .unwrap()
+        .expect("both holders' ttls ran out: the lock is free");
+    taken.release().await.unwrap();
+    stuck.abort();
 }
 
 pub(crate) fn a_runtime_that_shuts_down_releases_its_locks<F, Fut>(connect: F)
