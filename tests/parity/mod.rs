@@ -143,7 +143,15 @@ where
         .unwrap()
         .expect("a free lock is taken");
     assert_eq!(guard.key(), "lock:parity:try");
-    assert_eq!(guard.token().len(), 36, "a UUID token");
+    // The token opens with a fresh UUID (what makes it unguessable); who holds it follows.
+    let uuid = guard.token().split(';').next().unwrap();
+    assert_eq!(uuid.len(), 36, "a UUID token: {}", guard.token());
+    assert_eq!(
+        uuid.matches('-').count(),
+        4,
+        "a UUID token: {}",
+        guard.token()
+    );
     assert!(second
         .try_acquire("parity:try", &options)
         .await
