@@ -97,7 +97,10 @@ async fn a_release_within_the_hold_wakes_a_waiter_of_another_manager_in_time() {
         .await
         .expect("the waiter gets the lock")
         .unwrap();
-    assert!(got_at - acquired >= hold, "handed over before the hold ended");
+    assert!(
+        got_at - acquired >= hold,
+        "handed over before the hold ended"
+    );
     let late = (got_at - acquired).saturating_sub(hold);
     assert!(
         late < Duration::from_millis(300),

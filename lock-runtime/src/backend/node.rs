@@ -348,13 +348,16 @@ impl Node {
                 cmd.arg(token).arg(keep_millis);
                 (&*scripts::HOLD, cmd)
             }
-            // A compare-and-expire: Redlock's waiters learn the new expiry when they renew
-            // their place in the wake list.
             Protocol::Wake => {
-                let mut cmd =
-                    scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
+                let wake_list = keys.wake_list();
+                let mut cmd = scripts::evalsha(
+                    &scripts::QUORUM_HOLD,
+                    &[&keys.lock, &wake_list],
+                    2,
+                    token.len() + 20,
+                );
                 cmd.arg(token).arg(keep_millis);
-                (&*scripts::EXTEND, cmd)
+                (&*scripts::QUORUM_HOLD, cmd)
             }
         };
         let held: i64 = scripts::invoke(script, &cmd, &mut connection).await?;
