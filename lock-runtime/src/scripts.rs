@@ -389,14 +389,25 @@ return 0
 /// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
 ///   touched).
 ///
-/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again. The
-/// message `"<token> ?"` grants nothing: it only wakes that waiter. A waiter further back learns
-/// of the expiry at its next renewal, and is handed the lock by the first waiter's attempt then.
+/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again —
+/// unless the hold ended in between, and the lock expired (or went to a waiter): so a caller
+/// whose connection may re-send it (a cluster connection) also passes `KEYS[3]`, the lock's
+/// `released` marker, and `ARGV[3]`, how long after the first run it may be re-sent, as for
+/// [`RELEASE`]; the first run leaves its token there, and a run that finds the lock not ours
+/// but its own token in the marker answers 1. The message `"<token> ?"` grants nothing: it
+/// only wakes that waiter. A waiter further back learns of the expiry at its next renewal, and
+/// is handed the lock by the first waiter's attempt then.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if ARGV[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
+    return 1
+  end
   return 0
+end
+if ARGV[3] then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local first = redis.call('LRANGE', KEYS[2], 0, 0)[1]

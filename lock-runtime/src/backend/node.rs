@@ -341,6 +341,20 @@ impl Node {
     ) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
+            // A cluster connection may run it twice: mark it, see `HOLD`.
+            Protocol::Line if matches!(connection, Connection::Cluster(_)) => {
+                let (line, released) = (keys.line(), keys.released());
+                let mut cmd = scripts::evalsha(
+                    &scripts::HOLD,
+                    &[&keys.lock, &line, &released],
+                    3,
+                    token.len() + 20 + 20,
+                );
+                cmd.arg(token)
+                    .arg(keep_millis)
+                    .arg(millis(self.connections.resend_window()));
+                (&*scripts::HOLD, cmd)
+            }
             Protocol::Line => {
                 let line = keys.line();
                 let mut cmd =
