@@ -287,3 +287,32 @@ async fn a_sentinel_password_is_never_shown() {
         }
     }
 }
+
+/// A release within `hold_at_least` right after a failover reaches the new master, as a plain
+/// release does: the old one, now a read-only replica, refuses the write, and the release asks
+/// the sentinels again rather than failing and leaving the lock to its full ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_release_after_a_failover_reaches_the_new_master() {
+    let set = SentinelSet::start();
+    let manager = connect(&set).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .hold_at_least(Duration::from_secs(3));
+    let guard = manager.acquire("held-over", &options).await.unwrap();
+    let new = tokio::task::block_in_place(|| {
+        let old = set.master().port();
+        let new = set.failover();
+        assert_ne!(new.port(), old);
+        new
+    });
+    assert_eq!(new.get("lock:held-over").as_deref(), Some(guard.token()));
+    let released = tokio::time::timeout(Duration::from_secs(30), guard.release())
+        .await
+        .expect("the release ends");
+    assert!(released.is_ok(), "released across the failover: {released:?}");
+    let left = new.pttl("lock:held-over");
+    assert!(
+        (0..=3_000).contains(&left),
+        "the lock on the new master expires when the hold ends, not at its ttl: {left} ms left"
+    );
+}
