@@ -486,7 +486,7 @@ async fn a_hold_release_whose_reply_was_lost_is_not_reported_lost() {
     // Released with a few milliseconds of the hold left, on a link slow enough that the
     // re-send (a new connection, then the command) arrives after the hold ended.
     cluster.proxy().set_delay(Duration::from_millis(30));
-    tokio::time::sleep(hold - Duration::from_millis(5)).await;
+    tokio::time::sleep(hold.saturating_sub(Duration::from_millis(5))).await;
     node.reset_stats();
     cluster.proxy().lose_next_reply_to(key);
     let released = guard.release().await;

@@ -309,7 +309,10 @@ async fn a_hold_release_after_a_failover_reaches_the_new_master() {
     let released = tokio::time::timeout(Duration::from_secs(30), guard.release())
         .await
         .expect("the release ends");
-    assert!(released.is_ok(), "released across the failover: {released:?}");
+    assert!(
+        released.is_ok(),
+        "released across the failover: {released:?}"
+    );
     let left = new.pttl("lock:held-over");
     assert!(
         (0..=3_000).contains(&left),
