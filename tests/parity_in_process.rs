@@ -62,3 +62,49 @@ async fn the_blocking_global_falls_back_to_the_async_global() {
     );
     guard.release().await.unwrap();
 }
+
+/// A waiter of another in-process manager sits in the shared line, renewing its place every
+/// second. A release within `hold_at_least` must tell it the new, shorter expiry — as the
+/// Redis backend's release does — or it sleeps on the 30 s ttl it saw until that renewal and
+/// gets the lock well after the hold ended.
+#[tokio::test]
+async fn a_release_within_the_hold_wakes_a_waiter_of_another_manager_in_time() {
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    let (holder, waiter) = (LockManager::in_process(), LockManager::in_process());
+    let hold = Duration::from_millis(400);
+    let options = distlock::LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .hold_at_least(hold);
+    let guard = holder
+        .acquire("in-process:hold-wakes", &options)
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    let waiting = tokio::spawn(async move {
+        let options = distlock::LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = waiter
+            .acquire("in-process:hold-wakes", &options)
+            .await
+            .unwrap();
+        (guard, Instant::now())
+    });
+    // In line by then: its first look and its place cost no I/O.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    assert!(
+        got_at - acquired >= hold,
+        "handed over before the hold ended"
+    );
+    let late = (got_at - acquired).saturating_sub(hold);
+    assert!(
+        late < Duration::from_millis(300),
+        "handed over {late:?} after the hold ended: the waiter was not told the new expiry"
+    );
+    next.release().await.unwrap();
+}

@@ -677,7 +677,10 @@ mod tests {
         assert!(message.contains("unknown option `tll`"), "{message}");
         assert!(message.contains("did you mean `ttl`?"), "{message}");
         assert!(
-            message.contains("`key`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `crate`"),
+            message.contains(
+                "`key`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
+                 `hold_at_least`, `crate`"
+            ),
             "{message}"
         );
         let message = error(quote!(key = "k", retries = 5));

@@ -220,17 +220,32 @@ pub(crate) fn skipped(output: &ReturnType) -> Option<Skipped> {
     };
     match ok_type(ty)? {
         Type::Tuple(tuple) if tuple.elems.is_empty() => Some(Skipped::Unit),
-        Type::Path(path)
-            if path.qself.is_none()
-                && path.path.segments.last().is_some_and(|segment| {
-                    segment.ident == "Option"
-                        && matches!(segment.arguments, syn::PathArguments::AngleBracketed(_))
-                }) =>
-        {
+        Type::Path(path) if path.qself.is_none() && is_standard_option(&path.path) => {
             Some(Skipped::None)
         }
         _ => None,
     }
+}
+
+/// `Option<T>`, `std::option::Option<T>` or `core::option::Option<T>`: the type whose `None` a
+/// skipped call returns (`my::Option<T>` is another type, which that `None` would not fit).
+fn is_standard_option(path: &syn::Path) -> bool {
+    let names: Vec<String> = path
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect();
+    let standard = match names.as_slice() {
+        [option] => path.leading_colon.is_none() && option == "Option",
+        [root, module, option] => {
+            (root == "std" || root == "core") && module == "option" && option == "Option"
+        }
+        _ => false,
+    };
+    standard
+        && path.segments.iter().last().is_some_and(|segment| {
+            matches!(segment.arguments, syn::PathArguments::AngleBracketed(_))
+        })
 }
 
 /// The `T` of `Result<T, E>`, `io::Result<T>`, `AppResult<T>`: the first type argument.
@@ -768,6 +783,34 @@ mod tests {
         ] {
             let function = format!("async fn f() -> {output} {{ todo!() }}");
             assert_eq!(rules(quote!(key = "k"), &function), "", "{output}");
+        }
+    }
+
+    /// A skipped call returns `core`'s `None`: an `Option` of another path (`my::Option`) is
+    /// refused here with the rule's message, not left to a type mismatch inside the expansion.
+    #[test]
+    fn skip_accepts_only_the_standard_option() {
+        for output in [
+            "Result<Option<u8>, E>",
+            "Result<std::option::Option<u8>, E>",
+            "Result<::core::option::Option<u8>, E>",
+            "anyhow::Result<Option<u8>>",
+            "std::io::Result<()>",
+        ] {
+            let function = format!("async fn f() -> {output} {{ todo!() }}");
+            assert_eq!(
+                rules(quote!(key = "k", on_busy = "skip"), &function),
+                "",
+                "{output}"
+            );
+        }
+        for output in ["Result<my::Option<u8>, E>", "Result<Option, E>"] {
+            let function = format!("async fn f() -> {output} {{ todo!() }}");
+            let message = rules(quote!(key = "k", on_busy = "skip"), &function);
+            assert!(
+                message.contains("the return type must say what is returned then"),
+                "{output}: {message}"
+            );
         }
     }
 

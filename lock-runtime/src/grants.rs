@@ -156,6 +156,12 @@ impl GrantHub {
         self.shared.deliver_to(token, Some(grant));
     }
 
+    /// Tells the waiter registered for `token` in this process, if any, to look again: the
+    /// in-process backend's `"<token> ?"`.
+    pub(crate) fn wake(&self, token: &str) {
+        self.shared.deliver_to(token, None);
+    }
+
     /// The channel that messages to this hub's waiters are published on.
     pub(crate) fn channel(&self) -> &Arc<str> {
         &self.shared.channel

@@ -389,14 +389,25 @@ return 0
 /// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
 ///   touched).
 ///
-/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again. The
-/// message `"<token> ?"` grants nothing: it only wakes that waiter. A waiter further back learns
-/// of the expiry at its next renewal, and is handed the lock by the first waiter's attempt then.
+/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again —
+/// unless the hold ended in between, and the lock expired (or went to a waiter): so a caller
+/// whose connection may re-send it (a cluster connection) also passes `KEYS[3]`, the lock's
+/// `released` marker, and `ARGV[3]`, how long after the first run it may be re-sent, as for
+/// [`RELEASE`]; the first run leaves its token there, and a run that finds the lock not ours
+/// but its own token in the marker answers 1. The message `"<token> ?"` grants nothing: it
+/// only wakes that waiter. A waiter further back learns of the expiry at its next renewal, and
+/// is handed the lock by the first waiter's attempt then.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if ARGV[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
+    return 1
+  end
   return 0
+end
+if ARGV[3] then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local first = redis.call('LRANGE', KEYS[2], 0, 0)[1]
@@ -440,6 +451,36 @@ for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
   end
 end
 return {value, redis.call('PTTL', KEYS[1]), waiters, redis.call('GET', KEYS[3])}
+",
+    )
+});
+
+/// Redlock's [`HOLD`] on one master: set the lock to expire `ARGV[2]` ms from now if it is
+/// still ours, and tell the first live waiter in the wake list to look again, so that it
+/// sleeps until that expiry rather than until the ttl it last saw. The waiter keeps its place:
+/// nothing is handed over, and it takes the lock by its own attempt when the hold ends.
+///
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]); `ARGV[1]` the
+///   token, `ARGV[2]` the milliseconds the lock is to live from now (at least 1).
+/// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
+///   touched).
+pub(crate) static QUORUM_HOLD: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local first = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf', 'LIMIT', 0, 1)[1]
+if first then
+  local channel, waiter = string.match(first, '^(%S+) (.+)$')
+  if channel then
+    redis.call('PUBLISH', channel, waiter .. ' ?')
+  end
+end
+return 1
 ",
     )
 });

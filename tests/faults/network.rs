@@ -464,6 +464,43 @@ async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
     }
 }
 
+/// A release within `hold_at_least` whose reply was lost, near the hold's end: its first run
+/// left the lock to expire in a few milliseconds, so the re-sent run finds it gone. That is the
+/// release having worked, not a lost lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_release_whose_reply_was_lost_is_not_reported_lost() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:hold";
+    let hold = Duration::from_millis(400);
+    let options = LockOptions::new().ttl(RESEND_TTL).hold_at_least(hold);
+    // One hold release first, so that the armed request is the script itself, not its load.
+    let warm = manager.acquire("resend:hold", &options).await.unwrap();
+    warm.release().await.unwrap();
+    test_support::eventually(Duration::from_secs(10), "the first hold to end", || {
+        !node.exists(key)
+    })
+    .await;
+    let guard = manager.acquire("resend:hold", &options).await.unwrap();
+    // Released with a few milliseconds of the hold left, on a link slow enough that the
+    // re-send (a new connection, then the command) arrives after the hold ended.
+    cluster.proxy().set_delay(Duration::from_millis(30));
+    tokio::time::sleep(hold.saturating_sub(Duration::from_millis(5))).await;
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let released = guard.release().await;
+    assert!(
+        released.is_ok(),
+        "a hold release that ran, then was sent again, answered {released:?}"
+    );
+    assert_ran_twice(&cluster, "evalsha");
+    test_support::eventually(Duration::from_secs(10), "the hold to end", || {
+        !node.exists(key)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extend_whose_reply_was_lost_is_not_reported_lost() {
     let cluster = ProxiedCluster::start();

@@ -64,3 +64,47 @@ async fn on_redlock_the_hold_keeps_the_lock_on_a_majority_until_it_ends() {
     })
     .await;
 }
+
+/// On Redlock a waiter sits in each master's wake list and looks again every second. A release
+/// within the hold must wake it to learn the new, shorter expiry — as the standalone release
+/// does — or it sleeps on the 30 s ttl it saw until that look, well after the hold ended.
+#[tokio::test]
+async fn on_redlock_a_release_within_the_hold_wakes_the_waiter_in_time() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let holder = LockManager::redlock_builder(&urls).connect().await.unwrap();
+    let waiter = LockManager::redlock_builder(&urls).connect().await.unwrap();
+    let hold = Duration::from_millis(500);
+    let guard = holder.acquire("soon", &options(30_000, 500)).await.unwrap();
+    let acquired = tokio::time::Instant::now();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = waiter.acquire("soon", &options).await.unwrap();
+        (guard, tokio::time::Instant::now())
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in every wake list",
+        || {
+            servers
+                .iter()
+                .all(|server| !server.keys("*soon*wake").is_empty())
+        },
+    )
+    .await;
+    guard.release().await.unwrap();
+    let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    assert!(
+        got_at - acquired >= hold,
+        "handed over before the hold ended"
+    );
+    let late = (got_at - acquired).saturating_sub(hold);
+    assert!(
+        late < Duration::from_millis(300),
+        "handed over {late:?} after the hold ended: the waiter was not told the new expiry"
+    );
+    next.release().await.unwrap();
+}

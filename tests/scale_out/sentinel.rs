@@ -235,3 +235,87 @@ async fn a_master_with_a_password_is_reached_with_master_login_which_is_never_sh
         assert!(!error.to_string().contains(password), "{error}");
     }
 }
+
+/// Sentinels that are all down — one refusing connections, one accepting them and never
+/// answering (a frozen host) — make `connect` fail with an error in bounded time, not hang.
+#[tokio::test]
+async fn sentinels_that_are_all_down_or_silent_fail_the_connect_in_bounded_time() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refusing_port = refusing.local_addr().unwrap().port();
+    drop(refusing);
+    let urls = [
+        format!("redis://127.0.0.1:{refusing_port}"),
+        format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port()),
+    ];
+    let started = Instant::now();
+    let connected = tokio::time::timeout(
+        Duration::from_secs(60),
+        LockManager::sentinel_builder(&urls, SERVICE).connect(),
+    )
+    .await
+    .expect("connect gives up on sentinels that do not answer");
+    assert!(connected.is_err(), "no sentinel answered, yet it connected");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?} to give up",
+        started.elapsed()
+    );
+    drop(silent);
+}
+
+/// A sentinel URL's password is a secret: neither the error of a failed connect nor the
+/// builder's `Debug` shows it.
+#[tokio::test]
+async fn a_sentinel_password_is_never_shown() {
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = refusing.local_addr().unwrap().port();
+    drop(refusing);
+    // Well-formed but refusing, and malformed: the connect's error and the URL check's.
+    for urls in [
+        vec![format!("redis://:hunter2-sentinel@127.0.0.1:{port}")],
+        vec!["redis://:hunter2-sentinel@127.0.0.1:notaport".to_owned()],
+    ] {
+        let builder = LockManager::sentinel_builder(&urls, SERVICE);
+        assert!(!format!("{builder:?}").contains("hunter2"), "{builder:?}");
+        let error = tokio::time::timeout(Duration::from_secs(60), builder.connect())
+            .await
+            .expect("connect gives up")
+            .expect_err("no sentinel answers");
+        for shown in [format!("{error}"), format!("{error:?}")] {
+            assert!(!shown.contains("hunter2"), "the password is shown: {shown}");
+        }
+    }
+}
+
+/// A release within `hold_at_least` right after a failover reaches the new master, as a plain
+/// release does: the old one, now a read-only replica, refuses the write, and the release asks
+/// the sentinels again rather than failing and leaving the lock to its full ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_release_after_a_failover_reaches_the_new_master() {
+    let set = SentinelSet::start();
+    let manager = connect(&set).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .hold_at_least(Duration::from_secs(3));
+    let guard = manager.acquire("held-over", &options).await.unwrap();
+    let new = tokio::task::block_in_place(|| {
+        let old = set.master().port();
+        let new = set.failover();
+        assert_ne!(new.port(), old);
+        new
+    });
+    assert_eq!(new.get("lock:held-over").as_deref(), Some(guard.token()));
+    let released = tokio::time::timeout(Duration::from_secs(30), guard.release())
+        .await
+        .expect("the release ends");
+    assert!(
+        released.is_ok(),
+        "released across the failover: {released:?}"
+    );
+    let left = new.pttl("lock:held-over");
+    assert!(
+        (0..=3_000).contains(&left),
+        "the lock on the new master expires when the hold ends, not at its ttl: {left} ms left"
+    );
+}

@@ -245,6 +245,28 @@ impl Memory {
         }
     }
 
+    /// Leaves the lock to expire `keep` from now if `token` holds it (`false` if not), and tells
+    /// the first waiter in line to look again, so that it sleeps until that expiry rather than
+    /// until the ttl it last saw — as the `HOLD` script does on Redis.
+    pub(crate) fn hold(&self, keys: &LockKeys, token: &str, keep: Duration) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let slot = table.slot(&keys.lock, now);
+        let Some(holder) = slot
+            .holder
+            .as_mut()
+            .filter(|holder| &*holder.token == token)
+        else {
+            table.tidy(&keys.lock);
+            return false;
+        };
+        holder.expires = now + keep;
+        if let Some(first) = slot.line.front().filter(|place| place.listening) {
+            self.hub.wake(&first.token);
+        }
+        true
+    }
+
     /// Whether `token` holds the lock now.
     pub(crate) fn is_held(&self, keys: &LockKeys, token: &str) -> bool {
         let now = Instant::now();

@@ -281,9 +281,8 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.hold(keys, token, keep_millis).await,
             Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
-            // A compare-and-expire; its waiters learn the new expiry when they look again.
             Locks::Memory(memory) => {
-                Ok(memory.extend(keys, token, Duration::from_millis(keep_millis)))
+                Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))
             }
         }
     }

@@ -341,6 +341,20 @@ impl Node {
     ) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
+            // A cluster connection may run it twice: mark it, see `HOLD`.
+            Protocol::Line if matches!(connection, Connection::Cluster(_)) => {
+                let (line, released) = (keys.line(), keys.released());
+                let mut cmd = scripts::evalsha(
+                    &scripts::HOLD,
+                    &[&keys.lock, &line, &released],
+                    3,
+                    token.len() + 20 + 20,
+                );
+                cmd.arg(token)
+                    .arg(keep_millis)
+                    .arg(millis(self.connections.resend_window()));
+                (&*scripts::HOLD, cmd)
+            }
             Protocol::Line => {
                 let line = keys.line();
                 let mut cmd =
@@ -348,13 +362,16 @@ impl Node {
                 cmd.arg(token).arg(keep_millis);
                 (&*scripts::HOLD, cmd)
             }
-            // A compare-and-expire: Redlock's waiters learn the new expiry when they renew
-            // their place in the wake list.
             Protocol::Wake => {
-                let mut cmd =
-                    scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
+                let wake_list = keys.wake_list();
+                let mut cmd = scripts::evalsha(
+                    &scripts::QUORUM_HOLD,
+                    &[&keys.lock, &wake_list],
+                    2,
+                    token.len() + 20,
+                );
                 cmd.arg(token).arg(keep_millis);
-                (&*scripts::EXTEND, cmd)
+                (&*scripts::QUORUM_HOLD, cmd)
             }
         };
         let held: i64 = scripts::invoke(script, &cmd, &mut connection).await?;
