@@ -70,6 +70,7 @@ pub use lock_runtime::{
 /// any release.
 #[doc(hidden)]
 pub mod __private {
+    pub use lock_runtime::redact_url;
     pub use core::time::Duration;
     pub use lock_runtime::attribute::{
         acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,

@@ -180,7 +180,7 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
             let at: Vec<String> = cli
                 .url
                 .iter()
-                .map(|url| format::hide_password(url))
+                .map(|url| distlock::__private::redact_url(url))
                 .collect();
             Failure::Error(format!(
                 "cannot use Redis at {}: {error}\n(check --url or REDIS_URL, and that the server \

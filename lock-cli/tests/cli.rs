@@ -242,6 +242,27 @@ fn an_unreachable_server_is_a_clear_error_without_the_password() {
     assert!(!text(&help.stdout).contains("s3cret"));
 }
 
+/// A password the URL parser does not take as one (a raw `/` in it, or given as a query
+/// parameter) is a password all the same: the error says where, never what it is.
+#[test]
+fn passwords_the_url_parser_misreads_are_never_printed() {
+    let port = free_port();
+    for url in [
+        format!("redis://app:s3/cret@127.0.0.1:{port}"),
+        format!("redis://app:s3?cret@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}/?password=s3cret"),
+        format!("redis://127.0.0.1:{port}/0?user=app&password=s3cret"),
+    ] {
+        let (out, err) = expect(&url, &["list", "--json"], 2);
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains("cannot use Redis at"), "{err}");
+        assert!(
+            !err.contains("s3") && !err.contains("cret"),
+            "{url}: the password was printed: {err}"
+        );
+    }
+}
+
 #[test]
 fn a_server_that_refuses_scan_is_a_clear_error() {
     let server = RedisServer::start();
