@@ -112,7 +112,8 @@ impl LockManager {
     /// on every master, each lock shown once, as [`LockManager::inspect`] shows it — so a big
     /// keyspace is walked in steps without blocking Redis, and a lock taken or released while
     /// the walk runs may or may not appear. A lock found by the scan and free by the time it
-    /// is looked at is skipped. With an empty key prefix every string key that matches is
+    /// is looked at, or holding
+    /// another type than a string by then, is skipped. With an empty key prefix every string key that matches is
     /// taken for a lock (distlock cannot tell them apart); its holder is `None`.
     ///
     /// The stream ends after its first error.
@@ -221,8 +222,17 @@ impl Walk {
         }
         loop {
             while let Some(name) = self.found.pop_front() {
-                if let Some(info) = self.manager.inspect(&name).await? {
-                    return Ok(Some(info));
+                let mut key = String::with_capacity(self.manager.key_prefix().len() + name.len());
+                key.push_str(self.manager.key_prefix());
+                key.push_str(&name);
+                let keys = LockKeys::new(key)?;
+                match self.manager.backend().inspect(&keys).await {
+                    Ok(Some(look)) => return Ok(Some(info(&name, &keys, look))),
+                    Ok(None) => {}
+                    // Found as a string by the scan, another type by now: no lock, as a key
+                    // of another type is not one when the scan meets it.
+                    Err(error) if error.code() == Some("WRONGTYPE") => {}
+                    Err(error) => return Err(error.into()),
                 }
             }
             if self.targets.is_none() {

@@ -345,3 +345,51 @@ async fn the_in_process_backend_shows_its_holders_too() {
     second.release().await.unwrap();
     assert!(manager.inspect("mem:[1]").await.unwrap().is_none());
 }
+
+/// A key the scan found as a string and that holds another type by the time it is looked at
+/// (with an empty prefix, an application's key is recreated as a hash) is no lock, as the
+/// scan's `TYPE string` says: the walk skips it instead of ending on `WRONGTYPE`.
+///
+/// Clock-free: the first item is taken (the scan step has found all three keys, which sit
+/// queued for a look), the other two change type, then the walk goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skips_a_key_that_changed_type_after_the_scan_found_it() {
+    let server = RedisServer::start();
+    let bare = LockManager::builder(server.url())
+        .key_prefix("")
+        .connect()
+        .await
+        .unwrap();
+    for key in ["churn:a", "churn:b", "churn:c"] {
+        server.set(key, "plain string");
+    }
+    let mut found = pin!(bare.list("churn:*"));
+    let first = found.next().await.unwrap().unwrap().name;
+    for key in ["churn:a", "churn:b", "churn:c"] {
+        if key != first {
+            let () = redis::cmd("DEL")
+                .arg(key)
+                .query(&mut server.conn())
+                .unwrap();
+            let _: i64 = redis::cmd("HSET")
+                .arg(key)
+                .arg("field")
+                .arg("value")
+                .query(&mut server.conn())
+                .unwrap();
+        }
+    }
+    let rest: Vec<_> = found.collect().await;
+    assert!(
+        rest.iter().all(Result::is_ok),
+        "the walk ended on a key that is no longer a string: {rest:?}"
+    );
+    assert!(rest.is_empty(), "{rest:?}");
+    // Asked for by name, such a key is an error still: it is not a lock.
+    let changed = if first == "churn:a" {
+        "churn:b"
+    } else {
+        "churn:a"
+    };
+    assert!(bare.inspect(changed).await.is_err());
+}
