@@ -70,12 +70,12 @@ pub use lock_runtime::{
 /// any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use lock_runtime::redact_url;
     pub use core::time::Duration;
     pub use lock_runtime::attribute::{
         acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
+    pub use lock_runtime::redact_url;
     pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

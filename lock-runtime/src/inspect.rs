@@ -112,9 +112,9 @@ impl LockManager {
     /// on every master, each lock shown once, as [`LockManager::inspect`] shows it — so a big
     /// keyspace is walked in steps without blocking Redis, and a lock taken or released while
     /// the walk runs may or may not appear. A lock found by the scan and free by the time it
-    /// is looked at, or holding
-    /// another type than a string by then, is skipped. With an empty key prefix every string key that matches is
-    /// taken for a lock (distlock cannot tell them apart); its holder is `None`.
+    /// is looked at, or by then holding another type than a string, is skipped. With an empty
+    /// key prefix every string key that matches is taken for a lock (distlock cannot tell them
+    /// apart); its holder is `None`.
     ///
     /// The stream ends after its first error.
     ///
