@@ -393,3 +393,44 @@ async fn list_skips_a_key_that_changed_type_after_the_scan_found_it() {
     };
     assert!(bare.inspect(changed).await.is_err());
 }
+
+/// A lock whose slot moves to another master while `list` walks the cluster is shown once:
+/// found on the master it left, then again on the master it reached, if that master is
+/// scanned later. Clock-free: the lock is taken from the stream (its first master is
+/// scanned), its slot moves, then the walk goes on. Which master is scanned last is not
+/// known, so every move between two masters is tried, and none may show it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
+    let cluster = RedisCluster::start(3, 0);
+    let manager = LockManager::cluster_builder(&cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let guard = manager
+        .acquire("moving", &LockOptions::new().ttl(Duration::from_secs(300)))
+        .await
+        .unwrap();
+    let home = || {
+        let port = cluster.node_for_key("lock:moving").port();
+        (0..3)
+            .find(|&i| cluster.masters()[i].port() == port)
+            .unwrap()
+    };
+    for from in 0..3 {
+        for to in (0..3).filter(|&to| to != from) {
+            if home() != from {
+                cluster.migrate_slot_of("lock:moving", from);
+            }
+            let mut found = pin!(manager.list("moving"));
+            let first = found.next().await.unwrap().unwrap();
+            assert_eq!(first.name, "moving");
+            cluster.migrate_slot_of("lock:moving", to);
+            let rest: Vec<_> = found.map(|info| info.unwrap().name).collect().await;
+            assert!(
+                rest.is_empty(),
+                "moved from master {from} to {to} during the walk, shown again: {rest:?}"
+            );
+        }
+    }
+    guard.release().await.unwrap();
+}
