@@ -195,7 +195,8 @@ impl LockManager {
         let keys = LockKeys::new(info.key.clone())?;
         let Some(value) = &info.value else {
             return Err(LockError::config(format!(
-                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the                  key by hand (`redis-cli DEL`) if you are sure nothing holds it",
+                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the \
+                 key by hand (`redis-cli DEL`) if you are sure nothing holds it",
                 info.key
             )));
         };

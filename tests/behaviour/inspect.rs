@@ -434,3 +434,24 @@ async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
     }
     guard.release().await.unwrap();
 }
+
+/// A lock whose value is not text was not written by distlock: breaking it is refused, with
+/// a message that reads as one sentence (no stray run of blanks from a broken line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_refuses_a_value_that_is_not_text_in_plain_words() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let () = redis::cmd("SET")
+        .arg("lock:binary")
+        .arg(&b"\xff\xfe"[..])
+        .query(&mut server.conn())
+        .unwrap();
+    let info = inspect(&manager, "binary").await;
+    assert_eq!(info.holder, None);
+    let error = manager.force_release(&info).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, LockError::Config(_)), "{text}");
+    assert!(text.contains("redis-cli DEL"), "{text}");
+    assert!(!text.contains("  "), "a run of blanks in: {text:?}");
+    assert_eq!(server.keys("lock:binary").len(), 1, "left as it was");
+}
