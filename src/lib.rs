@@ -75,6 +75,7 @@ pub mod __private {
         acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
+    pub use lock_runtime::redact_url;
     pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -193,3 +193,45 @@ async fn a_scripted_workload_gives_exact_counts_per_label_and_outcome() {
     guard.release().await.unwrap();
     assert_eq!(get(&read(&snapshotter), "distlock_held", &label), -1);
 }
+
+/// A label longer than the lock's value keeps (a label built from data, by mistake) is cut in
+/// the metrics as in the value, so the series `distlock list` names by its label is the one
+/// the metrics name, and a huge label does not ride along with every sample.
+#[test]
+fn a_huge_label_is_cut_in_the_metrics_as_in_the_lock_value() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let huge = "é".repeat(1 << 16);
+    let server = RedisServer::start();
+    let shown = metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let manager = LockManager::connect(&server.url()).await.unwrap();
+            let guard = manager
+                .acquire("k:huge", &LockOptions::new().label(huge.as_str()))
+                .await
+                .unwrap();
+            let shown = manager.inspect("k:huge").await.unwrap().unwrap();
+            guard.release().await.unwrap();
+            shown.holder.unwrap().label
+        })
+    });
+    assert!(shown.len() <= 200, "{}", shown.len());
+    let seen = read(&snapshotter);
+    let labels: Vec<_> = seen
+        .keys()
+        .flat_map(|(_, labels)| labels)
+        .filter(|(name, _)| name == "label")
+        .map(|(_, value)| value.clone())
+        .collect();
+    assert!(!labels.is_empty(), "{seen:#?}");
+    for label in labels {
+        assert_eq!(
+            label, shown,
+            "the metrics' label is not the one inspection shows"
+        );
+    }
+}

@@ -189,3 +189,54 @@ async fn a_locked_call_runs_in_its_span_with_key_label_wait_and_fence() {
         "{events:?}"
     );
 }
+
+#[distributed_lock(key = "span-skip:{id}", ttl = 5, fencing = true, on_busy = "skip", guard = lock)]
+async fn skip_fenced(id: u32) -> Result<Option<u64>, LockError> {
+    Ok(lock.fencing_token())
+}
+
+#[distributed_lock(key = "span-fail:{id}", ttl = 5, fencing = true, on_busy = "fail", guard = lock)]
+async fn fail_fenced(id: u32) -> Result<Option<u64>, LockError> {
+    Ok(lock.fencing_token())
+}
+
+#[distributed_lock(key = "span-sync:{id}", ttl = 5, timeout = 20, fencing = true, guard = lock)]
+fn sync_fenced(id: u32) -> Result<Option<u64>, LockError> {
+    Ok(lock.fencing_token())
+}
+
+/// A call that takes the lock in one attempt (`on_busy = "skip"` or `"fail"`), or a plain `fn`
+/// that takes it, holds it as any other does: its span carries the fencing token and the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_attempt_that_gets_the_lock_records_wait_and_fence() {
+    captured();
+    let _server = global_server().await;
+    let skipped = skip_fenced(1).await.unwrap();
+    let failed = fail_fenced(1).await.unwrap();
+    // A plain `fn` takes it through the blocking manager, in the same span.
+    let synced = std::thread::spawn(|| sync_fenced(1))
+        .join()
+        .unwrap()
+        .unwrap();
+    for (key, fence) in [
+        ("span-skip:1", skipped),
+        ("span-fail:1", failed),
+        ("span-sync:1", synced),
+    ] {
+        let fence = fence.expect("a fencing token");
+        let spans = spans_for(key);
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        let fields = &spans[0].1;
+        assert_eq!(
+            fields.get("fence"),
+            Some(&fence.to_string()),
+            "{key}: {fields:?}"
+        );
+        let wait: f64 = fields
+            .get("wait_ms")
+            .unwrap_or_else(|| panic!("{key}: no wait_ms in {fields:?}"))
+            .parse()
+            .unwrap();
+        assert!((0.0..10_000.0).contains(&wait), "{wait}");
+    }
+}

@@ -95,6 +95,9 @@ enum Failure {
     NotDone(String),
     /// Redis unreachable or refusing, bad usage: status 2.
     Error(String),
+    /// Standard output was closed by its reader (`distlock list | head -1`): the reader has
+    /// what it wanted, so the command ends quietly, with status 0.
+    Closed,
 }
 
 impl From<LockError> for Failure {
@@ -125,6 +128,7 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(2)
         }
+        Err(Failure::Closed) => ExitCode::SUCCESS,
     }
 }
 
@@ -180,7 +184,7 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
             let at: Vec<String> = cli
                 .url
                 .iter()
-                .map(|url| format::hide_password(url))
+                .map(|url| distlock::__private::redact_url(url))
                 .collect();
             Failure::Error(format!(
                 "cannot use Redis at {}: {error}\n(check --url or REDIS_URL, and that the server \
@@ -221,7 +225,8 @@ async fn show(manager: &LockManager, name: &str, json: bool) -> Result<(), Failu
         (Some(info), true) => write_out(&mut out, &format!("{}\n", format::json(&info))),
         (Some(info), false) => write_out(&mut out, &format::detail(&info)),
         (None, true) => {
-            write_out(&mut out, "null\n")?;
+            // Not held is status 1 whether or not the reader took the `null`.
+            keep_going(write_out(&mut out, "null\n"))?;
             Err(Failure::NotDone(format!(
                 "{} is not held",
                 format::cell(&format!("{}{name}", manager.key_prefix()))
@@ -243,13 +248,15 @@ async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Fai
     };
     let whose = format::whose(&info);
     let mut out = std::io::stdout().lock();
-    write_out(
+    // Whether the lock is broken must not depend on whether standard output is still read:
+    // the exit status says what was done.
+    keep_going(write_out(
         &mut out,
         &format!("{} is held by {whose}\n", format::cell(&info.key)),
-    )?;
+    ))?;
     if !yes {
         // The question goes to standard error, so that standard output holds only the facts.
-        write_out(&mut std::io::stderr().lock(), "Break it? [y/N] ")?;
+        keep_going(write_out(&mut std::io::stderr().lock(), "Break it? [y/N] "))?;
         let mut answer = String::new();
         let read = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
@@ -265,13 +272,13 @@ async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Fai
         }
     }
     if manager.force_release(&info).await? {
-        write_out(
+        keep_going(write_out(
             &mut out,
             &format!(
                 "released {} (it was held by {whose})\n",
                 format::cell(&info.key)
             ),
-        )
+        ))
     } else {
         Err(Failure::NotDone(format!(
             "{} changed hands since it was read, so nothing was released; run the command again",
@@ -283,5 +290,19 @@ async fn release(manager: &LockManager, name: &str, yes: bool) -> Result<(), Fai
 fn write_out(out: &mut impl Write, text: &str) -> Result<(), Failure> {
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|error| Failure::Error(format!("cannot write to standard output: {error}")))
+        .map_err(|error| {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                Failure::Closed
+            } else {
+                Failure::Error(format!("cannot write to standard output: {error}"))
+            }
+        })
+}
+
+/// A write whose reader went away is no reason to stop what the command does next.
+fn keep_going(written: Result<(), Failure>) -> Result<(), Failure> {
+    match written {
+        Err(Failure::Closed) => Ok(()),
+        other => other,
+    }
 }

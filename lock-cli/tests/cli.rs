@@ -242,6 +242,70 @@ fn an_unreachable_server_is_a_clear_error_without_the_password() {
     assert!(!text(&help.stdout).contains("s3cret"));
 }
 
+/// A password the URL parser does not take as one (a raw `/` in it, or given as a query
+/// parameter) is a password all the same: the error says where, never what it is.
+#[test]
+fn passwords_the_url_parser_misreads_are_never_printed() {
+    let port = free_port();
+    for url in [
+        format!("redis://app:s3/cret@127.0.0.1:{port}"),
+        format!("redis://app:s3?cret@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}/?password=s3cret"),
+        format!("redis://127.0.0.1:{port}/0?user=app&password=s3cret"),
+    ] {
+        let (out, err) = expect(&url, &["list", "--json"], 2);
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains("cannot use Redis at"), "{err}");
+        assert!(
+            !err.contains("s3") && !err.contains("cret"),
+            "{url}: the password was printed: {err}"
+        );
+    }
+}
+
+/// `distlock list | head -1`: a reader that stops reading is the user's choice, not a failure
+/// to report. The pipe is closed before the command writes, so every write finds it closed.
+#[test]
+fn a_closed_pipe_on_standard_output_is_no_error() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", server.port());
+    // A lock written by hand under the default prefix, so that every command has a line to
+    // print.
+    let () = redis::cmd("SET")
+        .arg("lock:hand-written")
+        .arg("x")
+        .query(&mut server.conn())
+        .unwrap();
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["show", "hand-written"],
+        &["release", "hand-written", "--force", "--yes"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+            .env_remove("REDIS_URL")
+            .arg("--url")
+            .arg(&url)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = text(&output.stderr);
+        assert!(err.is_empty(), "{args:?} printed: {err}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {err}");
+    }
+    // The release was done although nobody read that it was.
+    let left: Option<String> = redis::cmd("GET")
+        .arg("lock:hand-written")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(left, None);
+}
+
 #[test]
 fn a_server_that_refuses_scan_is_a_clear_error() {
     let server = RedisServer::start();

@@ -22,22 +22,28 @@ pub fn span(key: &str, label: &str) -> tracing::Span {
 }
 
 /// Takes the lock `key` from the global manager, recording the wait and the fencing token in
-/// the current span (the call's [`span`]).
+/// the current span (the call's [`span`]), as the one-attempt calls below do when they get it.
 ///
 /// # Errors
 /// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`].
 pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
     let guard = global()?.acquire(key, options).await?;
+    record_held(started, guard.fencing_token());
+    Ok(guard)
+}
+
+/// Records in the current span (the call's [`span`]) how long the lock took since `started`
+/// and its fencing token `fence`: every way of taking the lock ends here once it is held.
+fn record_held(started: std::time::Instant, fence: Option<u64>) {
     let span = tracing::Span::current();
     if !span.is_disabled() {
         let waited = started.elapsed().as_secs_f64() * 1000.0;
         span.record("wait_ms", waited);
-        if let Some(fence) = guard.fencing_token() {
+        if let Some(fence) = fence {
             span.record("fence", fence);
         }
     }
-    Ok(guard)
 }
 
 /// One attempt at the lock `key` (`on_busy = "skip"`): `Ok(None)` when someone else holds it,
@@ -46,9 +52,12 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
 /// # Errors
 /// As [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
 pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+    let started = std::time::Instant::now();
     let manager = global()?;
     let guard = manager.try_acquire(key, options).await?;
-    if guard.is_none() {
+    if let Some(guard) = &guard {
+        record_held(started, guard.fencing_token());
+    } else {
         tracing::debug!(target: "distlock", key = %format_args!("{}{key}", manager.key_prefix()), "held elsewhere; the body is skipped (on_busy = \"skip\")");
     }
     Ok(guard)
@@ -60,9 +69,13 @@ pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<Lock
 /// [`LockError::Busy`] when someone else holds it; otherwise as
 /// [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
 pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+    let started = std::time::Instant::now();
     let manager = global()?;
     match manager.try_acquire(key, options).await? {
-        Some(guard) => Ok(guard),
+        Some(guard) => {
+            record_held(started, guard.fencing_token());
+            Ok(guard)
+        }
         None => Err(LockError::Busy {
             key: format!("{}{key}", manager.key_prefix()),
         }),
@@ -127,7 +140,9 @@ fn warn_release(key: &str, error: &LockError) {
 /// # Errors
 /// As [`crate::blocking::LockManager::acquire`], plus [`LockError::NotInitialized`].
 pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld, LockError> {
+    let started = std::time::Instant::now();
     let guard = crate::blocking::global()?.acquire(key, options)?;
+    record_held(started, guard.fencing_token());
     Ok(BlockingHeld(Some(guard)))
 }
 

@@ -97,7 +97,7 @@ pub(crate) fn parse(value: &[u8]) -> Option<Identity> {
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.
-fn bounded(text: &str, max: usize) -> &str {
+pub(crate) fn bounded(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }

@@ -109,11 +109,14 @@ impl LockManager {
     /// character, `[abc]` a set, `\` escapes): `"*"` for all, `"trace:*"` for the traces.
     ///
     /// Locks are found with `SCAN` on the server — on a cluster, on every master; on Redlock,
-    /// on every master, each lock shown once, as [`LockManager::inspect`] shows it — so a big
+    /// on every master, each lock shown as [`LockManager::inspect`] shows it — so a big
     /// keyspace is walked in steps without blocking Redis, and a lock taken or released while
-    /// the walk runs may or may not appear. A lock found by the scan and free by the time it
-    /// is looked at is skipped. With an empty key prefix every string key that matches is
-    /// taken for a lock (distlock cannot tell them apart); its holder is `None`.
+    /// the walk runs may or may not appear. Each lock is shown once, though `SCAN` may return
+    /// a key twice, Redlock's masters share their locks and a cluster slot may move to a
+    /// master not yet scanned: the names found are kept until the walk ends. A lock found by
+    /// the scan and free by the time it is looked at, or by then holding another type than a
+    /// string, is skipped. With an empty key prefix every string key that matches is taken for
+    /// a lock (distlock cannot tell them apart); its holder is `None`.
     ///
     /// The stream ends after its first error.
     ///
@@ -192,7 +195,8 @@ impl LockManager {
         let keys = LockKeys::new(info.key.clone())?;
         let Some(value) = &info.value else {
             return Err(LockError::config(format!(
-                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the                  key by hand (`redis-cli DEL`) if you are sure nothing holds it",
+                "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the \
+                 key by hand (`redis-cli DEL`) if you are sure nothing holds it",
                 info.key
             )));
         };
@@ -209,7 +213,7 @@ struct Walk {
     cursor: u64,
     /// Names found and not yet looked at.
     found: VecDeque<String>,
-    /// Names already shown, when servers share keys (Redlock).
+    /// Names already found, so that none is shown twice.
     seen: HashSet<String>,
     done: bool,
 }
@@ -221,8 +225,17 @@ impl Walk {
         }
         loop {
             while let Some(name) = self.found.pop_front() {
-                if let Some(info) = self.manager.inspect(&name).await? {
-                    return Ok(Some(info));
+                let mut key = String::with_capacity(self.manager.key_prefix().len() + name.len());
+                key.push_str(self.manager.key_prefix());
+                key.push_str(&name);
+                let keys = LockKeys::new(key)?;
+                match self.manager.backend().inspect(&keys).await {
+                    Ok(Some(look)) => return Ok(Some(info(&name, &keys, look))),
+                    Ok(None) => {}
+                    // Found as a string by the scan, another type by now: no lock, as a key
+                    // of another type is not one when the scan meets it.
+                    Err(error) if error.code() == Some("WRONGTYPE") => {}
+                    Err(error) => return Err(error.into()),
                 }
             }
             if self.targets.is_none() {
@@ -244,7 +257,6 @@ impl Walk {
                 self.targets.as_mut().map(Vec::pop);
             }
             let prefix = self.manager.key_prefix();
-            let overlap = self.manager.backend().keyspaces_overlap();
             for key in keys {
                 // Keys that cannot be a lock: not text, or distlock's own helpers.
                 let Ok(key) = String::from_utf8(key) else {
@@ -256,7 +268,10 @@ impl Walk {
                 let Some(name) = key.strip_prefix(prefix) else {
                     continue;
                 };
-                if overlap && !self.seen.insert(name.to_owned()) {
+                // Shown once: Redlock's masters share their locks, and a cluster slot that
+                // moves during the walk shows its locks on the master it left and the one it
+                // reached.
+                if !self.seen.insert(name.to_owned()) {
                     continue;
                 }
                 self.found.push_back(name.to_owned());

@@ -116,3 +116,11 @@ pub use tracing::Instrument;
 pub fn release_script_source() -> String {
     scripts::release_source()
 }
+
+/// A Redis URL with every password in it hidden, as distlock's own errors show URLs, for the
+/// `distlock` command's messages. Not a public API.
+#[doc(hidden)]
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    builder::redact(url)
+}

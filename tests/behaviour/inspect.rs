@@ -345,3 +345,113 @@ async fn the_in_process_backend_shows_its_holders_too() {
     second.release().await.unwrap();
     assert!(manager.inspect("mem:[1]").await.unwrap().is_none());
 }
+
+/// A key the scan found as a string and that holds another type by the time it is looked at
+/// (with an empty prefix, an application's key is recreated as a hash) is no lock, as the
+/// scan's `TYPE string` says: the walk skips it instead of ending on `WRONGTYPE`.
+///
+/// Clock-free: the first item is taken (the scan step has found all three keys, which sit
+/// queued for a look), the other two change type, then the walk goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skips_a_key_that_changed_type_after_the_scan_found_it() {
+    let server = RedisServer::start();
+    let bare = LockManager::builder(server.url())
+        .key_prefix("")
+        .connect()
+        .await
+        .unwrap();
+    for key in ["churn:a", "churn:b", "churn:c"] {
+        server.set(key, "plain string");
+    }
+    let mut found = pin!(bare.list("churn:*"));
+    let first = found.next().await.unwrap().unwrap().name;
+    for key in ["churn:a", "churn:b", "churn:c"] {
+        if key != first {
+            let () = redis::cmd("DEL")
+                .arg(key)
+                .query(&mut server.conn())
+                .unwrap();
+            let _: i64 = redis::cmd("HSET")
+                .arg(key)
+                .arg("field")
+                .arg("value")
+                .query(&mut server.conn())
+                .unwrap();
+        }
+    }
+    let rest: Vec<_> = found.collect().await;
+    assert!(
+        rest.iter().all(Result::is_ok),
+        "the walk ended on a key that is no longer a string: {rest:?}"
+    );
+    assert!(rest.is_empty(), "{rest:?}");
+    // Asked for by name, such a key is an error still: it is not a lock.
+    let changed = if first == "churn:a" {
+        "churn:b"
+    } else {
+        "churn:a"
+    };
+    assert!(bare.inspect(changed).await.is_err());
+}
+
+/// A lock whose slot moves to another master while `list` walks the cluster is shown once:
+/// found on the master it left, then again on the master it reached, if that master is
+/// scanned later. Clock-free: the lock is taken from the stream (its first master is
+/// scanned), its slot moves, then the walk goes on. Which master is scanned last is not
+/// known, so every move between two masters is tried, and none may show it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
+    let cluster = RedisCluster::start(3, 0);
+    let manager = LockManager::cluster_builder(&cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let guard = manager
+        .acquire("moving", &LockOptions::new().ttl(Duration::from_secs(300)))
+        .await
+        .unwrap();
+    let home = || {
+        let port = cluster.node_for_key("lock:moving").port();
+        (0..3)
+            .find(|&i| cluster.masters()[i].port() == port)
+            .unwrap()
+    };
+    for from in 0..3 {
+        for to in (0..3).filter(|&to| to != from) {
+            if home() != from {
+                cluster.migrate_slot_of("lock:moving", from);
+            }
+            let mut found = pin!(manager.list("moving"));
+            let first = found.next().await.unwrap().unwrap();
+            assert_eq!(first.name, "moving");
+            cluster.migrate_slot_of("lock:moving", to);
+            let rest: Vec<_> = found.map(|info| info.unwrap().name).collect().await;
+            assert!(
+                rest.is_empty(),
+                "moved from master {from} to {to} during the walk, shown again: {rest:?}"
+            );
+        }
+    }
+    guard.release().await.unwrap();
+}
+
+/// A lock whose value is not text was not written by distlock: breaking it is refused, with
+/// a message that reads as one sentence (no stray run of blanks from a broken line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_refuses_a_value_that_is_not_text_in_plain_words() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let () = redis::cmd("SET")
+        .arg("lock:binary")
+        .arg(&b"\xff\xfe"[..])
+        .query(&mut server.conn())
+        .unwrap();
+    let info = inspect(&manager, "binary").await;
+    assert_eq!(info.holder, None);
+    let error = manager.force_release(&info).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, LockError::Config(_)), "{text}");
+    assert!(text.contains("redis-cli DEL"), "{text}");
+    assert!(!text.contains("  "), "a run of blanks in: {text:?}");
+    assert_eq!(server.keys("lock:binary").len(), 1, "left as it was");
+}

@@ -362,12 +362,6 @@ impl Backend {
         node.scan(&scan.target, cursor, pattern).await
     }
 
-    /// Whether one server may hold keys that another scanned server also holds (Redlock's
-    /// masters each hold every lock).
-    pub(crate) fn keyspaces_overlap(&self) -> bool {
-        matches!(self.locks, Locks::Quorum(_))
-    }
-
     /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
     /// waiting to be sent, waiters registered for hand-offs).
     pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
