@@ -5,9 +5,9 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::connection::{Endpoint, Timeouts};
+use crate::connection::Endpoint;
 use crate::keys::LockKeys;
-use crate::options::MAX_DURATION;
+use crate::options::{Timeouts, MAX_DURATION};
 use crate::sentinel::Sentinels;
 use crate::shared::Shared;
 use crate::LockError;

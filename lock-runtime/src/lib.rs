@@ -37,10 +37,9 @@
 //!
 //! # The modules, from the bottom up
 //!
-//! Each module uses only modules listed before it, except `sentinel` and `connection`, which
-//! use each other. A held lock keeps the manager's inside (`shared`), not the manager: `held`,
-//! `watchdog` and `guard` lie below `manager`, and `builder` makes the inside that `manager`
-//! wraps.
+//! Each module uses only modules listed before it: there are no loops. A held lock keeps the
+//! manager's inside (`shared`), not the manager, so `held`, `watchdog` and `guard` lie below
+//! `manager`; `builder` makes the inside that `manager` wraps.
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -48,11 +47,12 @@
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `retry` | the pauses between tries: one `Backoff`, and jitter |
 //! | `identity` | the lock's value: its UUID, then who holds it (host, pid, since, label) |
-//! | `options` | [`LockOptions`] and the limits on durations |
+//! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
 //! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
 //! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
 //! | `background` | the process-wide runtime for clean-up that outlives its caller |
-//! | `sentinel`, `connection` | a Sentinel service's master; connections to one endpoint, per tokio runtime, with timeouts |
+//! | `sentinel` | which server is a Sentinel service's master now |
+//! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
 //! | `finish` | finishing a Redis call whose caller stopped waiting |
 //! | `grants` | messages to one waiter: a hand-off, or a wake-up on Redlock |
