@@ -5,11 +5,12 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::connection::{Endpoint, Timeouts};
+use crate::connection::Endpoint;
 use crate::keys::LockKeys;
-use crate::options::MAX_DURATION;
+use crate::options::{Timeouts, MAX_DURATION};
 use crate::sentinel::Sentinels;
-use crate::{LockError, LockManager};
+use crate::shared::Shared;
+use crate::LockError;
 
 /// Which Redis deployment a manager locks on.
 #[derive(Clone)]
@@ -23,8 +24,12 @@ pub(crate) enum Topology {
     },
 }
 
-/// Builds a [`LockManager`]: [`LockManager::builder`], [`LockManager::cluster_builder`],
-/// [`LockManager::redlock_builder`] or [`LockManager::sentinel_builder`], options, then `.connect().await`. The options are the same
+/// Builds a [`LockManager`](crate::LockManager):
+/// [`LockManager::builder`](crate::LockManager::builder),
+/// [`LockManager::cluster_builder`](crate::LockManager::cluster_builder),
+/// [`LockManager::redlock_builder`](crate::LockManager::redlock_builder) or
+/// [`LockManager::sentinel_builder`](crate::LockManager::sentinel_builder), options, then
+/// [`.connect().await`](LockManagerBuilder::connect). The options are the same
 /// for every deployment; the attribute, the guard and the options never learn which one it is.
 ///
 /// ```no_run
@@ -162,22 +167,9 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Connects and checks that Redis answers and lets this user run distlock's scripts (a
-    /// majority of the masters, for Redlock), so that a wrong URL, password or ACL fails here
-    /// rather than at the first release.
-    ///
-    /// # Errors
-    /// [`LockError::Config`] for a malformed URL, an out-of-range timeout or too few Redlock
-    /// masters; [`LockError::Redis`] when Redis cannot be reached within the timeouts or does
-    /// not answer like Redis.
-    ///
-    /// ```no_run
-    /// # async fn example() -> Result<(), distlock::LockError> {
-    /// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379").connect().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(self) -> Result<LockManager, LockError> {
+    /// Checks the settings, connects, and checks that Redis answers: what
+    /// [`LockManagerBuilder::connect`] does, up to the manager it wraps around the result.
+    pub(crate) async fn connect_shared(self) -> Result<Shared, LockError> {
         for (name, value) in [
             ("connect_timeout", self.timeouts.connect),
             ("response_timeout", self.timeouts.response),
@@ -252,9 +244,9 @@ impl LockManagerBuilder {
             }
         };
         let probe = probe_keys(&self.key_prefix)?;
-        let manager = LockManager::new(backend, self.key_prefix, describe(&self.topology));
-        manager.backend().ping(&probe).await?;
-        Ok(manager)
+        let shared = Shared::new(backend, self.key_prefix, describe(&self.topology));
+        shared.backend.ping(&probe).await?;
+        Ok(shared)
     }
 }
 

@@ -17,6 +17,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::options::Timeouts;
 use crate::sentinel::Sentinels;
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
@@ -25,13 +26,6 @@ use tokio::sync::oneshot;
 /// response timeout, a redirection), and its longest pause before doing so, in milliseconds.
 const CLUSTER_RETRIES: u32 = 3;
 const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 200;
-
-/// Connection and response timeouts of one endpoint's connections.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub(crate) connect: Duration,
-    pub(crate) response: Duration,
-}
 
 /// How to reach one endpoint.
 // Made once per manager and never moved on a hot path: the size difference does not matter.

@@ -25,7 +25,7 @@ use redis::{Client, RedisResult};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::connection::Timeouts;
+use crate::options::Timeouts;
 use crate::retry::Backoff;
 use crate::sentinel::Sentinels;
 

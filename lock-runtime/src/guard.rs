@@ -195,8 +195,8 @@ impl LockGuard {
     pub async fn is_held(&self) -> Result<bool, LockError> {
         Ok(self
             .held
-            .manager
-            .backend()
+            .shared
+            .backend
             .is_held(&self.held.keys, &self.held.token)
             .await?)
     }

@@ -16,11 +16,13 @@ use tokio::time::Instant;
 
 use crate::keys::LockKeys;
 use crate::meters::Hold;
-use crate::{LockError, LockManager};
+use crate::shared::Shared;
+use crate::LockError;
 
 /// One held lock.
 pub(crate) struct Held {
-    pub(crate) manager: LockManager,
+    /// The inside of the manager that took it: its backend, kept alive while the lock is held.
+    pub(crate) shared: Arc<Shared>,
     pub(crate) keys: LockKeys,
     pub(crate) token: Arc<str>,
     pub(crate) fence: Option<u64>,
@@ -66,7 +68,7 @@ impl Held {
     /// `expiry.valid_until`, which the setting it got (its full ttl, or a hand-off's claim) put
     /// `expiry.span` after its send time; a release before `hold_until` leaves it to expire then.
     pub(crate) fn new(
-        manager: LockManager,
+        shared: Arc<Shared>,
         keys: LockKeys,
         token: Arc<str>,
         fence: Option<u64>,
@@ -75,7 +77,7 @@ impl Held {
         hold: Hold,
     ) -> Self {
         Held {
-            manager,
+            shared,
             keys,
             token,
             fence,
@@ -118,8 +120,8 @@ impl Held {
             expiry.valid_until = expiry.valid_until.min(sent + ttl);
         });
         let ours = self
-            .manager
-            .backend()
+            .shared
+            .backend
             .extend(&self.keys, &self.token, ttl_millis)
             .await?;
         if !ours {
@@ -135,7 +137,7 @@ impl Held {
     /// Deletes the lock if it is still ours — or, before its `hold_at_least` is over, leaves
     /// it to expire when the hold ends.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
-        let backend = self.manager.backend();
+        let backend = &self.shared.backend;
         // Rounded up: Redis applies it later than now, so the lock lives past the hold's end.
         let keep_millis = self
             .hold_until

@@ -37,19 +37,21 @@
 //!
 //! # The modules, from the bottom up
 //!
-//! Each module uses only modules listed before it, except the five that make up a held lock
-//! and its manager (`held`, `watchdog`, `guard`, `builder`, `manager`), which use one another.
+//! Each module uses only modules listed before it: there are no loops. A held lock keeps the
+//! manager's inside (`shared`), not the manager, so `held`, `watchdog` and `guard` lie below
+//! `manager`; `builder` makes the inside that `manager` wraps.
 //!
 //! | module | what it holds |
 //! |---|---|
 //! | `classify` | what a Redis error means, whichever server worded it |
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `retry` | the pauses between tries: one `Backoff`, and jitter |
-//! | `options` | [`LockOptions`] and the limits on durations |
 //! | `identity` | the lock's value: its UUID, then who holds it (host, pid, since, label) |
+//! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
 //! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
 //! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
 //! | `background` | the process-wide runtime for clean-up that outlives its caller |
+//! | `sentinel` | which server is a Sentinel service's master now |
 //! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
 //! | `finish` | finishing a Redis call whose caller stopped waiting |
@@ -57,11 +59,16 @@
 //! | `backend` | the seam: one endpoint (`node`) or Redlock's majority (`quorum`) |
 //! | `queue` | the in-process first-come-first-served line per key |
 //! | `acquire` | the waiting protocol as a state machine, without I/O |
-//! | `held`, `watchdog` | what a held lock's guard and watchdog share; auto-extension |
+//! | `shared` | the inside of a manager: backend, key prefix, queues |
+//! | `held` | what a held lock's guard and watchdog share |
+//! | `watchdog` | auto-extension |
 //! | `guard` | [`LockGuard`] |
-//! | `builder`, `manager` | [`LockManagerBuilder`], [`LockManager`] |
+//! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
+//! | `manager` | [`LockManager`], and [`LockManagerBuilder::connect`], which wraps the inside |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
-//! | `global`, `attribute` | the global manager ([`init`], [`global()`]); what the attribute's code calls |
+//! | `global` | the global manager ([`init`], [`global()`]) |
+//! | `blocking` | the same API for synchronous code |
+//! | `attribute` | what the attribute's code calls |
 //!
 //! The long-form documents (the waiting protocol, reliability, backends, keys) are in the
 //! repository's `docs/` directory.
@@ -94,6 +101,7 @@ mod queue;
 mod retry;
 mod scripts;
 mod sentinel;
+mod shared;
 mod watchdog;
 
 pub use builder::LockManagerBuilder;

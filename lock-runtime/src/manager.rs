@@ -14,8 +14,9 @@ use crate::grants::{Grant, GrantWaiter};
 use crate::held::{Expiry, Held};
 use crate::keys::LockKeys;
 use crate::meters::Meter;
-use crate::queue::{LocalQueues, Turn};
+use crate::queue::Turn;
 use crate::retry::{jitter, Backoff};
+use crate::shared::Shared;
 use crate::{LockError, LockGuard, LockOptions};
 
 /// A hand-off message is trusted without asking Redis only while the claim it announces has at
@@ -51,15 +52,7 @@ const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Clone)]
 pub struct LockManager {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    backend: Backend,
-    key_prefix: String,
-    queues: Arc<LocalQueues>,
-    /// Where it connects, passwords hidden: for `Debug`.
-    description: String,
+    inner: Arc<Shared>,
 }
 
 impl LockManager {
@@ -181,22 +174,17 @@ impl LockManager {
     /// ```
     #[must_use]
     pub fn in_process() -> LockManager {
-        Self::new(
+        Self::from_parts(Shared::new(
             Backend::in_process(),
             "lock:".to_owned(),
             "in-process (this process only)".to_owned(),
-        )
+        ))
     }
 
-    /// A manager over `backend`, before any Redis call.
-    pub(crate) fn new(backend: Backend, key_prefix: String, description: String) -> Self {
+    /// The manager over `shared`, which the builder made.
+    pub(crate) fn from_parts(shared: Shared) -> Self {
         LockManager {
-            inner: Arc::new(Inner {
-                backend,
-                key_prefix,
-                queues: Arc::new(LocalQueues::default()),
-                description,
-            }),
+            inner: Arc::new(shared),
         }
     }
 
@@ -543,7 +531,7 @@ impl LockManager {
     ) -> LockGuard {
         let ttl = options.ttl_duration();
         let held = Held::new(
-            self.clone(),
+            Arc::clone(&self.inner),
             keys,
             token,
             fence,
@@ -693,6 +681,29 @@ pub struct ResourceCounts {
     pub connections: usize,
     /// Waiters registered for hand-off messages.
     pub registered_waiters: usize,
+}
+
+// Here rather than in `builder`, which lies below the manager: the builder makes the manager's
+// inside, and the manager wraps it.
+impl LockManagerBuilder {
+    /// Connects and checks that Redis answers and lets this user run distlock's scripts (a
+    /// majority of the masters, for Redlock), so that a wrong URL, password or ACL fails here
+    /// rather than at the first release.
+    ///
+    /// # Errors
+    /// [`LockError::Config`] for a malformed URL, an out-of-range timeout or too few Redlock
+    /// masters; [`LockError::Redis`] when Redis cannot be reached within the timeouts or does
+    /// not answer like Redis.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), distlock::LockError> {
+    /// let manager = distlock::LockManager::builder("redis://127.0.0.1:6379").connect().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self) -> Result<LockManager, LockError> {
+        self.connect_shared().await.map(LockManager::from_parts)
+    }
 }
 
 impl fmt::Debug for LockManager {

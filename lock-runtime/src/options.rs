@@ -1,4 +1,5 @@
-//! [`LockOptions`]: how long a lock lives, how long to wait for it, and its extras.
+//! [`LockOptions`]: how long a lock lives, how long to wait for it, and its extras; and the
+//! [`Timeouts`] of a manager's connections.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,6 +12,13 @@ use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 /// The longest `ttl`, `timeout` or other duration setting accepted, as a `Duration`; the limit
 /// itself lives in `lock_limits`, which the attribute checks at compile time too.
 pub(crate) const MAX_DURATION: Duration = Duration::from_millis(MAX_DURATION_MILLIS);
+
+/// Connection and response timeouts of one endpoint's connections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) response: Duration,
+}
 
 /// How to take one lock: its ttl, how long to wait, auto-extension and fencing.
 ///

@@ -23,7 +23,7 @@ use redis::{Client, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
 use tokio::sync::Notify;
 
 use crate::classify::{classify, Meaning};
-use crate::connection::Timeouts;
+use crate::options::Timeouts;
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {

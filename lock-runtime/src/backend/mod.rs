@@ -24,9 +24,10 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::connection::{Connections, Endpoint, Timeouts};
+use crate::connection::{Connections, Endpoint};
 use crate::grants::{GrantHub, Servers};
 use crate::keys::LockKeys;
+use crate::options::Timeouts;
 use crate::sentinel::Sentinels;
 use memory::Memory;
 pub(crate) use node::Look;

@@ -406,7 +406,8 @@ fn node_timed_out(limit: Duration) -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::{Connections, Endpoint, Timeouts};
+    use crate::connection::{Connections, Endpoint};
+    use crate::options::Timeouts;
 
     /// `n` masters that are never contacted.
     fn masters(n: usize) -> Quorum {
