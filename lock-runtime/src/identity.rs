@@ -82,7 +82,9 @@ pub(crate) fn parse(value: &[u8]) -> Option<Identity> {
         match name {
             "h" => host = Some(unescape(content)),
             "p" => pid = Some(content.parse().ok()?),
-            "t" => since = Some(UNIX_EPOCH + Duration::from_millis(content.parse().ok()?)),
+            // Checked: the value is anyone's to write, and a time past what `SystemTime` holds
+            // is no holder's.
+            "t" => since = UNIX_EPOCH.checked_add(Duration::from_millis(content.parse().ok()?)),
             "l" => label = Some(unescape(content)),
             // A field a later version adds is no reason to hide the holder.
             _ => {}

@@ -410,11 +410,36 @@ async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
         .acquire("moving", &LockOptions::new().ttl(Duration::from_secs(300)))
         .await
         .unwrap();
+    // The harness numbers the masters it sees healthy; on a loaded machine a node can look
+    // failing for a moment, which would shift the numbering, so each step waits for all three.
+    let all_three = || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let masters = cluster.masters();
+            if masters.len() == 3 {
+                return masters.iter().map(|m| m.port()).collect::<Vec<_>>();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a master stayed failing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Which master serves the slot, once the nodes' views agree on one of the three.
     let home = || {
-        let port = cluster.node_for_key("lock:moving").port();
-        (0..3)
-            .find(|&i| cluster.masters()[i].port() == port)
-            .unwrap()
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let port = cluster.node_for_key("lock:moving").port();
+            if let Some(index) = all_three().iter().position(|&p| p == port) {
+                return index;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no master serves the slot"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     };
     for from in 0..3 {
         for to in (0..3).filter(|&to| to != from) {
@@ -424,6 +449,7 @@ async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
             let mut found = pin!(manager.list("moving"));
             let first = found.next().await.unwrap().unwrap();
             assert_eq!(first.name, "moving");
+            all_three();
             cluster.migrate_slot_of("lock:moving", to);
             let rest: Vec<_> = found.map(|info| info.unwrap().name).collect().await;
             assert!(
