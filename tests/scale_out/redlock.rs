@@ -1046,7 +1046,13 @@ async fn redlock_waiters_work_with_the_documented_acl() {
 /// test's own `INFO` and `CONFIG`.
 fn calls_since_reset(servers: &RedisServers) -> Vec<(String, u64)> {
     let mut calls = commands_by_name(servers);
-    calls.retain(|(name, _)| name != "info" && !name.starts_with("config"));
+    // Not distlock's: the harness's own `CONFIG RESETSTAT` and `INFO`, and the `CLIENT SETINFO`
+    // handshake of the connection that reads them (counted as `client` by Redis 6.2, which
+    // does not know the subcommand; later servers reject it before counting or name it
+    // `client|setinfo`).
+    calls.retain(|(name, _)| {
+        name != "info" && !name.starts_with("config") && !name.starts_with("client")
+    });
     calls.sort();
     calls
 }
