@@ -299,8 +299,10 @@ async fn a_body_that_handles_its_own_lost_extend_is_not_cancelled() {
 }
 
 /// Holds `lock:ae:cancelled-extend` with `auto_extend` (ttl 3 s) and starts 20 `extend(3 s)`
-/// calls that it abandons after 0–400 µs, then an `extend(200 ms)` abandoned right after it is
-/// sent: it reaches Redis, unconfirmed.
+/// calls that it abandons after 0–400 µs, then an `extend(600 ms)` abandoned right after it is
+/// sent: it reaches Redis, unconfirmed. 600 ms: a watchdog that missed it would renew only about
+/// a second after the last confirmed extend, after the lock expired; one that follows it renews
+/// every 200 ms with 400 ms to spare, which a loaded machine keeps (200 ms left it 133 ms).
 #[distributed_lock(key = "ae:cancelled-extend", ttl = 3, timeout = 5, auto_extend = true, guard = lock)]
 async fn abandon_extends(body: Duration, started: &Seen) -> Result<(), LockError> {
     // One that completes, so that Redis knows the extend script before any is abandoned.
@@ -309,12 +311,10 @@ async fn abandon_extends(body: Duration, started: &Seen) -> Result<(), LockError
         let abandon_after = Duration::from_micros(n * 20);
         let _ = tokio::time::timeout(abandon_after, lock.extend(Duration::from_secs(3))).await;
     }
-    // The last one surely reaches Redis unconfirmed: polled once (which hands the command to
-    // the connection), then dropped.
     // The last one surely reaches Redis and is never confirmed: polled once (which hands the
     // command to the connection), given time to be sent and answered, then dropped unread.
     {
-        let mut last = std::pin::pin!(lock.extend(Duration::from_millis(200)));
+        let mut last = std::pin::pin!(lock.extend(Duration::from_millis(600)));
         let polled =
             std::future::poll_fn(|cx| std::task::Poll::Ready(last.as_mut().poll(cx))).await;
         assert!(polled.is_pending(), "one poll cannot complete a round trip");
