@@ -122,7 +122,7 @@ pub(crate) fn detail(info: &LockInfo) -> String {
             let _ = writeln!(
                 out,
                 "since:     {} ({} ago)",
-                clock(holder.since),
+                humantime::format_rfc3339_seconds(holder.since),
                 held_for(info).map_or_else(String::new, duration)
             );
         }

@@ -99,6 +99,12 @@ async fn list_and_show_tell_who_holds_what() {
         "{out}"
     );
     assert!(out.contains("fence:     1"), "{out}");
+    // A date, not only a time of day: at 3 a.m. a lock may have been held since yesterday.
+    let today = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    assert!(
+        out.contains(&format!("since:     {}", &today[..11])),
+        "{out}"
+    );
     let (_, err) = expect(&url, &["show", "report:8"], 1);
     assert!(err.contains("lock:report:8 is not held"), "{err}");
     let (out, _) = expect(&url, &["show", "report:8", "--json"], 1);
