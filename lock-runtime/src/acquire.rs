@@ -11,6 +11,8 @@
 //! ```
 //!
 //! - **`FirstTry`**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
+//!   Skipped for a key this manager saw handed over a moment ago ([`Acquisition::start_in_line`]):
+//!   it starts at Subscribe, and its join takes the lock if it is free.
 //! - **Subscribe**: held; before taking a place in line, listen where a release will tell
 //!   (this manager's channel, on Redlock too), so that a hand-off or a wake-up
 //!   published right after the place is taken is not missed.
@@ -126,6 +128,15 @@ impl Acquisition {
         Step::Attempt(Request::FirstTry)
     }
 
+    /// The first step of an acquisition of a key known to be contended (this manager saw it
+    /// handed over a moment ago): no first try, which would most likely find it held, but a
+    /// place in line at once — after subscribing, so that the hand-off message is not missed.
+    /// The attempt that takes the place also takes the lock when it is free and nobody waits.
+    pub(crate) fn start_in_line(&self) -> Step {
+        debug_assert_eq!(self.subscription, Subscription::NotYet);
+        Step::Subscribe
+    }
+
     /// Whether the waiter may hold a place in line.
     #[cfg(test)]
     fn in_line(&self) -> bool {
@@ -229,6 +240,19 @@ mod tests {
             Step::Acquired
         );
         assert!(!acquisition.in_line());
+    }
+
+    #[test]
+    fn a_contended_key_skips_the_first_try_and_joins_once_subscribed() {
+        let now = Instant::now();
+        let mut acquisition = Acquisition::new(now + Duration::from_secs(10), Some(RENEW));
+        assert_eq!(acquisition.start_in_line(), Step::Subscribe);
+        assert_eq!(acquisition.subscribed(true), Step::Attempt(Request::InLine));
+        assert_eq!(
+            acquisition.attempted(now, Outcome::Acquired),
+            Step::Acquired,
+            "the join takes a free lock"
+        );
     }
 
     #[test]

@@ -463,8 +463,9 @@ async fn deliver_grants(
             () = switched => {}
             message = message => match message {
                 Some(message) => {
-                    if let Ok(text) = message.get_payload::<String>() {
-                        woken.deliver(&text);
+                    // Read in place: the payload is already a buffer of its own.
+                    if let Ok(text) = std::str::from_utf8(message.get_payload_bytes()) {
+                        woken.deliver(text);
                     }
                 }
                 None => {

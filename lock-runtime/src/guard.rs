@@ -11,7 +11,6 @@ use tokio::task::JoinHandle;
 
 use crate::held::{Finder, Held};
 use crate::queue::Turn;
-use crate::retry::Backoff;
 use crate::LockError;
 
 /// A held lock.
@@ -41,8 +40,6 @@ pub struct LockGuard {
     /// This process's turn on the key; handed to the next local waiter after the release.
     turn: Option<Turn>,
     watchdog: Option<JoinHandle<()>>,
-    /// Confirms the full ttl of a lock handed over with a shorter claim.
-    confirming: Option<JoinHandle<()>>,
     released: bool,
 }
 
@@ -64,39 +61,14 @@ impl LockGuard {
             held,
             turn: Some(turn),
             watchdog: None,
-            confirming: None,
             released: false,
         }
     }
 
-    /// Sets the lock's ttl to the one it was asked for, in the background: a lock handed over
-    /// lives only for its claim until its new holder confirms it. A failed attempt is retried
-    /// while the claim runs; if it still cannot confirm, the lock is marked lost before the
-    /// claim runs out (`extend`, `is_held` and `release` then report it), as when a ttl runs out.
+    /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
+    /// over with, on the background runtime, unless it is released before (see `confirm`).
     pub(crate) fn confirm_ttl(&mut self) {
-        let held = Arc::clone(&self.held);
-        self.confirming = Some(tokio::spawn(async move {
-            let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
-            loop {
-                match held.set_ttl(None, Finder::Holder).await {
-                    Ok(()) | Err(LockError::Lost { .. }) => return,
-                    Err(error) => {
-                        let expiry = held.expiry();
-                        let pause = backoff.next_pause();
-                        let margin = expiry.span / 20;
-                        if tokio::time::Instant::now() + pause + margin >= expiry.valid_until {
-                            held.mark_lost(
-                                "its hand-off could not be confirmed before the claim ran out",
-                                Finder::Holder,
-                            );
-                            tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over");
-                            return;
-                        }
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            }
-        }));
+        crate::confirm::schedule(Arc::clone(&self.held));
     }
 
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
@@ -276,13 +248,12 @@ impl LockGuard {
         result
     }
 
-    /// Stops what runs in the background for the lock: it is being released. (A confirmation
-    /// already sent travels ahead of the release on the same connection.)
+    /// Stops what runs in the background for the lock: it is being released. (An extension
+    /// already sent travels ahead of the release on the same connection; a confirmation not
+    /// sent yet is not sent, see `Held::unlock`.)
     fn stop_watchdog(&mut self) {
-        for task in [self.watchdog.take(), self.confirming.take()]
-            .into_iter()
-            .flatten()
-        {
+        self.held.close();
+        if let Some(task) = self.watchdog.take() {
             task.abort();
         }
     }

@@ -36,6 +36,8 @@ pub(crate) struct Held {
     /// Set with `lost` only when the watchdog gave the lock up: the attribute then cancels the
     /// body. A loss the holder learns from its own `extend` or `release` is its to handle.
     lost_by_watchdog: AtomicBool,
+    /// Set when the guard is released or dropped: a confirmation not sent yet is not sent.
+    closed: AtomicBool,
     /// Signalled on every change of `expiry` and on loss.
     changed: Notify,
     /// The metrics of this hold (nothing without the `metrics` feature).
@@ -86,6 +88,7 @@ impl Held {
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
             lost_by_watchdog: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             changed: Notify::new(),
             hold,
         }
@@ -112,6 +115,24 @@ impl Held {
     ) -> Result<(), LockError> {
         let _one_at_a_time = self.setting_ttl.lock().await;
         let ttl = ttl.unwrap_or_else(|| self.expiry().ttl);
+        self.apply_ttl(ttl, finder).await
+    }
+
+    /// Confirms the full ttl of a lock handed over on a shorter claim — unless the guard is
+    /// being released (its release must not be overtaken by a confirmation on another
+    /// connection: see [`Held::unlock`]), the lock is known lost, or the holder or the watchdog
+    /// has set its ttl since (which confirmed it).
+    pub(crate) async fn confirm(&self) -> Result<(), LockError> {
+        let _one_at_a_time = self.setting_ttl.lock().await;
+        let expiry = self.expiry();
+        if self.is_closed() || self.is_lost() || expiry.span >= expiry.ttl {
+            return Ok(());
+        }
+        self.apply_ttl(expiry.ttl, Finder::Holder).await
+    }
+
+    /// [`Held::set_ttl`] once the caller has its turn.
+    async fn apply_ttl(&self, ttl: Duration, finder: Finder) -> Result<(), LockError> {
         let ttl_millis = crate::options::ttl_millis(ttl)?;
         let sent = Instant::now();
         self.update_expiry(|expiry| {
@@ -137,6 +158,12 @@ impl Held {
     /// Deletes the lock if it is still ours — or, before its `hold_at_least` is over, leaves
     /// it to expire when the hold ends.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
+        // A confirmation runs on the background runtime's connection, not the caller's: one in
+        // flight could reach Redis after the release and lengthen a lock that a
+        // `hold_at_least` release has just shortened. None is sent once the guard is closed,
+        // and one already sent is waited for.
+        self.close();
+        drop(self.setting_ttl.lock().await);
         let backend = &self.shared.backend;
         // Rounded up: Redis applies it later than now, so the lock lives past the hold's end.
         let keep_millis = self
@@ -191,6 +218,15 @@ impl Held {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
+    }
+
+    /// The guard is being released or dropped: nothing more is to be confirmed.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_lost_by_watchdog(&self) -> bool {

@@ -62,6 +62,7 @@
 //! | `shared` | the inside of a manager: backend, key prefix, queues |
 //! | `held` | what a held lock's guard and watchdog share |
 //! | `watchdog` | auto-extension |
+//! | `confirm` | the lazy confirmation of a lock handed over on its claim |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
 //! | `manager` | [`LockManager`], and [`LockManagerBuilder::connect`], which wraps the inside |
@@ -84,6 +85,7 @@ mod background;
 pub mod blocking;
 mod builder;
 mod classify;
+mod confirm;
 mod connection;
 mod error;
 mod finish;

@@ -259,7 +259,15 @@ impl LockManager {
         // later was made after that attempt ran.
         let mut last_held_at = started;
         let mut last_error = None;
-        let mut step = machine.start();
+        // A key handed over a moment ago is most likely held: join the line at once. Not for
+        // a single attempt (a zero timeout), which must never take a place in line.
+        let mut step = if !options.timeout_duration().is_zero()
+            && self.inner.backend.recently_contended(&keys.lock)
+        {
+            machine.start_in_line()
+        } else {
+            machine.start()
+        };
         loop {
             step = match step {
                 Step::Attempt(request) => {
@@ -309,6 +317,9 @@ impl LockManager {
                     let next = machine.attempted(Instant::now(), outcome);
                     if let (Step::Acquired, Some((fence, expires_in))) = (next, granted) {
                         place.vacate();
+                        if request == Request::InLine {
+                            self.inner.backend.handed_over(&keys.lock);
+                        }
                         tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired");
                         return Ok(self.guard(keys, token, fence, turn, options, sent, expires_in));
                     }
@@ -369,6 +380,7 @@ impl LockManager {
                                     + options.ttl_duration().min(crate::backend::CLAIM) =>
                         {
                             place.vacate();
+                            self.inner.backend.handed_over(&keys.lock);
                             let expires_in = options.ttl_duration().min(crate::backend::CLAIM);
                             tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
                             let fence = fencing.then_some(fence);
@@ -517,7 +529,9 @@ impl LockManager {
 
     /// The guard of a lock acquired by the attempt sent at `sent`, ours for at least
     /// `expires_in` from then, with its watchdog when the options ask for one. A lock handed
-    /// over with a claim shorter than its ttl is confirmed to its full ttl at once.
+    /// over with a claim shorter than its ttl is confirmed to its full ttl a third into the
+    /// claim, unless it is released before (`confirm`); one whose ttl is within the claim was
+    /// handed over with its full ttl, and needs nothing.
     #[allow(clippy::too_many_arguments)]
     fn guard(
         &self,

@@ -140,8 +140,14 @@ end
 ///   before it listens for hand-offs), `"join"` take a place at the end, `"renew"` renew the
 ///   caller's place (or take one at the end, when it lapsed).
 /// - Returns `{1, fence, pttl}` when the caller holds the lock (`fence` 0 without fencing,
-///   `pttl` what is left of its ttl), `{0, pttl}` when it waits in line behind a holder with
-///   `pttl` left (-1: no expiry).
+///   `pttl` what is left of its ttl), `{0, pttl}` when it waits first in line (or, a first
+///   try, not in line) behind a holder with `pttl` left (-1: no expiry), `{0}` when it waits in
+///   line behind another waiter.
+///
+/// Only the first waiter is told the holder's ttl: it is the one to look when the holder dies
+/// without releasing, and its look hands the lock on. A waiter further back relies on the
+/// hand-off message and its renewal (which tells it the ttl once it is first), so a join
+/// behind others costs no `PTTL`.
 ///
 /// First come, first served: a free lock goes to the first live waiter in line, so a caller
 /// that was not in line, or not first, hands it on and waits. Finding its own token is a grant
@@ -204,8 +210,15 @@ end
 if index then
   redis.call('LSET', KEYS[2], index, entry)
   redis.call('PEXPIRE', KEYS[2], 2 * lease)
-elseif redis.call('RPUSH', KEYS[2], entry) == 1 or ARGV[7] == 'renew' then
-  redis.call('PEXPIRE', KEYS[2], 2 * lease)
+else
+  local length = redis.call('RPUSH', KEYS[2], entry)
+  if length == 1 or ARGV[7] == 'renew' then
+    redis.call('PEXPIRE', KEYS[2], 2 * lease)
+  end
+  index = length - 1
+end
+if index > 0 then
+  return {0}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 ",
@@ -219,8 +232,10 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile.
-/// - Returns 1 when the lock was ours and is now released, 0 when it was not ours (expired, or
-///   another holder's) and nothing of the lock was touched.
+/// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
+///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
+///   plain `SET NX`), 0 when it was not ours (expired, or another holder's) and nothing of the
+///   lock was touched.
 ///
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
 /// finds no line.
@@ -260,8 +275,9 @@ if ARGV[4] then
 end
 if not hand_off(tonumber(ARGV[2]), ARGV[1], nil) then
   redis.call('DEL', KEYS[1])
+  return 1
 end
-return 1
+return 2
 ";
 
 /// Redlock's acquisition on one master: `SET NX PX`, and when someone else holds the lock, a

@@ -98,7 +98,7 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
         "hand-off took {handoff:?}"
     );
     assert_eq!(server.get("lock:w1").as_deref(), Some(guard.token()));
-    // Handed over with a short claim, which B confirms to its own 30 s ttl at once.
+    // Handed over with a short claim, which B confirms to its own 30 s ttl a third into it.
     eventually(
         Duration::from_secs(2),
         "B's lock to carry B's own 30 s ttl",
@@ -463,4 +463,192 @@ async fn a_waiter_is_still_woken_after_its_wake_up_connection_drops() {
         .expect("waiter task")
         .expect("B acquires");
     guard.release().await.expect("B holds it");
+}
+
+/// `holder` takes `name` (ttl 30 s) and `waiter` waits for it in a task of its own: returns the
+/// held guard and the waiting task once the waiter listens in line.
+async fn held_with_a_waiter(
+    server: &RedisServer,
+    holder: &LockManager,
+    waiter: &LockManager,
+    name: &str,
+) -> (
+    distlock::LockGuard,
+    tokio::task::JoinHandle<Result<distlock::LockGuard, distlock::LockError>>,
+) {
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let held = holder.acquire(name, &options).await.expect("free");
+    let waiter = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        async move { waiter.acquire(&name, &options).await }
+    });
+    eventually(
+        Duration::from_secs(5),
+        "the waiter to take its place in line, listening",
+        || waiting(server, name),
+    )
+    .await;
+    (held, waiter)
+}
+
+/// A lock handed over lives on its 3 s claim until its new holder confirms its ttl, a third
+/// into the claim: a section that ends before then sends no confirmation at all — per hand-off,
+/// the release script and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_section_shorter_than_the_claim_sends_no_confirmation() {
+    let server = RedisServer::start();
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    let (held, waiter) = held_with_a_waiter(&server, &a, &b, "lazy").await;
+    server.reset_stats();
+    held.release().await.expect("still ours");
+    let guard = waiter.await.unwrap().expect("handed over");
+    let pttl = server.pttl("lock:lazy");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.release().await.expect("still ours");
+    // Past when the confirmation would have been due.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (evalsha, pexpire) = (
+        server.command_count("evalsha"),
+        server.command_count("pexpire"),
+    );
+    assert!(
+        pttl <= 3_000,
+        "the handed-over lock was on its ttl ({pttl} ms left) rather than its 3 s claim"
+    );
+    assert_eq!(
+        (evalsha, pexpire),
+        (2, 0),
+        "two releases, and no confirmation of a 200 ms section"
+    );
+}
+
+/// The confirmation runs on distlock's own runtime: a holder whose runtime is blocked (a
+/// CPU-bound body on a current-thread runtime) for longer than the claim still keeps the lock
+/// for its full ttl.
+#[test]
+fn a_lazily_confirmed_lock_lives_its_full_ttl_while_its_runtime_is_blocked() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, b) = runtime.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let (held, waiter) = runtime.block_on(held_with_a_waiter(&server, &a, &b, "blocked"));
+    let guard = runtime.block_on(async {
+        held.release().await.expect("still ours");
+        waiter.await.unwrap().expect("handed over")
+    });
+    // The body: 4 s without yielding, past the 3 s claim.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(server.get("lock:blocked").as_deref(), Some(guard.token()));
+    let pttl = server.pttl("lock:blocked");
+    assert!(
+        pttl > 20_000,
+        "the lock has {pttl} ms left, not its 30 s ttl"
+    );
+    runtime.block_on(async {
+        assert!(guard.is_held().await.unwrap());
+        guard.release().await.expect("still ours");
+    });
+}
+
+/// A manager whose release just handed a key over knows it is contended: its next acquisition
+/// of that key joins the line at once, without a plain `SET NX` that would find it held. Once a
+/// release finds nobody waiting, the next acquisition is the plain `SET` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_acquire_after_a_hand_off_skips_the_plain_set() {
+    let server = RedisServer::start();
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    let (held, waiter) = held_with_a_waiter(&server, &a, &b, "hint").await;
+    held.release().await.expect("still ours");
+    let b_guard = waiter.await.unwrap().expect("handed over");
+
+    server.reset_stats();
+    let again = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.acquire("hint", &LockOptions::new().timeout(Duration::from_secs(20)))
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), "a to wait in line", || {
+        server.exists(&line_of("hint"))
+    })
+    .await;
+    let (set, evalsha) = (server.command_count("set"), server.command_count("evalsha"));
+    assert_eq!(
+        (set, evalsha),
+        (0, 1),
+        "a's acquisition joined the line without a plain SET first"
+    );
+    b_guard.release().await.expect("still ours");
+    let a_guard = again.await.unwrap().expect("handed over");
+    a_guard.release().await.expect("still ours");
+
+    // Nobody waited at that release: the key is not contended any more.
+    server.reset_stats();
+    let guard = a.acquire("hint", &LockOptions::new()).await.expect("free");
+    guard.release().await.expect("still ours");
+    assert_eq!(
+        (server.command_count("set"), server.command_count("evalsha")),
+        (1, 1),
+        "an uncontended cycle is a plain SET and the release script"
+    );
+}
+
+/// Only the first waiter in line is told the holder's remaining ttl (it is the one to look
+/// when the holder dies); a waiter that joins behind it costs no `PTTL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_waiter_in_line_asks_for_the_holders_ttl() {
+    let server = RedisServer::start();
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    let c = connect(&server).await;
+    let (held, first) = held_with_a_waiter(&server, &a, &b, "behind").await;
+    server.reset_stats();
+    let second = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.acquire(
+                "behind",
+                &LockOptions::new().timeout(Duration::from_secs(20)),
+            )
+            .await
+        }
+    });
+    eventually(Duration::from_secs(5), "c to wait behind b", || {
+        let mut conn = server.conn();
+        let length: usize = redis::cmd("LLEN")
+            .arg(line_of("behind"))
+            .query(&mut conn)
+            .unwrap();
+        length == 2
+    })
+    .await;
+    assert_eq!(server.command_count("pttl"), 0, "c's join asked for a ttl");
+    held.release().await.expect("still ours");
+    first
+        .await
+        .unwrap()
+        .expect("b is handed the lock")
+        .release()
+        .await
+        .expect("still ours");
+    second
+        .await
+        .unwrap()
+        .expect("then c")
+        .release()
+        .await
+        .expect("still ours");
 }

@@ -534,7 +534,7 @@ fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_
 
 /// With `auto_extend` and a long ttl (60 s), a lock handed over through the line is kept: the
 /// watchdog schedules by the claim it was handed with (3 s), not by the ttl, and the hand-off is
-/// confirmed at once.
+/// confirmed a third into the claim.
 #[tokio::test]
 async fn a_handed_over_auto_extended_lock_with_a_long_ttl_is_kept() {
     let server = RedisServer::start();

@@ -19,10 +19,12 @@ mod memory;
 mod node;
 mod quorum;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::RedisResult;
+use tokio::time::Instant;
 
 use crate::connection::{Connections, Endpoint};
 use crate::grants::{GrantHub, Servers};
@@ -63,6 +65,68 @@ pub(crate) enum Attempt {
     Held { remaining: Option<Duration> },
 }
 
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock was not ours: nothing was touched.
+    NotOurs,
+    /// Ours, and free now: nobody waited.
+    Freed,
+    /// Ours, and handed to the next waiter in line.
+    HandedOver,
+}
+
+/// How long a key stays known as contended after a hand-off: its next acquisition in this
+/// manager joins the line at once instead of sending a plain `SET NX` first.
+const CONTENDED_FOR: Duration = Duration::from_secs(1);
+/// At most this many keys are remembered as contended (beyond it, none is added until the
+/// expired ones are dropped): a hint, never a table of every key.
+const CONTENDED_KEYS: usize = 256;
+
+/// The keys this manager recently saw handed over (by its release, or to its acquisition):
+/// their next acquisition skips the first try, which would most likely find them held.
+#[derive(Default)]
+struct Contended {
+    keys: Mutex<HashMap<Arc<str>, Instant>>,
+}
+
+impl Contended {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Instant>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mark(&self, key: &Arc<str>) {
+        let now = Instant::now();
+        let mut keys = self.keys();
+        if keys.len() >= CONTENDED_KEYS && !keys.contains_key(key) {
+            keys.retain(|_, until| *until > now);
+            if keys.len() >= CONTENDED_KEYS {
+                return;
+            }
+        }
+        keys.insert(Arc::clone(key), now + CONTENDED_FOR);
+    }
+
+    fn forget(&self, key: &str) {
+        let mut keys = self.keys();
+        if !keys.is_empty() {
+            keys.remove(key);
+        }
+    }
+
+    fn recently(&self, key: &str) -> bool {
+        let mut keys = self.keys();
+        match keys.get(key) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                keys.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// What an attempt must do besides trying to take the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -90,6 +154,8 @@ pub(crate) struct Backend {
     locks: Locks,
     /// This manager's message channel: hand-offs (single endpoint) and wake-ups (Redlock).
     grants: GrantHub,
+    /// Keys recently handed over (single endpoint only).
+    contended: Contended,
 }
 
 enum Locks {
@@ -102,6 +168,7 @@ impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
+            contended: Contended::default(),
             grants: GrantHub::new(
                 GRANTS,
                 vec![Servers::Fixed(vec![client.clone()])],
@@ -123,6 +190,7 @@ impl Backend {
         timeouts: Timeouts,
     ) -> Self {
         Backend {
+            contended: Contended::default(),
             grants: GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(endpoint, timeouts),
@@ -137,6 +205,7 @@ impl Backend {
         let sentinels = Arc::new(sentinels);
         crate::background::spawn(crate::sentinel::watch_switches(Arc::downgrade(&sentinels)));
         Backend {
+            contended: Contended::default(),
             grants: GrantHub::new(
                 GRANTS,
                 vec![Servers::Sentinel(Arc::clone(&sentinels))],
@@ -153,6 +222,7 @@ impl Backend {
     /// The in-process lock table (see `memory`).
     pub(crate) fn in_process() -> Self {
         Backend {
+            contended: Contended::default(),
             grants: GrantHub::in_process(),
             locks: Locks::Memory(Memory::new()),
         }
@@ -182,6 +252,7 @@ impl Backend {
             .collect();
         let grants = GrantHub::new(WAKE_UPS, sources, timeouts, confirmations);
         Backend {
+            contended: Contended::default(),
             locks: Locks::Quorum(Quorum::new(
                 nodes,
                 node_timeout,
@@ -254,9 +325,33 @@ impl Backend {
     /// waiters); `false` if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => node.unlock(keys, token, false).await,
+            Locks::Single(node) => Ok(match node.unlock(keys, token, false).await? {
+                Released::HandedOver => {
+                    self.contended.mark(&keys.lock);
+                    true
+                }
+                Released::Freed => {
+                    self.contended.forget(&keys.lock);
+                    true
+                }
+                Released::NotOurs => false,
+            }),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
+        }
+    }
+
+    /// Whether this manager saw `key` handed over within the last second (by its own release,
+    /// or to one of its acquisitions): a first try would most likely find it held, so the next
+    /// acquisition joins the line at once. Only where releases hand locks over.
+    pub(crate) fn recently_contended(&self, key: &str) -> bool {
+        self.hands_over() && self.contended.recently(key)
+    }
+
+    /// Records that `key` was just handed to one of this manager's acquisitions.
+    pub(crate) fn handed_over(&self, key: &Arc<str>) {
+        if self.hands_over() {
+            self.contended.mark(key);
         }
     }
 
@@ -264,7 +359,7 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => node.unlock(keys, token, true).await,
+            Locks::Single(node) => Ok(node.unlock(keys, token, true).await? != Released::NotOurs),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
         }

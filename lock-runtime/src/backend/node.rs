@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
 
-use super::{Attempt, Wait};
+use super::{Attempt, Released, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
 use crate::retry::Backoff;
@@ -140,6 +140,11 @@ impl Node {
                     [0, pttl] => Ok(Attempt::Held {
                         remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                     }),
+                    // Behind another waiter: the holder's expiry is the first waiter's to watch;
+                    // this one looks again at its renewal, or when its hand-off comes.
+                    [0] => Ok(Attempt::Held {
+                        remaining: Some(super::LEASE),
+                    }),
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
             }
@@ -252,7 +257,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         leave: bool,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
         let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
         let sentinel = self.connections.is_sentinel();
@@ -290,8 +295,8 @@ impl Node {
         token: &str,
         leave: bool,
         re_sent_within: Option<Duration>,
-    ) -> RedisResult<bool> {
-        let deleted: i64 = match self.protocol {
+    ) -> RedisResult<Released> {
+        let released: i64 = match self.protocol {
             Protocol::Line => {
                 let (line, fence) = (keys.line(), keys.fence());
                 let cmd = match re_sent_within {
@@ -323,12 +328,22 @@ impl Node {
                 scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
             Protocol::Wake => {
-                return self
+                let deleted = self
                     .release_vote_on(connection, keys, token, None, !leave)
-                    .await;
+                    .await?;
+                return Ok(if deleted {
+                    Released::Freed
+                } else {
+                    Released::NotOurs
+                });
             }
         };
-        Ok(deleted == 1)
+        match released {
+            0 => Ok(Released::NotOurs),
+            1 => Ok(Released::Freed),
+            2 => Ok(Released::HandedOver),
+            other => Err(unexpected_reply("the release script", &[other])),
+        }
     }
 
     /// Leaves the lock to expire `keep_millis` from now instead of deleting it, if it is still
