@@ -6,29 +6,33 @@
 //! distlock show trace:abc
 //! distlock watch                     # acquisitions, hand-offs, releases, expiries
 //! distlock release trace:abc --force # asks first; --yes to skip the question
+//! distlock list --url rediss://redis.internal:6380 --tls-ca-cert ca.pem  # over TLS
 //! ```
 //!
 //! Exit status: 0 done, 1 when the lock asked for is not held or a release was not done, 2 for
 //! a usage error or when Redis cannot be reached or refuses a command.
 
 mod format;
+#[cfg(feature = "tls")]
+mod tls;
 mod watch;
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 use std::pin::pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{LockError, LockInfo, LockManager};
+use distlock::{LockError, LockInfo, LockManager, LockManagerBuilder};
 use futures_util::StreamExt;
 
 /// Who holds distlock's Redis locks: list, show, watch, and break them.
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about)]
 struct Cli {
-    /// Redis URL (`redis://[user:password@]host:port[/db]`); with `--cluster`, any nodes of
-    /// the cluster (repeat the option, or separate with commas).
+    /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://...` for TLS); with
+    /// `--cluster`, any nodes of the cluster (repeat the option, or separate with commas).
     #[arg(
         long,
         env = "REDIS_URL",
@@ -44,6 +48,11 @@ struct Cli {
     /// The key prefix the application's lock manager uses.
     #[arg(long, default_value = "lock:", global = true)]
     prefix: String,
+    /// PEM file of the certificate authority that signed the server's TLS certificate, for a
+    /// `rediss://` URL the system's root certificates do not vouch for (a private CA, a
+    /// self-signed server). It replaces the system's roots.
+    #[arg(long, env = "DISTLOCK_TLS_CA_CERT", value_name = "PATH", global = true)]
+    tls_ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -176,22 +185,69 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
             }
         }
     };
+    let builder = trust(builder, cli)?;
     builder
         .key_prefix(cli.prefix.clone())
         .connect()
         .await
         .map_err(|error| {
-            let at: Vec<String> = cli
-                .url
-                .iter()
-                .map(|url| distlock::__private::redact_url(url))
-                .collect();
+            let at: Vec<String> = cli.url.iter().map(|url| redact(url)).collect();
+            let at = at.join(", ");
+            #[cfg(feature = "tls")]
+            if let Some(message) = tls::refused_certificate(&error, &at, cli.tls_ca_cert.as_deref())
+            {
+                return Failure::Error(message);
+            }
             Failure::Error(format!(
-                "cannot use Redis at {}: {error}\n(check --url or REDIS_URL, and that the server \
-                 runs and lets this user run GET, SET, EVALSHA and SCAN)",
-                at.join(", ")
+                "cannot use Redis at {at}: {error}\n(check --url or REDIS_URL, and that the server \
+                 runs and lets this user run GET, SET, EVALSHA and SCAN)"
             ))
         })
+}
+
+/// The builder, trusting the CA of `--tls-ca-cert` when one is given. Checked before
+/// connecting, so that a wrong option or file is named as such rather than surfacing as a
+/// refused handshake.
+fn trust(builder: LockManagerBuilder, cli: &Cli) -> Result<LockManagerBuilder, Failure> {
+    let Some(path) = &cli.tls_ca_cert else {
+        #[cfg(not(feature = "tls"))]
+        if let Some(url) = cli.url.iter().find(|url| is_tls_url(url)) {
+            return Err(Failure::Error(format!(
+                "{} is a TLS URL, but this `distlock` was built without TLS: reinstall it with \
+                 its default features (`cargo install --path lock-cli`)",
+                redact(url)
+            )));
+        }
+        return Ok(builder);
+    };
+    if let Some(url) = cli.url.iter().find(|url| !is_tls_url(url)) {
+        return Err(Failure::Error(format!(
+            "--tls-ca-cert (or DISTLOCK_TLS_CA_CERT) is for TLS, but {} is not a TLS URL: \
+             write it as rediss://host:port to connect over TLS, or leave the CA out",
+            redact(url)
+        )));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let pem = tls::read_ca(path).map_err(Failure::Error)?;
+        Ok(builder.tls_root_certificate(pem))
+    }
+    #[cfg(not(feature = "tls"))]
+    Err(Failure::Error(format!(
+        "--tls-ca-cert {}: this `distlock` was built without TLS: reinstall it with its default \
+         features (`cargo install --path lock-cli`)",
+        path.display()
+    )))
+}
+
+fn is_tls_url(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// The URL as distlock's own errors show it: every password hidden.
+fn redact(url: &str) -> String {
+    distlock::__private::redact_url(url)
 }
 
 async fn collect(manager: &LockManager, pattern: &str) -> Result<Vec<LockInfo>, Failure> {

@@ -1,6 +1,7 @@
 //! The `distlock` command run as a user runs it — the built binary against real servers — with
 //! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
-//! release --force, a server that cannot be reached and one that refuses a command.
+//! release --force, a server that cannot be reached and one that refuses a command, a server
+//! that requires TLS.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -13,6 +14,7 @@ use test_support::{free_port, RedisCluster, RedisServer};
 fn distlock(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_distlock"))
         .env_remove("REDIS_URL")
+        .env_remove("DISTLOCK_TLS_CA_CERT")
         .arg("--url")
         .arg(url)
         .args(args)
@@ -459,4 +461,223 @@ async fn hostile_names_and_labels_cannot_drive_the_terminal() {
         "{list}"
     );
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+/// A CA is for TLS: with a plain-text URL it says to write rediss://, password hidden.
+#[test]
+fn a_ca_with_a_plain_text_url_says_to_write_rediss() {
+    let plain = format!("redis://app:s3cret@127.0.0.1:{}/", free_port());
+    let (_, err) = expect(&plain, &["--tls-ca-cert", "/no/such/ca.pem", "list"], 2);
+    assert!(err.contains("rediss://"), "{err}");
+    assert!(err.contains("redis://app:***@127.0.0.1:"), "{err}");
+    assert!(!err.contains("s3cret"), "the password was printed: {err}");
+}
+
+#[test]
+fn help_documents_the_tls_options() {
+    let help = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = text(&help.stdout);
+    assert!(help.contains("rediss://"), "{help}");
+    assert!(help.contains("--tls-ca-cert <PATH>"), "{help}");
+    assert!(help.contains("DISTLOCK_TLS_CA_CERT"), "{help}");
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    use distlock::LockManager;
+    use test_support::{free_port, skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
+
+    use super::{expect, labelled, text};
+
+    /// A wrong `--tls-ca-cert` file is refused before connecting: no TLS server needed.
+    #[test]
+    fn a_ca_file_that_is_missing_or_not_pem_is_a_clear_error() {
+        let url = format!("rediss://app:s3cret@127.0.0.1:{}/", free_port());
+        let dir = unique_temp_dir("cli-ca");
+        let missing = dir.join("no-such-ca.pem");
+        let missing = missing.to_str().unwrap();
+        let (out, err) = expect(&url, &["--tls-ca-cert", missing, "list"], 2);
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.starts_with("error: cannot read the --tls-ca-cert file ") && err.contains(missing),
+            "names the option and the path: {err}"
+        );
+        assert!(
+            err.contains("PEM file of the certificate authority"),
+            "{err}"
+        );
+
+        // Text that holds no certificate, a private key alone, bytes that are not text, and a
+        // certificate whose base64 is broken.
+        let files = [
+            (
+                "notes.txt",
+                b"this is not a certificate\n".to_vec(),
+                "holds no PEM certificate",
+            ),
+            (
+                "key.pem",
+                b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n"
+                    .to_vec(),
+                "holds no PEM certificate",
+            ),
+            (
+                "ca.der",
+                vec![0x30, 0x82, 0x01, 0x0a, 0x02, 0x82],
+                "looks like a DER file",
+            ),
+            (
+                "broken.pem",
+                b"-----BEGIN CERTIFICATE-----\n!!!not base64!!!\n-----END CERTIFICATE-----\n".to_vec(),
+                "not valid PEM",
+            ),
+        ];
+        for (name, bytes, says) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let path = path.to_str().unwrap();
+            let (out, err) = expect(&url, &["--tls-ca-cert", path, "show", "x"], 2);
+            assert!(out.is_empty(), "{out}");
+            assert!(err.contains(path) && err.contains(says), "{name}: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_and_show_over_tls_with_the_servers_ca() {
+        if skip_without(Feature::Tls, "list_and_show_over_tls_with_the_servers_ca") {
+            return;
+        }
+        let server = RedisServer::start_tls();
+        let ca = server.tls_ca_file().unwrap().to_str().unwrap().to_owned();
+        let manager = LockManager::builder(server.tls_url())
+            .tls_root_certificate(server.ca_pem())
+            .connect()
+            .await
+            .unwrap();
+        let guard = manager
+            .acquire("invoice:7", &labelled("billing::charge"))
+            .await
+            .unwrap();
+        // An operator's user, with a password that must never be printed.
+        let url = server.add_acl_user("ops", "s3cret", &["+@all"]);
+        assert!(url.starts_with("rediss://ops:s3cret@"), "{url}");
+
+        let outputs = tokio::task::spawn_blocking({
+            let (url, ca) = (url.clone(), ca.clone());
+            move || {
+                [
+                    expect(&url, &["--tls-ca-cert", &ca, "list"], 0),
+                    expect(&url, &["--tls-ca-cert", &ca, "list", "--json"], 0),
+                    expect(&url, &["show", "invoice:7", "--tls-ca-cert", &ca], 0),
+                ]
+            }
+        })
+        .await
+        .unwrap();
+        let [(table, _), (json, _), (detail, _)] = &outputs;
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2, "{table}");
+        assert!(
+            lines[1].starts_with("invoice:7 ") && lines[1].contains("billing::charge"),
+            "{table}"
+        );
+        let json: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(json[0]["key"], "lock:invoice:7");
+        assert_eq!(json[0]["holder"]["pid"], std::process::id());
+        assert!(detail.contains("label:     billing::charge"), "{detail}");
+        for (out, err) in &outputs {
+            assert!(!out.contains("s3cret") && !err.contains("s3cret"));
+        }
+
+        // The CA from the environment, as a shell profile would set it.
+        let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+            .env("REDIS_URL", &url)
+            .env("DISTLOCK_TLS_CA_CERT", &ca)
+            .args(["show", "invoice:7", "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(json["holder"]["label"], "billing::charge");
+        guard.release().await.unwrap();
+    }
+
+    #[test]
+    fn a_refused_certificate_says_to_give_the_ca_and_hides_the_password() {
+        if skip_without(
+            Feature::Tls,
+            "a_refused_certificate_says_to_give_the_ca_and_hides_the_password",
+        ) {
+            return;
+        }
+        let server = RedisServer::start_tls();
+        let url = server.add_acl_user("ops", "s3cret", &["+@all"]);
+        let other_dir = unique_temp_dir("cli-other-ca");
+        let other = TlsFiles::generate(&other_dir);
+        let other_ca = other.ca_cert.to_str().unwrap();
+
+        // The system's roots do not vouch for the test's CA.
+        let started = Instant::now();
+        let (out, err) = expect(&url, &["list"], 2);
+        eprintln!("without the CA: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.starts_with("error: cannot use Redis at rediss://ops:***@127.0.0.1:"),
+            "{err}"
+        );
+        assert!(err.contains("TLS certificate was not accepted"), "{err}");
+        assert!(err.contains("--tls-ca-cert PATH"), "{err}");
+        assert!(
+            !err.contains("tls_root_certificate"),
+            "library advice: {err}"
+        );
+        assert!(!err.contains("s3cret"), "the password was printed: {err}");
+
+        // Another CA does not vouch for it either, and the message names the file given.
+        let (_, err) = expect(&url, &["--tls-ca-cert", other_ca, "show", "x"], 2);
+        eprintln!("with another CA: {err}");
+        assert!(err.contains("TLS certificate was not accepted"), "{err}");
+        assert!(
+            err.contains(&format!("--tls-ca-cert {other_ca} did not sign it")),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "the password was printed: {err}");
+        let _ = std::fs::remove_dir_all(&other_dir);
+    }
+
+    /// The right CA, but a host the certificate was not issued for (it names 127.0.0.1 and
+    /// localhost; the server also listens on 127.0.0.2).
+    #[test]
+    fn a_host_the_certificate_does_not_name_is_a_clear_error() {
+        if skip_without(
+            Feature::Tls,
+            "a_host_the_certificate_does_not_name_is_a_clear_error",
+        ) {
+            return;
+        }
+        let server = RedisServer::start_tls_with(&["--bind", "127.0.0.1", "127.0.0.2"]);
+        let ca = server.tls_ca_file().unwrap().to_str().unwrap().to_owned();
+        let url = format!("rediss://ops:s3cret@127.0.0.2:{}/", server.port());
+        let (_, err) = expect(&url, &["--tls-ca-cert", &ca, "list"], 2);
+        eprintln!("wrong host: {err}");
+        assert!(err.contains("TLS certificate was not accepted"), "{err}");
+        assert!(
+            err.contains("not a name the certificate was issued for"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "the password was printed: {err}");
+    }
 }
