@@ -8,17 +8,25 @@
 //! ttl), counted from before the attempt that last found the lock held, so it always leaves
 //! two thirds of the claim for retries.
 //!
-//! The confirmations run on the `background` runtime, not the caller's: a body that blocks
-//! its runtime's threads (CPU-bound work, a blocking call) must not keep the confirmation from
+//! They are scheduled on the `background` runtime, not the caller's: a body that blocks its
+//! runtime's threads (CPU-bound work, a blocking call) must not keep the confirmation from
 //! being sent, or the lock would be lost at the end of the claim while the body runs. One task
 //! keeps them all, sleeping until the earliest due one: a process that takes thousands of
 //! short sections a second schedules them without waking that task for each, and a released
 //! lock is simply dropped from the list at the next wake-up.
+//!
+//! A due confirmation is sent first on the caller's runtime, whose connection is the one the
+//! lock was acquired on: it is open (a process that can open no new connection — Redis at
+//! `maxclients`, a proxy refusing clients — still confirms), and the release travels behind it
+//! there. Only if that runtime does not get it done within a sixth of the claim (its threads
+//! are blocked, it shut down, or its connection failed) is it sent on the background runtime's
+//! own connection, and retried there while the claim runs.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -34,8 +42,8 @@ struct Confirmations {
 }
 
 struct State {
-    /// Each lock with when its confirmation is due.
-    pending: Vec<(Instant, Arc<Held>)>,
+    /// Each lock with when its confirmation is due, and the runtime it was acquired on.
+    pending: Vec<(Instant, Arc<Held>, Option<Handle>)>,
     /// Until when the task sleeps (`None`: until woken).
     sleeps_until: Option<Instant>,
     started: bool,
@@ -58,10 +66,11 @@ pub(crate) fn schedule(held: Arc<Held>) {
         .valid_until
         .checked_sub(expiry.span * 2 / 3)
         .unwrap_or(expiry.valid_until);
+    let caller = Handle::try_current().ok();
     let confirmations = &*CONFIRMATIONS;
     let wake = {
         let mut state = confirmations.state();
-        state.pending.push((due, held));
+        state.pending.push((due, held, caller));
         let start = !state.started;
         state.started = true;
         if start {
@@ -93,22 +102,23 @@ async fn run(confirmations: &'static Confirmations) {
             let mut state = confirmations.state();
             state
                 .pending
-                .retain(|(_, held)| !held.is_closed() && !held.is_lost());
+                .retain(|(_, held, _)| !held.is_closed() && !held.is_lost());
             let mut due = Vec::new();
             let mut index = 0;
             while index < state.pending.len() {
                 if state.pending[index].0 <= now {
-                    due.push(state.pending.swap_remove(index).1);
+                    let (_, held, caller) = state.pending.swap_remove(index);
+                    due.push((held, caller));
                 } else {
                     index += 1;
                 }
             }
-            let next = state.pending.iter().map(|(at, _)| *at).min();
+            let next = state.pending.iter().map(|(at, _, _)| *at).min();
             state.sleeps_until = next;
             (due, next)
         };
-        for held in due {
-            crate::background::spawn(confirm(held));
+        for (held, caller) in due {
+            crate::background::spawn(confirm(held, caller));
         }
         match next {
             Some(next) => {
@@ -122,10 +132,24 @@ async fn run(confirmations: &'static Confirmations) {
     }
 }
 
-/// Confirms the lock's full ttl, retrying while its claim runs; if it still cannot, marks the
-/// lock lost before the claim runs out (`extend`, `is_held` and `release` then report it), as
-/// when a ttl runs out.
-async fn confirm(held: Arc<Held>) {
+/// Confirms the lock's full ttl — first on the runtime it was acquired on (`caller`), then on
+/// this one — retrying while its claim runs; if it still cannot, marks the lock lost before the
+/// claim runs out (`extend`, `is_held` and `release` then report it), as when a ttl runs out.
+async fn confirm(held: Arc<Held>, caller: Option<Handle>) {
+    if let Some(caller) = caller {
+        let on_caller = caller.spawn({
+            let held = Arc::clone(&held);
+            async move { held.confirm().await }
+        });
+        let grace = held.expiry().span / 6;
+        // Failed there, its runtime is gone, or it is too busy to run it now: send it here. (If
+        // the caller's runtime runs it later, it finds the ttl set and sends nothing.)
+        if let Ok(Ok(Ok(()) | Err(LockError::Lost { .. }))) =
+            tokio::time::timeout(grace, on_caller).await
+        {
+            return;
+        }
+    }
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
     loop {
         match held.confirm().await {
