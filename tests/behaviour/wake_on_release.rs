@@ -561,6 +561,40 @@ fn a_lazily_confirmed_lock_lives_its_full_ttl_while_its_runtime_is_blocked() {
     });
 }
 
+/// The confirmation is sent first on the runtime the lock was acquired on: when that runtime
+/// is gone before it is due (the guard lives on elsewhere), it is sent on distlock's own, and
+/// the lock still lives its full ttl.
+#[test]
+fn a_handed_over_lock_is_confirmed_after_the_runtime_it_was_acquired_on_shut_down() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let (a, b) = first.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let (held, waiter) = first.block_on(held_with_a_waiter(&server, &a, &b, "moved"));
+    let guard = first.block_on(async {
+        held.release().await.expect("still ours");
+        waiter.await.unwrap().expect("handed over")
+    });
+    drop(first);
+    // Past the claim.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(server.get("lock:moved").as_deref(), Some(guard.token()));
+    let pttl = server.pttl("lock:moved");
+    assert!(pttl > 20_000, "the lock has {pttl} ms left, not its 30 s ttl");
+    runtime().block_on(async { guard.release().await.expect("still ours") });
+}
+
 /// A manager whose release just handed a key over knows it is contended: its next acquisition
 /// of that key joins the line at once, without a plain `SET NX` that would find it held. Once a
 /// release finds nobody waiting, the next acquisition is the plain `SET` again.
