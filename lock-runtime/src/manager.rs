@@ -561,7 +561,9 @@ impl LockManager {
             Meter::new(options).hold(),
         );
         let mut guard = LockGuard::new(held, turn);
-        if expires_in < ttl && expires_in <= crate::backend::CLAIM {
+        // By `ttl`, not by what is left: a lock found handed over by looking (no message) is
+        // known only by its remaining PTTL, below even a ttl that the hand-off gave in full.
+        if ttl > crate::backend::CLAIM && expires_in <= crate::backend::CLAIM {
             guard.confirm_ttl();
         }
         if options.auto_extend_enabled() {

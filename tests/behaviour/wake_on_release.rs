@@ -595,6 +595,51 @@ fn a_handed_over_lock_is_confirmed_after_the_runtime_it_was_acquired_on_shut_dow
     runtime().block_on(async { guard.release().await.expect("still ours") });
 }
 
+/// A waiter whose ttl is within the claim is handed its full ttl and needs no confirmation —
+/// also when it finds the lock handed to it by looking rather than by a message (here: its user
+/// may not subscribe, so it polls), when what is left of that ttl is all it can know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_within_the_claim_found_by_looking_sends_no_confirmation() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "poller", "on", ">secret", "~*", "resetchannels", "+@all"][..])
+        .query(&mut conn)
+        .unwrap();
+    let a = connect(&server).await;
+    let b = LockManager::connect(&format!("redis://poller:secret@127.0.0.1:{}", server.port()))
+        .await
+        .unwrap();
+    let held = a
+        .acquire("within", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let options = LockOptions::new()
+                .ttl(Duration::from_secs(2))
+                .timeout(Duration::from_secs(20));
+            b.acquire("within", &options).await
+        }
+    });
+    eventually(Duration::from_secs(5), "b to wait in line", || {
+        server.exists(&line_of("within"))
+    })
+    .await;
+    server.reset_stats();
+    held.release().await.expect("still ours");
+    let guard = waiter.await.unwrap().expect("handed over");
+    // Past when a confirmation would have been due (a third of the 2 s ttl), within the ttl.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        server.command_count("pexpire"),
+        0,
+        "a lock handed over with its full ttl was confirmed"
+    );
+    guard.release().await.expect("still ours");
+}
+
 /// A manager whose release just handed a key over knows it is contended: its next acquisition
 /// of that key joins the line at once, without a plain `SET NX` that would find it held. Once a
 /// release finds nobody waiting, the next acquisition is the plain `SET` again.
