@@ -15,12 +15,10 @@
 //! short sections a second schedules them without waking that task for each, and a released
 //! lock is simply dropped from the list at the next wake-up.
 //!
-//! A due confirmation is sent first on the caller's runtime, whose connection is the one the
-//! lock was acquired on: it is open (a process that can open no new connection — Redis at
-//! `maxclients`, a proxy refusing clients — still confirms), and the release travels behind it
-//! there. Only if that runtime does not get it done within a sixth of the claim (its threads
-//! are blocked, it shut down, or its connection failed) is it sent on the background runtime's
-//! own connection, and retried there while the claim runs.
+//! When the background runtime's connection fails (it may have none, and a process that can
+//! open no new connection — Redis at `maxclients`, a proxy refusing clients — cannot make one),
+//! the confirmation is also sent on the runtime the lock was acquired on, whose connection is
+//! open.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -28,6 +26,7 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::held::{Finder, Held};
@@ -132,25 +131,18 @@ async fn run(confirmations: &'static Confirmations) {
     }
 }
 
-/// Confirms the lock's full ttl — first on the runtime it was acquired on (`caller`), then on
-/// this one — retrying while its claim runs; if it still cannot, marks the lock lost before the
-/// claim runs out (`extend`, `is_held` and `release` then report it), as when a ttl runs out.
+/// Confirms the lock's full ttl, retrying while its claim runs; if it still cannot, marks the
+/// lock lost before the claim runs out (`extend`, `is_held` and `release` then report it), as
+/// when a ttl runs out.
+///
+/// Sent here first, on the background runtime's connection. When that fails, it is also sent
+/// on the runtime the lock was acquired on (`caller`), whose connection is open: the background
+/// runtime may have none, and be unable to open one. Not the other way round: a confirmation
+/// started on a caller runtime whose threads a body then blocks would hold the lock's ttl
+/// changes (and so this one) until they are free again.
 async fn confirm(held: Arc<Held>, caller: Option<Handle>) {
-    if let Some(caller) = caller {
-        let on_caller = caller.spawn({
-            let held = Arc::clone(&held);
-            async move { held.confirm().await }
-        });
-        let grace = held.expiry().span / 6;
-        // Failed there, its runtime is gone, or it is too busy to run it now: send it here. (If
-        // the caller's runtime runs it later, it finds the ttl set and sends nothing.)
-        if let Ok(Ok(Ok(()) | Err(LockError::Lost { .. }))) =
-            tokio::time::timeout(grace, on_caller).await
-        {
-            return;
-        }
-    }
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
+    let mut on_caller: Option<JoinHandle<Result<(), LockError>>> = None;
     loop {
         match held.confirm().await {
             Ok(()) | Err(LockError::Lost { .. }) => return,
@@ -166,7 +158,23 @@ async fn confirm(held: Arc<Held>, caller: Option<Handle>) {
                     tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over");
                     return;
                 }
-                tokio::time::sleep(pause).await;
+                let resume = Instant::now() + pause;
+                if on_caller.is_none() {
+                    on_caller = caller.as_ref().map(|caller| {
+                        let held = Arc::clone(&held);
+                        caller.spawn(async move { held.confirm().await })
+                    });
+                }
+                if let Some(task) = on_caller.as_mut() {
+                    match tokio::time::timeout_at(resume, task).await {
+                        Ok(Ok(Ok(()) | Err(LockError::Lost { .. }))) => return,
+                        // Failed there too, or that runtime is gone: both are tried again.
+                        Ok(_) => on_caller = None,
+                        // Still on its way there (a busy runtime): looked at after the next try.
+                        Err(_) => {}
+                    }
+                }
+                tokio::time::sleep_until(resume).await;
                 if held.is_closed() {
                     return;
                 }

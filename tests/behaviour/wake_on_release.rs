@@ -561,9 +561,9 @@ fn a_lazily_confirmed_lock_lives_its_full_ttl_while_its_runtime_is_blocked() {
     });
 }
 
-/// The confirmation is sent first on the runtime the lock was acquired on: when that runtime
-/// is gone before it is due (the guard lives on elsewhere), it is sent on distlock's own, and
-/// the lock still lives its full ttl.
+/// The runtime a handed-over lock was acquired on may be gone before its confirmation is due
+/// (the guard lives on elsewhere): the confirmation, which may fall back on that runtime's
+/// connection, is still sent, and the lock lives its full ttl.
 #[test]
 fn a_handed_over_lock_is_confirmed_after_the_runtime_it_was_acquired_on_shut_down() {
     let server = RedisServer::start();
