@@ -591,7 +591,10 @@ fn a_handed_over_lock_is_confirmed_after_the_runtime_it_was_acquired_on_shut_dow
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(server.get("lock:moved").as_deref(), Some(guard.token()));
     let pttl = server.pttl("lock:moved");
-    assert!(pttl > 20_000, "the lock has {pttl} ms left, not its 30 s ttl");
+    assert!(
+        pttl > 20_000,
+        "the lock has {pttl} ms left, not its 30 s ttl"
+    );
     runtime().block_on(async { guard.release().await.expect("still ours") });
 }
 
@@ -603,13 +606,26 @@ async fn a_lock_within_the_claim_found_by_looking_sends_no_confirmation() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let () = redis::cmd("ACL")
-        .arg(&["SETUSER", "poller", "on", ">secret", "~*", "resetchannels", "+@all"][..])
+        .arg(
+            &[
+                "SETUSER",
+                "poller",
+                "on",
+                ">secret",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ][..],
+        )
         .query(&mut conn)
         .unwrap();
     let a = connect(&server).await;
-    let b = LockManager::connect(&format!("redis://poller:secret@127.0.0.1:{}", server.port()))
-        .await
-        .unwrap();
+    let b = LockManager::connect(&format!(
+        "redis://poller:secret@127.0.0.1:{}",
+        server.port()
+    ))
+    .await
+    .unwrap();
     let held = a
         .acquire("within", &LockOptions::new().ttl(Duration::from_secs(30)))
         .await
