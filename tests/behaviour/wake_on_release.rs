@@ -701,6 +701,85 @@ async fn a_second_acquire_after_a_hand_off_skips_the_plain_set() {
     );
 }
 
+/// The contended-key hint never makes a free lock wait on a subscription that fails: a client
+/// whose pub/sub connection is down and cannot be made again (here: new connections refused)
+/// has its subscription attempts backed off (up to 2 s apart), and an acquisition that joins
+/// the line only once subscribed would wait for the next attempt before taking a free lock.
+/// Such a client takes a free lock it just handed over with the plain `SET` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_subscription_fails_takes_a_free_contended_lock_with_a_plain_set() {
+    let server = RedisServer::start();
+    let proxy = test_support::FaultProxy::start(server.port());
+    let a = connect(&server).await;
+    let b = LockManager::connect(&proxy.url()).await.unwrap();
+    let c = connect(&server).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let held = a.acquire("nosub", &options).await.unwrap();
+    let busy = a.acquire("nosub-busy", &options).await.unwrap();
+    let b_waits = tokio::spawn({
+        let (b, options) = (b.clone(), options.clone());
+        async move { b.acquire("nosub", &options).await }
+    });
+    eventually(Duration::from_secs(5), "b to wait in line", || {
+        waiting(&server, "nosub")
+    })
+    .await;
+    let c_waits = tokio::spawn({
+        let (c, options) = (c.clone(), options.clone());
+        async move { c.acquire("nosub", &options).await?.release().await }
+    });
+    eventually(Duration::from_secs(5), "c to wait behind b", || {
+        let length: usize = redis::cmd("LLEN")
+            .arg(line_of("nosub"))
+            .query(&mut server.conn())
+            .unwrap();
+        length == 2
+    })
+    .await;
+    held.release().await.expect("still ours");
+    let b_guard = b_waits.await.unwrap().expect("handed to b");
+
+    // b's connections drop; its command connection comes back at once, and then no new
+    // connection gets through to Redis: its pub/sub connection cannot be made again.
+    proxy.cut();
+    let mut reconnected = false;
+    for _ in 0..20 {
+        if let Ok(held) = b_guard.is_held().await {
+            assert!(held, "b's lock");
+            reconnected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reconnected, "b's command connection came back");
+    proxy.set_refuse(true);
+    for _ in 0..4 {
+        let short = LockOptions::new().timeout(Duration::from_millis(300));
+        assert!(b.acquire("nosub-busy", &short).await.is_err(), "held by a");
+    }
+    // b hands "nosub" to c, and so knows the key is contended; c is done with it at once.
+    b_guard.release().await.expect("still ours");
+    c_waits.await.unwrap().expect("handed to c, and released");
+
+    server.reset_stats();
+    let started = Instant::now();
+    let guard = b
+        .acquire("nosub", &LockOptions::new().timeout(Duration::from_secs(5)))
+        .await
+        .expect("free");
+    eprintln!("b took the free lock in {:?}", started.elapsed());
+    assert_eq!(
+        (server.command_count("set"), server.command_count("evalsha")),
+        (1, 0),
+        "the free lock was taken by a join that first waited for a subscription"
+    );
+    guard.release().await.expect("still ours");
+    busy.release().await.expect("still ours");
+    proxy.set_refuse(false);
+}
+
 /// Only the first waiter in line is told the holder's remaining ttl (it is the one to look
 /// when the holder dies); a waiter that joins behind it costs no `PTTL`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
