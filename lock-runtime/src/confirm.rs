@@ -8,18 +8,25 @@
 //! ttl), counted from before the attempt that last found the lock held, so it always leaves
 //! two thirds of the claim for retries.
 //!
-//! The confirmations run on the `background` runtime, not the caller's: a body that blocks
-//! its runtime's threads (CPU-bound work, a blocking call) must not keep the confirmation from
+//! They are scheduled on the `background` runtime, not the caller's: a body that blocks its
+//! runtime's threads (CPU-bound work, a blocking call) must not keep the confirmation from
 //! being sent, or the lock would be lost at the end of the claim while the body runs. One task
 //! keeps them all, sleeping until the earliest due one: a process that takes thousands of
 //! short sections a second schedules them without waking that task for each, and a released
 //! lock is simply dropped from the list at the next wake-up.
+//!
+//! When the background runtime's connection fails (it may have none, and a process that can
+//! open no new connection — Redis at `maxclients`, a proxy refusing clients — cannot make one),
+//! the confirmation is also sent on the runtime the lock was acquired on, whose connection is
+//! open.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::held::{Finder, Held};
@@ -34,8 +41,8 @@ struct Confirmations {
 }
 
 struct State {
-    /// Each lock with when its confirmation is due.
-    pending: Vec<(Instant, Arc<Held>)>,
+    /// Each lock with when its confirmation is due, and the runtime it was acquired on.
+    pending: Vec<(Instant, Arc<Held>, Option<Handle>)>,
     /// Until when the task sleeps (`None`: until woken).
     sleeps_until: Option<Instant>,
     started: bool,
@@ -58,10 +65,11 @@ pub(crate) fn schedule(held: Arc<Held>) {
         .valid_until
         .checked_sub(expiry.span * 2 / 3)
         .unwrap_or(expiry.valid_until);
+    let caller = Handle::try_current().ok();
     let confirmations = &*CONFIRMATIONS;
     let wake = {
         let mut state = confirmations.state();
-        state.pending.push((due, held));
+        state.pending.push((due, held, caller));
         let start = !state.started;
         state.started = true;
         if start {
@@ -93,22 +101,23 @@ async fn run(confirmations: &'static Confirmations) {
             let mut state = confirmations.state();
             state
                 .pending
-                .retain(|(_, held)| !held.is_closed() && !held.is_lost());
+                .retain(|(_, held, _)| !held.is_closed() && !held.is_lost());
             let mut due = Vec::new();
             let mut index = 0;
             while index < state.pending.len() {
                 if state.pending[index].0 <= now {
-                    due.push(state.pending.swap_remove(index).1);
+                    let (_, held, caller) = state.pending.swap_remove(index);
+                    due.push((held, caller));
                 } else {
                     index += 1;
                 }
             }
-            let next = state.pending.iter().map(|(at, _)| *at).min();
+            let next = state.pending.iter().map(|(at, _, _)| *at).min();
             state.sleeps_until = next;
             (due, next)
         };
-        for held in due {
-            crate::background::spawn(confirm(held));
+        for (held, caller) in due {
+            crate::background::spawn(confirm(held, caller));
         }
         match next {
             Some(next) => {
@@ -125,8 +134,15 @@ async fn run(confirmations: &'static Confirmations) {
 /// Confirms the lock's full ttl, retrying while its claim runs; if it still cannot, marks the
 /// lock lost before the claim runs out (`extend`, `is_held` and `release` then report it), as
 /// when a ttl runs out.
-async fn confirm(held: Arc<Held>) {
+///
+/// Sent here first, on the background runtime's connection. When that fails, it is also sent
+/// on the runtime the lock was acquired on (`caller`), whose connection is open: the background
+/// runtime may have none, and be unable to open one. Not the other way round: a confirmation
+/// started on a caller runtime whose threads a body then blocks would hold the lock's ttl
+/// changes (and so this one) until they are free again.
+async fn confirm(held: Arc<Held>, caller: Option<Handle>) {
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
+    let mut on_caller: Option<JoinHandle<Result<(), LockError>>> = None;
     loop {
         match held.confirm().await {
             Ok(()) | Err(LockError::Lost { .. }) => return,
@@ -142,7 +158,23 @@ async fn confirm(held: Arc<Held>) {
                     tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "could not confirm a lock handed over");
                     return;
                 }
-                tokio::time::sleep(pause).await;
+                let resume = Instant::now() + pause;
+                if on_caller.is_none() {
+                    on_caller = caller.as_ref().map(|caller| {
+                        let held = Arc::clone(&held);
+                        caller.spawn(async move { held.confirm().await })
+                    });
+                }
+                if let Some(task) = on_caller.as_mut() {
+                    match tokio::time::timeout_at(resume, task).await {
+                        Ok(Ok(Ok(()) | Err(LockError::Lost { .. }))) => return,
+                        // Failed there too, or that runtime is gone: both are tried again.
+                        Ok(_) => on_caller = None,
+                        // Still on its way there (a busy runtime): looked at after the next try.
+                        Err(_) => {}
+                    }
+                }
+                tokio::time::sleep_until(resume).await;
                 if held.is_closed() {
                     return;
                 }

@@ -79,6 +79,8 @@ struct State {
     pending: Vec<(oneshot::Sender<RedisResult<()>>, usize)>,
     /// When the last waiter left (for the linger).
     idle_since: Option<Instant>,
+    /// The last subscription attempt failed: the next one waits out a backoff.
+    failing: bool,
 }
 
 /// One waiter's mailbox: a message, or a bare wake-up that means "look again".
@@ -113,6 +115,7 @@ impl GrantHub {
                 subscribed: vec![false; sources.len()],
                 pending: Vec::new(),
                 idle_since: None,
+                failing: false,
             }),
             tasks: sources.iter().map(|_| Notify::new()).collect(),
             confirmations: confirmations.clamp(1, sources.len().max(1)),
@@ -140,6 +143,7 @@ impl GrantHub {
                     subscribed: vec![true],
                     pending: Vec::new(),
                     idle_since: None,
+                    failing: false,
                 }),
                 tasks: Box::new([]),
                 confirmations: 1,
@@ -197,6 +201,12 @@ impl GrantHub {
         };
         self.shared.notify_tasks();
         confirmed.await.unwrap_or_else(|_| Err(hub_gone()))
+    }
+
+    /// Whether the last attempt to subscribe failed: a subscription asked for now would wait out
+    /// the backoff before the next attempt (up to 2 s), and most likely fail again.
+    pub(crate) fn subscription_failing(&self) -> bool {
+        self.shared.state().failing
     }
 
     /// How many waiters are registered now (for leak tests).
@@ -319,6 +329,7 @@ impl Shared {
         let answered = {
             let mut state = self.state();
             state.subscribed[index] = result.is_ok();
+            state.failing = result.is_err();
             if state.subscriptions() >= self.confirmations {
                 std::mem::take(&mut state.pending)
             } else if result.is_err() {
@@ -541,6 +552,7 @@ mod tests {
                     subscribed: vec![false; connections],
                     pending: Vec::new(),
                     idle_since: None,
+                    failing: false,
                 }),
                 tasks: (0..connections).map(|_| Notify::new()).collect(),
                 confirmations,

@@ -260,9 +260,12 @@ impl LockManager {
         let mut last_held_at = started;
         let mut last_error = None;
         // A key handed over a moment ago is most likely held: join the line at once. Not for
-        // a single attempt (a zero timeout), which must never take a place in line.
+        // a single attempt (a zero timeout), which must never take a place in line; nor while
+        // subscribing fails, as the join waits for a subscription first, and the next attempt
+        // is backed off (up to 2 s): the lock may be free, and a plain first try takes it now.
         let mut step = if !options.timeout_duration().is_zero()
             && self.inner.backend.recently_contended(&keys.lock)
+            && !self.inner.backend.grants().subscription_failing()
         {
             machine.start_in_line()
         } else {
@@ -561,7 +564,9 @@ impl LockManager {
             Meter::new(options).hold(),
         );
         let mut guard = LockGuard::new(held, turn);
-        if expires_in < ttl && expires_in <= crate::backend::CLAIM {
+        // By `ttl`, not by what is left: a lock found handed over by looking (no message) is
+        // known only by its remaining PTTL, below even a ttl that the hand-off gave in full.
+        if ttl > crate::backend::CLAIM && expires_in <= crate::backend::CLAIM {
             guard.confirm_ttl();
         }
         if options.auto_extend_enabled() {

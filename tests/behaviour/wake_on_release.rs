@@ -561,6 +561,101 @@ fn a_lazily_confirmed_lock_lives_its_full_ttl_while_its_runtime_is_blocked() {
     });
 }
 
+/// The runtime a handed-over lock was acquired on may be gone before its confirmation is due
+/// (the guard lives on elsewhere): the confirmation, which may fall back on that runtime's
+/// connection, is still sent, and the lock lives its full ttl.
+#[test]
+fn a_handed_over_lock_is_confirmed_after_the_runtime_it_was_acquired_on_shut_down() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let (a, b) = first.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let (held, waiter) = first.block_on(held_with_a_waiter(&server, &a, &b, "moved"));
+    let guard = first.block_on(async {
+        held.release().await.expect("still ours");
+        waiter.await.unwrap().expect("handed over")
+    });
+    drop(first);
+    // Past the claim.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(server.get("lock:moved").as_deref(), Some(guard.token()));
+    let pttl = server.pttl("lock:moved");
+    assert!(
+        pttl > 20_000,
+        "the lock has {pttl} ms left, not its 30 s ttl"
+    );
+    runtime().block_on(async { guard.release().await.expect("still ours") });
+}
+
+/// A waiter whose ttl is within the claim is handed its full ttl and needs no confirmation —
+/// also when it finds the lock handed to it by looking rather than by a message (here: its user
+/// may not subscribe, so it polls), when what is left of that ttl is all it can know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_within_the_claim_found_by_looking_sends_no_confirmation() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "poller",
+                "on",
+                ">secret",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ][..],
+        )
+        .query(&mut conn)
+        .unwrap();
+    let a = connect(&server).await;
+    let b = LockManager::connect(&format!(
+        "redis://poller:secret@127.0.0.1:{}",
+        server.port()
+    ))
+    .await
+    .unwrap();
+    let held = a
+        .acquire("within", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let options = LockOptions::new()
+                .ttl(Duration::from_secs(2))
+                .timeout(Duration::from_secs(20));
+            b.acquire("within", &options).await
+        }
+    });
+    eventually(Duration::from_secs(5), "b to wait in line", || {
+        server.exists(&line_of("within"))
+    })
+    .await;
+    server.reset_stats();
+    held.release().await.expect("still ours");
+    let guard = waiter.await.unwrap().expect("handed over");
+    // Past when a confirmation would have been due (a third of the 2 s ttl), within the ttl.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        server.command_count("pexpire"),
+        0,
+        "a lock handed over with its full ttl was confirmed"
+    );
+    guard.release().await.expect("still ours");
+}
+
 /// A manager whose release just handed a key over knows it is contended: its next acquisition
 /// of that key joins the line at once, without a plain `SET NX` that would find it held. Once a
 /// release finds nobody waiting, the next acquisition is the plain `SET` again.
@@ -604,6 +699,85 @@ async fn a_second_acquire_after_a_hand_off_skips_the_plain_set() {
         (1, 1),
         "an uncontended cycle is a plain SET and the release script"
     );
+}
+
+/// The contended-key hint never makes a free lock wait on a subscription that fails: a client
+/// whose pub/sub connection is down and cannot be made again (here: new connections refused)
+/// has its subscription attempts backed off (up to 2 s apart), and an acquisition that joins
+/// the line only once subscribed would wait for the next attempt before taking a free lock.
+/// Such a client takes a free lock it just handed over with the plain `SET` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_subscription_fails_takes_a_free_contended_lock_with_a_plain_set() {
+    let server = RedisServer::start();
+    let proxy = test_support::FaultProxy::start(server.port());
+    let a = connect(&server).await;
+    let b = LockManager::connect(&proxy.url()).await.unwrap();
+    let c = connect(&server).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let held = a.acquire("nosub", &options).await.unwrap();
+    let busy = a.acquire("nosub-busy", &options).await.unwrap();
+    let b_waits = tokio::spawn({
+        let (b, options) = (b.clone(), options.clone());
+        async move { b.acquire("nosub", &options).await }
+    });
+    eventually(Duration::from_secs(5), "b to wait in line", || {
+        waiting(&server, "nosub")
+    })
+    .await;
+    let c_waits = tokio::spawn({
+        let (c, options) = (c.clone(), options.clone());
+        async move { c.acquire("nosub", &options).await?.release().await }
+    });
+    eventually(Duration::from_secs(5), "c to wait behind b", || {
+        let length: usize = redis::cmd("LLEN")
+            .arg(line_of("nosub"))
+            .query(&mut server.conn())
+            .unwrap();
+        length == 2
+    })
+    .await;
+    held.release().await.expect("still ours");
+    let b_guard = b_waits.await.unwrap().expect("handed to b");
+
+    // b's connections drop; its command connection comes back at once, and then no new
+    // connection gets through to Redis: its pub/sub connection cannot be made again.
+    proxy.cut();
+    let mut reconnected = false;
+    for _ in 0..20 {
+        if let Ok(held) = b_guard.is_held().await {
+            assert!(held, "b's lock");
+            reconnected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reconnected, "b's command connection came back");
+    proxy.set_refuse(true);
+    for _ in 0..4 {
+        let short = LockOptions::new().timeout(Duration::from_millis(300));
+        assert!(b.acquire("nosub-busy", &short).await.is_err(), "held by a");
+    }
+    // b hands "nosub" to c, and so knows the key is contended; c is done with it at once.
+    b_guard.release().await.expect("still ours");
+    c_waits.await.unwrap().expect("handed to c, and released");
+
+    server.reset_stats();
+    let started = Instant::now();
+    let guard = b
+        .acquire("nosub", &LockOptions::new().timeout(Duration::from_secs(5)))
+        .await
+        .expect("free");
+    eprintln!("b took the free lock in {:?}", started.elapsed());
+    assert_eq!(
+        (server.command_count("set"), server.command_count("evalsha")),
+        (1, 0),
+        "the free lock was taken by a join that first waited for a subscription"
+    );
+    guard.release().await.expect("still ours");
+    busy.release().await.expect("still ours");
+    proxy.set_refuse(false);
 }
 
 /// Only the first waiter in line is told the holder's remaining ttl (it is the one to look

@@ -323,3 +323,37 @@ fn a_runtime_shutting_down_leaves_no_lock_held_by_nobody() {
         guard.release().await.unwrap();
     });
 }
+
+/// An acquisition of a key this manager just handed over joins the line at once (the
+/// contended-key hint). Cancelled at any point of that — while subscribing, while its join is
+/// in flight, asleep in line, or right as its join takes the free lock — it leaves no place in
+/// line and no lock: the key is free again well within a claim (a place left behind would be
+/// handed the lock at the next release, and keep it from everyone for its 3 s claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_join_after_a_hand_off_leaves_no_place_and_no_lock() {
+    let server = RedisServer::start();
+    let a = LockManager::connect(&server.url()).await.unwrap();
+    let b = LockManager::connect(&server.url()).await.unwrap();
+    let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(10));
+    let line = "{lock:hinted}:distlock:line";
+    for polls in 1..=16 {
+        let held = a.acquire("hinted", &options).await.unwrap();
+        let b_section = tokio::spawn({
+            let (b, options) = (b.clone(), options.clone());
+            async move { b.acquire("hinted", &options).await?.release().await }
+        });
+        test_support::eventually(Duration::from_secs(5), "b in line", || server.exists(line)).await;
+        // Handed to b: a now knows the key is contended, and its next acquisition joins.
+        held.release().await.unwrap();
+        if let Some(Ok(guard)) = drop_after_polls(a.acquire("hinted", &options), polls).await {
+            guard.release().await.unwrap();
+        }
+        b_section.await.unwrap().unwrap();
+        test_support::eventually(
+            Duration::from_secs(2),
+            &format!("the key free, and no line, after a join cancelled after {polls} polls"),
+            || !server.exists("lock:hinted") && !server.exists(line),
+        )
+        .await;
+    }
+}

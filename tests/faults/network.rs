@@ -532,3 +532,43 @@ async fn an_extend_whose_reply_was_lost_is_not_reported_lost() {
     guard.release().await.expect("release");
     assert!(!node.exists(key));
 }
+
+/// A lock handed over on its 3 s claim is confirmed to its full ttl on a connection its holder
+/// has. A process that can open no new connection (Redis at `maxclients`, a proxy that refuses
+/// clients) while the connection it acquired on still works keeps the lock for its ttl: the
+/// confirmation must not depend on a second connection that cannot be opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_while_no_new_connection_opens_is_still_confirmed() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let holder = LockManager::connect(&server.url()).await.unwrap();
+    let waiter = LockManager::connect(&proxy.url()).await.unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let held = holder.acquire("refused", &options).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, options) = (waiter.clone(), options.clone());
+        async move { waiter.acquire("refused", &options).await }
+    });
+    test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+        server.exists("{lock:refused}:distlock:line")
+    })
+    .await;
+    // The waiter's connections (commands, pub/sub) are open; no other one will be.
+    proxy.set_refuse(true);
+    held.release().await.expect("still ours");
+    let guard = waiting.await.unwrap().expect("handed over");
+    // Past the claim.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        server.get("lock:refused").as_deref(),
+        Some(guard.token()),
+        "the handed-over lock expired at the end of its claim"
+    );
+    let pttl = server.pttl("lock:refused");
+    assert!(pttl > 20_000, "{pttl} ms left, not the 30 s ttl");
+    assert!(!guard.is_lost(), "the guard gave the lock up");
+    guard.release().await.expect("still ours");
+    proxy.set_refuse(false);
+}

@@ -206,6 +206,41 @@ fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time
     );
 }
 
+/// The holder and the first waiter both die: the waiter behind them, which is never told the
+/// holder's ttl (only the first waiter is), still gets the lock within the holder's expiry plus
+/// the bound of one dead waiter — its renewal finds the lock free, hands it to the dead first
+/// waiter for a claim at most, and then to itself.
+#[test]
+fn a_dead_holder_and_a_dead_first_waiter_hold_the_next_waiter_up_for_a_bounded_time() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (_manager, guard) = hold(&server, &runtime, "both-dead");
+    let doomed = queue_worker(&server, "both-dead", 0, "record");
+    let next = queue_worker(&server, "both-dead", 1, "record");
+    send_signal(doomed.id(), "KILL");
+    // The holder dies without releasing, a second before its ttl runs out.
+    std::mem::forget(guard);
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("lock:both-dead")
+        .arg(1000)
+        .query(&mut server.conn())
+        .unwrap();
+    let expired = Instant::now() + Duration::from_secs(1);
+    let statuses = wait_all(vec![next], Duration::from_secs(1) + DEAD_WAITER_BOUND);
+    assert!(
+        statuses[0].success(),
+        "the next waiter failed: {}",
+        statuses[0]
+    );
+    let took = expired.elapsed();
+    eprintln!(
+        "a dead holder and a dead first waiter held the next one up for {took:?} after the expiry"
+    );
+    assert!(took < DEAD_WAITER_BOUND, "held up {took:?}");
+    assert_eq!(order_of(&server, "both-dead"), vec![1]);
+    let _ = wait_all(vec![doomed], Duration::from_secs(5));
+}
+
 #[test]
 fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let server = RedisServer::start();
