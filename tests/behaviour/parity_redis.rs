@@ -6,10 +6,7 @@ use distlock::LockManager;
 use crate::parity::{self, parity_tests};
 
 async fn connect() -> LockManager {
-    let server = test_support::shared_server();
-    LockManager::connect(&server.url())
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
+    test_support::connect(test_support::shared_server()).await
 }
 
 /// The global manager, on the shared server as for the attribute tests: once per process, and
