@@ -1,3 +1,4 @@
+// A binary of its own: it installs the global client, and tests the first `init` of a process.
 //! The global client (`distlock::init`, `init_with`, `global`) and connecting: once per process,
 //! usable from every `#[tokio::test]` runtime and from runtimes built one after another, and
 //! clear errors for unreachable or malformed URLs.

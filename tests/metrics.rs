@@ -1,3 +1,4 @@
+// A binary of its own: it installs the process's one global metrics recorder.
 //! Metrics (feature `metrics`): a scripted workload against a real server, read back through
 //! `metrics-util`'s debugging recorder — exact counts per label and outcome, and no rendered
 //! key in any label.

@@ -1,8 +1,7 @@
+// A binary of its own: it needs a process in which nothing ever installs the global client.
 //! Before `distlock::init`: a locked function and `distlock::global()` fail with
 //! `LockError::NotInitialized`, whose message says to call `distlock::init`, and the body never
 //! runs. Nothing in this binary ever initializes the global client.
-
-// Not used here (no Redis is needed to fail), but every test binary declares the harness.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,3 +1,4 @@
+// A binary of its own: it installs the process's one global tracing subscriber.
 //! The `distlock.lock` span of a locked call: key, label, wait and fencing token, with
 //! distlock's events and the body's own events inside it — read by a test subscriber.
 

@@ -1,7 +1,28 @@
 //! The report: rows of figures, the targets, the machine they came from, as text and JSON.
 
-use crate::statistics::{CycleRound, PickCycle, Summary};
-use crate::FLOOR;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::fleet::FleetReport;
+use crate::statistics::{CycleRound, PickCycle, Summary, CYCLE_BLOCK};
+use crate::{
+    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, MANUAL, REDLOCK, RSLOCK, WORKERS,
+};
+
+/// What the workloads measured and checked; a workload that did not run leaves its part empty.
+#[derive(Default)]
+pub(crate) struct Results {
+    pub(crate) rows: Vec<Row>,
+    /// Sections of workload 2 that started before the previous one ended: a broken lock.
+    pub(crate) overlaps: usize,
+    /// Keys on the private server after workload 1: every lock released leaves none.
+    pub(crate) keys_left: Option<i64>,
+    /// Keys on workload 5's servers after it.
+    pub(crate) keys_left_backends: Option<i64>,
+    /// Idle spinners that ran during workloads 1 and 5 (the larger count).
+    pub(crate) spinners_running: usize,
+    pub(crate) fleet: Option<FleetReport>,
+}
 
 /// Rows of one cycle workload: its main figure, then the client's and Redis's CPU per cycle.
 pub(crate) fn push_cycle_rows(
@@ -196,4 +217,313 @@ pub(crate) fn load_average() -> String {
                 .join(" ")
         },
     )
+}
+
+/// The targets, each judged on the median over the rounds (the longest wait on the worst round).
+pub(crate) fn targets(rows: &[Row], config: &Config) -> [Target; 10] {
+    let ratio = |a: Option<&Summary>, b: Option<&Summary>| a.zip(b).map(|(a, b)| a.ratio_to(b));
+    let cycle = |contender| summary(rows, "1 cycle", contender, "time per cycle");
+    let parallel = |contender| summary(rows, "3 parallel", contender, "cycles/s");
+    let contend = |metric| summary(rows, "2 contend", DISTLOCK, metric).map(Summary::median);
+    let max_wait_ms = 3.0 * config.contend_tasks as f64 * config.critical.as_secs_f64() * 1e3;
+    let vs_standalone =
+        |contender| summary(rows, BACKENDS, contender, "vs standalone").map(Summary::median);
+    [
+        Target {
+            name: "1 cycle: distlock manual / floor",
+            value: ratio(cycle(MANUAL), cycle(FLOOR)),
+            op: "<=",
+            limit: 1.10,
+        },
+        Target {
+            name: "4 attribute overhead: attribute / manual",
+            value: ratio(cycle(ATTRIBUTE), cycle(MANUAL)),
+            op: "<=",
+            limit: 1.03,
+        },
+        Target {
+            name: "1 cycle: rslock / distlock manual",
+            value: ratio(cycle(RSLOCK), cycle(MANUAL)),
+            op: ">=",
+            limit: 1.3,
+        },
+        Target {
+            name: "2 contend: hand-off gap p50 (ms)",
+            value: contend("hand-off gap p50").map(|us| us / 1e3),
+            op: "<=",
+            limit: 0.2,
+        },
+        Target {
+            name: "2 contend: hand-off gap p99 (ms)",
+            value: contend("hand-off gap p99").map(|us| us / 1e3),
+            op: "<=",
+            limit: 1.0,
+        },
+        Target {
+            name: "2 contend: longest wait, worst round (ms)",
+            value: summary(rows, "2 contend", DISTLOCK, "longest wait").map(Summary::max),
+            op: "<=",
+            limit: max_wait_ms,
+        },
+        Target {
+            name: "2 contend: changed hands (%)",
+            value: contend("changed hands"),
+            op: ">=",
+            limit: 90.0,
+        },
+        Target {
+            name: "3 parallel: distlock / floor",
+            value: ratio(parallel(DISTLOCK), parallel(FLOOR)),
+            op: ">=",
+            limit: 0.85,
+        },
+        Target {
+            name: "5 backends: redlock / standalone",
+            value: vs_standalone(REDLOCK),
+            op: "<=",
+            limit: 1.5,
+        },
+        Target {
+            name: "5 backends: cluster / standalone (info)",
+            value: vs_standalone(CLUSTER),
+            op: INFO,
+            limit: f64::NAN,
+        },
+    ]
+}
+
+/// The report as text: the table, the targets, the notes, the fleet's tables, the checks and the
+/// machine.
+pub(crate) fn render(
+    config: &Config,
+    results: &Results,
+    targets: &[Target],
+    machine: &Machine,
+    total: Duration,
+) -> String {
+    let Results {
+        rows,
+        overlaps,
+        keys_left,
+        keys_left_backends,
+        spinners_running,
+        fleet,
+    } = results;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{:<10} {:<32} {:<16} {:>10} {:>19} {:>7} {:>8}",
+        "workload", "contender", "metric", "median", "min..max", "/floor", "/rslock"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(108));
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {:<16} {:>7} {:<2} {:>19} {:>7} {:>8}",
+            row.workload,
+            row.contender,
+            row.metric,
+            format_value(row.summary.median()),
+            row.unit,
+            format!(
+                "{}..{}",
+                format_value(row.summary.min()),
+                format_value(row.summary.max())
+            ),
+            format_ratio(row.vs_floor),
+            format_ratio(row.vs_rslock),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<44} {:>8} {:>9}  result",
+        "target (distlock)", "value", "limit"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(72));
+    for target in targets {
+        let (op, limit) = if target.op == INFO {
+            ("", "-".to_owned())
+        } else {
+            (target.op, format!("{:.2}", target.limit))
+        };
+        let _ = writeln!(
+            out,
+            "{:<44} {:>8} {:>2} {:>6}  {}",
+            target.name,
+            target
+                .value
+                .map_or_else(|| "-".to_owned(), |value| format!("{value:.3}")),
+            op,
+            limit,
+            target.verdict()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "note: rslock sends the floor's own two commands for an uncontended cycle, so it can only \
+         be ~1.0 x distlock there (a cycle is two round trips for any lock whose release is \
+         awaited); the two differ under contention (workload 2)"
+    );
+    let _ = writeln!(
+        out,
+        "\ncycle: {} cycles per round; contend: {} tasks x {} sections, {} ms critical section (spin \
+         until acquired + 1 ms, yield_now between checks); parallel: {} tasks x {} cycles; {} rounds \
+         after a warm-up, every contender once per round in rotated order (workload 1: in turns of \
+         {CYCLE_BLOCK} cycles); median and min..max over rounds, ratios are medians of per-round \
+         ratios; the longest-wait target is judged on the worst round",
+        config.cycle_n,
+        config.contend_tasks,
+        config.contend_m,
+        config.critical.as_secs_f64() * 1e3,
+        config.parallel_tasks,
+        config.parallel_k,
+        config.rounds
+    );
+    let _ = writeln!(
+        out,
+        "backends: {} cycles per round per backend (manual API, one task); standalone = the private \
+         server, cluster = 3 masters without replicas, redlock = 5 independent masters, all started \
+         by the bench; redis CPU summed over every node; vs standalone = median of per-round ratios \
+         of time per cycle",
+        config.backends_n
+    );
+    let _ = writeln!(
+        out,
+        "runtimes: tokio current_thread for 1, 4 and 5, tokio multi_thread with {WORKERS} workers for 2 and 3; \
+         idle spinners: {spinners_running} SCHED_IDLE threads keep the CPUs from halting during 1 and 5 \
+         (DISTLOCK_BENCH_IDLE_SPIN=0 turns them off)"
+    );
+    let _ = writeln!(
+        out,
+        "hand-off gap: next holder's acquired-at - previous holder's release-start, for consecutive \
+         sections of different holders"
+    );
+    if rows.is_empty() {
+        // Only the fleet ran (`-- fleet`): an empty table, its skipped targets and notes on
+        // workloads that did not run would only hide its own tables.
+        out.clear();
+    }
+    if let Some(fleet) = fleet {
+        out.push_str(&fleet.render());
+    }
+    let _ = writeln!(
+        out,
+        "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}; keys left \
+         after backends {}",
+        keys_left.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string()),
+        keys_left_backends.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string())
+    );
+    let _ = writeln!(
+        out,
+        "machine: {} cpus ({}), {}, redis {}, {}; load average {} before, {} after; total {:.1} s",
+        machine.nproc,
+        machine.cpu,
+        machine.os,
+        machine.redis_version,
+        machine.rustc,
+        machine.load_before,
+        machine.load_after,
+        total.as_secs_f64()
+    );
+    out
+}
+
+/// The report as JSON: the same figures as the text, with every round's, and the fleet's.
+pub(crate) fn json(
+    config: &Config,
+    results: &Results,
+    targets: &[Target],
+    machine: &Machine,
+    private_server: bool,
+    total: Duration,
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = results
+        .rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "workload": row.workload,
+                "contender": row.contender,
+                "metric": row.metric,
+                "unit": row.unit,
+                "median": number(row.summary.median()),
+                "min": number(row.summary.min()),
+                "max": number(row.summary.max()),
+                "ratio_to_floor": row.vs_floor.map(number),
+                "ratio_to_rslock": row.vs_rslock.map(number),
+                "rounds": row.summary.by_round.iter().copied().map(number).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let targets: Vec<serde_json::Value> = targets
+        .iter()
+        .map(|target| {
+            serde_json::json!({
+                "name": target.name,
+                "value": target.value.map(number),
+                "op": target.op,
+                "limit": number(target.limit),
+                "result": target.verdict(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "command": "cargo bench --bench locks",
+        "machine": {
+            "nproc": machine.nproc,
+            "cpu": machine.cpu,
+            "os": machine.os,
+            "redis_server": machine.redis_version,
+            "rustc": machine.rustc,
+            "load_average_before": machine.load_before,
+            "load_average_after": machine.load_after,
+        },
+        "runtime": {
+            "cycle": "tokio current_thread",
+            "contend": format!("tokio multi_thread, {WORKERS} workers"),
+            "parallel": format!("tokio multi_thread, {WORKERS} workers"),
+            "backends": "tokio current_thread",
+        },
+        "config": {
+            "rounds": config.rounds,
+            "warm_up_rounds": 1,
+            "cycle_n": config.cycle_n,
+            "contend_tasks": config.contend_tasks,
+            "contend_m": config.contend_m,
+            "critical_section_us": u64::try_from(config.critical.as_micros()).unwrap_or(u64::MAX),
+            "critical_section": "spin until acquired_at + 1 ms, yield_now between checks",
+            "hand_off_gap": "next acquired_at - previous release_start, consecutive sections of different holders",
+            "parallel_tasks": config.parallel_tasks,
+            "parallel_k": config.parallel_k,
+            "backends_n": config.backends_n,
+            "backends": "standalone: the private server; cluster: 3 masters, no replicas; redlock: 5 independent masters",
+            "redis": if private_server { "private redis-server on a free port" } else { "REDIS_URL" },
+            "rslock": true,
+            "idle_spinners_during_cycle_and_backends": results.spinners_running,
+        },
+        "results": rows,
+        "targets": targets,
+        "checks": {
+            "overlapping_sections": results.overlaps,
+            "keys_left_after_cycle": results.keys_left,
+            "keys_left_after_backends": results.keys_left_backends,
+        },
+        "fleet": results.fleet,
+        "total_seconds": number(total.as_secs_f64()),
+    })
+}
+
+/// Writes `json` to `distlock-bench.json` in the target directory (`$CARGO_TARGET_DIR`, or
+/// `target/` of the package), saying where; a failure to write is reported, not fatal.
+pub(crate) fn write_json(json: &serde_json::Value) {
+    let json = serde_json::to_string_pretty(json).expect("the report is plain data");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        std::path::PathBuf::from,
+    );
+    let path = target_dir.join("distlock-bench.json");
+    match std::fs::create_dir_all(&target_dir).and_then(|()| std::fs::write(&path, json)) {
+        Ok(()) => println!("wrote {}", path.display()),
+        Err(error) => eprintln!("could not write {}: {error}", path.display()),
+    }
 }

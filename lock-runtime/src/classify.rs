@@ -80,7 +80,7 @@ fn refused_inside_a_script(detail: &str) -> bool {
 
 /// A script that did not compile or failed while running: Redis 6.2 says "Error running
 /// script" / "Error compiling script"; Redis 7 and Valkey end a runtime error with
-/// "script: <sha>, on `@user_script:<line>`.".
+/// `script: <sha>, on @user_script:<line>.`
 fn is_script_failure(detail: &str) -> bool {
     detail.contains("Error running script")
         || detail.contains("Error compiling script")

@@ -81,6 +81,14 @@ pub async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut
     }
 }
 
+/// A lock manager of its own on `server` (`LockManager::connect`), as another client of it;
+/// panics, naming the server, if it cannot connect.
+pub async fn connect(server: &RedisServer) -> distlock::LockManager {
+    distlock::LockManager::connect(&server.url())
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
+}
+
 /// The one redis-server this test binary shares between its tests, started on first use
 /// (killed when the process ends). Tests that share it use their own keys.
 pub fn shared_server() -> &'static RedisServer {

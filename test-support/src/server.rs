@@ -1,6 +1,7 @@
 //! [`RedisServer`]: a throwaway `redis-server` process owned by one test, with fault controls
 //! (pause, resume, kill, restart) and small synchronous helpers for assertions.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -323,16 +324,29 @@ impl RedisServer {
             Some((command, _)) if !self.counts_subcommands() => command.to_owned(),
             _ => name,
         };
-        let prefix = format!("cmdstat_{name}:");
-        let info = self.info("commandstats");
-        let Some(stats) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
-            return 0;
-        };
-        stats
-            .split(',')
-            .find_map(|field| field.strip_prefix("calls="))
-            .and_then(|calls| calls.parse().ok())
-            .unwrap_or_else(|| panic!("cannot parse the calls of {prefix} in {stats:?}"))
+        self.command_counts().get(&name).copied().unwrap_or(0)
+    }
+
+    /// Every command that ran since start or [`reset_stats`](Self::reset_stats), by name as
+    /// `INFO commandstats` writes it (`"set"`, `"config|resetstat"` on Redis 7 and later,
+    /// `"config"` before), with its calls. The commands a script runs count too, and so does the
+    /// helper's own `INFO`, under `info`.
+    pub fn command_counts(&self) -> BTreeMap<String, u64> {
+        self.info("commandstats")
+            .lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_"))
+            .map(|line| {
+                let (name, stats) = line
+                    .split_once(':')
+                    .unwrap_or_else(|| panic!("no `:` after the name in cmdstat_{line}"));
+                let calls = stats
+                    .split(',')
+                    .find_map(|field| field.strip_prefix("calls="))
+                    .and_then(|calls| calls.parse().ok())
+                    .unwrap_or_else(|| panic!("cannot parse the calls of cmdstat_{line}"));
+                (name.to_owned(), calls)
+            })
+            .collect()
     }
 
     /// Whether `INFO commandstats` counts subcommands on their own lines (`cmdstat_config|get`):

@@ -9,15 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use test_support::{eventually, global_server, RedisServer};
+use distlock::{distributed_lock, LockError, LockOptions};
+use test_support::{connect, eventually, global_server, RedisServer};
 use tokio::time::Instant;
-
-async fn connect(server: &RedisServer) -> LockManager {
-    LockManager::connect(&server.url())
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
-}
 
 /// `SET key value PX millis`, as a thief that ignores the lock protocol would.
 fn steal(server: &RedisServer, key: &str, value: &str, millis: u64) {

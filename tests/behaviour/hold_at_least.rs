@@ -4,15 +4,9 @@
 
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockOptions};
-use test_support::{eventually, RedisServer};
+use distlock::{LockError, LockOptions};
+use test_support::{connect, eventually, RedisServer};
 use tokio::time::Instant;
-
-async fn connect(server: &RedisServer) -> LockManager {
-    LockManager::connect(&server.url())
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
-}
 
 fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
     LockOptions::new()

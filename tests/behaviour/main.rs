@@ -1,20 +1,35 @@
 //! What distlock does, against a real Redis: the manual API, the attribute, auto-extension,
-//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, TLS and ACL users, and
-//! inspection (who holds a lock).
+//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, TLS and ACL users,
+//! inspection (who holds a lock), the synchronous API (`distlock::blocking`), and the behaviour
+//! tests written once for every backend (`parity`, run on Redis and on the in-process backend);
+//! and that the README's quick start and links hold.
 //!
-//! One binary, so the harness and the facade compile once for all of them. The attribute tests
-//! share one redis-server and the one global client (`test_support::global_server`); every
-//! other test starts its own servers and managers. The 100 000-cycle leak check has a binary of
-//! its own (`no_leaks`): it loads both cores for a minute while bounding what the managers hold,
-//! and beside the timing bounds of these tests each would break the other's.
+//! One binary, so the harness and the facade compile and link once for all of them. The
+//! attribute, parity and blocking tests share one redis-server and the one global client of each
+//! kind (`test_support::global_server`, `blocking::init`), each with keys of its own; a test that
+//! needs another global manager (the in-process one) runs in a process of its own
+//! (`test_support::in_own_process`); every other test starts its own servers and managers.
+//!
+//! Binaries of their own: the 100 000-cycle leak check (`no_leaks`), which loads both cores for
+//! a minute while bounding what the managers hold, and beside the timing bounds of these tests
+//! each would break the other's; the examples (`examples`), which build the example programs
+//! with cargo and run them, several processes at once, a load that would break those bounds too; the round-trip count
+//! (`round_trips`), which counts every command the global client's server receives, so no other
+//! test may use that server meanwhile; and the binaries that install what a process has one of
+//! (`global_client`, `not_initialized`, `metrics`, `span`).
 
 mod attribute;
 mod auto_extend;
+mod blocking;
 mod fencing;
 mod hold_at_least;
 mod inspect;
 mod manual_api;
 mod mutual_exclusion;
 mod on_busy;
+mod parity;
+mod parity_in_process;
+mod parity_redis;
+mod readme;
 mod tls_acl;
 mod wake_on_release;

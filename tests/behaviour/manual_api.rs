@@ -8,13 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockGuard, LockManager, LockOptions};
-use test_support::{eventually, FaultProxy, RedisServer};
-
-async fn connect(server: &RedisServer) -> LockManager {
-    LockManager::connect(&server.url())
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect to {}: {error}", server.url()))
-}
+use test_support::{connect, eventually, FaultProxy, RedisServer};
 
 fn ttl(millis: u64) -> LockOptions {
     LockOptions::new().ttl(Duration::from_millis(millis))

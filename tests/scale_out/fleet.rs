@@ -347,23 +347,11 @@ fn commands_per_section(workers: usize) -> f64 {
     for status in wait_all(children, Duration::from_secs(120)) {
         assert!(status.success(), "a worker failed: {status}");
     }
-    let info = server.info("commandstats");
-    let total: u64 = info
-        .lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_"))
-        .filter(|line| {
-            !["exists:", "info:", "config"]
-                .iter()
-                .any(|skip| line.starts_with(skip))
-        })
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    let total: u64 = server
+        .command_counts()
+        .into_iter()
+        .filter(|(name, _)| name != "exists" && name != "info" && !name.starts_with("config"))
+        .map(|(_, calls)| calls)
         .sum::<u64>()
         - 1; // the go
     let sections = workers * LOOPS;

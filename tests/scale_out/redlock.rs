@@ -465,24 +465,16 @@ async fn a_release_wakes_a_redlock_waiter() {
 fn commands_run(servers: &RedisServers) -> u64 {
     servers
         .iter()
-        .map(|server| {
-            server
-                .info("commandstats")
-                .lines()
-                .filter_map(|line| line.strip_prefix("cmdstat_"))
-                .filter(|line| !line.starts_with("info:") && !line.starts_with("config|"))
-                .filter_map(|line| {
-                    let calls = line.split("calls=").nth(1)?.split(',').next()?;
-                    let calls = calls.parse::<u64>().ok()?;
-                    // A server that counts no subcommands (Redis 6.2) counts the reset itself
-                    // as one `config` call: only that one is the test's.
-                    Some(if line.starts_with("config:") {
-                        calls.saturating_sub(1)
-                    } else {
-                        calls
-                    })
-                })
-                .sum::<u64>()
+        .flat_map(test_support::RedisServer::command_counts)
+        .filter(|(name, _)| name != "info" && !name.starts_with("config|"))
+        // A server that counts no subcommands (Redis 6.2) counts the reset itself as one
+        // `config` call: only that one is the test's.
+        .map(|(name, calls)| {
+            if name == "config" {
+                calls.saturating_sub(1)
+            } else {
+                calls
+            }
         })
         .sum()
 }
@@ -490,20 +482,11 @@ fn commands_run(servers: &RedisServers) -> u64 {
 /// The calls of each command over all masters, most called first.
 fn commands_by_name(servers: &RedisServers) -> Vec<(String, u64)> {
     let mut calls = std::collections::BTreeMap::new();
-    for server in servers.iter() {
-        for line in server.info("commandstats").lines() {
-            let Some(line) = line.strip_prefix("cmdstat_") else {
-                continue;
-            };
-            let (name, rest) = line.split_once(':').unwrap_or((line, ""));
-            let count = rest
-                .split("calls=")
-                .nth(1)
-                .and_then(|calls| calls.split(',').next())
-                .and_then(|calls| calls.parse::<u64>().ok())
-                .unwrap_or(0);
-            *calls.entry(name.to_owned()).or_insert(0) += count;
-        }
+    for (name, count) in servers
+        .iter()
+        .flat_map(test_support::RedisServer::command_counts)
+    {
+        *calls.entry(name).or_insert(0) += count;
     }
     let mut calls: Vec<(String, u64)> = calls.into_iter().collect();
     calls.sort_by_key(|(_, count)| std::cmp::Reverse(*count));

@@ -2,12 +2,13 @@
 //! backend: `parity_in_process.rs` instantiates them on `LockManager::in_process()`,
 //! `parity_redis.rs` on a real redis-server. A backend that behaves differently fails here.
 //!
-//! A binary provides `connect()` (a fresh manager, as another client of the same store) and
-//! `install_global()` (the global manager on that store, once), then calls
+//! A module provides `connect()` (a fresh manager, as another client of the same store) and
+//! `install_global(module, test)` (the global manager on that store, once per process; `false`
+//! when the test is not to run its body in this process), then calls
 //! `parity_tests!(connect, install_global)`.
 //!
 //! Every test uses names of its own: the in-process table and the shared server are shared by
-//! the tests of a binary.
+//! the tests of the binary.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,12 +71,26 @@ macro_rules! parity_tests {
         }
         #[tokio::test(flavor = "current_thread")]
         async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
-            $install_global().await;
+            if !$install_global(
+                module_path!(),
+                "auto_extend_cancels_the_body_when_the_lock_is_lost",
+            )
+            .await
+            {
+                return;
+            }
             parity::auto_extend_cancels_the_body_when_the_lock_is_lost().await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn the_attribute_excludes_through_the_global_manager() {
-            $install_global().await;
+            if !$install_global(
+                module_path!(),
+                "the_attribute_excludes_through_the_global_manager",
+            )
+            .await
+            {
+                return;
+            }
             parity::the_attribute_excludes_through_the_global_manager($connect).await;
         }
     };

@@ -105,7 +105,7 @@ fn processes_exclude_each_other_with_an_exact_count() {
     let workers = (0..3)
         .map(|_| {
             spawn_self(
-                "blocking_worker",
+                "blocking::blocking_worker",
                 &[("DISTLOCK_BLOCKING_WORKER_URL", server.url())],
             )
         })

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 #[test]
 fn readme_quick_start_is_the_quickstart_example() {
-    let readme = include_str!("../README.md");
-    let example = include_str!("../examples/quickstart.rs");
+    let readme = include_str!("../../README.md");
+    let example = include_str!("../../examples/quickstart.rs");
     let block = format!("```rust\n{}\n```", example.trim_end());
     assert!(
         readme.contains(&block),
@@ -20,8 +20,8 @@ fn readme_quick_start_is_the_quickstart_example() {
 
 #[test]
 fn readme_names_the_commands_that_ci_runs() {
-    let readme = include_str!("../README.md");
-    let ci = include_str!("../.ci/run");
+    let readme = include_str!("../../README.md");
+    let ci = include_str!("../../.ci/run");
     for command in [
         "cargo test --workspace --all-features",
         "cargo run --example process_traces",
@@ -147,7 +147,7 @@ fn every_link_in_the_readme_and_the_docs_leads_to_a_file_and_heading_that_exist(
 
 #[test]
 fn the_readme_links_every_document_in_docs() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let linked: BTreeSet<String> = link_targets(readme).into_iter().collect();
     for document in documents()
         .iter()
