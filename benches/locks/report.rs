@@ -408,8 +408,8 @@ pub(crate) fn render(
     }
     let _ = writeln!(
         out,
-        "checks: overlapping sections {overlaps} (must be 0); keys left after cycle {}; keys left \
-         after backends {}",
+        "checks: overlapping sections {overlaps} (must be 0); keys without expiry left after \
+         cycle {}; after backends {}",
         keys_left.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string()),
         keys_left_backends.map_or_else(|| "not checked".to_owned(), |keys| keys.to_string())
     );

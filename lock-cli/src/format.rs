@@ -147,7 +147,7 @@ pub(crate) fn json(info: &LockInfo) -> Value {
             "label": holder.label,
             "host": holder.host,
             "pid": holder.pid,
-            "since_unix_ms": holder.since.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0),
+            "since_unix_ms": holder.since.duration_since(UNIX_EPOCH).map_or(0, millis),
             "held_for_ms": held_for(info).map(millis),
         })
     });

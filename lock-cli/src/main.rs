@@ -128,7 +128,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        // A reader that closed the pipe (`distlock list | head`) got what it wanted.
+        Ok(()) | Err(Failure::Closed) => ExitCode::SUCCESS,
         Err(Failure::NotDone(message)) => {
             eprintln!("{message}");
             ExitCode::from(1)
@@ -137,7 +138,6 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(2)
         }
-        Err(Failure::Closed) => ExitCode::SUCCESS,
     }
 }
 

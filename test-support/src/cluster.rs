@@ -444,6 +444,44 @@ impl RedisCluster {
         self.migrate_slot_of_holding(key, to_master_index, Duration::ZERO)
     }
 
+    /// The master that serves the slot of `key` by its own account: the one whose own table
+    /// (`myself` in its `CLUSTER NODES`) says so. Right after a slot moved, other nodes can
+    /// still (or, for a moment, again) name the old owner, which [`node_for_key`](Self::node_for_key)
+    /// reports; this is the node that answers for the key. Waits up to 15 s for exactly one
+    /// running master to claim the slot.
+    pub fn owner_of_key(&self, key: &str) -> &RedisServer {
+        self.claimed_owner(self.slot_of(key), Instant::now() + MIGRATE_TIMEOUT)
+    }
+
+    /// The one running master whose own table (`myself` in its `CLUSTER NODES`) says it
+    /// serves `slot`; waits while none or several do, until `deadline`.
+    fn claimed_owner(&self, slot: u16, deadline: Instant) -> &RedisServer {
+        loop {
+            let claimants: Vec<&RedisServer> = self
+                .running()
+                .filter(|node| {
+                    read_view(node).is_ok_and(|view| {
+                        view.lines.iter().any(|line| {
+                            line.flags.iter().any(|flag| flag == "myself")
+                                && line.is_master()
+                                && line.serves(slot)
+                        })
+                    })
+                })
+                .collect();
+            if let [owner] = claimants[..] {
+                return owner;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot {slot}: {} masters claim it, not one (ports {:?})",
+                claimants.len(),
+                claimants.iter().map(|n| n.port()).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Moves the slot of `key` to `masters()[to_master_index]` the way `redis-cli --cluster
     /// reshard` does: `CLUSTER SETSLOT <slot> IMPORTING` on the target, `MIGRATING` on the
     /// source, `MIGRATE` of every key in it (`CLUSTER GETKEYSINSLOT`, TTLs kept), then — after
@@ -465,7 +503,6 @@ impl RedisCluster {
     ) -> &RedisServer {
         let deadline = Instant::now() + MIGRATE_TIMEOUT + hold;
         let slot = self.slot_of(key);
-        let source = self.master_for_slot(slot);
         let masters = self.masters();
         let target = *masters.get(to_master_index).unwrap_or_else(|| {
             panic!(
@@ -474,12 +511,50 @@ impl RedisCluster {
                 masters.iter().map(|m| m.port()).collect::<Vec<_>>()
             )
         });
-        assert_ne!(
-            source.port(),
-            target.port(),
-            "migrate_slot_of({key:?}, {to_master_index}): slot {slot} is already served by that master"
-        );
-        let (source_id, target_id) = (self.node_id(source), self.node_id(target));
+        let target_id = self.node_id(target);
+        let setslot = |state: &str, id: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg(state);
+            if !id.is_empty() {
+                cmd.arg(id);
+            }
+            cmd
+        };
+        // The owner by its own account, which is what SETSLOT checks: right after an earlier
+        // move, a node can still believe in an owner that has given the slot up. If the owner
+        // changes between the two commands (it refuses MIGRATING), the move starts over.
+        let source = loop {
+            let source = self.claimed_owner(slot, deadline);
+            assert_ne!(
+                source.port(),
+                target.port(),
+                "migrate_slot_of({key:?}, {to_master_index}): slot {slot} is already served by that master"
+            );
+            let source_id = self.node_id(source);
+            setslot("IMPORTING", &source_id)
+                .query::<redis::Value>(&mut target.conn())
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "slot {slot}: IMPORTING on port {} failed: {e}",
+                        target.port()
+                    )
+                });
+            match setslot("MIGRATING", &target_id).query::<redis::Value>(&mut source.conn()) {
+                Ok(_) => break source,
+                Err(e) if e.to_string().contains("not the owner") && Instant::now() < deadline => {
+                    setslot("STABLE", "")
+                        .query::<redis::Value>(&mut target.conn())
+                        .unwrap_or_else(|e| {
+                            panic!("slot {slot}: STABLE on port {} failed: {e}", target.port())
+                        });
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!(
+                    "slot {slot}: MIGRATING on port {} (the owner in the cluster's view) failed: {e}",
+                    source.port()
+                ),
+            }
+        };
         let what = format!(
             "moving slot {slot} (key {key:?}) from port {} to port {}",
             source.port(),
@@ -489,14 +564,6 @@ impl RedisCluster {
             cmd.query(&mut node.conn())
                 .unwrap_or_else(|e| panic!("{what}: {cmd:?} on port {} failed: {e}", node.port()))
         };
-        let setslot = |state: &str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-            cmd
-        };
-
-        run(target, &setslot("IMPORTING", &source_id));
-        run(source, &setslot("MIGRATING", &target_id));
         let move_keys = || loop {
             let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -529,7 +596,11 @@ impl RedisCluster {
             // Nothing new can appear on the source meanwhile (it answers ASK), but be sure.
             move_keys();
         }
-        // Target first, so that it serves the slot before anyone is sent to it.
+        // Target first, so that it serves the slot before anyone is sent to it; and with its
+        // config epoch bumped first. Nodes judge conflicting claims by config epoch; without
+        // the bump a quick series of moves can leave the slot to nobody, the target giving it
+        // back on a message the source sent before giving it up.
+        run(target, redis::cmd("CLUSTER").arg("BUMPEPOCH"));
         run(target, &setslot("NODE", &target_id));
         run(source, &setslot("NODE", &target_id));
         for master in self.masters() {

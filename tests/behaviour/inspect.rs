@@ -426,11 +426,11 @@ async fn list_shows_a_lock_once_when_its_slot_moves_during_the_walk() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    // Which master serves the slot, once the nodes' views agree on one of the three.
+    // Which of the three masters serves the slot, by its own account.
     let home = || {
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         loop {
-            let port = cluster.node_for_key("lock:moving").port();
+            let port = cluster.owner_of_key("lock:moving").port();
             if let Some(index) = all_three().iter().position(|&p| p == port) {
                 return index;
             }
