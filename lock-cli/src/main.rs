@@ -7,6 +7,9 @@
 //! distlock watch                     # acquisitions, hand-offs, releases, expiries
 //! distlock release trace:abc --force # asks first; --yes to skip the question
 //! distlock list --url rediss://redis.internal:6380 --tls-ca-cert ca.pem  # over TLS
+//! distlock --cluster --url redis://10.0.0.1:7000,redis://10.0.0.2:7000 list
+//! distlock --redlock --url redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 list
+//! distlock --sentinel locks --url redis://10.0.0.1:26379,redis://10.0.0.2:26379 list
 //! ```
 //!
 //! Exit status: 0 done, 1 when the lock asked for is not held or a release was not done, 2 for
@@ -23,7 +26,8 @@ use std::pin::pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 use distlock::{LockError, LockInfo, LockManager, LockManagerBuilder};
 use futures_util::StreamExt;
 
@@ -31,8 +35,9 @@ use futures_util::StreamExt;
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about)]
 struct Cli {
-    /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://...` for TLS); with
-    /// `--cluster`, any nodes of the cluster (repeat the option, or separate with commas).
+    /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://...` for TLS). With
+    /// `--cluster`, any nodes of the cluster; with `--redlock`, every Redlock master; with
+    /// `--sentinel`, some of the sentinels (repeat the option, or separate with commas).
     #[arg(
         long,
         env = "REDIS_URL",
@@ -42,9 +47,17 @@ struct Cli {
         global = true
     )]
     url: Vec<String>,
-    /// The URL names nodes of a Redis Cluster: every master is scanned.
-    #[arg(long, global = true)]
+    /// The URLs name nodes of a Redis Cluster: every master is scanned.
+    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
     cluster: bool,
+    /// The URLs name the independent masters of a Redlock set (at least 3): every master is
+    /// scanned, and a lock is shown as the majority of them hold it.
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    redlock: bool,
+    /// The URLs name Redis Sentinels, and SERVICE the monitored master's name (`sentinel
+    /// monitor SERVICE ...` in their configuration): the locks are read on that master.
+    #[arg(long, value_name = "SERVICE", global = true)]
+    sentinel: Option<String>,
     /// The key prefix the application's lock manager uses.
     #[arg(long, default_value = "lock:", global = true)]
     prefix: String,
@@ -115,8 +128,35 @@ impl From<LockError> for Failure {
     }
 }
 
+impl Cli {
+    /// Two topology options at once, which clap's `conflicts_with` misses when one is given
+    /// before the subcommand and the other after it (global options are checked per command).
+    fn topology_conflict(&self) -> Option<String> {
+        let given: Vec<&str> = [
+            (self.cluster, "--cluster"),
+            (self.redlock, "--redlock"),
+            (self.sentinel.is_some(), "--sentinel <SERVICE>"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect();
+        match given.as_slice() {
+            [first, second, ..] => Some(format!(
+                "the argument '{first}' cannot be used with '{second}'"
+            )),
+            _ => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(message) = cli.topology_conflict() {
+        // As clap reports its own conflicts: the usage error's status and format.
+        Cli::command()
+            .error(ErrorKind::ArgumentConflict, message)
+            .exit();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -175,12 +215,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
     let builder = if cli.cluster {
         LockManager::cluster_builder(&cli.url)
+    } else if cli.redlock {
+        // Said here rather than by the library, whose advice names its builder methods.
+        if cli.url.len() < 3 {
+            return Err(Failure::Error(format!(
+                "--redlock needs the URLs of at least 3 independent masters (5 is usual), and \
+                 got {}; for a single server leave out --redlock",
+                cli.url.len()
+            )));
+        }
+        LockManager::redlock_builder(&cli.url)
+    } else if let Some(service) = &cli.sentinel {
+        LockManager::sentinel_builder(&cli.url, service.clone())
     } else {
         match cli.url.as_slice() {
             [url] => LockManager::builder(url),
             _ => {
                 return Err(Failure::Error(
-                    "several URLs name a cluster's nodes: add `--cluster`, or give one URL".into(),
+                    "several URLs: add `--cluster` if they are nodes of one Redis Cluster, \
+                     `--redlock` if they are independent Redlock masters, or `--sentinel \
+                     SERVICE` if they are sentinels; or give one URL"
+                        .into(),
                 ))
             }
         }
@@ -192,7 +247,10 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
         .await
         .map_err(|error| {
             let at: Vec<String> = cli.url.iter().map(|url| redact(url)).collect();
-            let at = at.join(", ");
+            let at = match &cli.sentinel {
+                Some(service) => format!("service `{service}` of the sentinels {}", at.join(", ")),
+                None => at.join(", "),
+            };
             #[cfg(feature = "tls")]
             if let Some(message) = tls::refused_certificate(&error, &at, cli.tls_ca_cert.as_deref())
             {
@@ -209,6 +267,16 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
 /// connecting, so that a wrong option or file is named as such rather than surfacing as a
 /// refused handshake.
 fn trust(builder: LockManagerBuilder, cli: &Cli) -> Result<LockManagerBuilder, Failure> {
+    if let (Some(path), Some(service)) = (&cli.tls_ca_cert, &cli.sentinel) {
+        // The library reaches a Sentinel service's master over plain TCP and takes no CA for
+        // it: a CA given here would be silently unused.
+        return Err(Failure::Error(format!(
+            "--tls-ca-cert {} (or DISTLOCK_TLS_CA_CERT) cannot be used with --sentinel \
+             {service}: distlock reaches a Sentinel service's master over plain TCP; leave the \
+             CA out",
+            path.display()
+        )));
+    }
     let Some(path) = &cli.tls_ca_cert else {
         #[cfg(not(feature = "tls"))]
         if let Some(url) = cli.url.iter().find(|url| is_tls_url(url)) {

@@ -1,7 +1,7 @@
 //! The `distlock` command run as a user runs it — the built binary against real servers — with
 //! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
 //! release --force, a server that cannot be reached and one that refuses a command, a server
-//! that requires TLS.
+//! that requires TLS, and every topology: a cluster, a Redlock set, a Sentinel service.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -9,7 +9,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{free_port, RedisCluster, RedisServer};
+use test_support::sentinel::SERVICE;
+use test_support::{free_port, RedisCluster, RedisServer, RedisServers, SentinelSet};
 
 fn distlock(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_distlock"))
@@ -21,6 +22,25 @@ fn distlock(url: &str, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("the distlock binary runs")
+}
+
+/// Runs it with `args` only (the URLs among them), expecting `status`; returns stdout and
+/// stderr.
+fn expect_args(args: &[&str], status: i32) -> (String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .env_remove("REDIS_URL")
+        .env_remove("DISTLOCK_TLS_CA_CERT")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the distlock binary runs");
+    let (out, err) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(status),
+        "distlock {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    (out, err)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -485,6 +505,238 @@ fn help_documents_the_tls_options() {
     assert!(help.contains("DISTLOCK_TLS_CA_CERT"), "{help}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_lists_shows_and_releases_a_lock_held_on_a_majority() {
+    let servers = RedisServers::start(5);
+    let manager = LockManager::redlock_builder(&servers.urls())
+        .connect()
+        .await
+        .unwrap();
+    let guard = manager
+        .acquire("r:job", &labelled("redlock job"))
+        .await
+        .unwrap();
+    assert_eq!(servers.holders("lock:r:job").len(), 5);
+    let urls = servers.urls();
+    let pid = std::process::id();
+
+    let outputs = tokio::task::spawn_blocking(move || {
+        // The masters as a comma-separated list, and as a repeated option.
+        let joined = urls.join(",");
+        let mut repeated: Vec<&str> = urls.iter().flat_map(|url| ["--url", url]).collect();
+        repeated.extend(["--redlock", "show", "r:job"]);
+        [
+            expect_args(&["--redlock", "--url", &joined, "list"], 0),
+            expect_args(&["list", "--json", "--redlock", "--url", &joined], 0),
+            expect_args(&repeated, 0),
+        ]
+    })
+    .await
+    .unwrap();
+    let [(table, _), (json, _), (detail, _)] = &outputs;
+    // Held on all five masters, listed once.
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[1].starts_with("r:job ")
+            && lines[1].contains("redlock job")
+            && lines[1].contains(&format!("pid {pid}")),
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_str(json).unwrap();
+    let locks = json.as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{json}");
+    assert_eq!(locks[0]["key"], "lock:r:job");
+    assert_eq!(locks[0]["holder"]["label"], "redlock job");
+    assert_eq!(locks[0]["holder"]["pid"], pid);
+    assert!(detail.contains("label:     redlock job"), "{detail}");
+    assert!(detail.contains(&format!("pid:       {pid}")), "{detail}");
+
+    let joined = servers.urls().join(",");
+    let (out, _) = tokio::task::spawn_blocking(move || {
+        expect_args(
+            &[
+                "--redlock",
+                "--url",
+                &joined,
+                "release",
+                "r:job",
+                "--force",
+                "--yes",
+            ],
+            0,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.contains(&format!(
+            "released lock:r:job (it was held by redlock job (pid {pid} on "
+        )),
+        "{out}"
+    );
+    // Gone from a majority of the masters: no longer held as Redlock counts it.
+    assert!(servers.holders("lock:r:job").len() < 3);
+    assert!(manager.inspect("r:job").await.unwrap().is_none());
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_lists_and_shows_a_lock_on_the_services_master() {
+    let set = SentinelSet::start();
+    let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+        .connect()
+        .await
+        .unwrap();
+    let guard = manager
+        .acquire("s:job", &labelled("sentinel job"))
+        .await
+        .unwrap();
+    let joined = set.sentinel_urls().join(",");
+    let pid = std::process::id();
+
+    let outputs = tokio::task::spawn_blocking(move || {
+        [
+            expect_args(&["--sentinel", SERVICE, "--url", &joined, "list"], 0),
+            expect_args(
+                &["--url", &joined, "show", "s:job", "--sentinel", SERVICE],
+                0,
+            ),
+            expect_args(
+                &["--url", &joined, "--sentinel", "no-such-service", "list"],
+                2,
+            ),
+        ]
+    })
+    .await
+    .unwrap();
+    let [(table, _), (detail, _), (_, wrong_service)] = &outputs;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[1].starts_with("s:job ")
+            && lines[1].contains("sentinel job")
+            && lines[1].contains(&format!("pid {pid}")),
+        "{table}"
+    );
+    assert!(detail.contains("label:     sentinel job"), "{detail}");
+    assert!(detail.contains(&format!("pid:       {pid}")), "{detail}");
+    assert!(
+        wrong_service.starts_with("error: cannot use Redis at service `no-such-service` of the sentinels redis://127.0.0.1:"),
+        "{wrong_service}"
+    );
+    assert!(
+        wrong_service.contains("check the service name"),
+        "{wrong_service}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[test]
+fn topology_options_that_conflict_are_usage_errors() {
+    let urls = "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3";
+    // Before the subcommand, after it, and one on each side.
+    for args in [
+        &["--cluster", "--redlock", "list"][..],
+        &["list", "--cluster", "--sentinel", "s"],
+        &["--redlock", "show", "x", "--sentinel", "s"],
+        &["--sentinel", "s", "release", "x", "--force", "--cluster"],
+    ] {
+        let mut all = vec!["--url", urls];
+        all.extend(args);
+        let (out, err) = expect_args(&all, 2);
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.starts_with("error: the argument '--") && err.contains("cannot be used with"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn several_urls_without_a_topology_name_the_options() {
+    let (_, err) = expect_args(
+        &[
+            "--url",
+            "redis://127.0.0.1:1",
+            "--url",
+            "redis://127.0.0.1:2",
+            "list",
+        ],
+        2,
+    );
+    for option in ["--cluster", "--redlock", "--sentinel SERVICE"] {
+        assert!(err.contains(option), "{err}");
+    }
+    let (_, err) = expect_args(
+        &[
+            "--redlock",
+            "--url",
+            "redis://127.0.0.1:1,redis://127.0.0.1:2",
+            "list",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("--redlock needs the URLs of at least 3"),
+        "{err}"
+    );
+    assert!(!err.contains("LockManager"), "library advice: {err}");
+    // The library takes no CA for a Sentinel service: a CA given would go unused.
+    let (_, err) = expect_args(
+        &[
+            "--sentinel",
+            "locks",
+            "--url",
+            "rediss://127.0.0.1:1",
+            "--tls-ca-cert",
+            "/no/such/ca.pem",
+            "list",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("cannot be used with --sentinel locks"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreachable_redlock_masters_and_sentinels_are_clear_errors_without_passwords() {
+    let urls: Vec<String> = (0..3)
+        .map(|_| format!("redis://app:s3cret@127.0.0.1:{}", free_port()))
+        .collect();
+    let urls = urls.join(",");
+    for topology in [&["--redlock"][..], &["--sentinel", "locks"]] {
+        let mut args = vec!["--url", urls.as_str()];
+        args.extend(topology);
+        args.push("list");
+        let started = std::time::Instant::now();
+        let (out, err) = expect_args(&args, 2);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{topology:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(out.is_empty(), "{out}");
+        assert!(err.starts_with("error: cannot use Redis at "), "{err}");
+        assert!(err.contains("redis://app:***@127.0.0.1:"), "{err}");
+        assert!(!err.contains("s3cret"), "the password was printed: {err}");
+    }
+}
+
+#[test]
+fn help_documents_the_topologies() {
+    let help = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = text(&help.stdout);
+    for option in ["--cluster", "--redlock", "--sentinel <SERVICE>"] {
+        assert!(help.contains(option), "{help}");
+    }
+}
+
 #[cfg(feature = "tls")]
 mod tls {
     use std::process::Command;
@@ -493,7 +745,7 @@ mod tls {
     use distlock::LockManager;
     use test_support::{free_port, skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
 
-    use super::{expect, labelled, text};
+    use super::{expect, expect_args, labelled, text};
 
     /// A wrong `--tls-ca-cert` file is refused before connecting: no TLS server needed.
     #[test]
@@ -608,6 +860,53 @@ mod tls {
         let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(json["holder"]["label"], "billing::charge");
         guard.release().await.unwrap();
+    }
+
+    /// `--tls-ca-cert` reaches every Redlock master: each test server has its own CA, so the
+    /// file is a bundle of the three, as `cat ca1.pem ca2.pem ca3.pem` makes one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redlock_over_tls_with_a_bundle_of_the_masters_cas() {
+        if skip_without(
+            Feature::Tls,
+            "redlock_over_tls_with_a_bundle_of_the_masters_cas",
+        ) {
+            return;
+        }
+        let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_tls()).collect();
+        let bundle: Vec<u8> = servers.iter().flat_map(RedisServer::ca_pem).collect();
+        let dir = unique_temp_dir("cli-redlock-ca");
+        let ca = dir.join("cas.pem");
+        std::fs::write(&ca, &bundle).unwrap();
+        let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+        let manager = LockManager::redlock_builder(&urls)
+            .tls_root_certificate(bundle)
+            .connect()
+            .await
+            .unwrap();
+        let guard = manager
+            .acquire("invoice:9", &labelled("billing::redlock"))
+            .await
+            .unwrap();
+        let (joined, ca) = (urls.join(","), ca.to_str().unwrap().to_owned());
+        let (out, _) = tokio::task::spawn_blocking(move || {
+            expect_args(
+                &[
+                    "--redlock",
+                    "--url",
+                    &joined,
+                    "--tls-ca-cert",
+                    &ca,
+                    "show",
+                    "invoice:9",
+                ],
+                0,
+            )
+        })
+        .await
+        .unwrap();
+        assert!(out.contains("label:     billing::redlock"), "{out}");
+        guard.release().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
