@@ -104,10 +104,10 @@ impl Node {
         };
         match self.protocol {
             Protocol::Line => {
-                let (line, fence) = (keys.line(), keys.fence());
+                let (line, fence, hold) = (keys.line(), keys.fence(), keys.hold());
                 let mut cmd = scripts::evalsha(
                     &scripts::ACQUIRE,
-                    &[&keys.lock, &line, &fence],
+                    &[&keys.lock, &line, &fence, &hold],
                     7,
                     token.len() + 20 + 1 + channel.len() + 20 + 20 + 5,
                 );
@@ -346,8 +346,9 @@ impl Node {
         }
     }
 
-    /// Leaves the lock to expire `keep_millis` from now instead of deleting it, if it is still
-    /// ours, and wakes whoever waits for it to learn that expiry; `false` if it was not ours.
+    /// Keeps the lock `keep_millis` from now instead of deleting it, if it is still ours (for the
+    /// line, when someone waits: see `HOLD`), and wakes the first waiter to learn when the hold
+    /// ends; `false` if it was not ours.
     pub(crate) async fn hold(
         &self,
         keys: &LockKeys,
@@ -358,23 +359,28 @@ impl Node {
         let (script, cmd) = match self.protocol {
             // A cluster connection may run it twice: mark it, see `HOLD`.
             Protocol::Line if matches!(connection, Connection::Cluster(_)) => {
-                let (line, released) = (keys.line(), keys.released());
+                let (line, hold, released) = (keys.line(), keys.hold(), keys.released());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &released],
-                    3,
-                    token.len() + 20 + 20,
+                    &[&keys.lock, &line, &hold, &released],
+                    4,
+                    token.len() + 20 + 20 + 20,
                 );
                 cmd.arg(token)
                     .arg(keep_millis)
+                    .arg(millis(super::CLAIM))
                     .arg(millis(self.connections.resend_window()));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
-                let line = keys.line();
-                let mut cmd =
-                    scripts::evalsha(&scripts::HOLD, &[&keys.lock, &line], 2, token.len() + 20);
-                cmd.arg(token).arg(keep_millis);
+                let (line, hold) = (keys.line(), keys.hold());
+                let mut cmd = scripts::evalsha(
+                    &scripts::HOLD,
+                    &[&keys.lock, &line, &hold],
+                    3,
+                    token.len() + 20 + 20,
+                );
+                cmd.arg(token).arg(keep_millis).arg(millis(super::CLAIM));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Wake => {
@@ -410,8 +416,8 @@ impl Node {
     /// One look at the lock, as inspection shows it; `None` when it is free.
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
         let mut connection = self.connection().await?;
-        let (line, fence) = (keys.line(), keys.fence());
-        let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence], 0, 0);
+        let (line, fence, hold) = (keys.line(), keys.fence(), keys.hold());
+        let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence, &hold], 0, 0);
         let reply: Option<InspectReply> =
             scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
         Ok(reply.map(|(value, pttl, waiters, fence)| Look {
