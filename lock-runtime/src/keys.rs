@@ -1,9 +1,8 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters, its
-//! fencing counter, on a cluster the marker of its last release, the end of a `hold_at_least`
-//! release's hold while someone waits, and on each Redlock master its wake list, each named by a
-//! fixed word `s` (`line`, `fence`, `released`, `hold`, `wake`). Two rules
+//! fencing counter, on a cluster the marker of its last release, and on each Redlock master its
+//! wake list, each named by a fixed word `s` (`line`, `fence`, `released`, `wake`). Two rules
 //! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
@@ -141,13 +140,6 @@ impl LockKeys {
         self.helper("released")
     }
 
-    /// Where a release within `hold_at_least`, while someone waits in line, records the
-    /// releaser's token and the hold's end (see `HOLD`), so that the line gets the lock at the
-    /// hold's end rather than a newcomer.
-    pub(crate) fn hold(&self) -> String {
-        self.helper("hold")
-    }
-
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.
     /// Built by hand into one allocation of the right size, not with `format!`: the release of
     /// every lock names its line or wake list.
@@ -281,9 +273,7 @@ mod tests {
     const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
     /// The helper words of today and of the helpers to come.
-    const WORDS: [&str; 7] = [
-        "waiters", "fence", "line", "claim", "wake", "released", "hold",
-    ];
+    const WORDS: [&str; 6] = ["waiters", "fence", "line", "claim", "wake", "released"];
 
     /// Lock names with braces in every position: every sequence of three pieces (empty tags,
     /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of
@@ -417,7 +407,6 @@ mod tests {
             assert_eq!(keys.line(), keys.helper("line"));
             assert_eq!(keys.fence(), keys.helper("fence"));
             assert_eq!(keys.released(), keys.helper("released"));
-            assert_eq!(keys.hold(), keys.helper("hold"));
         }
     }
 

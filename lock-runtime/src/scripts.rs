@@ -133,7 +133,7 @@ end
 /// Take the lock, or wait in line for it: the contended path of an acquisition (its first try
 /// is a plain `SET NX PX`, see `backend/node.rs`), and every later look of a waiter.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`], and `KEYS[4]` the lock's hold record (see [`HOLD`]).
+/// - `KEYS` as in [`LINE_PRELUDE`].
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` `"1"` to issue a fencing token,
 ///   `ARGV[4]` the waiter's grant channel (empty: it is not subscribed, and finds its grant by
 ///   looking again), `ARGV[5]` the lease of a place in line in ms, `ARGV[6]` the claim: the
@@ -162,12 +162,13 @@ end
 /// expires two leases after its last join or renewal, so nothing outlives the last waiter.
 ///
 /// A lock released within its `hold_at_least` while someone waited is still in its lock key,
-/// kept a claim past the hold, with a hold record naming its token (see [`HOLD`]): while the
-/// hold runs, the holder's remaining time reported is the hold's (so the first waiter looks
-/// again when it ends), and once it is over the lock is free for the line: it goes to the
-/// first live waiter, as a free lock does, while a first try's plain `SET NX` still finds the
-/// key and fails. A record that names another token than the lock key's is left over from an
-/// earlier holder and means nothing.
+/// kept a claim past the hold, its value the releaser's token followed by `;hold=<hold's end>`
+/// (see [`HOLD`]): the `GET` above reads it, so telling costs no command. While the hold runs,
+/// the holder's remaining time reported is the hold's (so the first waiter looks again when it
+/// ends), and once it is over the lock is free for the line: it goes to the first live waiter
+/// other than the releaser, as a free lock does, while a first try's plain `SET NX` still finds
+/// the key and fails. A value without the suffix is a holder as any other, with no `TIME` for
+/// it.
 ///
 /// A lock key that holds a list, a hash or any type other than a string was written by something
 /// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
@@ -191,16 +192,13 @@ if held == ARGV[1] then
 end
 local hold_left, released = nil, nil
 if held then
-  local record = redis.call('GET', KEYS[4])
-  if record then
-    local releaser, ends = string.match(record, '^(%S+) (%d+)$')
-    if releaser == held then
-      hold_left = tonumber(ends) - now_ms()
-      if hold_left <= 0 then
-        hold_left = nil
-        released = held
-        held = false
-      end
+  local releaser, ends = string.match(held, '^(.*);hold=(%d+)$')
+  if releaser then
+    hold_left = tonumber(ends) - now_ms()
+    if hold_left <= 0 then
+      hold_left = nil
+      released = releaser
+      held = false
     end
   end
 end
@@ -448,9 +446,8 @@ return 0
 /// keep it until the hold ends, if it is still ours; and tell the first live waiter in line to
 /// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its hold record; `ARGV[1]` the
-///   token, `ARGV[2]` the milliseconds the hold has left (at least 1), `ARGV[3]` the claim (see
-///   [`ACQUIRE`]).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its line; `ARGV[1]` the token, `ARGV[2]` the
+///   milliseconds the hold has left (at least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
 /// - Returns 1 when the lock was ours and is now kept until the hold ends, 0 when it was not
 ///   ours (nothing touched).
 ///
@@ -458,31 +455,39 @@ return 0
 /// written: whoever comes then finds it free. With a live waiter, an expiry alone would leave the
 /// lock free at the hold's end until that waiter's look lands, and a newcomer's first try (a
 /// plain `SET NX`, which does not read the line) could take it first. So the key is kept a claim
-/// longer, and the hold record `"<token> <hold's end, Redis time in ms>"` (expiring with the key)
-/// tells [`ACQUIRE`] that the lock is the line's from the hold's end: the first waiter's look
-/// then, or anyone's join, hands it over. Should every waiter die meanwhile, nobody looks, and
-/// the key expires a claim after the hold's end.
+/// longer, its value set to `"<token>;hold=<hold's end, Redis time in ms>"`, which tells
+/// [`ACQUIRE`] (whose `GET` of the key reads it anyway) that the lock is the line's from the
+/// hold's end: the first waiter's look then, or anyone's join, hands it over. A token never
+/// contains `;hold=` (see `identity.rs`), and the suffix is matched at the value's end, so it is
+/// unambiguous. Should every waiter die meanwhile, nobody looks, and the key expires a claim
+/// after the hold's end.
 ///
 /// The message `"<token> ?"` grants nothing: it only wakes that waiter. A waiter further back
 /// learns of the hold at its next renewal.
 ///
 /// Run twice (a re-sent command) it must not start the hold again, nor answer "not ours" once
 /// the lock has gone to a waiter or expired: so a caller whose connection may re-send it (a
-/// cluster connection) also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how
+/// cluster connection) also passes `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how
 /// long after the first run it may be re-sent, as for [`RELEASE`]; the first run leaves its
-/// token there, and a run that finds the lock not ours but its own token in the marker answers
-/// 1. A run that finds its own token in the hold record is a re-send too, and changes nothing.
+/// token there, and a run that finds the lock not ours but its own token in the marker
+/// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
+/// it answers 1 and changes nothing.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] then
+  if value and string.sub(value, 1, #ARGV[1]) == ARGV[1]
+      and string.find(value, '^;hold=%d+$', #ARGV[1] + 1) then
+    return 1
+  end
+  if ARGV[4] and redis.call('GET', KEYS[3]) == ARGV[1] then
     return 1
   end
   return 0
 end
 if ARGV[4] then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
 end
 local entries = redis.call('LRANGE', KEYS[2], 0, -1)
 local waiter, channel = nil, nil
@@ -497,14 +502,9 @@ if #entries > 0 then
     end
   end
   if waiter then
-    local record = redis.call('GET', KEYS[3])
-    if record and string.match(record, '^(%S+) ') == ARGV[1] then
-      return 1
-    end
     local keep = tonumber(ARGV[2])
     local claim = tonumber(ARGV[3])
-    redis.call('PEXPIRE', KEYS[1], keep + claim)
-    redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (now + keep), 'PX', keep + claim)
+    redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
     if channel ~= '' then
       redis.call('PUBLISH', channel, waiter .. ' ?')
     end
@@ -519,12 +519,13 @@ return 1
 
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`], and `KEYS[4]` the lock's hold record (see [`HOLD`]).
+/// - `KEYS` as in [`LINE_PRELUDE`].
 /// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
-///   value, its `PTTL` (-1: no expiry) — or, for a lock kept until its hold ends for the line,
-///   what is left of the hold (0 once it is over and the line's next look is due) —, how many
-///   waiters in line still hold a live place, and the fencing counter's raw value (`false`
-///   when there is none).
+///   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
+///   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
+///   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
+///   (0 once it is over and the line's next look is due) —, how many waiters in line still
+///   hold a live place, and the fencing counter's raw value (`false` when there is none).
 ///
 /// A lock key of another type than a string is an error, as in [`ACQUIRE`]; so is a line that
 /// is not a list.
@@ -547,15 +548,13 @@ for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
     waiters = waiters + 1
   end
 end
-local pttl = nil
-local record = redis.call('GET', KEYS[4])
-if record then
-  local releaser, ends = string.match(record, '^(%S+) (%d+)$')
-  if releaser == value then
-    pttl = math.max(tonumber(ends) - now, 0)
-  end
+local pttl
+local ends = string.match(value, ';hold=(%d+)$')
+if ends then
+  pttl = math.max(tonumber(ends) - now, 0)
+else
+  pttl = redis.call('PTTL', KEYS[1])
 end
-pttl = pttl or redis.call('PTTL', KEYS[1])
 return {value, pttl, waiters, redis.call('GET', KEYS[3])}
 ",
     )

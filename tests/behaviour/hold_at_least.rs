@@ -297,8 +297,8 @@ async fn at_the_end_of_the_hold_the_waiter_in_line_goes_before_a_newcomer() {
     waiting.await.unwrap();
 }
 
-/// With nobody in line the release writes nothing but the expiry: no hold record, and the lock is
-/// free for anyone right at the hold's end.
+/// With nobody in line the release writes nothing but the expiry: the lock's value is left as it
+/// is (no `;hold=` end in it), and the lock is free for anyone right at the hold's end.
 #[tokio::test]
 async fn with_nobody_waiting_the_lock_expires_at_the_holds_end_and_a_newcomer_gets_it_then() {
     let server = RedisServer::start();
@@ -308,12 +308,14 @@ async fn with_nobody_waiting_the_lock_expires_at_the_holds_end_and_a_newcomer_ge
         .await
         .unwrap();
     let released = Instant::now();
+    let token = guard.token().to_owned();
     guard.release().await.unwrap();
     let pttl = server.pttl("lock:alone");
     assert!((1..=800).contains(&pttl), "pttl {pttl}");
-    assert!(
-        server.keys("*distlock:hold*").is_empty(),
-        "no hold record when nobody waits"
+    assert_eq!(
+        server.get("lock:alone"),
+        Some(token),
+        "the value is unchanged when nobody waits"
     );
     let got = loop {
         if let Some(guard) = newcomer
@@ -391,6 +393,10 @@ async fn the_waiter_in_line_goes_first_though_newcomers_keep_trying_and_joining(
         left <= Duration::from_millis(800),
         "inspection shows the hold: {left:?}"
     );
+    assert!(
+        info.holder.is_some(),
+        "inspection still shows the releaser as the holder"
+    );
     let joining = tokio::spawn({
         let order = Arc::clone(&order);
         async move {
@@ -450,11 +456,15 @@ async fn when_the_whole_line_dies_during_the_hold_a_newcomer_gets_the_lock_withi
         .query(&mut conn)
         .map(|_: i64| ())
         .unwrap();
+    let token = guard.token().to_owned();
     let released = Instant::now();
     guard.release().await.unwrap();
+    let value = server.get("lock:orphan").expect("kept");
     assert!(
-        server.exists("{lock:orphan}:distlock:hold"),
-        "the release saw a live waiter"
+        value
+            .strip_prefix(&format!("{token};hold="))
+            .is_some_and(|end| end.parse::<u64>().is_ok()),
+        "the release saw a live waiter and wrote the hold's end into the value: {value}"
     );
     let took = loop {
         if let Some(guard) = newcomer

@@ -44,7 +44,7 @@ async fn on_a_cluster_the_hold_keeps_the_lock_until_it_ends() {
 }
 
 /// On a cluster too, a release within the hold while someone waits keeps the lock for the line
-/// (the hold record lies in the lock's slot), and the waiter goes before a newcomer at its end.
+/// (the hold's end is written into the lock's value), and the waiter goes before a newcomer at its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_waiter_in_line_gets_the_lock_at_the_holds_end() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,10 +76,14 @@ async fn on_a_cluster_the_waiter_in_line_gets_the_lock_at_the_holds_end() {
         || cluster.exists("{lock:fifo}:distlock:line"),
     )
     .await;
+    let token = guard.token().to_owned();
     guard.release().await.unwrap();
+    let value = cluster.get("lock:fifo").expect("kept");
     assert!(
-        cluster.exists("{lock:fifo}:distlock:hold"),
-        "the hold is recorded for the line"
+        value
+            .strip_prefix(&format!("{token};hold="))
+            .is_some_and(|end| end.parse::<u64>().is_ok()),
+        "the hold's end is in the value for the line: {value}"
     );
     let pttl = cluster.pttl("lock:fifo");
     assert!(pttl > 600, "kept a claim past the hold: pttl {pttl}");

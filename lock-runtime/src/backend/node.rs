@@ -104,10 +104,10 @@ impl Node {
         };
         match self.protocol {
             Protocol::Line => {
-                let (line, fence, hold) = (keys.line(), keys.fence(), keys.hold());
+                let (line, fence) = (keys.line(), keys.fence());
                 let mut cmd = scripts::evalsha(
                     &scripts::ACQUIRE,
-                    &[&keys.lock, &line, &fence, &hold],
+                    &[&keys.lock, &line, &fence],
                     7,
                     token.len() + 20 + 1 + channel.len() + 20 + 20 + 5,
                 );
@@ -359,10 +359,10 @@ impl Node {
         let (script, cmd) = match self.protocol {
             // A cluster connection may run it twice: mark it, see `HOLD`.
             Protocol::Line if matches!(connection, Connection::Cluster(_)) => {
-                let (line, hold, released) = (keys.line(), keys.hold(), keys.released());
+                let (line, released) = (keys.line(), keys.released());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &hold, &released],
+                    &[&keys.lock, &line, &released],
                     4,
                     token.len() + 20 + 20 + 20,
                 );
@@ -373,10 +373,10 @@ impl Node {
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
-                let (line, hold) = (keys.line(), keys.hold());
+                let line = keys.line();
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &hold],
+                    &[&keys.lock, &line],
                     3,
                     token.len() + 20 + 20,
                 );
@@ -416,8 +416,8 @@ impl Node {
     /// One look at the lock, as inspection shows it; `None` when it is free.
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
         let mut connection = self.connection().await?;
-        let (line, fence, hold) = (keys.line(), keys.fence(), keys.hold());
-        let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence, &hold], 0, 0);
+        let (line, fence) = (keys.line(), keys.fence());
+        let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence], 0, 0);
         let reply: Option<InspectReply> =
             scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
         Ok(reply.map(|(value, pttl, waiters, fence)| Look {
