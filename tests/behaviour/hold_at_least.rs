@@ -489,3 +489,55 @@ async fn when_the_whole_line_dies_during_the_hold_a_newcomer_gets_the_lock_withi
     );
     took.0.release().await.unwrap();
 }
+
+/// The hold's end lives in the lock's value, which the join's `GET` of the lock key reads anyway:
+/// a waiter joining behind a holder (no hold at all) runs the commands a join always ran — one
+/// script, its `GET` of the lock key, `TIME`, `RPUSH`, the line's first `PEXPIRE` and the
+/// holder's `PTTL` for the first waiter — and no `GET` of any other key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_behind_a_holder_reads_no_key_but_the_lock() {
+    use std::collections::BTreeMap;
+
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let guard = holder
+        .acquire("cost", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    server.reset_stats();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        waiter.acquire("cost", &options).await.unwrap()
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || server.exists("{lock:cost}:distlock:line"),
+    )
+    .await;
+    let counts = server.command_counts();
+    let calls = |name: &str| counts.get(name).copied().unwrap_or(0);
+    // On a fresh server the first `EVALSHA` finds no script, and runs again after loading it.
+    assert_eq!(
+        calls("evalsha") - calls("script|load") - calls("script"),
+        1,
+        "one join script: {counts:?}"
+    );
+    let run: BTreeMap<&str, u64> = ["get", "time", "rpush", "pexpire", "pttl"]
+        .into_iter()
+        .map(|name| (name, calls(name)))
+        .collect();
+    assert_eq!(
+        run,
+        BTreeMap::from([
+            ("get", 1),
+            ("pexpire", 1),
+            ("pttl", 1),
+            ("rpush", 1),
+            ("time", 1)
+        ]),
+        "the join's commands (all that ran: {counts:?})"
+    );
+    guard.release().await.unwrap();
+    waiting.await.unwrap().release().await.unwrap();
+}
