@@ -175,6 +175,24 @@ mod tests {
         assert!(parse(new_value(None).as_bytes()).unwrap().label.is_none());
     }
 
+    /// A lock kept for the line after a release within `hold_at_least` carries `;hold=<end>`
+    /// after its token (see `HOLD` in `scripts.rs`): the holder still reads back, and the
+    /// label, the token's last field, ends before it.
+    #[test]
+    fn a_value_with_a_hold_suffix_reads_back_its_holder_and_label() {
+        for label in ["nightly report", "a;hold=1", "50%;l=x"] {
+            let value = format!(
+                "{};hold=1764610000000",
+                new_value(Some(&encode_label(label)))
+            );
+            let identity = parse(value.as_bytes()).expect("a value distlock wrote");
+            assert_eq!(identity.label.as_deref(), Some(label), "{value}");
+            assert_eq!(identity.pid, std::process::id());
+        }
+        let value = format!("{};hold=1764610000000", new_value(None));
+        assert!(parse(value.as_bytes()).unwrap().label.is_none());
+    }
+
     #[test]
     fn values_carry_no_whitespace_and_hostile_labels_read_back() {
         let hostile = [

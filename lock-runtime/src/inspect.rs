@@ -39,7 +39,9 @@ pub struct LockInfo {
     /// Who holds it; `None` when its value was not written by distlock (a hand-written lock
     /// sharing the key, another library).
     pub holder: Option<Holder>,
-    /// How long until it expires unless extended; `None` when the key has no expiry.
+    /// How long until it expires unless extended; `None` when the key has no expiry. For a
+    /// lock released within its `hold_at_least` and kept for the waiters in line, how long
+    /// until the hold ends (zero once it has, until the first waiter takes it over).
     pub ttl_left: Option<Duration>,
     /// How many waiters hold a live place in its line in Redis. Tasks of one process that
     /// share a [`LockManager`] queue in the process behind one of them, so this counts waiting

@@ -273,7 +273,7 @@ mod tests {
     const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
     /// The helper words of today and of the helpers to come.
-    const WORDS: [&str; 5] = ["waiters", "fence", "line", "claim", "wake"];
+    const WORDS: [&str; 6] = ["waiters", "fence", "line", "claim", "wake", "released"];
 
     /// Lock names with braces in every position: every sequence of three pieces (empty tags,
     /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of
@@ -406,6 +406,7 @@ mod tests {
             assert_eq!(keys.wake_list(), keys.helper("wake"));
             assert_eq!(keys.line(), keys.helper("line"));
             assert_eq!(keys.fence(), keys.helper("fence"));
+            assert_eq!(keys.released(), keys.helper("released"));
         }
     }
 

@@ -161,6 +161,15 @@ end
 /// is skipped by the next hand-off, and one whose place lapsed joins again at the end. The line
 /// expires two leases after its last join or renewal, so nothing outlives the last waiter.
 ///
+/// A lock released within its `hold_at_least` while someone waited is still in its lock key,
+/// kept a claim past the hold, its value the releaser's token followed by `;hold=<hold's end>`
+/// (see [`HOLD`]): the `GET` above reads it, so telling costs no command. While the hold runs,
+/// the holder's remaining time reported is the hold's (so the first waiter looks again when it
+/// ends), and once it is over the lock is free for the line: it goes to the first live waiter
+/// other than the releaser, as a free lock does, while a first try's plain `SET NX` still finds
+/// the key and fails. A value without the suffix is a holder as any other, with no `TIME` for
+/// it.
+///
 /// A lock key that holds a list, a hash or any type other than a string was written by something
 /// else than a lock: that is an error (`WRONGTYPE`), not a holder to wait for. (`GET` tells,
 /// and it is in the minimal ACL already, unlike `TYPE`.) A fencing counter that cannot issue a
@@ -181,8 +190,23 @@ if held == ARGV[1] then
   end
   return {1, fence, redis.call('PTTL', KEYS[1])}
 end
+local hold_left, released = nil, nil
+if held then
+  local releaser, ends = string.match(held, '^(.*);hold=(%d+)$')
+  if releaser then
+    hold_left = tonumber(ends) - now_ms()
+    if hold_left <= 0 then
+      hold_left = nil
+      released = releaser
+      held = false
+    end
+  end
+end
+local function remaining()
+  return hold_left or redis.call('PTTL', KEYS[1])
+end
 if not held then
-  local first = hand_off(tonumber(ARGV[6]), nil, ARGV[1])
+  local first = hand_off(tonumber(ARGV[6]), released, ARGV[1])
   if not first then
     local fence = 0
     if ARGV[3] == '1' then
@@ -200,7 +224,7 @@ if not held then
   end
 end
 if ARGV[7] == 'first' then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, remaining()}
 end
 local lease = tonumber(ARGV[5])
 local entry = ARGV[1] .. ' ' .. (now_ms() + lease) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' ..
@@ -222,7 +246,7 @@ end
 if index > 0 then
   return {0}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, remaining()}
 ",
         ]
         .concat(),
@@ -419,42 +443,75 @@ return 0
 });
 
 /// Release a lock taken with `hold_at_least` before that time is up: instead of deleting it,
-/// set it to expire when the hold ends, if it is still ours; and tell the first waiter in line
-/// to look again, so that it sleeps until that expiry rather than until the ttl it last saw.
+/// keep it until the hold ends, if it is still ours; and tell the first live waiter in line to
+/// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the milliseconds the lock
-///   is to live from now (at least 1).
-/// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
-///   touched).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its line; `ARGV[1]` the token, `ARGV[2]` the
+///   milliseconds the hold has left (at least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
+/// - Returns 1 when the lock was ours and is now kept until the hold ends, 0 when it was not
+///   ours (nothing touched).
 ///
-/// Run twice (a re-sent command) it sets nearly the same expiry again and answers 1 again —
-/// unless the hold ended in between, and the lock expired (or went to a waiter): so a caller
-/// whose connection may re-send it (a cluster connection) also passes `KEYS[3]`, the lock's
-/// `released` marker, and `ARGV[3]`, how long after the first run it may be re-sent, as for
-/// [`RELEASE`]; the first run leaves its token there, and a run that finds the lock not ours
-/// but its own token in the marker answers 1. The message `"<token> ?"` grants nothing: it
-/// only wakes that waiter. A waiter further back learns of the expiry at its next renewal, and
-/// is handed the lock by the first waiter's attempt then.
+/// With nobody live in line the lock key is set to expire at the hold's end, and nothing else is
+/// written: whoever comes then finds it free. With a live waiter, an expiry alone would leave the
+/// lock free at the hold's end until that waiter's look lands, and a newcomer's first try (a
+/// plain `SET NX`, which does not read the line) could take it first. So the key is kept a claim
+/// longer, its value set to `"<token>;hold=<hold's end, Redis time in ms>"`, which tells
+/// [`ACQUIRE`] (whose `GET` of the key reads it anyway) that the lock is the line's from the
+/// hold's end: the first waiter's look then, or anyone's join, hands it over. A token never
+/// contains `;hold=` (see `identity.rs`), and the suffix is matched at the value's end, so it is
+/// unambiguous. Should every waiter die meanwhile, nobody looks, and the key expires a claim
+/// after the hold's end.
+///
+/// The message `"<token> ?"` grants nothing: it only wakes that waiter. A waiter further back
+/// learns of the hold at its next renewal.
+///
+/// Run twice (a re-sent command) it must not start the hold again, nor answer "not ours" once
+/// the lock has gone to a waiter or expired: so a caller whose connection may re-send it (a
+/// cluster connection) also passes `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how
+/// long after the first run it may be re-sent, as for [`RELEASE`]; the first run leaves its
+/// token there, and a run that finds the lock not ours but its own token in the marker
+/// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
+/// it answers 1 and changes nothing.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if ARGV[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] then
+  if value and string.sub(value, 1, #ARGV[1]) == ARGV[1]
+      and string.find(value, '^;hold=%d+$', #ARGV[1] + 1) then
+    return 1
+  end
+  if ARGV[4] and redis.call('GET', KEYS[3]) == ARGV[1] then
     return 1
   end
   return 0
 end
-if ARGV[3] then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+if ARGV[4] then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local first = redis.call('LRANGE', KEYS[2], 0, 0)[1]
-if first then
-  local waiter, channel = string.match(first, '^(%S+) %d+ %d+ [01] (.*)$')
-  if waiter and channel ~= '' then
-    redis.call('PUBLISH', channel, waiter .. ' ?')
+local entries = redis.call('LRANGE', KEYS[2], 0, -1)
+local waiter, channel = nil, nil
+if #entries > 0 then
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  for _, entry in ipairs(entries) do
+    local token, deadline, rest = string.match(entry, '^(%S+) (%d+) %d+ [01] (.*)$')
+    if token and token ~= ARGV[1] and tonumber(deadline) >= now then
+      waiter, channel = token, rest
+      break
+    end
+  end
+  if waiter then
+    local keep = tonumber(ARGV[2])
+    local claim = tonumber(ARGV[3])
+    redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
+    if channel ~= '' then
+      redis.call('PUBLISH', channel, waiter .. ' ?')
+    end
+    return 1
   end
 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ",
     )
@@ -464,8 +521,11 @@ return 1
 ///
 /// - `KEYS` as in [`LINE_PRELUDE`].
 /// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
-///   value, its `PTTL` (-1: no expiry), how many waiters in line still hold a live place, and
-///   the fencing counter's raw value (`false` when there is none).
+///   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
+///   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
+///   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
+///   (0 once it is over and the line's next look is due) —, how many waiters in line still
+///   hold a live place, and the fencing counter's raw value (`false` when there is none).
 ///
 /// A lock key of another type than a string is an error, as in [`ACQUIRE`]; so is a line that
 /// is not a list.
@@ -488,7 +548,14 @@ for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
     waiters = waiters + 1
   end
 end
-return {value, redis.call('PTTL', KEYS[1]), waiters, redis.call('GET', KEYS[3])}
+local pttl
+local ends = string.match(value, ';hold=(%d+)$')
+if ends then
+  pttl = math.max(tonumber(ends) - now, 0)
+else
+  pttl = redis.call('PTTL', KEYS[1])
+end
+return {value, pttl, waiters, redis.call('GET', KEYS[3])}
 ",
     )
 });

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use distlock::{LockError, LockOptions};
-use test_support::{connect, eventually, RedisServer};
+use distlock::{LockError, LockManager, LockOptions};
+use test_support::{connect, eventually, FaultProxy, RedisServer};
 use tokio::time::Instant;
 
 fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
@@ -246,12 +246,9 @@ async fn the_release_wakes_the_first_waiter_to_learn_a_hold_that_ends_before_its
     next.release().await.unwrap();
 }
 
-/// When the hold ends the lock key simply expires; a newcomer's `SET NX` that comes right then
-/// must not jump the line: the waiter that queued behind the hold gets the lock first.
+/// At the hold's end a newcomer's `SET NX` that comes right then must not jump the line: the
+/// waiter that queued behind the hold gets the lock first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a release within hold_at_least leaves the lock key to expire on its own, so at the \
-            hold's end the lock is free while someone waits in line, and another process's \
-            first try (a plain SET NX) can take it before the waiter looks again"]
 async fn at_the_end_of_the_hold_the_waiter_in_line_goes_before_a_newcomer() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -298,4 +295,249 @@ async fn at_the_end_of_the_hold_the_waiter_in_line_goes_before_a_newcomer() {
     }
     assert!(waiter_got.load(Ordering::SeqCst), "the waiter got the lock");
     waiting.await.unwrap();
+}
+
+/// With nobody in line the release writes nothing but the expiry: the lock's value is left as it
+/// is (no `;hold=` end in it), and the lock is free for anyone right at the hold's end.
+#[tokio::test]
+async fn with_nobody_waiting_the_lock_expires_at_the_holds_end_and_a_newcomer_gets_it_then() {
+    let server = RedisServer::start();
+    let (holder, newcomer) = (connect(&server).await, connect(&server).await);
+    let guard = holder
+        .acquire("alone", &options(30_000, 800))
+        .await
+        .unwrap();
+    let released = Instant::now();
+    let token = guard.token().to_owned();
+    guard.release().await.unwrap();
+    let pttl = server.pttl("lock:alone");
+    assert!((1..=800).contains(&pttl), "pttl {pttl}");
+    assert_eq!(
+        server.get("lock:alone"),
+        Some(token),
+        "the value is unchanged when nobody waits"
+    );
+    let got = loop {
+        if let Some(guard) = newcomer
+            .try_acquire("alone", &LockOptions::new())
+            .await
+            .unwrap()
+        {
+            break (guard, released.elapsed());
+        }
+        assert!(released.elapsed() < Duration::from_secs(10), "never free");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        got.1 >= Duration::from_millis(700),
+        "free {:?} after the release, before the hold's end",
+        got.1
+    );
+    assert!(
+        got.1 < Duration::from_millis(1_100),
+        "free only {:?} after the release: kept past the hold's end",
+        got.1
+    );
+    got.0.release().await.unwrap();
+}
+
+/// The line's waiter gets the lock at the hold's end although newcomers keep trying all through
+/// it: one with `try_acquire` (a plain `SET NX`), one with `acquire`, which joins the line behind
+/// it. The waiter is far away (150 ms each way), so its look at the hold's end lands well after
+/// the newcomers' tries: a lock that merely expired then would be theirs. While the hold runs
+/// the lock key is kept a claim past it, and inspection shows the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_in_line_goes_first_though_newcomers_keep_trying_and_joining() {
+    use std::sync::{Arc, Mutex};
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let waiter = LockManager::builder(proxy.url()).connect().await.unwrap();
+    let (holder, trier, joiner) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let guard = holder
+        .acquire("queue", &options(30_000, 800))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let order = Arc::clone(&order);
+        async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            let guard = waiter.acquire("queue", &options).await.unwrap();
+            order.lock().unwrap().push("waiter");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            guard.release().await.unwrap();
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    proxy.set_delay(Duration::from_millis(150));
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let pttl = server.pttl("lock:queue");
+    assert!(
+        (800..=3_800).contains(&pttl),
+        "kept a claim past the hold while someone waits: pttl {pttl}"
+    );
+    let info = holder.inspect("queue").await.unwrap().expect("held");
+    let left = info.ttl_left.expect("an expiry");
+    assert!(
+        left <= Duration::from_millis(800),
+        "inspection shows the hold: {left:?}"
+    );
+    assert!(
+        info.holder.is_some(),
+        "inspection still shows the releaser as the holder"
+    );
+    let joining = tokio::spawn({
+        let order = Arc::clone(&order);
+        async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            let guard = joiner.acquire("queue", &options).await.unwrap();
+            order.lock().unwrap().push("joiner");
+            guard.release().await.unwrap();
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while order.lock().unwrap().is_empty() && Instant::now() < deadline {
+        if let Some(taken) = trier
+            .try_acquire("queue", &LockOptions::new())
+            .await
+            .unwrap()
+        {
+            order.lock().unwrap().push("trier");
+            taken.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let waited = released.elapsed();
+    waiting.await.unwrap();
+    joining.await.unwrap();
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, ["waiter", "joiner"], "who got the lock, in order");
+    assert!(
+        waited >= Duration::from_millis(700),
+        "handed over {waited:?} after the release, before the hold's end"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "handed over {waited:?} after the release, long after the hold's end"
+    );
+}
+
+/// A waiter that dies in line during the hold never looks at its end: the lock key, kept a claim
+/// past the hold for the line, expires then, and a newcomer gets it.
+#[tokio::test]
+async fn when_the_whole_line_dies_during_the_hold_a_newcomer_gets_the_lock_within_hold_and_claim() {
+    let server = RedisServer::start();
+    let (holder, newcomer) = (connect(&server).await, connect(&server).await);
+    let guard = holder
+        .acquire("orphan", &options(30_000, 500))
+        .await
+        .unwrap();
+    // A waiter of a process that died right after joining: its place's lease still runs, and
+    // nobody listens on its channel.
+    let mut conn = server.conn();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let lease_deadline = seconds * 1_000 + micros / 1_000 + 3_000;
+    let () = redis::cmd("RPUSH")
+        .arg("{lock:orphan}:distlock:line")
+        .arg(format!(
+            "dead-waiter {lease_deadline} 30000 0 distlock:grants:nobody"
+        ))
+        .query(&mut conn)
+        .map(|_: i64| ())
+        .unwrap();
+    let token = guard.token().to_owned();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let value = server.get("lock:orphan").expect("kept");
+    assert!(
+        value
+            .strip_prefix(&format!("{token};hold="))
+            .is_some_and(|end| end.parse::<u64>().is_ok()),
+        "the release saw a live waiter and wrote the hold's end into the value: {value}"
+    );
+    let took = loop {
+        if let Some(guard) = newcomer
+            .try_acquire("orphan", &LockOptions::new())
+            .await
+            .unwrap()
+        {
+            break (guard, released.elapsed());
+        }
+        assert!(released.elapsed() < Duration::from_secs(20), "never free");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        took.1 >= Duration::from_millis(400),
+        "free {:?} after the release, before the hold's end",
+        took.1
+    );
+    assert!(
+        took.1 < Duration::from_millis(500 + 3_000 + 700),
+        "free {:?} after the release: later than the hold and the claim",
+        took.1
+    );
+    took.0.release().await.unwrap();
+}
+
+/// The hold's end lives in the lock's value, which the join's `GET` of the lock key reads anyway:
+/// a waiter joining behind a holder (no hold at all) runs the commands a join always ran — one
+/// script, its `GET` of the lock key, `TIME`, `RPUSH`, the line's first `PEXPIRE` and the
+/// holder's `PTTL` for the first waiter — and no `GET` of any other key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_behind_a_holder_reads_no_key_but_the_lock() {
+    use std::collections::BTreeMap;
+
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let guard = holder
+        .acquire("cost", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    server.reset_stats();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        waiter.acquire("cost", &options).await.unwrap()
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || server.exists("{lock:cost}:distlock:line"),
+    )
+    .await;
+    let counts = server.command_counts();
+    let calls = |name: &str| counts.get(name).copied().unwrap_or(0);
+    // On a fresh server the first `EVALSHA` finds no script, and runs again after loading it.
+    assert_eq!(
+        calls("evalsha") - calls("script|load") - calls("script"),
+        1,
+        "one join script: {counts:?}"
+    );
+    let run: BTreeMap<&str, u64> = ["get", "time", "rpush", "pexpire", "pttl"]
+        .into_iter()
+        .map(|name| (name, calls(name)))
+        .collect();
+    assert_eq!(
+        run,
+        BTreeMap::from([
+            ("get", 1),
+            ("pexpire", 1),
+            ("pttl", 1),
+            ("rpush", 1),
+            ("time", 1)
+        ]),
+        "the join's commands (all that ran: {counts:?})"
+    );
+    guard.release().await.unwrap();
+    waiting.await.unwrap().release().await.unwrap();
 }

@@ -43,6 +43,66 @@ async fn on_a_cluster_the_hold_keeps_the_lock_until_it_ends() {
     }
 }
 
+/// On a cluster too, a release within the hold while someone waits keeps the lock for the line
+/// (the hold's end is written into the lock's value), and the waiter goes before a newcomer at its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_waiter_in_line_gets_the_lock_at_the_holds_end() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let cluster = RedisCluster::start(3, 0);
+    let urls = cluster.urls();
+    let connect = || LockManager::cluster_builder(&urls).connect();
+    let (holder, waiter, newcomer) = (
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+    );
+    let guard = holder.acquire("fifo", &options(30_000, 600)).await.unwrap();
+    let waiter_got = Arc::new(AtomicBool::new(false));
+    let waiting = tokio::spawn({
+        let waiter_got = Arc::clone(&waiter_got);
+        async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            let guard = waiter.acquire("fifo", &options).await.unwrap();
+            waiter_got.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            guard.release().await.unwrap();
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || cluster.exists("{lock:fifo}:distlock:line"),
+    )
+    .await;
+    let token = guard.token().to_owned();
+    guard.release().await.unwrap();
+    let value = cluster.get("lock:fifo").expect("kept");
+    assert!(
+        value
+            .strip_prefix(&format!("{token};hold="))
+            .is_some_and(|end| end.parse::<u64>().is_ok()),
+        "the hold's end is in the value for the line: {value}"
+    );
+    let pttl = cluster.pttl("lock:fifo");
+    assert!(pttl > 600, "kept a claim past the hold: pttl {pttl}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !waiter_got.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+        if let Some(taken) = newcomer
+            .try_acquire("fifo", &LockOptions::new())
+            .await
+            .unwrap()
+        {
+            taken.release().await.unwrap();
+            panic!("a newcomer took the lock before the waiter in line");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(waiter_got.load(Ordering::SeqCst), "the waiter got the lock");
+    waiting.await.unwrap();
+}
+
 #[tokio::test]
 async fn on_redlock_the_hold_keeps_the_lock_on_a_majority_until_it_ends() {
     let servers = RedisServers::start(3);

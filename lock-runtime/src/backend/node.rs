@@ -346,8 +346,9 @@ impl Node {
         }
     }
 
-    /// Leaves the lock to expire `keep_millis` from now instead of deleting it, if it is still
-    /// ours, and wakes whoever waits for it to learn that expiry; `false` if it was not ours.
+    /// Keeps the lock `keep_millis` from now instead of deleting it, if it is still ours (for the
+    /// line, when someone waits: see `HOLD`), and wakes the first waiter to learn when the hold
+    /// ends; `false` if it was not ours.
     pub(crate) async fn hold(
         &self,
         keys: &LockKeys,
@@ -362,19 +363,24 @@ impl Node {
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
                     &[&keys.lock, &line, &released],
-                    3,
-                    token.len() + 20 + 20,
+                    4,
+                    token.len() + 20 + 20 + 20,
                 );
                 cmd.arg(token)
                     .arg(keep_millis)
+                    .arg(millis(super::CLAIM))
                     .arg(millis(self.connections.resend_window()));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
                 let line = keys.line();
-                let mut cmd =
-                    scripts::evalsha(&scripts::HOLD, &[&keys.lock, &line], 2, token.len() + 20);
-                cmd.arg(token).arg(keep_millis);
+                let mut cmd = scripts::evalsha(
+                    &scripts::HOLD,
+                    &[&keys.lock, &line],
+                    3,
+                    token.len() + 20 + 20,
+                );
+                cmd.arg(token).arg(keep_millis).arg(millis(super::CLAIM));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Wake => {
