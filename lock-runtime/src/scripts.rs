@@ -266,6 +266,13 @@ return {0, remaining()}
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
 /// finds no line.
 ///
+/// A waiter leaving while the lock is kept for the line past a hold (its value ends in
+/// `;hold=<end>`, see [`HOLD`]) and leaving nobody live in line behind it gives the lock back
+/// the expiry a hold with nobody waiting has: the hold's end (deleted when that is past).
+/// Else nobody would look at the hold's end, and the key would stay a claim longer for
+/// nobody, refusing every plain `SET NX`. A lock key of another type than a string is an error
+/// (`WRONGTYPE`), as in [`ACQUIRE`], once a leaving waiter's place is taken out.
+///
 /// A connection that sends a command again after losing its reply (a cluster connection does)
 /// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
 /// a caller also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after
@@ -287,7 +294,8 @@ pub(crate) fn release_source() -> String {
 /// before the line's helpers are defined, since Lua builds a script's local functions anew on
 /// every run and that costs Redis more than the commands of this path.
 const RELEASE_UNCONTENDED: &str = r"
-local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+local held = redis.pcall('GET', KEYS[1])
+local ours = held == ARGV[1]
 local waiter = nil
 if ours and ARGV[3] ~= '1' then
   if ARGV[4] then
@@ -308,6 +316,31 @@ if ARGV[3] == '1' then
   local index, entry = find(ARGV[1])
   if index then
     redis.call('LREM', KEYS[2], 1, entry)
+  end
+end
+if type(held) == 'table' then
+  return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
+end
+if not ours and ARGV[3] == '1' and held then
+  local releaser, ends = string.match(held, '^(.*);hold=(%d+)$')
+  if releaser then
+    local now = now_ms()
+    local waits = false
+    for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+      local token, deadline = string.match(entry, '^(%S+) (%d+) ')
+      if token and token ~= releaser and tonumber(deadline) >= now then
+        waits = true
+        break
+      end
+    end
+    if not waits then
+      local left = tonumber(ends) - now
+      if left > 0 then
+        redis.call('PEXPIRE', KEYS[1], left)
+      else
+        redis.call('DEL', KEYS[1])
+      end
+    end
   end
 end
 if not ours then

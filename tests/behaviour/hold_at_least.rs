@@ -541,3 +541,211 @@ async fn a_join_behind_a_holder_reads_no_key_but_the_lock() {
     guard.release().await.unwrap();
     waiting.await.unwrap().release().await.unwrap();
 }
+
+/// The only waiter gives up (its timeout runs out) during the hold: nobody is left in line to
+/// take the lock at the hold's end, so the lock must not stay kept a claim past it — a
+/// newcomer's plain `try_acquire` (a `SET NX`, which never reads the line) gets it right at
+/// the hold's end, as it does when nobody waited at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_only_waiter_gives_up_during_the_hold_the_lock_is_free_at_the_holds_end() {
+    let server = RedisServer::start();
+    let (holder, waiter, newcomer) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let guard = holder.acquire("quit", &options(30_000, 900)).await.unwrap();
+    let token = guard.token().to_owned();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_millis(500));
+        waiter.acquire("quit", &options).await.map(|_| ())
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let value = server.get("lock:quit").expect("kept");
+    assert!(
+        value.starts_with(&format!("{token};hold=")),
+        "the release saw a live waiter: {value}"
+    );
+    assert!(
+        waiting.await.unwrap().is_err(),
+        "the waiter gave up within the hold"
+    );
+    let took = loop {
+        if let Some(guard) = newcomer
+            .try_acquire("quit", &LockOptions::new())
+            .await
+            .unwrap()
+        {
+            break (guard, released.elapsed());
+        }
+        assert!(released.elapsed() < Duration::from_secs(20), "never free");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        took.1 >= Duration::from_millis(800),
+        "free {:?} after the release, before the hold's end",
+        took.1
+    );
+    assert!(
+        took.1 < Duration::from_millis(900 + 600),
+        "free {:?} after the release: the lock was kept a claim past the hold for nobody",
+        took.1
+    );
+    took.0.release().await.unwrap();
+}
+
+/// A waiter leaving the line (its acquisition failed) takes its place out even when the lock key
+/// holds another type than a string: the release script's look at the lock key must not fail
+/// before the place is taken out, or it stays for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_leaving_while_the_lock_key_is_of_another_type_takes_its_place_out() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let _guard = holder
+        .acquire("typed", &LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        waiter.acquire("typed", &options).await.map(|_| ())
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    let mut conn = server.conn();
+    let () = redis::pipe()
+        .cmd("DEL")
+        .arg("lock:typed")
+        .ignore()
+        .cmd("RPUSH")
+        .arg("lock:typed")
+        .arg("not a lock")
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter's next look finds the key of another type")
+        .unwrap();
+    assert!(outcome.is_err(), "no lock in a list");
+    let left = Instant::now();
+    eventually(Duration::from_secs(10), "the place to be taken out", || {
+        let length: i64 = redis::cmd("LLEN")
+            .arg("{lock:typed}:distlock:line")
+            .query(&mut server.conn())
+            .unwrap_or(0);
+        length == 0
+    })
+    .await;
+    assert!(
+        left.elapsed() < Duration::from_secs(1),
+        "the place stayed {:?}: until the line expired, not taken out",
+        left.elapsed()
+    );
+}
+
+/// Fencing through a hold: the waiter in line when the hold began gets the lock at its end with
+/// a token above the releaser's, and the releaser acquiring again during the hold (a new token)
+/// queues behind that waiter — it does not jump the line at the hold's end — and gets a token
+/// above both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_hands_over_with_rising_fences_and_the_releaser_queues_behind_the_line() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (connect(&server).await, connect(&server).await);
+    let fenced = options(30_000, 700).fencing(true);
+    let guard = holder.acquire("fenced", &fenced).await.unwrap();
+    let first = guard.fencing_token().unwrap();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new()
+            .fencing(true)
+            .timeout(Duration::from_secs(20));
+        let guard = waiter.acquire("fenced", &options).await.unwrap();
+        let (fence, at) = (guard.fencing_token().unwrap(), Instant::now());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        guard.release().await.unwrap();
+        (fence, at)
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let again = LockOptions::new()
+        .fencing(true)
+        .timeout(Duration::from_secs(20));
+    let guard = holder.acquire("fenced", &again).await.unwrap();
+    let (again_fence, again_at) = (guard.fencing_token().unwrap(), Instant::now());
+    let (waiter_fence, waiter_at) = waiting.await.unwrap();
+    assert!(
+        waiter_at < again_at,
+        "the releaser's new acquisition jumped the line"
+    );
+    assert!(
+        waiter_at.duration_since(released) >= Duration::from_millis(600),
+        "handed over {:?} after the release, before the hold's end",
+        waiter_at.duration_since(released)
+    );
+    assert!(
+        first < waiter_fence && waiter_fence < again_fence,
+        "fences {first}, {waiter_fence}, {again_fence}"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A forced release during a hold breaks the hold: it compares the value it read (with its
+/// `;hold=` end) and hands the lock to the waiter in line at once, not at the hold's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_during_the_hold_hands_the_lock_to_the_waiter_at_once() {
+    let server = RedisServer::start();
+    let (holder, waiter, operator) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let guard = holder
+        .acquire("forced", &options(30_000, 5_000))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let options = LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = waiter.acquire("forced", &options).await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the waiter to take its place in line",
+        || !server.keys("*line*").is_empty(),
+    )
+    .await;
+    guard.release().await.unwrap();
+    let info = operator.inspect("forced").await.unwrap().expect("kept");
+    let left = info.ttl_left.expect("the hold's end");
+    assert!(
+        left <= Duration::from_secs(5) && left > Duration::from_secs(3),
+        "inspect shows what is left of the hold: {left:?}"
+    );
+    assert_eq!(info.waiters, 1);
+    let forced = Instant::now();
+    assert!(operator.force_release(&info).await.unwrap(), "broke it");
+    let got = waiting.await.unwrap();
+    assert!(
+        got.duration_since(forced) < Duration::from_secs(1),
+        "the waiter got the lock {:?} after the forced release",
+        got.duration_since(forced)
+    );
+}
