@@ -453,6 +453,37 @@ impl RedisCluster {
         self.claimed_owner(self.slot_of(key), Instant::now() + MIGRATE_TIMEOUT)
     }
 
+    /// Sends `CLUSTER SETSLOT <slot> NODE <target>` again to every running master whose view
+    /// names another owner (or none); to the target first, after `CLUSTER BUMPEPOCH`, when it
+    /// does not claim the slot itself. Best effort: the caller looks at the views again.
+    fn tell_owner_again(&self, slot: u16, target: &RedisServer, target_id: &str) {
+        let setslot = || {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg("NODE").arg(target_id);
+            cmd
+        };
+        let claims_itself = read_view(target).is_ok_and(|view| {
+            view.lines
+                .iter()
+                .any(|line| line.flags.iter().any(|flag| flag == "myself") && line.serves(slot))
+        });
+        if !claims_itself {
+            let _ = redis::cmd("CLUSTER")
+                .arg("BUMPEPOCH")
+                .query::<redis::Value>(&mut target.conn());
+            let _ = setslot().query::<redis::Value>(&mut target.conn());
+        }
+        for node in self.running() {
+            let disagrees = read_view(node).map_or(true, |view| {
+                view.owner_of(slot)
+                    .is_none_or(|owner| owner.id != target_id)
+            });
+            if disagrees && node.port() != target.port() {
+                let _ = setslot().query::<redis::Value>(&mut node.conn());
+            }
+        }
+    }
+
     /// The one running master whose own table (`myself` in its `CLUSTER NODES`) says it
     /// serves `slot`; waits while none or several do, until `deadline`.
     fn claimed_owner(&self, slot: u16, deadline: Instant) -> &RedisServer {
@@ -608,28 +639,38 @@ impl RedisCluster {
                 run(master, &setslot("NODE", &target_id));
             }
         }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        self.wait_settled(
-            remaining.max(Duration::from_secs(1)),
-            &format!("every node to agree after {what}"),
-            |_, views| {
-                for view in views {
-                    match view.owner_of(slot) {
-                        Some(owner) if owner.id == target_id => {}
-                        Some(owner) => {
-                            return Err(format!(
-                                "node {} still sees port {} serving slot {slot}",
-                                view.port, owner.port
-                            ))
-                        }
-                        None => {
-                            return Err(format!("node {} sees no owner of slot {slot}", view.port))
-                        }
+        let agreed = |_: &Self, views: &[View]| {
+            for view in views {
+                match view.owner_of(slot) {
+                    Some(owner) if owner.id == target_id => {}
+                    Some(owner) => {
+                        return Err(format!(
+                            "node {} still sees port {} serving slot {slot}",
+                            view.port, owner.port
+                        ))
                     }
+                    None => return Err(format!("node {} sees no owner of slot {slot}", view.port)),
                 }
-                Ok(())
-            },
-        );
+            }
+            Ok(())
+        };
+        let settle_until = deadline.max(Instant::now() + Duration::from_secs(1));
+        let mut told_again = Instant::now();
+        while let Err(reason) = self.check_settled(&agreed) {
+            assert!(
+                Instant::now() < settle_until,
+                "timed out waiting for every node to agree after {what}; last: {reason}"
+            );
+            // A node can keep (or take back) an older view of the slot for a while when the
+            // epochs it compares do not favour the target: tell the nodes that disagree again,
+            // every half second, the target first and with its epoch bumped when it does not
+            // claim the slot itself.
+            if told_again.elapsed() >= Duration::from_millis(500) {
+                self.tell_owner_again(slot, target, &target_id);
+                told_again = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         target
     }
 
