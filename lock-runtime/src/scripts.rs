@@ -64,6 +64,10 @@ where
 /// 0 without fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message:
 /// it is the caller, and learns from the reply.
 ///
+/// `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
+/// its token, its grant channel and the time now (read only when someone is in line); `nil` when
+/// nobody live waits.
+///
 /// `find(token)`: the index and text of `token`'s entry in line, or `nil`.
 const LINE_PRELUDE: &str = r"
 local function next_fence()
@@ -116,6 +120,21 @@ local function hand_off(claim, except, quiet, popped)
       end
     end
   end
+end
+
+local function first_live(except)
+  local entries = redis.call('LRANGE', KEYS[2], 0, -1)
+  if #entries == 0 then
+    return nil
+  end
+  local now = now_ms()
+  for _, entry in ipairs(entries) do
+    local token, deadline, channel = string.match(entry, '^(%S+) (%d+) %d+ [01] (.*)$')
+    if token and token ~= except and tonumber(deadline) >= now then
+      return token, channel, now
+    end
+  end
+  return nil
 end
 
 local function find(token)
@@ -323,23 +342,12 @@ if type(held) == 'table' then
 end
 if not ours and ARGV[3] == '1' and held then
   local releaser, ends = string.match(held, '^(.*);hold=(%d+)$')
-  if releaser then
-    local now = now_ms()
-    local waits = false
-    for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-      local token, deadline = string.match(entry, '^(%S+) (%d+) ')
-      if token and token ~= releaser and tonumber(deadline) >= now then
-        waits = true
-        break
-      end
-    end
-    if not waits then
-      local left = tonumber(ends) - now
-      if left > 0 then
-        redis.call('PEXPIRE', KEYS[1], left)
-      else
-        redis.call('DEL', KEYS[1])
-      end
+  if releaser and not first_live(releaser) then
+    local left = tonumber(ends) - now_ms()
+    if left > 0 then
+      redis.call('PEXPIRE', KEYS[1], left)
+    else
+      redis.call('DEL', KEYS[1])
     end
   end
 end
@@ -479,7 +487,8 @@ return 0
 /// keep it until the hold ends, if it is still ours; and tell the first live waiter in line to
 /// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its line; `ARGV[1]` the token, `ARGV[2]` the
+/// - `KEYS[1]` the lock key, `KEYS[2]` its line (the prelude's line helpers only: no fencing
+///   token is issued here, so `KEYS[3]` is free for the marker below); `ARGV[1]` the token, `ARGV[2]` the
 ///   milliseconds the hold has left (at least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
 /// - Returns 1 when the lock was ours and is now kept until the hold ends, 0 when it was not
 ///   ours (nothing touched).
@@ -507,7 +516,9 @@ return 0
 /// it answers 1 and changes nothing.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
-        r"
+        &[
+            LINE_PRELUDE,
+            r"
 local value = redis.call('GET', KEYS[1])
 if value ~= ARGV[1] then
   if value and string.sub(value, 1, #ARGV[1]) == ARGV[1]
@@ -522,31 +533,21 @@ end
 if ARGV[4] then
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
 end
-local entries = redis.call('LRANGE', KEYS[2], 0, -1)
-local waiter, channel = nil, nil
-if #entries > 0 then
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  for _, entry in ipairs(entries) do
-    local token, deadline, rest = string.match(entry, '^(%S+) (%d+) %d+ [01] (.*)$')
-    if token and token ~= ARGV[1] and tonumber(deadline) >= now then
-      waiter, channel = token, rest
-      break
-    end
+local waiter, channel, now = first_live(ARGV[1])
+if waiter then
+  local keep = tonumber(ARGV[2])
+  local claim = tonumber(ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
+  if channel ~= '' then
+    redis.call('PUBLISH', channel, waiter .. ' ?')
   end
-  if waiter then
-    local keep = tonumber(ARGV[2])
-    local claim = tonumber(ARGV[3])
-    redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
-    if channel ~= '' then
-      redis.call('PUBLISH', channel, waiter .. ' ?')
-    end
-    return 1
-  end
+  return 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ",
+        ]
+        .concat(),
     )
 });
 
