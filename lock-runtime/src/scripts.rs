@@ -54,15 +54,28 @@ where
 /// above every earlier one: it is put back as it was (so every later acquisition fails the same
 /// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
-/// `hand_off(claim, except, quiet, popped)`: gives the free lock to the first waiter in line
-/// (starting with `popped`, an entry the caller already took off the line, when given) whose lease
-/// still runs, other than `except` (a releasing holder is never handed its own lock back):
-/// sets the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token
-/// when it asked for one, and publishes `"<token> <fence>"` on its grant channel (`"<token> !"`
-/// when its fencing token cannot be issued: it is then dropped from the line). Waiters whose
-/// lease ran out are dropped on the way. Returns `{token, fence, ttl}` of the new holder (fence
-/// 0 without fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message:
-/// it is the caller, and learns from the reply.
+/// `hand_off(claim, except, quiet, popped, counted, leases)`: gives the free lock to the first
+/// live waiter in line (starting with `popped`, an entry the caller already took off the line,
+/// when given) other than `except` (a releasing holder is never handed its own lock back): sets
+/// the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token when
+/// it asked for one, and publishes `"<token> <fence>"` on its grant channel (`"<token> !"` when
+/// its fencing token cannot be issued: it is then dropped from the line). Dead waiters are
+/// dropped on the way. Returns `{token, fence, ttl}` of the new holder (fence 0 without
+/// fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message: it is the
+/// caller, and learns from the reply.
+///
+/// Who is dead: with `counted` (a standalone server or a Sentinel master, where `PUBLISH`
+/// answers how many connections received the message), a waiter whose grant nobody received.
+/// Its process is gone: a killed process's connection closes, and its subscription with it. The
+/// lock goes on to the next waiter in the same script, and the fencing token the dead one was
+/// issued, if any, is taken back (the counter is set back), so no token goes to nobody. With
+/// `leases` (or for a waiter that is not subscribed, whose entry names no channel), also one
+/// whose lease has run out, which costs a `TIME`. The release leaves leases out where receivers
+/// are counted; the acquire script's looks (rare: a holder's expiry, a renewal) keep them, so
+/// that a waiter cut off from Redis without its process dying (a network cut: its connection
+/// lingers on the server) is skipped once its lease is over. On a cluster a publish reaches
+/// every node but counts only the receivers on the node the lock lives on: receivers cannot be
+/// counted there, and leases alone tell.
 ///
 /// `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
 /// its token, its grant channel and the time now (read only when someone is in line); `nil` when
@@ -90,7 +103,7 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function hand_off(claim, except, quiet, popped)
+local function hand_off(claim, except, quiet, popped, counted, leases)
   local now = nil
   while true do
     local entry = popped or redis.call('LPOP', KEYS[2])
@@ -98,10 +111,14 @@ local function hand_off(claim, except, quiet, popped)
     if not entry then
       return false
     end
-    now = now or now_ms()
     local waiter, deadline, ttl, fencing, channel =
       string.match(entry, '^(%S+) (%d+) (%d+) ([01]) (.*)$')
-    if waiter and waiter ~= except and tonumber(deadline) >= now then
+    local live = waiter ~= nil and waiter ~= except
+    if live and (leases or channel == '') then
+      now = now or now_ms()
+      live = tonumber(deadline) >= now
+    end
+    if live then
       local fence, failed = 0, nil
       if fencing == '1' then
         fence, failed = next_fence()
@@ -113,10 +130,16 @@ local function hand_off(claim, except, quiet, popped)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
+        local heard = 1
         if channel ~= '' and waiter ~= quiet then
-          redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
+          heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
         end
-        return {waiter, fence, px}
+        if heard > 0 or not counted then
+          return {waiter, fence, px}
+        end
+        if fence > 0 then
+          redis.call('SET', KEYS[3], fence - 1)
+        end
       end
     end
   end
@@ -159,11 +182,14 @@ end
 ///   longest ttl a hand-off gives before the new holder confirms it, `ARGV[7]` what to do when
 ///   the lock is someone else's: `"first"` nothing (a first try, which takes no place in line
 ///   before it listens for hand-offs), `"join"` take a place at the end, `"renew"` renew the
-///   caller's place (or take one at the end, when it lapsed).
+///   caller's place (or take one at the end, when it lapsed), `ARGV[8]` `"1"` where receivers
+///   of a publish are counted (see `hand_off`).
 /// - Returns `{1, fence, pttl}` when the caller holds the lock (`fence` 0 without fencing,
-///   `pttl` what is left of its ttl), `{0, pttl}` when it waits first in line (or, a first
-///   try, not in line) behind a holder with `pttl` left (-1: no expiry), `{0}` when it waits in
-///   line behind another waiter.
+///   `pttl` what is left of its ttl), `{0, pttl, deadline}` when it waits first in line behind
+///   a holder with `pttl` left (-1: no expiry), `pttl` -3 when it waits behind another waiter;
+///   `deadline` is when its place lapses (Redis time in ms), 0 for a first try, which takes no
+///   place. A caller may give that deadline to a place it takes in the same line within a
+///   renewal, without this script: see `Backend::try_lock`.
 ///
 /// Only the first waiter is told the holder's ttl: it is the one to look when the holder dies
 /// without releasing, and its look hands the lock on. A waiter further back relies on the
@@ -177,8 +203,10 @@ end
 /// counter's value, as nobody else can have acquired since.
 ///
 /// A waiter renews its place within its lease; one that does not (it died, or its network did)
-/// is skipped by the next hand-off, and one whose place lapsed joins again at the end. The line
-/// expires two leases after its last join or renewal, so nothing outlives the last waiter.
+/// is skipped by the next hand-off, and one whose place lapsed joins again at the end. Every
+/// join and renewal sets the line to expire two leases later: so nothing outlives the last
+/// waiter, and a line that never empties (a busy fleet, whose waiters wait less than a renewal)
+/// does not expire under its waiters either.
 ///
 /// A lock released within its `hold_at_least` while someone waited is still in its lock key,
 /// kept a claim past the hold, its value the releaser's token followed by `;hold=<hold's end>`
@@ -225,7 +253,7 @@ local function remaining()
   return hold_left or redis.call('PTTL', KEYS[1])
 end
 if not held then
-  local first = hand_off(tonumber(ARGV[6]), released, ARGV[1])
+  local first = hand_off(tonumber(ARGV[6]), released, ARGV[1], nil, ARGV[8] == '1', true)
   if not first then
     local fence = 0
     if ARGV[3] == '1' then
@@ -243,29 +271,25 @@ if not held then
   end
 end
 if ARGV[7] == 'first' then
-  return {0, remaining()}
+  return {0, remaining(), 0}
 end
 local lease = tonumber(ARGV[5])
-local entry = ARGV[1] .. ' ' .. (now_ms() + lease) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' ..
-  ARGV[4]
+local deadline = now_ms() + lease
+local entry = ARGV[1] .. ' ' .. deadline .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 local index = nil
 if ARGV[7] == 'renew' then
   index = find(ARGV[1])
 end
 if index then
   redis.call('LSET', KEYS[2], index, entry)
-  redis.call('PEXPIRE', KEYS[2], 2 * lease)
 else
-  local length = redis.call('RPUSH', KEYS[2], entry)
-  if length == 1 or ARGV[7] == 'renew' then
-    redis.call('PEXPIRE', KEYS[2], 2 * lease)
-  end
-  index = length - 1
+  index = redis.call('RPUSH', KEYS[2], entry) - 1
 end
+redis.call('PEXPIRE', KEYS[2], 2 * lease)
 if index > 0 then
-  return {0}
+  return {0, -3, deadline}
 end
-return {0, remaining()}
+return {0, remaining(), deadline}
 ",
         ]
         .concat(),
@@ -276,7 +300,8 @@ return {0, remaining()}
 ///
 /// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
-///   have been handed to it meanwhile.
+///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
+///   receivers of a publish are counted (see `hand_off`).
 /// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
 ///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
 ///   plain `SET NX`), 0 when it was not ours (expired, or another holder's) and nothing of the
@@ -317,7 +342,7 @@ local held = redis.pcall('GET', KEYS[1])
 local ours = held == ARGV[1]
 local waiter = nil
 if ours and ARGV[3] ~= '1' then
-  if ARGV[4] then
+  if ARGV[4] ~= '' then
     redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
   end
   waiter = redis.call('LPOP', KEYS[2])
@@ -352,15 +377,16 @@ if not ours and ARGV[3] == '1' and held then
   end
 end
 if not ours then
-  if ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1] then
     return 1
   end
   return 0
 end
-if ARGV[4] and ARGV[3] == '1' then
+if ARGV[4] ~= '' and ARGV[3] == '1' then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
 end
-if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter) then
+local counted = ARGV[5] == '1'
+if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, counted, not counted) then
   redis.call('DEL', KEYS[1])
   return 1
 end

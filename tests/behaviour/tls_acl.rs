@@ -161,6 +161,24 @@ async fn an_acl_user_with_the_documented_minimal_acl_can_do_everything() {
     );
 }
 
+/// A user whose ACL was written from an earlier minimal ACL, without `+rpushx` (the join in one
+/// command of a process asking again): distlock joins with the acquire script instead, and
+/// everything still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_rpushx_still_does_everything() {
+    let server = RedisServer::start();
+    let commands = documented_acl_commands();
+    assert!(commands.iter().any(|command| command == "rpushx"));
+    let allowed: Vec<&str> = commands
+        .iter()
+        .map(String::as_str)
+        .filter(|command| *command != "rpushx")
+        .collect();
+    let url = server.add_acl_user("locker", "s3cret", &allowed);
+    everything(&url, None, "without-rpushx").await;
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+}
+
 /// The key patterns docs/tls-acl.md says the minimal ACL may be narrowed to: "(`~*` may be narrowed
 /// to your prefix, e.g. `~lock:* ~{lock:* ...`".
 fn documented_narrowed_key_patterns() -> Vec<String> {

@@ -186,6 +186,83 @@ fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
     let _ = wait_all(vec![doomed], Duration::from_secs(5));
 }
 
+/// A killed process's connection closes, and its subscription with it: the release that
+/// reaches its place finds nobody to hear the hand-off (`PUBLISH` answers 0 receivers) and
+/// gives the lock to the next waiter in the same script, instead of to the dead one for a claim.
+#[test]
+fn a_waiter_killed_in_line_is_skipped_by_the_very_next_release() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (_manager, guard) = hold(&server, &runtime, "skipped");
+    let doomed = queue_worker(&server, "skipped", 0, "record");
+    let next = queue_worker(&server, "skipped", 1, "record");
+    let entries = line_entries(&server, "skipped");
+    let doomed_token = entries[0].split(' ').next().unwrap().to_owned();
+    let doomed_channel = entries[0].rsplit(' ').next().unwrap().to_owned();
+    send_signal(doomed.id(), "KILL");
+    let _ = wait_all(vec![doomed], Duration::from_secs(5));
+    wait_until(
+        Duration::from_secs(5),
+        "the killed waiter's subscription to close",
+        || {
+            let numsub: (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&doomed_channel)
+                .query(&mut server.conn())
+                .unwrap();
+            numsub.1 == 0
+        },
+    );
+    runtime.block_on(guard.release()).unwrap();
+    assert_ne!(
+        server.get("lock:skipped"),
+        Some(doomed_token),
+        "the release handed the lock to the killed waiter"
+    );
+    let statuses = wait_all(vec![next], Duration::from_secs(10));
+    assert!(
+        statuses[0].success(),
+        "the next waiter failed: {}",
+        statuses[0]
+    );
+    assert_eq!(order_of(&server, "skipped"), vec![1]);
+}
+
+/// A line whose waiters never wait a renewal and that never empties (a busy fleet) must not
+/// expire under them: every join sets its expiry, not only the one that creates it.
+#[tokio::test]
+async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
+    let server = RedisServer::start();
+    let managers = [
+        test_support::connect(&server).await,
+        test_support::connect(&server).await,
+        test_support::connect(&server).await,
+    ];
+    let options = LockOptions::new();
+    let (held, first) =
+        hold_with_a_waiter(&server, &managers[0], &managers[1], "kept", &options).await;
+    // As if the line had been created two leases ago: its expiry is due.
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(line_key("kept"))
+        .arg(200)
+        .query(&mut server.conn())
+        .unwrap();
+    let second = tokio::spawn({
+        let manager = managers[2].clone();
+        async move { manager.acquire("kept", &LockOptions::new()).await }
+    });
+    test_support::eventually(Duration::from_secs(5), "the second waiter to join", || {
+        llen(&server, &line_key("kept")) == 2
+    })
+    .await;
+    let pttl = server.pttl(&line_key("kept"));
+    assert!(pttl > 3000, "the join left the line to expire in {pttl} ms");
+    held.release().await.unwrap();
+    let first = first.await.unwrap().unwrap();
+    first.release().await.unwrap();
+    second.await.unwrap().unwrap().release().await.unwrap();
+}
+
 #[test]
 fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time() {
     let server = RedisServer::start();

@@ -10,3 +10,4 @@ mod hold_at_least;
 mod on_busy;
 mod redlock;
 mod sentinel;
+mod turns;

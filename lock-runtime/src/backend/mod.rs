@@ -20,12 +20,14 @@ mod node;
 mod quorum;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::RedisResult;
 use tokio::time::Instant;
 
+use crate::classify::Meaning;
 use crate::connection::{Connections, Endpoint};
 use crate::grants::{GrantHub, Servers};
 use crate::keys::LockKeys;
@@ -84,10 +86,14 @@ const CONTENDED_FOR: Duration = Duration::from_secs(1);
 const CONTENDED_KEYS: usize = 256;
 
 /// The keys this manager recently saw handed over (by its release, or to its acquisition):
-/// their next acquisition skips the first try, which would most likely find them held.
+/// their next acquisition skips the first try, which would most likely find them held. And for
+/// each key, the latest lease deadline Redis gave a place of this manager's in its line by
+/// reading its clock, with when: a rejoin within a renewal of it writes that deadline rather
+/// than read the clock again (see `scripts::RELEASE`).
 #[derive(Default)]
 struct Contended {
     keys: Mutex<HashMap<Arc<str>, Instant>>,
+    places: Mutex<HashMap<Arc<str>, (u64, Instant)>>,
 }
 
 impl Contended {
@@ -111,6 +117,38 @@ impl Contended {
         let mut keys = self.keys();
         if !keys.is_empty() {
             keys.remove(key);
+        }
+    }
+
+    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, (u64, Instant)>> {
+        self.places.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Redis gave a place of ours in `key`'s line the lease deadline `deadline`, reading its
+    /// clock after `asked` (the send time of the command).
+    fn place_given(&self, key: &Arc<str>, deadline: u64, asked: Instant) {
+        let mut places = self.places();
+        if places.len() >= CONTENDED_KEYS && !places.contains_key(key) {
+            places.retain(|_, (_, given)| given.elapsed() < RENEW);
+            if places.len() >= CONTENDED_KEYS {
+                return;
+            }
+        }
+        places.insert(Arc::clone(key), (deadline, asked));
+    }
+
+    /// A deadline given for `key` less than a renewal ago, if any: a live waiter renews its
+    /// place within a renewal, so a place given that deadline now lapses no sooner than one
+    /// that Redis had just given the clock's time plus a lease, less a renewal.
+    fn recent_place(&self, key: &str) -> Option<u64> {
+        let mut places = self.places();
+        match places.get(key) {
+            Some((deadline, given)) if given.elapsed() < RENEW => Some(*deadline),
+            Some(_) => {
+                places.remove(key);
+                None
+            }
+            None => None,
         }
     }
 
@@ -156,6 +194,8 @@ pub(crate) struct Backend {
     grants: GrantHub,
     /// Keys recently handed over (single endpoint only).
     contended: Contended,
+    /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
+    join_refused: AtomicBool,
 }
 
 enum Locks {
@@ -169,6 +209,7 @@ impl Backend {
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
         Backend {
             contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
             grants: GrantHub::new(
                 GRANTS,
                 vec![Servers::Fixed(vec![client.clone()])],
@@ -191,6 +232,7 @@ impl Backend {
     ) -> Self {
         Backend {
             contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
             grants: GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
             locks: Locks::Single(Box::new(Node::new(
                 Connections::new(endpoint, timeouts),
@@ -206,6 +248,7 @@ impl Backend {
         crate::background::spawn(crate::sentinel::watch_switches(Arc::downgrade(&sentinels)));
         Backend {
             contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
             grants: GrantHub::new(
                 GRANTS,
                 vec![Servers::Sentinel(Arc::clone(&sentinels))],
@@ -223,6 +266,7 @@ impl Backend {
     pub(crate) fn in_process() -> Self {
         Backend {
             contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
             grants: GrantHub::in_process(),
             locks: Locks::Memory(Memory::new()),
         }
@@ -253,6 +297,7 @@ impl Backend {
         let grants = GrantHub::new(WAKE_UPS, sources, timeouts, confirmations);
         Backend {
             contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
             locks: Locks::Quorum(Quorum::new(
                 nodes,
                 node_timeout,
@@ -309,7 +354,22 @@ impl Backend {
         wait: Wait,
     ) -> RedisResult<Attempt> {
         match &self.locks {
-            Locks::Single(node) => node.try_lock(keys, token, ttl_millis, fencing, wait).await,
+            Locks::Single(node) => {
+                if let Some(pushed) = self
+                    .join_behind(node, keys, token, ttl_millis, fencing, &wait)
+                    .await?
+                {
+                    return Ok(pushed);
+                }
+                let sent = Instant::now();
+                let (attempt, place) = node
+                    .try_lock(keys, token, ttl_millis, fencing, wait)
+                    .await?;
+                if let Some(deadline) = place {
+                    self.contended.place_given(&keys.lock, deadline, sent);
+                }
+                Ok(attempt)
+            }
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
                 keys,
@@ -318,6 +378,68 @@ impl Backend {
                 fencing,
                 &wait,
             )),
+        }
+    }
+
+    /// A join in one command: the waiter's entry appended with `RPUSHX`, which appends only
+    /// to a line that exists, that is, behind waiters who are served before it (a line with
+    /// waiters in it is not left with a free lock: each release hands it to the first of them,
+    /// and a lock that expires is taken by the first waiter's next look). Its lease deadline is
+    /// one Redis gave a place of this manager's in this line less than a renewal ago (see
+    /// `Contended::recent_place`), when the line's expiry was also set, two leases ahead. So a
+    /// process that goes on contending for a lock joins its line with one command rather than
+    /// a script that reads the clock.
+    ///
+    /// `None` when it cannot be used, and the acquire script must be run: the line is empty
+    /// (the lock may be free), no recent deadline is known, the waiter is not joining (a first
+    /// try, a renewal) or not subscribed (its entry would name no channel, and be judged by its
+    /// lease alone), or on a cluster, whose connection may send a command twice (a second entry
+    /// of the same waiter would be handed the lock after it is gone).
+    async fn join_behind(
+        &self,
+        node: &Node,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        fencing: bool,
+        wait: &Wait,
+    ) -> RedisResult<Option<Attempt>> {
+        let Wait::InLine {
+            channel: Some(channel),
+            renewing: false,
+        } = wait
+        else {
+            return Ok(None);
+        };
+        if node.resends_commands() {
+            return Ok(None);
+        }
+        let Some(deadline) = self.contended.recent_place(&keys.lock) else {
+            return Ok(None);
+        };
+        if self.join_refused.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let entry = format!(
+            "{token} {deadline} {ttl_millis} {} {channel}",
+            u8::from(fencing)
+        );
+        match node.push_place(keys, &entry).await {
+            Ok(pushed) => Ok(pushed.then_some(Attempt::Held {
+                // Behind another waiter: as the acquire script's `{0, -3, deadline}`.
+                remaining: Some(LEASE),
+            })),
+            // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
+            // at its cost, from now on.
+            Err(error) if crate::classify::classify(&error) == Meaning::PermissionDenied => {
+                if !self.join_refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
+                }
+                Ok(None)
+            }
+            // A line key of another type, say: the acquire script tells what is wrong.
+            Err(error) if crate::classify::is_permanent(&error) => Ok(None),
+            Err(error) => Err(error),
         }
     }
 

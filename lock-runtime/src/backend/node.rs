@@ -78,7 +78,8 @@ impl Node {
     }
 
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
-    /// which also takes or renews a place in line, as `wait` says.
+    /// which also takes or renews a place in line, as `wait` says. With the attempt, the lease
+    /// deadline (Redis time, ms) of the place it took or renewed, if it did.
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
@@ -86,18 +87,23 @@ impl Node {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> RedisResult<Attempt> {
+    ) -> RedisResult<(Attempt, Option<u64>)> {
         let mut connection = self.connection().await?;
         if !fencing && wait == Wait::FirstTry {
-            return Ok(if set_nx(&mut connection, keys, token, ttl_millis).await? {
-                Attempt::Acquired {
-                    fence: None,
-                    expires_in: Duration::from_millis(ttl_millis),
-                }
-            } else {
-                Attempt::Held { remaining: None }
-            });
+            return Ok((
+                if set_nx(&mut connection, keys, token, ttl_millis).await? {
+                    Attempt::Acquired {
+                        fence: None,
+                        expires_in: Duration::from_millis(ttl_millis),
+                    }
+                } else {
+                    Attempt::Held { remaining: None }
+                },
+                None,
+            ));
         }
+        // Receivers of a publish are counted but on a cluster (see `scripts::LINE_PRELUDE`).
+        let counted = !matches!(connection, Connection::Cluster(_));
         let channel = match &wait {
             Wait::FirstTry => "",
             Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
@@ -108,8 +114,8 @@ impl Node {
                 let mut cmd = scripts::evalsha(
                     &scripts::ACQUIRE,
                     &[&keys.lock, &line, &fence],
-                    7,
-                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 5,
+                    8,
+                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 5 + 1,
                 );
                 cmd.arg(token)
                     .arg(ttl_millis)
@@ -123,9 +129,11 @@ impl Node {
                             renewing: false, ..
                         } => "join",
                         Wait::InLine { renewing: true, .. } => "renew",
-                    });
+                    })
+                    .arg(flag(counted));
                 let reply: Vec<i64> =
                     scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
+                let place = |deadline: i64| u64::try_from(deadline).ok().filter(|&at| at > 0);
                 match reply.as_slice() {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
@@ -133,18 +141,27 @@ impl Node {
                         let _ = self.unlock(keys, token, true).await;
                         Err(bad_fence(&keys.fence(), *fence))
                     }
-                    [1, fence, pttl] => Ok(Attempt::Acquired {
-                        fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
-                        expires_in: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
-                    }),
-                    [0, pttl] => Ok(Attempt::Held {
-                        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                    }),
+                    [1, fence, pttl] => Ok((
+                        Attempt::Acquired {
+                            fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
+                            expires_in: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
+                        },
+                        None,
+                    )),
                     // Behind another waiter: the holder's expiry is the first waiter's to watch;
                     // this one looks again at its renewal, or when its hand-off comes.
-                    [0] => Ok(Attempt::Held {
-                        remaining: Some(super::LEASE),
-                    }),
+                    [0, -3, deadline] => Ok((
+                        Attempt::Held {
+                            remaining: Some(super::LEASE),
+                        },
+                        place(*deadline),
+                    )),
+                    [0, pttl, deadline] => Ok((
+                        Attempt::Held {
+                            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                        },
+                        place(*deadline),
+                    )),
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
             }
@@ -299,32 +316,29 @@ impl Node {
         let released: i64 = match self.protocol {
             Protocol::Line => {
                 let (line, fence) = (keys.line(), keys.fence());
-                let cmd = match re_sent_within {
-                    Some(window) => {
-                        let released = keys.released();
-                        let mut cmd = scripts::evalsha(
-                            &scripts::RELEASE,
-                            &[&keys.lock, &line, &fence, &released],
-                            4,
-                            token.len() + 20 + 1 + 20,
-                        );
-                        cmd.arg(token)
-                            .arg(millis(super::CLAIM))
-                            .arg(flag(leave))
-                            .arg(millis(window));
-                        cmd
-                    }
-                    None => {
-                        let mut cmd = scripts::evalsha(
-                            &scripts::RELEASE,
-                            &[&keys.lock, &line, &fence],
-                            3,
-                            token.len() + 20 + 1,
-                        );
-                        cmd.arg(token).arg(millis(super::CLAIM)).arg(flag(leave));
-                        cmd
-                    }
+                // The `released` marker only where a command may be re-sent (see `RELEASE`).
+                let released = re_sent_within.map(|_| keys.released());
+                let keys_sent: &[&str] = match &released {
+                    Some(released) => &[&keys.lock, &line, &fence, released],
+                    None => &[&keys.lock, &line, &fence],
                 };
+                let mut cmd = scripts::evalsha(
+                    &scripts::RELEASE,
+                    keys_sent,
+                    5,
+                    token.len() + 20 + 1 + 20 + 1,
+                );
+                cmd.arg(token)
+                    .arg(millis(super::CLAIM))
+                    .arg(flag(leave))
+                    .arg(
+                        re_sent_within
+                            .map(millis)
+                            .map_or_else(String::new, |ms| ms.to_string()),
+                    )
+                    // Receivers of a publish are counted but on a cluster, which is where a
+                    // command may be re-sent (see `scripts::LINE_PRELUDE`).
+                    .arg(flag(re_sent_within.is_none()));
                 scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
             Protocol::Wake => {
@@ -344,6 +358,18 @@ impl Node {
             2 => Ok(Released::HandedOver),
             other => Err(unexpected_reply("the release script", &[other])),
         }
+    }
+
+    /// Appends `entry` to the lock's line if the line exists (`RPUSHX`); `false` when it does
+    /// not, and nothing was written.
+    pub(crate) async fn push_place(&self, keys: &LockKeys, entry: &str) -> RedisResult<bool> {
+        let mut connection = self.connection().await?;
+        let length: i64 = redis::cmd("RPUSHX")
+            .arg(keys.line())
+            .arg(entry)
+            .query_async(&mut connection)
+            .await?;
+        Ok(length > 0)
     }
 
     /// Keeps the lock `keep_millis` from now instead of deleting it, if it is still ours (for the
