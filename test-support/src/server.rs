@@ -332,21 +332,18 @@ impl RedisServer {
     /// `"config"` before), with its calls. The commands a script runs count too, and so does the
     /// helper's own `INFO`, under `info`.
     pub fn command_counts(&self) -> BTreeMap<String, u64> {
-        self.info("commandstats")
-            .lines()
-            .filter_map(|line| line.strip_prefix("cmdstat_"))
-            .map(|line| {
-                let (name, stats) = line
-                    .split_once(':')
-                    .unwrap_or_else(|| panic!("no `:` after the name in cmdstat_{line}"));
-                let calls = stats
-                    .split(',')
-                    .find_map(|field| field.strip_prefix("calls="))
-                    .and_then(|calls| calls.parse().ok())
-                    .unwrap_or_else(|| panic!("cannot parse the calls of cmdstat_{line}"));
-                (name.to_owned(), calls)
-            })
-            .collect()
+        parse_command_counts(&self.info("commandstats"))
+    }
+
+    /// [`command_counts`](Self::command_counts) asked on `connection`: one opened before the
+    /// counts were reset adds only its `INFO`, whereas a new connection adds its handshake
+    /// (`CLIENT SETINFO`, which servers before 7.2 count as `client`).
+    pub fn command_counts_on(connection: &mut redis::Connection) -> BTreeMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(connection)
+            .expect("INFO commandstats");
+        parse_command_counts(&info)
     }
 
     /// Whether `INFO commandstats` counts subcommands on their own lines (`cmdstat_config|get`):
@@ -723,4 +720,22 @@ fn log_tail(path: &Path, from: u64, lines: usize) -> String {
     }
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// `INFO commandstats` as command name → calls.
+fn parse_command_counts(info: &str) -> BTreeMap<String, u64> {
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .map(|line| {
+            let (name, stats) = line
+                .split_once(':')
+                .unwrap_or_else(|| panic!("no `:` after the name in cmdstat_{line}"));
+            let calls = stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))
+                .and_then(|calls| calls.parse().ok())
+                .unwrap_or_else(|| panic!("cannot parse the calls of cmdstat_{line}"));
+            (name.to_owned(), calls)
+        })
+        .collect()
 }

@@ -32,16 +32,22 @@ fn wait_in_line(manager: &LockManager, name: &str, options: &LockOptions) -> Wai
     tokio::spawn(async move { manager.acquire(&name, &options).await })
 }
 
-/// Waits until the line of `lock:<name>` is `length` long, asking with `LLEN`, a command
-/// distlock never sends (so that [`commands`] can leave the test's own out).
+/// Waits until the line of `lock:<name>` is `length` long.
 async fn until_line_is(server: &RedisServer, name: &str, length: usize) {
+    until_line_is_on(&mut server.conn(), name, length).await;
+}
+
+/// [`until_line_is`] on `connection`, asking with `LLEN`, a command distlock never sends (so
+/// that [`commands`] can leave the test's own out; a connection opened before the counts are
+/// reset adds nothing else, whereas opening one sends its handshake).
+async fn until_line_is_on(connection: &mut redis::Connection, name: &str, length: usize) {
     eventually(
         Duration::from_secs(5),
         &format!("the line of {name} to be {length} long"),
         || {
             let found: usize = redis::cmd("LLEN")
                 .arg(line_key(name))
-                .query(&mut server.conn())
+                .query(connection)
                 .unwrap();
             found == length
         },
@@ -54,10 +60,10 @@ fn token_of(entry: &str) -> &str {
     entry.split(' ').next().unwrap()
 }
 
-/// Every command Redis ran, scripts' inner commands included, without the test's own: `INFO`,
-/// `LLEN` and the reset of the counts.
-fn commands(server: &RedisServer) -> BTreeMap<String, u64> {
-    let mut counts = server.command_counts();
+/// Every command Redis ran since the counts were reset on `probe`, scripts' inner commands
+/// included, without the test's own on `probe`: `INFO`, `LLEN` and the reset.
+fn commands(probe: &mut redis::Connection) -> BTreeMap<String, u64> {
+    let mut counts = RedisServer::command_counts_on(probe);
     counts.retain(|name, _| name != "info" && name != "llen" && !name.starts_with("config"));
     counts
 }
@@ -85,11 +91,15 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let c_entry = line(&server, "turns").remove(0);
 
     // `a` releases (to `c`) and asks again at once, as a process taking turns does.
-    server.reset_stats();
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
     a_holds.release().await.expect("ours");
     let a_waiting = wait_in_line(&a, "turns", &options);
-    until_line_is(&server, "turns", 2).await;
-    let counts = commands(&server);
+    until_line_is_on(&mut probe, "turns", 2).await;
+    let counts = commands(&mut probe);
     let c_holds = c_waiting.await.unwrap().expect("handed over");
     assert_eq!(c_holds.token(), token_of(&c_entry));
     let expected: BTreeMap<String, u64> = [
