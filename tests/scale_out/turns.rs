@@ -71,26 +71,31 @@ fn commands(probe: &mut redis::Connection) -> BTreeMap<String, u64> {
 #[tokio::test]
 async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let server = RedisServer::start();
-    let [a, b, c, d] = [
+    let [a, b, c, d, e] = [
+        connect(&server).await,
         connect(&server).await,
         connect(&server).await,
         connect(&server).await,
         connect(&server).await,
     ];
     let options = LockOptions::new();
-    // `b` holds; `a`, `c` and `d` queue behind it in that order.
+    // `b` holds; `c`, `a`, `d` and `e` queue behind it in that order (`a` behind another
+    // waiter, as in a line that stays long).
     let b_holds = b.acquire("turns", &options).await.expect("free");
-    let a_waiting = wait_in_line(&a, "turns", &options);
-    until_line_is(&server, "turns", 1).await;
-    let c_waiting = wait_in_line(&c, "turns", &options);
-    until_line_is(&server, "turns", 2).await;
-    let d_waiting = wait_in_line(&d, "turns", &options);
-    until_line_is(&server, "turns", 3).await;
+    let mut waiting = Vec::new();
+    for (length, manager) in [&c, &a, &d, &e].into_iter().enumerate() {
+        waiting.push(wait_in_line(manager, "turns", &options));
+        until_line_is(&server, "turns", length + 1).await;
+    }
+    let [c_waiting, a_waiting, d_waiting, e_waiting]: [Waiting; 4] =
+        waiting.try_into().expect("four waiters");
     b_holds.release().await.expect("ours");
+    let c_holds = c_waiting.await.unwrap().expect("handed over");
+    c_holds.release().await.expect("ours");
     let a_holds = a_waiting.await.unwrap().expect("handed over");
-    let c_entry = line(&server, "turns").remove(0);
+    let d_entry = line(&server, "turns").remove(0);
 
-    // `a` releases (to `c`) and asks again at once, as a process taking turns does.
+    // `a` releases (to `d`) and asks again at once, as a process taking turns does.
     let mut probe = server.conn();
     let () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -100,8 +105,8 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let a_waiting = wait_in_line(&a, "turns", &options);
     until_line_is_on(&mut probe, "turns", 2).await;
     let counts = commands(&mut probe);
-    let c_holds = c_waiting.await.unwrap().expect("handed over");
-    assert_eq!(c_holds.token(), token_of(&c_entry));
+    let d_holds = d_waiting.await.unwrap().expect("handed over");
+    assert_eq!(d_holds.token(), token_of(&d_entry));
     let expected: BTreeMap<String, u64> = [
         // The release with its hand-off: one script.
         ("evalsha", 1),
@@ -109,7 +114,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
         ("lpop", 1),
         ("set", 1),
         ("publish", 1),
-        // `a` asking again: behind `d`, with the lease deadline its place got a moment ago.
+        // `a` asking again: behind `e`, with the lease deadline its place got a moment ago.
         ("rpushx", 1),
     ]
     .into_iter()
@@ -117,10 +122,10 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     .collect();
     assert_eq!(counts, expected, "one release and one join");
     let entries = line(&server, "turns");
-    c_holds.release().await.expect("ours");
-    let d_holds = d_waiting.await.unwrap().expect("handed over");
-    assert_eq!(d_holds.token(), token_of(&entries[0]));
     d_holds.release().await.expect("ours");
+    let e_holds = e_waiting.await.unwrap().expect("handed over");
+    assert_eq!(e_holds.token(), token_of(&entries[0]));
+    e_holds.release().await.expect("ours");
     let a_holds = a_waiting.await.unwrap().expect("handed over in its place");
     assert_eq!(a_holds.token(), token_of(&entries[1]), "a went to the back");
     a_holds.release().await.expect("ours");
@@ -128,32 +133,105 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     assert!(line(&server, "turns").is_empty());
 }
 
-/// With nobody else waiting, the line is empty when the process asks again: the one-command
-/// join cannot be used (the lock may be free, and an entry in no line would never be served),
-/// and the acquire script takes the free lock at once.
+/// Two processes taking turns: the one handed the lock was the whole line, so the line is
+/// empty when the other asks again. Its last place was first in line, which tells it so: it
+/// joins with the acquire script at once, without a one-command join that would find no line.
 #[tokio::test]
-async fn asking_again_with_nobody_in_line_takes_a_free_lock_at_once() {
+async fn two_processes_taking_turns_join_with_the_script_and_no_wasted_command() {
     let server = RedisServer::start();
     let [a, b] = [connect(&server).await, connect(&server).await];
     let options = LockOptions::new();
-    let b_holds = b.acquire("alone", &options).await.expect("free");
-    let a_waiting = wait_in_line(&a, "alone", &options);
-    until_line_is(&server, "alone", 1).await;
+    let b_holds = b.acquire("pair", &options).await.expect("free");
+    let a_waiting = wait_in_line(&a, "pair", &options);
+    until_line_is(&server, "pair", 1).await;
     b_holds.release().await.expect("ours");
     let a_holds = a_waiting.await.unwrap().expect("handed over");
-    // `b` is not waiting any more. `a` releases (nobody in line: freed) and asks again: the
-    // key is one it saw handed over a moment ago, with a recent place.
+    let b_waiting = wait_in_line(&b, "pair", &options);
+    until_line_is(&server, "pair", 1).await;
+
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
     a_holds.release().await.expect("ours");
-    assert!(!server.exists("lock:alone"));
-    // Less than a renewal: an entry pushed into no line would only be looked at then.
-    let quick = LockOptions::new().timeout(Duration::from_millis(500));
-    let again = a
-        .acquire("alone", &quick)
+    let b_holds = b_waiting.await.unwrap().expect("handed over");
+    let a_waiting = wait_in_line(&a, "pair", &options);
+    until_line_is_on(&mut probe, "pair", 1).await;
+    let counts = commands(&mut probe);
+    assert_eq!(counts.get("rpushx"), None, "{counts:?}");
+    assert_eq!(
+        counts.get("evalsha"),
+        Some(&2),
+        "release and join: {counts:?}"
+    );
+    b_holds.release().await.expect("ours");
+    a_waiting
         .await
-        .expect("free: taken at once");
-    assert_eq!(server.get("lock:alone").as_deref(), Some(again.token()));
-    again.release().await.expect("ours");
-    assert!(line(&server, "alone").is_empty());
+        .unwrap()
+        .expect("handed over")
+        .release()
+        .await
+        .expect("ours");
+    assert!(line(&server, "pair").is_empty());
+}
+
+/// A process whose last place was behind another waiter joins again when the line has emptied
+/// meanwhile: its `RPUSHX` finds no line and writes nothing (an entry in no line would never be
+/// served), and the acquire script takes the place instead — first in line, told the holder's
+/// ttl — so the next release hands the lock over at once.
+#[tokio::test]
+async fn a_one_command_join_that_finds_no_line_falls_back_to_the_script() {
+    let server = RedisServer::start();
+    let [a, b, c, d] = [
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    ];
+    let options = LockOptions::new();
+    // `a` waits behind `c`: its place is behind another waiter.
+    let b_holds = b.acquire("emptied", &options).await.expect("free");
+    let c_waiting = wait_in_line(&c, "emptied", &options);
+    until_line_is(&server, "emptied", 1).await;
+    let a_waiting = wait_in_line(&a, "emptied", &options);
+    until_line_is(&server, "emptied", 2).await;
+    b_holds.release().await.expect("ours");
+    c_waiting
+        .await
+        .unwrap()
+        .expect("handed over")
+        .release()
+        .await
+        .expect("ours");
+    let a_holds = a_waiting.await.unwrap().expect("handed over");
+    a_holds.release().await.expect("ours: freed, nobody waits");
+    let d_holds = d.acquire("emptied", &options).await.expect("free");
+
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
+    // Less than a renewal: an entry that no release would serve would only be found then.
+    let quick = LockOptions::new().timeout(Duration::from_millis(800));
+    let a_waiting = wait_in_line(&a, "emptied", &quick);
+    until_line_is_on(&mut probe, "emptied", 1).await;
+    let counts = commands(&mut probe);
+    assert_eq!(counts.get("rpushx"), Some(&1), "{counts:?}");
+    assert_eq!(
+        counts.get("rpush"),
+        Some(&1),
+        "the script's join: {counts:?}"
+    );
+    d_holds.release().await.expect("ours");
+    let a_holds = a_waiting
+        .await
+        .unwrap()
+        .expect("handed over at the release");
+    assert_eq!(server.get("lock:emptied").as_deref(), Some(a_holds.token()));
+    a_holds.release().await.expect("ours");
+    assert!(line(&server, "emptied").is_empty());
 }
 
 /// Three processes taking turns, each asking again as soon as it has released: every one goes

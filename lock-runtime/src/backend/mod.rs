@@ -85,15 +85,23 @@ const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// expired ones are dropped): a hint, never a table of every key.
 const CONTENDED_KEYS: usize = 256;
 
+/// A place in line the acquire script gave one of this manager's waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// Its lease deadline, Redis time in ms.
+    pub(crate) deadline: u64,
+    /// Whether it was first in line, the line being empty before it.
+    pub(crate) first: bool,
+}
+
 /// The keys this manager recently saw handed over (by its release, or to its acquisition):
 /// their next acquisition skips the first try, which would most likely find them held. And for
-/// each key, the latest lease deadline Redis gave a place of this manager's in its line by
-/// reading its clock, with when: a rejoin within a renewal of it writes that deadline rather
-/// than read the clock again (see `scripts::RELEASE`).
+/// each key, the latest place in its line that the acquire script gave this manager, with when:
+/// a join within a renewal of it can take a place in one command (see `Backend::join_behind`).
 #[derive(Default)]
 struct Contended {
     keys: Mutex<HashMap<Arc<str>, Instant>>,
-    places: Mutex<HashMap<Arc<str>, (u64, Instant)>>,
+    places: Mutex<HashMap<Arc<str>, (Place, Instant)>>,
 }
 
 impl Contended {
@@ -120,13 +128,13 @@ impl Contended {
         }
     }
 
-    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, (u64, Instant)>> {
+    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, (Place, Instant)>> {
         self.places.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Redis gave a place of ours in `key`'s line the lease deadline `deadline`, reading its
-    /// clock after `asked` (the send time of the command).
-    fn place_given(&self, key: &Arc<str>, deadline: u64, asked: Instant) {
+    /// The acquire script gave a waiter of ours `place` in `key`'s line, reading Redis's clock
+    /// after `asked` (the send time of the command).
+    fn place_given(&self, key: &Arc<str>, place: Place, asked: Instant) {
         let mut places = self.places();
         if places.len() >= CONTENDED_KEYS && !places.contains_key(key) {
             places.retain(|_, (_, given)| given.elapsed() < RENEW);
@@ -134,16 +142,22 @@ impl Contended {
                 return;
             }
         }
-        places.insert(Arc::clone(key), (deadline, asked));
+        places.insert(Arc::clone(key), (place, asked));
     }
 
-    /// A deadline given for `key` less than a renewal ago, if any: a live waiter renews its
-    /// place within a renewal, so a place given that deadline now lapses no sooner than one
-    /// that Redis had just given the clock's time plus a lease, less a renewal.
+    /// The lease deadline of the place given for `key` less than a renewal ago, if any, and if
+    /// that place was behind another waiter when given. A live waiter renews its place within a renewal,
+    /// so a place given that deadline now lapses no sooner than one that Redis had just given
+    /// the clock's time plus a lease, less a renewal. A place that was first in line says that
+    /// the line was empty then, as it is again when the same few processes take turns (two:
+    /// the one handed the lock was the whole line): a join in one command would most likely
+    /// find no line, and cost a command for nothing.
     fn recent_place(&self, key: &str) -> Option<u64> {
         let mut places = self.places();
         match places.get(key) {
-            Some((deadline, given)) if given.elapsed() < RENEW => Some(*deadline),
+            Some((place, given)) if given.elapsed() < RENEW => {
+                (!place.first).then_some(place.deadline)
+            }
             Some(_) => {
                 places.remove(key);
                 None
@@ -365,8 +379,8 @@ impl Backend {
                 let (attempt, place) = node
                     .try_lock(keys, token, ttl_millis, fencing, wait)
                     .await?;
-                if let Some(deadline) = place {
-                    self.contended.place_given(&keys.lock, deadline, sent);
+                if let Some(place) = place {
+                    self.contended.place_given(&keys.lock, place, sent);
                 }
                 Ok(attempt)
             }

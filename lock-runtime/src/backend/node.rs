@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
 
-use super::{Attempt, Released, Wait};
+use super::{Attempt, Place, Released, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
 use crate::retry::Backoff;
@@ -78,8 +78,8 @@ impl Node {
     }
 
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
-    /// which also takes or renews a place in line, as `wait` says. With the attempt, the lease
-    /// deadline (Redis time, ms) of the place it took or renewed, if it did.
+    /// which also takes or renews a place in line, as `wait` says. With the attempt, the place
+    /// it took or renewed, if it did.
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
@@ -87,7 +87,7 @@ impl Node {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> RedisResult<(Attempt, Option<u64>)> {
+    ) -> RedisResult<(Attempt, Option<Place>)> {
         let mut connection = self.connection().await?;
         if !fencing && wait == Wait::FirstTry {
             return Ok((
@@ -133,7 +133,12 @@ impl Node {
                     .arg(flag(counted));
                 let reply: Vec<i64> =
                     scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
-                let place = |deadline: i64| u64::try_from(deadline).ok().filter(|&at| at > 0);
+                let place = |deadline: i64, first: bool| {
+                    u64::try_from(deadline)
+                        .ok()
+                        .filter(|&at| at > 0)
+                        .map(|deadline| Place { deadline, first })
+                };
                 match reply.as_slice() {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
@@ -154,13 +159,13 @@ impl Node {
                         Attempt::Held {
                             remaining: Some(super::LEASE),
                         },
-                        place(*deadline),
+                        place(*deadline, false),
                     )),
                     [0, pttl, deadline] => Ok((
                         Attempt::Held {
                             remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                         },
-                        place(*deadline),
+                        place(*deadline, true),
                     )),
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
