@@ -71,7 +71,7 @@ fn commands(probe: &mut redis::Connection) -> BTreeMap<String, u64> {
 #[tokio::test]
 async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let server = RedisServer::start();
-    let [a, b, c, d, e] = [
+    let [ann, bob, cat, dan, eve] = [
         connect(&server).await,
         connect(&server).await,
         connect(&server).await,
@@ -79,34 +79,34 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
         connect(&server).await,
     ];
     let options = LockOptions::new();
-    // `b` holds; `c`, `a`, `d` and `e` queue behind it in that order (`a` behind another
+    // `bob` holds; `cat`, `ann`, `dan` and `eve` queue behind it in that order (`ann` behind another
     // waiter, as in a line that stays long).
-    let b_holds = b.acquire("turns", &options).await.expect("free");
+    let bob_holds = bob.acquire("turns", &options).await.expect("free");
     let mut waiting = Vec::new();
-    for (length, manager) in [&c, &a, &d, &e].into_iter().enumerate() {
+    for (length, manager) in [&cat, &ann, &dan, &eve].into_iter().enumerate() {
         waiting.push(wait_in_line(manager, "turns", &options));
         until_line_is(&server, "turns", length + 1).await;
     }
-    let [c_waiting, a_waiting, d_waiting, e_waiting]: [Waiting; 4] =
+    let [cat_waiting, ann_waiting, dan_waiting, eve_waiting]: [Waiting; 4] =
         waiting.try_into().expect("four waiters");
-    b_holds.release().await.expect("ours");
-    let c_holds = c_waiting.await.unwrap().expect("handed over");
-    c_holds.release().await.expect("ours");
-    let a_holds = a_waiting.await.unwrap().expect("handed over");
-    let d_entry = line(&server, "turns").remove(0);
+    bob_holds.release().await.expect("ours");
+    let cat_holds = cat_waiting.await.unwrap().expect("handed over");
+    cat_holds.release().await.expect("ours");
+    let ann_holds = ann_waiting.await.unwrap().expect("handed over");
+    let dan_entry = line(&server, "turns").remove(0);
 
-    // `a` releases (to `d`) and asks again at once, as a process taking turns does.
+    // `ann` releases (to `dan`) and asks again at once, as a process taking turns does.
     let mut probe = server.conn();
     let () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut probe)
         .unwrap();
-    a_holds.release().await.expect("ours");
-    let a_waiting = wait_in_line(&a, "turns", &options);
+    ann_holds.release().await.expect("ours");
+    let ann_waiting = wait_in_line(&ann, "turns", &options);
     until_line_is_on(&mut probe, "turns", 2).await;
     let counts = commands(&mut probe);
-    let d_holds = d_waiting.await.unwrap().expect("handed over");
-    assert_eq!(d_holds.token(), token_of(&d_entry));
+    let dan_holds = dan_waiting.await.unwrap().expect("handed over");
+    assert_eq!(dan_holds.token(), token_of(&dan_entry));
     let expected: BTreeMap<String, u64> = [
         // The release with its hand-off: one script.
         ("evalsha", 1),
@@ -114,7 +114,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
         ("lpop", 1),
         ("set", 1),
         ("publish", 1),
-        // `a` asking again: behind `e`, with the lease deadline its place got a moment ago.
+        // `ann` asking again: behind `eve`, with the lease deadline its place got a moment ago.
         ("rpushx", 1),
     ]
     .into_iter()
@@ -122,13 +122,20 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     .collect();
     assert_eq!(counts, expected, "one release and one join");
     let entries = line(&server, "turns");
-    d_holds.release().await.expect("ours");
-    let e_holds = e_waiting.await.unwrap().expect("handed over");
-    assert_eq!(e_holds.token(), token_of(&entries[0]));
-    e_holds.release().await.expect("ours");
-    let a_holds = a_waiting.await.unwrap().expect("handed over in its place");
-    assert_eq!(a_holds.token(), token_of(&entries[1]), "a went to the back");
-    a_holds.release().await.expect("ours");
+    dan_holds.release().await.expect("ours");
+    let eve_holds = eve_waiting.await.unwrap().expect("handed over");
+    assert_eq!(eve_holds.token(), token_of(&entries[0]));
+    eve_holds.release().await.expect("ours");
+    let ann_holds = ann_waiting
+        .await
+        .unwrap()
+        .expect("handed over in its place");
+    assert_eq!(
+        ann_holds.token(),
+        token_of(&entries[1]),
+        "ann went to the back"
+    );
+    ann_holds.release().await.expect("ours");
     assert!(!server.exists("lock:turns"));
     assert!(line(&server, "turns").is_empty());
 }
