@@ -214,7 +214,8 @@ impl GrantHub {
         self.shared.state().waiters.len()
     }
 
-    /// Whether the channel is subscribed now on any connection (for leak tests).
+    /// Whether the channel is subscribed now on any connection: whether a message published
+    /// now can reach this process at all.
     pub(crate) fn is_subscribed(&self) -> bool {
         self.shared.state().subscriptions() > 0
     }

@@ -279,8 +279,18 @@ impl LockManager {
                     if let Some(listener) = listener.as_ref() {
                         listener.clear();
                     }
+                    // Named only while the channel is subscribed: a release counts who hears
+                    // a hand-off, and takes a waiter nobody hears for dead. While the
+                    // subscription is down (its connection dropped, and is not back yet), the
+                    // place names no channel and is judged by its lease, and the lock handed
+                    // to it is found at the next look.
                     let channel = match &listener {
-                        Some(listener) if machine.listening() => Some(listener.channel()),
+                        Some(listener)
+                            if machine.listening()
+                                && self.inner.backend.grants().is_subscribed() =>
+                        {
+                            Some(listener.channel())
+                        }
                         _ => None,
                     };
                     let wait = match request {

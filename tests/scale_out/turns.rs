@@ -299,3 +299,113 @@ async fn processes_taking_turns_hold_the_lock_in_strict_rotation() {
     assert!(!server.exists("lock:rotation"));
     assert!(line(&server, "rotation").is_empty());
 }
+
+/// A process whose hand-off subscription is down (its pub/sub connection dropped and cannot be
+/// made again: the server is at `maxclients`) while its command connection still works. Nobody
+/// hears the grants published on its channel, yet the process is alive and renews its place:
+/// a release must not take it for dead. It is handed the lock through the lock key and finds it
+/// at its next look (a renewal, within a second), rather than being dropped from the line by
+/// every release that reaches it while another process keeps taking the lock.
+#[tokio::test]
+async fn a_waiter_whose_subscription_is_down_is_still_served_in_its_turn() {
+    let server = RedisServer::start();
+    // Opened before the server refuses new connections, and kept.
+    let mut admin = server.conn();
+    let [a, b] = [connect(&server).await, connect(&server).await];
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10));
+    let b_holds = b.acquire("starved", &long).await.expect("free");
+    let a_waiting = wait_in_line(&a, "starved", &long);
+    eventually(Duration::from_secs(5), "a to wait in line", || {
+        redis::cmd("LLEN")
+            .arg(line_key("starved"))
+            .query::<usize>(&mut admin)
+            .unwrap()
+            == 1
+    })
+    .await;
+    // `a`'s subscription goes, and cannot come back.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut admin)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cut = tokio::time::Instant::now();
+    // `b` keeps taking the lock, section after section, as a busy worker does.
+    let busy = tokio::spawn(async move {
+        b_holds.release().await.expect("ours");
+        let until = tokio::time::Instant::now() + Duration::from_secs(6);
+        while tokio::time::Instant::now() < until {
+            let Ok(guard) = b.acquire("starved", &long).await else {
+                break;
+            };
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = guard.release().await;
+        }
+    });
+    let a_holds = a_waiting.await.unwrap().expect("a is served in the end");
+    let waited = cut.elapsed();
+    let _ = a_holds.release().await;
+    busy.await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(10000)
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(3),
+        "a waited {waited:?} for its turn while b took the lock again and again"
+    );
+}
+
+/// A client subscribed to a pattern that matches every channel (`PSUBSCRIBE *`: an admin
+/// tool watching the server) is counted by every `PUBLISH`, so a release cannot tell a dead
+/// waiter by its receivers. A waiter that died long ago — its lease ran out, while the line was
+/// kept alive by the others' joins — must still be skipped by the release, as it was when the
+/// release read the clock: not handed the lock for a claim that holds up the live waiter behind.
+#[tokio::test]
+#[ignore = "the release reads no clock where receivers are counted (six commands a section); telling a pattern subscriber from a waiter costs one more command per hand-off, a trade-off left to the maintainers"]
+async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_every_channel() {
+    let server = RedisServer::start();
+    let [holder, live] = [connect(&server).await, connect(&server).await];
+    let options = LockOptions::new();
+    let held = holder.acquire("watched", &options).await.expect("free");
+    // A waiter killed ten seconds ago, its place still in a line that others kept alive.
+    let lapsed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .try_into()
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(line_key("watched"))
+        .arg(format!(
+            "dead-token {} 30000 0 distlock:grants:gone",
+            lapsed - 10_000
+        ))
+        .query(&mut server.conn())
+        .unwrap();
+    let live_waiting = wait_in_line(&live, "watched", &options);
+    until_line_is(&server, "watched", 2).await;
+    let mut watcher = server.client().get_async_pubsub().await.unwrap();
+    watcher.psubscribe("*").await.unwrap();
+    let released = tokio::time::Instant::now();
+    held.release().await.expect("ours");
+    let live_holds = live_waiting.await.unwrap().expect("served");
+    let waited = released.elapsed();
+    live_holds.release().await.expect("ours");
+    assert!(
+        waited < Duration::from_millis(1500),
+        "the live waiter waited {waited:?}: the release handed the lock to the long-dead one"
+    );
+}
