@@ -54,7 +54,7 @@ where
 /// above every earlier one: it is put back as it was (so every later acquisition fails the same
 /// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
-/// `hand_off(claim, except, quiet, popped, counted, leases)`: gives the free lock to the first
+/// `hand_off(claim, except, quiet, popped, counted, now)`: gives the free lock to the first
 /// live waiter in line (starting with `popped`, an entry the caller already took off the line,
 /// when given) other than `except` (a releasing holder is never handed its own lock back): sets
 /// the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token when
@@ -64,18 +64,18 @@ where
 /// fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message: it is the
 /// caller, and learns from the reply.
 ///
-/// Who is dead: with `counted` (a standalone server or a Sentinel master, where `PUBLISH`
-/// answers how many connections received the message), a waiter whose grant nobody received.
-/// Its process is gone: a killed process's connection closes, and its subscription with it. The
-/// lock goes on to the next waiter in the same script, and the fencing token the dead one was
-/// issued, if any, is taken back (the counter is set back), so no token goes to nobody. With
-/// `leases` (or for a waiter that is not subscribed, whose entry names no channel), also one
-/// whose lease has run out, which costs a `TIME`. The release leaves leases out where receivers
-/// are counted; the acquire script's looks (rare: a holder's expiry, a renewal) keep them, so
-/// that a waiter cut off from Redis without its process dying (a network cut: its connection
-/// lingers on the server) is skipped once its lease is over. On a cluster a publish reaches
-/// every node but counts only the receivers on the node the lock lives on: receivers cannot be
-/// counted there, and leases alone tell.
+/// Who is dead: a waiter whose lease has run out (it stopped renewing: its process died, or its
+/// network did), judged against `now` — Redis time in ms as the caller knows it, never later
+/// than the real one (see `Backend::redis_clock`) — or, without it, against `TIME`, read once
+/// and only when someone is in line. And with `counted` (a standalone server or a Sentinel
+/// master, where `PUBLISH` answers how many connections received the message), a waiter whose
+/// grant nobody received: its process is gone (a killed process's connection closes, and its
+/// subscription with it), however long its lease has left. The lock goes on to the next waiter
+/// in the same script, and the fencing token the unheard one was issued, if any, is taken back
+/// (the counter is set back), so no token goes to nobody. A waiter's place names a channel only
+/// while its process is subscribed to it, so a live process is never unheard. On a cluster a
+/// publish reaches every node but counts only the receivers on the lock's node: receivers
+/// cannot be counted there, and leases alone tell.
 ///
 /// `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
 /// its token, its grant channel and the time now (read only when someone is in line); `nil` when
@@ -103,8 +103,7 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function hand_off(claim, except, quiet, popped, counted, leases)
-  local now = nil
+local function hand_off(claim, except, quiet, popped, counted, now)
   while true do
     local entry = popped or redis.call('LPOP', KEYS[2])
     popped = nil
@@ -114,7 +113,7 @@ local function hand_off(claim, except, quiet, popped, counted, leases)
     local waiter, deadline, ttl, fencing, channel =
       string.match(entry, '^(%S+) (%d+) (%d+) ([01]) (.*)$')
     local live = waiter ~= nil and waiter ~= except
-    if live and (leases or channel == '') then
+    if live then
       now = now or now_ms()
       live = tonumber(deadline) >= now
     end
@@ -253,7 +252,7 @@ local function remaining()
   return hold_left or redis.call('PTTL', KEYS[1])
 end
 if not held then
-  local first = hand_off(tonumber(ARGV[6]), released, ARGV[1], nil, ARGV[8] == '1', true)
+  local first = hand_off(tonumber(ARGV[6]), released, ARGV[1], nil, ARGV[8] == '1')
   if not first then
     local fence = 0
     if ARGV[3] == '1' then
@@ -301,7 +300,8 @@ return {0, remaining(), deadline}
 /// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
-///   receivers of a publish are counted (see `hand_off`).
+///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it, to
+///   judge waiters' leases by (empty: read `TIME` if someone is in line; see `hand_off`).
 /// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
 ///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
 ///   plain `SET NX`), 0 when it was not ours (expired, or another holder's) and nothing of the
@@ -385,8 +385,7 @@ end
 if ARGV[4] ~= '' and ARGV[3] == '1' then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
 end
-local counted = ARGV[5] == '1'
-if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, counted, not counted) then
+if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, ARGV[5] == '1', tonumber(ARGV[6])) then
   redis.call('DEL', KEYS[1])
   return 1
 end

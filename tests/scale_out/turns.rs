@@ -371,10 +371,10 @@ async fn a_waiter_whose_subscription_is_down_is_still_served_in_its_turn() {
 /// A client subscribed to a pattern that matches every channel (`PSUBSCRIBE *`: an admin
 /// tool watching the server) is counted by every `PUBLISH`, so a release cannot tell a dead
 /// waiter by its receivers. A waiter that died long ago — its lease ran out, while the line was
-/// kept alive by the others' joins — must still be skipped by the release, as it was when the
-/// release read the clock: not handed the lock for a claim that holds up the live waiter behind.
+/// kept alive by the others' joins — must still be skipped by the release, by its lease: not
+/// handed the lock for a claim that holds up the live waiter behind. (This holder never waited
+/// in this line, so it knows nothing of Redis's clock, and its release reads `TIME`.)
 #[tokio::test]
-#[ignore = "the release reads no clock where receivers are counted (six commands a section); telling a pattern subscriber from a waiter costs one more command per hand-off, a trade-off left to the maintainers"]
 async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_every_channel() {
     let server = RedisServer::start();
     let [holder, live] = [connect(&server).await, connect(&server).await];
@@ -408,4 +408,75 @@ async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_ever
         waited < Duration::from_millis(1500),
         "the live waiter waited {waited:?}: the release handed the lock to the long-dead one"
     );
+}
+
+/// A waiter cut off from Redis without its process dying (a network cut): its connection, and
+/// its subscription, linger on the server, so its hand-off counts as received. Once its lease has
+/// run out, a release skips it by its lease, read off Redis's clock as the releasing process
+/// knows it from its own last place in the line: no `TIME`, and no claim lost on a waiter that
+/// cannot take it.
+#[tokio::test]
+async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_reading_the_clock() {
+    let server = RedisServer::start();
+    let [holder, first, live] = [
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    ];
+    let options = LockOptions::new();
+    // `holder` gets the lock by waiting in this line, as a process of a busy fleet does: it
+    // knows Redis's clock from its place.
+    let first_holds = first.acquire("cut", &options).await.expect("free");
+    let holder_waiting = wait_in_line(&holder, "cut", &options);
+    until_line_is(&server, "cut", 1).await;
+    first_holds.release().await.expect("ours");
+    let held = holder_waiting.await.unwrap().expect("handed over");
+    // The cut-off waiter: a place whose lease ran out ten seconds ago, on a channel that a
+    // connection still listens to.
+    let mut lingering = server.client().get_async_pubsub().await.unwrap();
+    lingering
+        .subscribe("distlock:grants:cut-off")
+        .await
+        .unwrap();
+    let now_ms: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .try_into()
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(line_key("cut"))
+        .arg(format!(
+            "cut-off-token {} 30000 0 distlock:grants:cut-off",
+            now_ms - 10_000
+        ))
+        .query(&mut server.conn())
+        .unwrap();
+    let live_waiting = wait_in_line(&live, "cut", &options);
+    until_line_is(&server, "cut", 2).await;
+
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
+    held.release().await.expect("ours");
+    let counts = commands(&mut probe);
+    assert_eq!(
+        counts.get("time"),
+        None,
+        "the release read the clock: {counts:?}"
+    );
+    assert_ne!(
+        server.get("lock:cut").as_deref(),
+        Some("cut-off-token"),
+        "handed to the cut-off waiter"
+    );
+    let live_holds = tokio::time::timeout(Duration::from_secs(1), live_waiting)
+        .await
+        .expect("served at the release, not after a claim")
+        .unwrap()
+        .expect("handed over");
+    live_holds.release().await.expect("ours");
+    assert!(line(&server, "cut").is_empty());
 }

@@ -94,14 +94,32 @@ pub(crate) struct Place {
     pub(crate) first: bool,
 }
 
+/// The latest place the acquire script gave one of this manager's waiters in a lock's line.
+#[derive(Debug, Clone, Copy)]
+struct Given {
+    place: Place,
+    /// When the command was sent: Redis read its clock for the deadline after this.
+    asked: Instant,
+    /// When its answer came: Redis had read its clock before this.
+    answered: Instant,
+}
+
+/// How long a place's reading of Redis's clock stands for the clock: a monotonic clock and
+/// Redis's agree to well under [`CLOCK_MARGIN`] over this long, unless Redis's is stepped.
+const CLOCK_READING_FOR: Duration = Duration::from_secs(60);
+/// Taken off a reading of Redis's clock carried forward: for the two clocks' rates, for the
+/// clocks of a cluster's nodes, and for a step back of Redis's clock.
+const CLOCK_MARGIN: Duration = Duration::from_millis(250);
+
 /// The keys this manager recently saw handed over (by its release, or to its acquisition):
 /// their next acquisition skips the first try, which would most likely find them held. And for
-/// each key, the latest place in its line that the acquire script gave this manager, with when:
-/// a join within a renewal of it can take a place in one command (see `Backend::join_behind`).
+/// each key, the latest place in its line that the acquire script gave this manager: a join
+/// within a renewal of it can take a place in one command (see `Backend::join_behind`), and its
+/// deadline dates Redis's clock for a release (see `Backend::redis_clock`).
 #[derive(Default)]
 struct Contended {
     keys: Mutex<HashMap<Arc<str>, Instant>>,
-    places: Mutex<HashMap<Arc<str>, (Place, Instant)>>,
+    places: Mutex<HashMap<Arc<str>, Given>>,
 }
 
 impl Contended {
@@ -128,42 +146,55 @@ impl Contended {
         }
     }
 
-    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, (Place, Instant)>> {
+    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Given>> {
         self.places.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The acquire script gave a waiter of ours `place` in `key`'s line, reading Redis's clock
-    /// after `asked` (the send time of the command).
-    fn place_given(&self, key: &Arc<str>, place: Place, asked: Instant) {
+    /// The acquire script gave a waiter of ours `place` in `key`'s line: in answer to a command
+    /// sent at `asked`, answered at `answered`.
+    fn place_given(&self, key: &Arc<str>, place: Place, asked: Instant, answered: Instant) {
         let mut places = self.places();
         if places.len() >= CONTENDED_KEYS && !places.contains_key(key) {
-            places.retain(|_, (_, given)| given.elapsed() < RENEW);
+            places.retain(|_, given| given.answered.elapsed() < CLOCK_READING_FOR);
             if places.len() >= CONTENDED_KEYS {
                 return;
             }
         }
-        places.insert(Arc::clone(key), (place, asked));
+        let given = Given {
+            place,
+            asked,
+            answered,
+        };
+        places.insert(Arc::clone(key), given);
     }
 
     /// The lease deadline of the place given for `key` less than a renewal ago, if any, and if
-    /// that place was behind another waiter when given. A live waiter renews its place within a renewal,
-    /// so a place given that deadline now lapses no sooner than one that Redis had just given
-    /// the clock's time plus a lease, less a renewal. A place that was first in line says that
-    /// the line was empty then, as it is again when the same few processes take turns (two:
-    /// the one handed the lock was the whole line): a join in one command would most likely
-    /// find no line, and cost a command for nothing.
+    /// that place was behind another waiter when given. A live waiter renews its place within a
+    /// renewal, so a place given that deadline now lapses no sooner than one that Redis had just
+    /// given the clock's time plus a lease, less a renewal. A place that was first in line says
+    /// that the line was empty then, as it is again when the same few processes take turns
+    /// (two: the one handed the lock was the whole line): a join in one command would most
+    /// likely find no line, and cost a command for nothing.
     fn recent_place(&self, key: &str) -> Option<u64> {
-        let mut places = self.places();
-        match places.get(key) {
-            Some((place, given)) if given.elapsed() < RENEW => {
-                (!place.first).then_some(place.deadline)
-            }
-            Some(_) => {
-                places.remove(key);
-                None
-            }
-            None => None,
+        self.places()
+            .get(key)
+            .filter(|given| given.asked.elapsed() < RENEW && !given.place.first)
+            .map(|given| given.place.deadline)
+    }
+
+    /// Redis's clock now on the server of `key`'s line, in ms, as the last place given there
+    /// dates it: Redis read its clock for that place's deadline (a lease before it) before the
+    /// answer came, and has counted at least as long since as this process has. Less
+    /// [`CLOCK_MARGIN`], so never later than Redis's own; `None` without a place given in the
+    /// last minute.
+    fn redis_clock(&self, key: &str) -> Option<u64> {
+        let given = *self.places().get(key)?;
+        let since = given.answered.elapsed();
+        if since >= CLOCK_READING_FOR {
+            return None;
         }
+        let read = given.place.deadline.checked_sub(millis_of(LEASE))?;
+        (read + millis_of(since)).checked_sub(millis_of(CLOCK_MARGIN))
     }
 
     fn recently(&self, key: &str) -> bool {
@@ -380,7 +411,8 @@ impl Backend {
                     .try_lock(keys, token, ttl_millis, fencing, wait)
                     .await?;
                 if let Some(place) = place {
-                    self.contended.place_given(&keys.lock, place, sent);
+                    self.contended
+                        .place_given(&keys.lock, place, sent, Instant::now());
                 }
                 Ok(attempt)
             }
@@ -461,17 +493,22 @@ impl Backend {
     /// waiters); `false` if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => Ok(match node.unlock(keys, token, false).await? {
-                Released::HandedOver => {
-                    self.contended.mark(&keys.lock);
-                    true
-                }
-                Released::Freed => {
-                    self.contended.forget(&keys.lock);
-                    true
-                }
-                Released::NotOurs => false,
-            }),
+            Locks::Single(node) => Ok(
+                match node
+                    .unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
+                    .await?
+                {
+                    Released::HandedOver => {
+                        self.contended.mark(&keys.lock);
+                        true
+                    }
+                    Released::Freed => {
+                        self.contended.forget(&keys.lock);
+                        true
+                    }
+                    Released::NotOurs => false,
+                },
+            ),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
         }
@@ -495,7 +532,10 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => Ok(node.unlock(keys, token, true).await? != Released::NotOurs),
+            Locks::Single(node) => Ok(node
+                .unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
+                .await?
+                != Released::NotOurs),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
         }
@@ -618,4 +658,9 @@ impl Backend {
             self.grants.waiters(),
         )
     }
+}
+
+/// `duration` in whole milliseconds.
+fn millis_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -72,7 +72,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        self.unlock(probe, "no token matches this", false)
+        self.unlock(probe, "no token matches this", false, None)
             .await
             .map(drop)
     }
@@ -143,7 +143,7 @@ impl Node {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
                     [1, fence, _] if fencing && *fence < 1 => {
-                        let _ = self.unlock(keys, token, true).await;
+                        let _ = self.unlock(keys, token, true, None).await;
                         Err(bad_fence(&keys.fence(), *fence))
                     }
                     [1, fence, pttl] => Ok((
@@ -274,11 +274,15 @@ impl Node {
     /// refuses connections or is a read-only replica now, or the sentinels know no master yet.
     /// Each of these means the script did not run, so trying again cannot release twice;
     /// acquires need no such loop, they retry until their deadline.
+    ///
+    /// `redis_clock`: Redis's time in ms as the caller knows it (never later than the server's),
+    /// by which waiters' leases are judged without a `TIME` (see `scripts::RELEASE`).
     pub(crate) async fn unlock(
         &self,
         keys: &LockKeys,
         token: &str,
         leave: bool,
+        redis_clock: Option<u64>,
     ) -> RedisResult<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
         let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
@@ -290,8 +294,15 @@ impl Node {
                     in_cluster = matches!(connection, Connection::Cluster(_));
                     // A cluster connection may run the release twice: mark it, see `RELEASE`.
                     let re_sent_within = in_cluster.then(|| self.connections.resend_window());
-                    self.unlock_on(&mut connection, keys, token, leave, re_sent_within)
-                        .await
+                    self.unlock_on(
+                        &mut connection,
+                        keys,
+                        token,
+                        leave,
+                        re_sent_within,
+                        redis_clock,
+                    )
+                    .await
                 }
                 Err(error) => Err(error),
             };
@@ -317,6 +328,7 @@ impl Node {
         token: &str,
         leave: bool,
         re_sent_within: Option<Duration>,
+        redis_clock: Option<u64>,
     ) -> RedisResult<Released> {
         let released: i64 = match self.protocol {
             Protocol::Line => {
@@ -330,8 +342,8 @@ impl Node {
                 let mut cmd = scripts::evalsha(
                     &scripts::RELEASE,
                     keys_sent,
-                    5,
-                    token.len() + 20 + 1 + 20 + 1,
+                    6,
+                    token.len() + 20 + 1 + 20 + 1 + 20,
                 );
                 cmd.arg(token)
                     .arg(millis(super::CLAIM))
@@ -343,7 +355,8 @@ impl Node {
                     )
                     // Receivers of a publish are counted but on a cluster, which is where a
                     // command may be re-sent (see `scripts::LINE_PRELUDE`).
-                    .arg(flag(re_sent_within.is_none()));
+                    .arg(flag(re_sent_within.is_none()))
+                    .arg(redis_clock.map_or_else(String::new, |now| now.to_string()));
                 scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
             Protocol::Wake => {
