@@ -42,7 +42,8 @@ fn documented_acl_commands() -> Vec<String> {
 
 /// Everything distlock does on the lock `name`, against `url` (as the ACL user): connect, a
 /// fenced acquire, `is_held`, `extend`, a contended hand-off woken by the release,
-/// `try_acquire`, release. `tls_ca` is the CA to trust for a `rediss://` URL.
+/// `try_acquire`, release, and three managers taking turns (a join in one command). `tls_ca` is
+/// the CA to trust for a `rediss://` URL.
 async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
     let connect = || {
         let builder = LockManager::builder(url);
@@ -120,6 +121,56 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
         .expect("try_acquire")
         .expect("free after the release");
     again.release().await.expect("release");
+
+    let second_manager = connect().await.expect("another manager connects");
+    let third_manager = connect().await.expect("a third manager connects");
+    taking_turns(
+        [&holder_manager, &second_manager, &third_manager],
+        &format!("{name}:turns"),
+    )
+    .await;
+}
+
+/// Three managers taking turns on `name` until one of them asks again for the lock with a
+/// place behind another waiter a moment ago and a line that is not empty: it joins with one
+/// `RPUSHX` (see docs/protocol.md). Each step waits 200 ms for the previous join to land (the
+/// ACL user may not read the line).
+async fn taking_turns(managers: [&LockManager; 3], name: &str) {
+    let [first, second, third] = managers;
+    let options = LockOptions::new().timeout(Duration::from_secs(10));
+    let settle = || tokio::time::sleep(Duration::from_millis(200));
+    let queue = |manager: &LockManager| {
+        let (manager, name, options) = (manager.clone(), name.to_owned(), options.clone());
+        tokio::spawn(async move { manager.acquire(&name, &options).await })
+    };
+    // `first` holds; `second`, then `third` (behind `second`) wait.
+    let held = first.acquire(name, &options).await.expect("free");
+    let second_waiting = queue(second);
+    settle().await;
+    let third_waiting = queue(third);
+    settle().await;
+    held.release().await.expect("release (hand-off)");
+    let held = second_waiting.await.unwrap().expect("handed over");
+    held.release().await.expect("release (hand-off)");
+    let held = third_waiting.await.unwrap().expect("handed over");
+    // `third` holds, with a place behind another waiter a moment ago; `first` and `second`
+    // queue, and `third` asks again after its release: `RPUSHX` behind `second`.
+    let first_waiting = queue(first);
+    settle().await;
+    let second_waiting = queue(second);
+    settle().await;
+    held.release().await.expect("release (hand-off)");
+    let third_waiting = queue(third);
+    settle().await;
+    for waiting in [first_waiting, second_waiting, third_waiting] {
+        waiting
+            .await
+            .unwrap()
+            .expect("served in turn")
+            .release()
+            .await
+            .expect("release");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
