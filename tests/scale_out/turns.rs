@@ -401,8 +401,16 @@ async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_ever
     watcher.psubscribe("*").await.unwrap();
     let released = tokio::time::Instant::now();
     held.release().await.expect("ours");
+    // Handed over by the release itself: a release that took the live waiter for lapsed too
+    // would free the lock, and the waiter would still get it at its renewal, within the bound.
+    let handed = server.get("lock:watched");
     let live_holds = live_waiting.await.unwrap().expect("served");
     let waited = released.elapsed();
+    assert_eq!(
+        handed.as_deref(),
+        Some(live_holds.token()),
+        "not handed over"
+    );
     live_holds.release().await.expect("ours");
     assert!(
         waited < Duration::from_millis(1500),
@@ -431,24 +439,23 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
     until_line_is(&server, "cut", 1).await;
     first_holds.release().await.expect("ours");
     let held = holder_waiting.await.unwrap().expect("handed over");
-    // The cut-off waiter: a place whose lease ran out ten seconds ago, on a channel that a
-    // connection still listens to.
+    // Held for a while, so that the holder's reading of Redis's clock is older than the lapse
+    // below: only a reading carried forward by the time since tells that place lapsed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The cut-off waiter: a place whose lease ran out half a second ago (twice the margin), on a
+    // channel that a connection still listens to.
     let mut lingering = server.client().get_async_pubsub().await.unwrap();
     lingering
         .subscribe("distlock:grants:cut-off")
         .await
         .unwrap();
-    let now_ms: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let redis_now_ms = seconds * 1000 + micros / 1000;
     let _: i64 = redis::cmd("RPUSH")
         .arg(line_key("cut"))
         .arg(format!(
             "cut-off-token {} 30000 0 distlock:grants:cut-off",
-            now_ms - 10_000
+            redis_now_ms - 500
         ))
         .query(&mut server.conn())
         .unwrap();
@@ -462,13 +469,14 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
         .unwrap();
     held.release().await.expect("ours");
     let counts = commands(&mut probe);
+    let handed = server.get("lock:cut");
     assert_eq!(
         counts.get("time"),
         None,
         "the release read the clock: {counts:?}"
     );
     assert_ne!(
-        server.get("lock:cut").as_deref(),
+        handed.as_deref(),
         Some("cut-off-token"),
         "handed to the cut-off waiter"
     );
@@ -477,6 +485,13 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
         .expect("served at the release, not after a claim")
         .unwrap()
         .expect("handed over");
+    // By the release itself, not found free at the waiter's renewal: a release that took the
+    // live waiter for lapsed too would have freed the lock.
+    assert_eq!(
+        handed.as_deref(),
+        Some(live_holds.token()),
+        "not handed over"
+    );
     live_holds.release().await.expect("ours");
     assert!(line(&server, "cut").is_empty());
 }
