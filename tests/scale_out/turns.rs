@@ -495,3 +495,60 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
     live_holds.release().await.expect("ours");
     assert!(line(&server, "cut").is_empty());
 }
+
+/// A process that has waited on more locks within a minute than it remembers places for (256)
+/// still knows Redis's clock from its latest place: its release of that lock reads no `TIME`.
+#[tokio::test]
+async fn a_process_that_waited_on_many_locks_still_knows_the_clock_from_its_latest_place() {
+    let server = RedisServer::start();
+    let [busy, other, next] = [
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    ];
+    let options = LockOptions::new();
+    let names: Vec<String> = (0..300).map(|i| format!("many-{i}")).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(other.acquire(name, &options).await.expect("free"));
+    }
+    // `busy` waits briefly in each of their lines, and gives up.
+    let brief = LockOptions::new().timeout(Duration::from_millis(500));
+    let tries: Vec<Waiting> = names
+        .iter()
+        .map(|name| wait_in_line(&busy, name, &brief))
+        .collect();
+    for attempt in tries {
+        assert!(attempt.await.unwrap().is_err(), "held by another");
+    }
+    let other_holds = other.acquire("latest", &options).await.expect("free");
+    let busy_waiting = wait_in_line(&busy, "latest", &options);
+    until_line_is(&server, "latest", 1).await;
+    other_holds.release().await.expect("ours");
+    let busy_holds = busy_waiting.await.unwrap().expect("handed over");
+    let next_waiting = wait_in_line(&next, "latest", &options);
+    until_line_is(&server, "latest", 1).await;
+
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
+    busy_holds.release().await.expect("ours");
+    let counts = commands(&mut probe);
+    assert_eq!(
+        counts.get("time"),
+        None,
+        "the release read the clock: {counts:?}"
+    );
+    next_waiting
+        .await
+        .unwrap()
+        .expect("handed over")
+        .release()
+        .await
+        .expect("ours");
+    for guard in held {
+        guard.release().await.expect("ours");
+    }
+}
