@@ -401,8 +401,16 @@ async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_ever
     watcher.psubscribe("*").await.unwrap();
     let released = tokio::time::Instant::now();
     held.release().await.expect("ours");
+    // Handed over by the release itself: a release that took the live waiter for lapsed too
+    // would free the lock, and the waiter would still get it at its renewal, within the bound.
+    let handed = server.get("lock:watched");
     let live_holds = live_waiting.await.unwrap().expect("served");
     let waited = released.elapsed();
+    assert_eq!(
+        handed.as_deref(),
+        Some(live_holds.token()),
+        "not handed over"
+    );
     live_holds.release().await.expect("ours");
     assert!(
         waited < Duration::from_millis(1500),
@@ -431,24 +439,23 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
     until_line_is(&server, "cut", 1).await;
     first_holds.release().await.expect("ours");
     let held = holder_waiting.await.unwrap().expect("handed over");
-    // The cut-off waiter: a place whose lease ran out ten seconds ago, on a channel that a
-    // connection still listens to.
+    // Held for a while, so that the holder's reading of Redis's clock is older than the lapse
+    // below: only a reading carried forward by the time since tells that place lapsed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The cut-off waiter: a place whose lease ran out half a second ago (twice the margin), on a
+    // channel that a connection still listens to.
     let mut lingering = server.client().get_async_pubsub().await.unwrap();
     lingering
         .subscribe("distlock:grants:cut-off")
         .await
         .unwrap();
-    let now_ms: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let redis_now_ms = seconds * 1000 + micros / 1000;
     let _: i64 = redis::cmd("RPUSH")
         .arg(line_key("cut"))
         .arg(format!(
             "cut-off-token {} 30000 0 distlock:grants:cut-off",
-            now_ms - 10_000
+            redis_now_ms - 500
         ))
         .query(&mut server.conn())
         .unwrap();
@@ -462,13 +469,14 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
         .unwrap();
     held.release().await.expect("ours");
     let counts = commands(&mut probe);
+    let handed = server.get("lock:cut");
     assert_eq!(
         counts.get("time"),
         None,
         "the release read the clock: {counts:?}"
     );
     assert_ne!(
-        server.get("lock:cut").as_deref(),
+        handed.as_deref(),
         Some("cut-off-token"),
         "handed to the cut-off waiter"
     );
@@ -477,6 +485,70 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed_without_rea
         .expect("served at the release, not after a claim")
         .unwrap()
         .expect("handed over");
+    // By the release itself, not found free at the waiter's renewal: a release that took the
+    // live waiter for lapsed too would have freed the lock.
+    assert_eq!(
+        handed.as_deref(),
+        Some(live_holds.token()),
+        "not handed over"
+    );
     live_holds.release().await.expect("ours");
     assert!(line(&server, "cut").is_empty());
+}
+
+/// A process that has waited on more locks within a minute than it remembers places for (256)
+/// still knows Redis's clock from its latest place: its release of that lock reads no `TIME`.
+#[tokio::test]
+async fn a_process_that_waited_on_many_locks_still_knows_the_clock_from_its_latest_place() {
+    let server = RedisServer::start();
+    let [busy, other, next] = [
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    ];
+    let options = LockOptions::new();
+    let names: Vec<String> = (0..300).map(|i| format!("many-{i}")).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(other.acquire(name, &options).await.expect("free"));
+    }
+    // `busy` waits briefly in each of their lines, and gives up.
+    let brief = LockOptions::new().timeout(Duration::from_millis(500));
+    let tries: Vec<Waiting> = names
+        .iter()
+        .map(|name| wait_in_line(&busy, name, &brief))
+        .collect();
+    for attempt in tries {
+        assert!(attempt.await.unwrap().is_err(), "held by another");
+    }
+    let other_holds = other.acquire("latest", &options).await.expect("free");
+    let busy_waiting = wait_in_line(&busy, "latest", &options);
+    until_line_is(&server, "latest", 1).await;
+    other_holds.release().await.expect("ours");
+    let busy_holds = busy_waiting.await.unwrap().expect("handed over");
+    let next_waiting = wait_in_line(&next, "latest", &options);
+    until_line_is(&server, "latest", 1).await;
+
+    let mut probe = server.conn();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut probe)
+        .unwrap();
+    busy_holds.release().await.expect("ours");
+    let counts = commands(&mut probe);
+    assert_eq!(
+        counts.get("time"),
+        None,
+        "the release read the clock: {counts:?}"
+    );
+    next_waiting
+        .await
+        .unwrap()
+        .expect("handed over")
+        .release()
+        .await
+        .expect("ours");
+    for guard in held {
+        guard.release().await.expect("ours");
+    }
 }

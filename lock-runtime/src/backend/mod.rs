@@ -82,7 +82,8 @@ pub(crate) enum Released {
 /// manager joins the line at once instead of sending a plain `SET NX` first.
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// At most this many keys are remembered as contended (beyond it, none is added until the
-/// expired ones are dropped): a hint, never a table of every key.
+/// expired ones are dropped), and places in line for at most this many keys (beyond it, the
+/// oldest place gives way): a hint, never a table of every key.
 const CONTENDED_KEYS: usize = 256;
 
 /// A place in line the acquire script gave one of this manager's waiters.
@@ -156,8 +157,16 @@ impl Contended {
         let mut places = self.places();
         if places.len() >= CONTENDED_KEYS && !places.contains_key(key) {
             places.retain(|_, given| given.answered.elapsed() < CLOCK_READING_FOR);
+            // Still full: the oldest place gives way. The newest is the one a join in one
+            // command can use, and its reading of the clock the one its release will want.
             if places.len() >= CONTENDED_KEYS {
-                return;
+                let oldest = places
+                    .iter()
+                    .min_by_key(|(_, given)| given.answered)
+                    .map(|(key, _)| Arc::clone(key));
+                if let Some(oldest) = oldest {
+                    places.remove(&oldest);
+                }
             }
         }
         let given = Given {
