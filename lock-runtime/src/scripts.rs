@@ -54,7 +54,7 @@ where
 /// above every earlier one: it is put back as it was (so every later acquisition fails the same
 /// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
-/// `hand_off(claim, except, quiet, popped, counted, now)`: gives the free lock to the first
+/// `hand_off(claim, except, quiet, popped, counted, known)`: gives the free lock to the first
 /// live waiter in line (starting with `popped`, an entry the caller already took off the line,
 /// when given) other than `except` (a releasing holder is never handed its own lock back): sets
 /// the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token when
@@ -65,9 +65,12 @@ where
 /// caller, and learns from the reply.
 ///
 /// Who is dead: a waiter whose lease has run out (it stopped renewing: its process died, or its
-/// network did), judged against `now` — Redis time in ms as the caller knows it, never later
-/// than the real one (see `Backend::redis_clock`) — or, without it, against `TIME`, read once
-/// and only when someone is in line. And with `counted` (a standalone server or a Sentinel
+/// network did). A lease that runs past `known` — Redis time in ms as the caller knows it from
+/// its own last place in this line (see `Backend::redis_clock`) — has surely not run out, and
+/// costs no `TIME`; only one that does not (or without `known`) is judged against `TIME`, read
+/// once. So a `known` that is wrong (read off another server's clock, before a failover) never
+/// has a live waiter skipped, and in a busy line, whose waiters all renew, the release reads no
+/// clock. And with `counted` (a standalone server or a Sentinel
 /// master, where `PUBLISH` answers how many connections received the message), a waiter whose
 /// grant nobody received: its process is gone (a killed process's connection closes, and its
 /// subscription with it), however long its lease has left. The lock goes on to the next waiter
@@ -103,7 +106,8 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function hand_off(claim, except, quiet, popped, counted, now)
+local function hand_off(claim, except, quiet, popped, counted, known)
+  local now = nil
   while true do
     local entry = popped or redis.call('LPOP', KEYS[2])
     popped = nil
@@ -113,7 +117,7 @@ local function hand_off(claim, except, quiet, popped, counted, now)
     local waiter, deadline, ttl, fencing, channel =
       string.match(entry, '^(%S+) (%d+) (%d+) ([01]) (.*)$')
     local live = waiter ~= nil and waiter ~= except
-    if live then
+    if live and not (known and tonumber(deadline) >= known) then
       now = now or now_ms()
       live = tonumber(deadline) >= now
     end
@@ -300,8 +304,8 @@ return {0, remaining(), deadline}
 /// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
-///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it, to
-///   judge waiters' leases by (empty: read `TIME` if someone is in line; see `hand_off`).
+///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it: a
+///   waiter whose lease runs past it is live without a `TIME` (empty: none; see `hand_off`).
 /// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
 ///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
 ///   plain `SET NX`), 0 when it was not ours (expired, or another holder's) and nothing of the

@@ -106,11 +106,8 @@ struct Given {
 }
 
 /// How long a place's reading of Redis's clock stands for the clock: a monotonic clock and
-/// Redis's agree to well under [`CLOCK_MARGIN`] over this long, unless Redis's is stepped.
+/// Redis's agree to a few milliseconds over this long, unless Redis's is stepped.
 const CLOCK_READING_FOR: Duration = Duration::from_secs(60);
-/// Taken off a reading of Redis's clock carried forward: for the two clocks' rates, for the
-/// clocks of a cluster's nodes, and for a step back of Redis's clock.
-const CLOCK_MARGIN: Duration = Duration::from_millis(250);
 
 /// The keys this manager recently saw handed over (by its release, or to its acquisition):
 /// their next acquisition skips the first try, which would most likely find them held. And for
@@ -193,9 +190,11 @@ impl Contended {
 
     /// Redis's clock now on the server of `key`'s line, in ms, as the last place given there
     /// dates it: Redis read its clock for that place's deadline (a lease before it) before the
-    /// answer came, and has counted at least as long since as this process has. Less
-    /// [`CLOCK_MARGIN`], so never later than Redis's own; `None` without a place given in the
-    /// last minute.
+    /// answer came, and has counted about as long since as this process has. `None` without a
+    /// place given in the last minute. A release takes a waiter whose lease runs past it for
+    /// live without reading `TIME`, and reads `TIME` before it skips one (see
+    /// `scripts::LINE_PRELUDE`): a reading that is off — from another server's clock, after a
+    /// failover or a slot move — costs a `TIME`, never a live waiter's place.
     fn redis_clock(&self, key: &str) -> Option<u64> {
         let given = *self.places().get(key)?;
         let since = given.answered.elapsed();
@@ -203,7 +202,7 @@ impl Contended {
             return None;
         }
         let read = given.place.deadline.checked_sub(millis_of(LEASE))?;
-        (read + millis_of(since)).checked_sub(millis_of(CLOCK_MARGIN))
+        Some(read + millis_of(since))
     }
 
     fn recently(&self, key: &str) -> bool {
