@@ -35,6 +35,7 @@ const LINGER: Duration = Duration::from_millis(300);
 const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 /// Where one of a hub's connections subscribes.
+#[derive(Clone)]
 pub(crate) enum Servers {
     /// Any of these, tried in turn after a failure: one server, or the seed nodes of a cluster
     /// (which forwards every publish to all its nodes).
@@ -121,12 +122,7 @@ impl GrantHub {
             confirmations: confirmations.clamp(1, sources.len().max(1)),
         });
         for (index, servers) in sources.into_iter().enumerate() {
-            crate::background::spawn(deliver_grants(
-                Arc::downgrade(&shared),
-                index,
-                servers,
-                timeouts,
-            ));
+            spawn_delivery(Arc::downgrade(&shared), index, servers, timeouts);
         }
         GrantHub { shared }
     }
@@ -351,6 +347,79 @@ impl Shared {
                 Err(error) => Err(error.clone()),
             });
         }
+    }
+}
+
+/// Starts the task of the hub's connection `index` ([`deliver_grants`]): on the caller's
+/// runtime when it is a multi-thread one, whose worker threads are always there to read a
+/// message; else on the background runtime.
+///
+/// Where the waiters run matters for the gap between holders: a message read on the waiters'
+/// own runtime wakes the waiting task on the thread that read it, whereas one read on the
+/// background runtime's thread must wake a thread of theirs as well, a second thread woken per
+/// hand-off. (Not on a current-thread runtime: it runs only while something blocks on it, and
+/// messages to the waiters of every other runtime would wait for that.) Should that runtime shut
+/// down, the task is dropped with it, and starts again on the background runtime, which is
+/// always there: its waiters are told to look again meanwhile, as after a lost connection.
+fn spawn_delivery(
+    shared: std::sync::Weak<Shared>,
+    index: usize,
+    servers: Servers,
+    timeouts: Timeouts,
+) {
+    let relocate = Relocate {
+        shared: shared.clone(),
+        index,
+        servers: Some(servers.clone()),
+        timeouts,
+    };
+    let task = async move {
+        deliver_grants(shared, index, servers, timeouts).await;
+        relocate.done();
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            drop(runtime.spawn(task));
+        }
+        _ => crate::background::spawn(task),
+    }
+}
+
+/// Armed while a hub's connection task runs outside the background runtime: if the task is
+/// dropped before it is done (its runtime shut down), the connection went with it, and the
+/// task starts again on the background runtime.
+struct Relocate {
+    shared: std::sync::Weak<Shared>,
+    index: usize,
+    servers: Option<Servers>,
+    timeouts: Timeouts,
+}
+
+impl Relocate {
+    /// The task ended on its own (its hub is gone): nothing to restart.
+    fn done(mut self) {
+        self.servers = None;
+    }
+}
+
+impl Drop for Relocate {
+    fn drop(&mut self) {
+        let Some(servers) = self.servers.take() else {
+            return;
+        };
+        let Some(hub) = self.shared.upgrade() else {
+            return;
+        };
+        // Messages published since the connection went are lost: look again.
+        hub.state().subscribed[self.index] = false;
+        hub.wake_all();
+        drop(hub);
+        crate::background::spawn(deliver_grants(
+            self.shared.clone(),
+            self.index,
+            servers,
+            self.timeouts,
+        ));
     }
 }
 

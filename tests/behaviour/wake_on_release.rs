@@ -826,3 +826,80 @@ async fn only_the_first_waiter_in_line_asks_for_the_holders_ttl() {
         .await
         .expect("still ours");
 }
+
+/// A manager made on a multi-thread runtime reads its hand-off messages there (see
+/// `grants.rs`); when that runtime shuts down, the reading moves to distlock's background
+/// thread, so a waiter on another runtime is still woken by the release's message, its grant
+/// channel subscribed, rather than left to find the lock at its renewal.
+#[test]
+fn hand_off_messages_still_arrive_after_the_runtime_that_made_the_manager_shut_down() {
+    let server = RedisServer::start();
+    let first = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiter = first.block_on(connect(&server));
+    // Waits once there, so that its messages are read on that runtime.
+    let holder_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let holder = holder_runtime.block_on(connect(&server));
+    let options = LockOptions::new();
+    let held = holder_runtime
+        .block_on(holder.acquire("moved", &options))
+        .unwrap();
+    let waiting = first.spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire("moved", &LockOptions::new()).await }
+    });
+    wait_until_waiting(&server, "moved");
+    holder_runtime.block_on(held.release()).unwrap();
+    let guard = first.block_on(waiting).unwrap().unwrap();
+    first.block_on(guard.release()).unwrap();
+    drop(first);
+
+    let second = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = holder_runtime
+        .block_on(holder.acquire("moved", &options))
+        .unwrap();
+    let waiting = second.spawn({
+        let waiter = waiter.clone();
+        async move {
+            let started = Instant::now();
+            let guard = waiter.acquire("moved", &LockOptions::new()).await;
+            (guard, started.elapsed())
+        }
+    });
+    wait_until_waiting(&server, "moved");
+    assert_eq!(
+        waiter.resource_counts().watched_channels,
+        1,
+        "the waiter's grant channel is subscribed again"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    holder_runtime.block_on(held.release()).unwrap();
+    let (guard, _) = second.block_on(waiting).unwrap();
+    let after_release = released.elapsed();
+    second.block_on(guard.unwrap().release()).unwrap();
+    // A renewal comes a second after the join; the message, at once.
+    assert!(
+        after_release < Duration::from_millis(500),
+        "the waiter found the lock {after_release:?} after the release: no message reached it"
+    );
+}
+
+/// Blocks until someone waits for `name` (in line, listening): for tests that drive runtimes
+/// by hand.
+fn wait_until_waiting(server: &RedisServer, name: &str) {
+    test_support::wait_until(Duration::from_secs(5), "a waiter in line", || {
+        waiting(server, name)
+    });
+}
