@@ -134,6 +134,34 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
         manual_section(&manager, key, 0).await.unwrap();
         attribute_section(key, 0).await.unwrap();
     }
+    // And one wait behind another client, so that the pub/sub connection of the manager's
+    // hand-off channel is open, as it stays once opened (its task runs on this runtime, where
+    // the manager was made); then the linger after which the channel is unsubscribed.
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let held = other
+        .acquire("storm:warm-up", &LockOptions::new().ttl(TTL))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let manager = manager.clone();
+        async move {
+            manager
+                .acquire("storm:warm-up", &LockOptions::new().ttl(TTL))
+                .await
+        }
+    });
+    test_support::eventually(Duration::from_secs(5), "the warm-up waiter in line", || {
+        server.exists("{lock:storm:warm-up}:distlock:line")
+    })
+    .await;
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    test_support::eventually(
+        Duration::from_secs(5),
+        "the warm-up channel unsubscribed",
+        || manager.resource_counts().watched_channels == 0,
+    )
+    .await;
     let runtime = tokio::runtime::Handle::current();
     let tasks_before = runtime.metrics().num_alive_tasks();
 
