@@ -3,8 +3,8 @@
 //!
 //! Each lock manager has one channel of its own, `distlock:grants:<random id>` (`distlock:wake:`
 //! on Redlock), and one pub/sub connection per source — one for a standalone server or a
-//! cluster, one per master for Redlock — each driven by a task on the background runtime,
-//! subscribed to the channel while any of its acquisitions waits (and for a short while after,
+//! cluster, one per master for Redlock — each driven by a task (on the multi-thread runtime that
+//! made the manager, else on the background runtime: see [`spawn_delivery`]), subscribed to the channel while any of its acquisitions waits (and for a short while after,
 //! so that a busy process does not subscribe and unsubscribe around every section). A waiter
 //! names the channel when it takes its place in line (or in a Redlock master's wake list); the
 //! release that hands it the lock publishes `"<token> <fencing token>"` there, and a Redlock

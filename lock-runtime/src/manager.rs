@@ -348,16 +348,31 @@ impl LockManager {
                     next
                 }
                 Step::Subscribe => {
-                    // Bounded by the deadline: a slow pub/sub connect must not stretch it.
-                    let listening = self.listen(&token);
-                    match tokio::time::timeout_at(deadline, listening).await {
-                        Ok(Ok(subscribed)) => {
-                            listener = Some(subscribed);
+                    let grants = self.inner.backend.grants();
+                    // Registered before the place is taken: a message published right after
+                    // it must reach the waiter.
+                    let registered = grants.register(&token);
+                    // Bounded by a renewal as well as the deadline: the subscription is made by
+                    // the hub's task, which may run on another runtime than this waiter's (the
+                    // one that made the manager), whose threads a body may block; a slow pub/sub
+                    // connect must not stretch the deadline either.
+                    let bound = deadline.min(Instant::now() + crate::backend::RENEW);
+                    match tokio::time::timeout_at(bound, grants.subscribed()).await {
+                        Ok(Ok(())) => {
+                            listener = Some(registered);
                             machine.subscribed(true)
                         }
                         Ok(Err(error)) => {
                             tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling");
                             machine.subscribed(false)
+                        }
+                        // Not confirmed yet: takes its place meanwhile, as after a lost
+                        // connection. The place names the channel once it is subscribed, and
+                        // until then the lock handed to the waiter is found at its next look.
+                        Err(_) if bound < deadline => {
+                            tracing::debug!(target: "distlock", key = %keys.lock, "wake-up subscription not confirmed yet; waiting in line without it meanwhile");
+                            listener = Some(registered);
+                            machine.subscribed(true)
                         }
                         Err(_) => {
                             tracing::debug!(target: "distlock", key = %keys.lock, "wake-up subscription not confirmed before the deadline; polling");
@@ -583,15 +598,6 @@ impl LockManager {
             guard.start_watchdog();
         }
         guard
-    }
-
-    /// Starts listening on this manager's channel for messages to `token`: a hand-off, or a
-    /// Redlock wake-up.
-    async fn listen(&self, token: &Arc<str>) -> redis::RedisResult<GrantWaiter> {
-        let grants = self.inner.backend.grants();
-        let waiter = grants.register(token);
-        grants.subscribed().await?;
-        Ok(waiter)
     }
 
     pub(crate) fn backend(&self) -> &Backend {

@@ -903,3 +903,61 @@ fn wait_until_waiting(server: &RedisServer, name: &str) {
         waiting(server, name)
     });
 }
+
+/// The hand-off messages of a manager made on a multi-thread runtime are read there (see
+/// `grants.rs`), but its waiters may run on any runtime. While every worker of the runtime that
+/// made it is blocked (CPU-bound work, a blocking call), a waiter on another runtime cannot have
+/// its subscription confirmed: it must still take its place in line, and find the lock released
+/// meanwhile at its next look, rather than wait, outside the line and looking at nothing, for
+/// that runtime (or its own deadline).
+#[test]
+fn a_waiter_on_another_runtime_is_not_held_up_by_the_blocked_runtime_that_made_its_manager() {
+    let server = RedisServer::start();
+    let maker = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiter = maker.block_on(connect(&server));
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let holder = other.block_on(connect(&server));
+    let held = other
+        .block_on(holder.acquire("blocked-maker", &LockOptions::new()))
+        .unwrap();
+    // The maker's only worker thread runs a body that blocks for 6 s.
+    let (started, blocked) = std::sync::mpsc::channel();
+    drop(maker.spawn(async move {
+        started.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(6));
+    }));
+    blocked.recv().unwrap();
+    let waiting = other.spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .acquire(
+                    "blocked-maker",
+                    &LockOptions::new().timeout(Duration::from_secs(20)),
+                )
+                .await
+        }
+    });
+    // The waiter found the lock held, and asked for its subscription.
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    other.block_on(held.release()).unwrap();
+    let guard = other.block_on(waiting).unwrap().unwrap();
+    let after_release = released.elapsed();
+    other.block_on(guard.release()).unwrap();
+    // Without a message: its join, or the renewal of its place, finds the lock.
+    assert!(
+        after_release < Duration::from_millis(2500),
+        "the waiter found the lock {after_release:?} after the release: it waited for the \
+         blocked runtime that made its manager"
+    );
+    maker.shutdown_background();
+}
