@@ -183,6 +183,26 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
         guard.release().await.expect("ours");
         managers.push(manager);
     }
+    // And each waits once behind the other, so that its hand-off channel's pub/sub connection
+    // is open too: it stays open once opened, and its task runs on this runtime, where the
+    // manager was made.
+    for (holder, waiter) in [(0, 1), (1, 0)] {
+        let held = managers[holder]
+            .acquire("nl:warm-up", &LockOptions::new())
+            .await
+            .expect("free");
+        let waiting = tokio::spawn({
+            let waiter = managers[waiter].clone();
+            async move { waiter.acquire("nl:warm-up", &LockOptions::new()).await }
+        });
+        eventually(Duration::from_secs(5), "the warm-up waiter in line", || {
+            server.exists("{lock:nl:warm-up}:distlock:line")
+        })
+        .await;
+        held.release().await.expect("ours");
+        let guard = waiting.await.expect("no panic").expect("handed over");
+        guard.release().await.expect("ours");
+    }
     let metrics = tokio::runtime::Handle::current().metrics();
     let tasks_before = metrics.num_alive_tasks();
 
