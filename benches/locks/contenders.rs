@@ -87,15 +87,20 @@ impl Floor {
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let release = if distlock_release {
-            // The lock key, its line and its fencing counter; the token, the claim (3 s), and
-            // "not leaving a line".
+            // What distlock sends on a standalone server: the lock key, its line and its
+            // fencing counter; the token, the claim (3 s), "not leaving a line", no `released`
+            // marker (nothing is re-sent), receivers counted, and no reading of Redis's clock
+            // (a manager that never waited in this line has none).
             let mut release = self.distlock_release.key(&key);
             release
                 .key(format!("{{{key}}}:distlock:line"))
                 .key(format!("{{{key}}}:distlock:fence"))
                 .arg(&token)
                 .arg(3000)
-                .arg("0");
+                .arg("0")
+                .arg("")
+                .arg("1")
+                .arg("");
             release
         } else {
             let mut release = self.release.key(&key);
