@@ -14,14 +14,17 @@
 //!   ([`Protocol::Wake`]);
 //! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
 //!   process's memory, for tests and single-process tools.
+//!
+//! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
+//! its last place in a line, Redis's clock — is kept in `recent`.
 
 mod memory;
 mod node;
 mod quorum;
+mod recent;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisResult;
@@ -37,6 +40,8 @@ use memory::Memory;
 pub(crate) use node::Look;
 use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
+use recent::Contended;
+pub(crate) use recent::Place;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.
@@ -76,146 +81,6 @@ pub(crate) enum Released {
     Freed,
     /// Ours, and handed to the next waiter in line.
     HandedOver,
-}
-
-/// How long a key stays known as contended after a hand-off: its next acquisition in this
-/// manager joins the line at once instead of sending a plain `SET NX` first.
-const CONTENDED_FOR: Duration = Duration::from_secs(1);
-/// At most this many keys are remembered as contended (beyond it, none is added until the
-/// expired ones are dropped), and places in line for at most this many keys (beyond it, the
-/// oldest place gives way): a hint, never a table of every key.
-const CONTENDED_KEYS: usize = 256;
-
-/// A place in line the acquire script gave one of this manager's waiters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Place {
-    /// Its lease deadline, Redis time in ms.
-    pub(crate) deadline: u64,
-    /// Whether it was first in line, the line being empty before it.
-    pub(crate) first: bool,
-}
-
-/// The latest place the acquire script gave one of this manager's waiters in a lock's line.
-#[derive(Debug, Clone, Copy)]
-struct Given {
-    place: Place,
-    /// When the command was sent: Redis read its clock for the deadline after this.
-    asked: Instant,
-    /// When its answer came: Redis had read its clock before this.
-    answered: Instant,
-}
-
-/// How long a place's reading of Redis's clock stands for the clock: a monotonic clock and
-/// Redis's agree to a few milliseconds over this long, unless Redis's is stepped.
-const CLOCK_READING_FOR: Duration = Duration::from_secs(60);
-
-/// The keys this manager recently saw handed over (by its release, or to its acquisition):
-/// their next acquisition skips the first try, which would most likely find them held. And for
-/// each key, the latest place in its line that the acquire script gave this manager: a join
-/// within a renewal of it can take a place in one command (see `Backend::join_behind`), and its
-/// deadline dates Redis's clock for a release (see `Backend::redis_clock`).
-#[derive(Default)]
-struct Contended {
-    keys: Mutex<HashMap<Arc<str>, Instant>>,
-    places: Mutex<HashMap<Arc<str>, Given>>,
-}
-
-impl Contended {
-    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Instant>> {
-        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn mark(&self, key: &Arc<str>) {
-        let now = Instant::now();
-        let mut keys = self.keys();
-        if keys.len() >= CONTENDED_KEYS && !keys.contains_key(key) {
-            keys.retain(|_, until| *until > now);
-            if keys.len() >= CONTENDED_KEYS {
-                return;
-            }
-        }
-        keys.insert(Arc::clone(key), now + CONTENDED_FOR);
-    }
-
-    fn forget(&self, key: &str) {
-        let mut keys = self.keys();
-        if !keys.is_empty() {
-            keys.remove(key);
-        }
-    }
-
-    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Given>> {
-        self.places.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The acquire script gave a waiter of ours `place` in `key`'s line: in answer to a command
-    /// sent at `asked`, answered at `answered`.
-    fn place_given(&self, key: &Arc<str>, place: Place, asked: Instant, answered: Instant) {
-        let mut places = self.places();
-        if places.len() >= CONTENDED_KEYS && !places.contains_key(key) {
-            places.retain(|_, given| given.answered.elapsed() < CLOCK_READING_FOR);
-            // Still full: the oldest place gives way. The newest is the one a join in one
-            // command can use, and its reading of the clock the one its release will want.
-            if places.len() >= CONTENDED_KEYS {
-                let oldest = places
-                    .iter()
-                    .min_by_key(|(_, given)| given.answered)
-                    .map(|(key, _)| Arc::clone(key));
-                if let Some(oldest) = oldest {
-                    places.remove(&oldest);
-                }
-            }
-        }
-        let given = Given {
-            place,
-            asked,
-            answered,
-        };
-        places.insert(Arc::clone(key), given);
-    }
-
-    /// The lease deadline of the place given for `key` less than a renewal ago, if any, and if
-    /// that place was behind another waiter when given. A live waiter renews its place within a
-    /// renewal, so a place given that deadline now lapses no sooner than one that Redis had just
-    /// given the clock's time plus a lease, less a renewal. A place that was first in line says
-    /// that the line was empty then, as it is again when the same few processes take turns
-    /// (two: the one handed the lock was the whole line): a join in one command would most
-    /// likely find no line, and cost a command for nothing.
-    fn recent_place(&self, key: &str) -> Option<u64> {
-        self.places()
-            .get(key)
-            .filter(|given| given.asked.elapsed() < RENEW && !given.place.first)
-            .map(|given| given.place.deadline)
-    }
-
-    /// Redis's clock now on the server of `key`'s line, in ms, as the last place given there
-    /// dates it: Redis read its clock for that place's deadline (a lease before it) before the
-    /// answer came, and has counted about as long since as this process has. `None` without a
-    /// place given in the last minute. A release takes a waiter whose lease runs past it for
-    /// live without reading `TIME`, and reads `TIME` before it skips one (see
-    /// `scripts::LINE_PRELUDE`): a reading that is off — from another server's clock, after a
-    /// failover or a slot move — costs a `TIME`, never a live waiter's place.
-    fn redis_clock(&self, key: &str) -> Option<u64> {
-        let given = *self.places().get(key)?;
-        let since = given.answered.elapsed();
-        if since >= CLOCK_READING_FOR {
-            return None;
-        }
-        let read = given.place.deadline.checked_sub(millis_of(LEASE))?;
-        Some(read + millis_of(since))
-    }
-
-    fn recently(&self, key: &str) -> bool {
-        let mut keys = self.keys();
-        match keys.get(key) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                keys.remove(key);
-                false
-            }
-            None => false,
-        }
-    }
 }
 
 /// What an attempt must do besides trying to take the lock.
@@ -666,9 +531,4 @@ impl Backend {
             self.grants.waiters(),
         )
     }
-}
-
-/// `duration` in whole milliseconds.
-fn millis_of(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
