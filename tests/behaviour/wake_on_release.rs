@@ -834,18 +834,10 @@ async fn only_the_first_waiter_in_line_asks_for_the_holders_ttl() {
 #[test]
 fn hand_off_messages_still_arrive_after_the_runtime_that_made_the_manager_shut_down() {
     let server = RedisServer::start();
-    let first = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let first = multi_thread(2);
     let waiter = first.block_on(connect(&server));
     // Waits once there, so that its messages are read on that runtime.
-    let holder_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let holder_runtime = multi_thread(2);
     let holder = holder_runtime.block_on(connect(&server));
     let options = LockOptions::new();
     let held = holder_runtime
@@ -861,11 +853,7 @@ fn hand_off_messages_still_arrive_after_the_runtime_that_made_the_manager_shut_d
     first.block_on(guard.release()).unwrap();
     drop(first);
 
-    let second = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let second = multi_thread(2);
     let held = holder_runtime
         .block_on(holder.acquire("moved", &options))
         .unwrap();
@@ -913,17 +901,9 @@ fn wait_until_waiting(server: &RedisServer, name: &str) {
 #[test]
 fn a_waiter_on_another_runtime_is_not_held_up_by_the_blocked_runtime_that_made_its_manager() {
     let server = RedisServer::start();
-    let maker = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let maker = multi_thread(1);
     let waiter = maker.block_on(connect(&server));
-    let other = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let other = multi_thread(2);
     let holder = other.block_on(connect(&server));
     let held = other
         .block_on(holder.acquire("blocked-maker", &LockOptions::new()))
@@ -960,4 +940,13 @@ fn a_waiter_on_another_runtime_is_not_held_up_by_the_blocked_runtime_that_made_i
          blocked runtime that made its manager"
     );
     maker.shutdown_background();
+}
+
+/// A multi-thread runtime of `workers` worker threads, for tests that drive runtimes by hand.
+fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap()
 }

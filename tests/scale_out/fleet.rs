@@ -24,7 +24,7 @@ const INDEX: &str = "DISTLOCK_FLEET_INDEX";
 const THEN: &str = "DISTLOCK_FLEET_THEN";
 
 /// The line key of lock `lock:<name>` (a name without braces).
-fn line_key(name: &str) -> String {
+pub(crate) fn line_key(name: &str) -> String {
     format!("{{lock:{name}}}:distlock:line")
 }
 
@@ -477,7 +477,7 @@ async fn hold_with_a_waiter(
 }
 
 /// The entries of the line of `lock:<name>`.
-fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
+pub(crate) fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
         .arg(line_key(name))
         .arg(0)

@@ -10,21 +10,22 @@ use std::time::Duration;
 
 use distlock::{LockGuard, LockManager, LockOptions};
 use test_support::{connect, eventually, RedisServer};
+
+use super::fleet::{line_entries, line_key};
 use tokio::task::JoinHandle;
 
 type Waiting = JoinHandle<Result<LockGuard, distlock::LockError>>;
 
-fn line_key(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:line")
-}
-
-fn line(server: &RedisServer, name: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
+/// Appends to the line of `lock:<name>` the place of a waiter that is no distlock process:
+/// `token`, its grant channel `channel`, its lease run out `lapsed_ms` ago by Redis's clock.
+fn push_lapsed_place(server: &RedisServer, name: &str, token: &str, channel: &str, lapsed_ms: u64) {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let deadline = seconds * 1000 + micros / 1000 - lapsed_ms;
+    let _: i64 = redis::cmd("RPUSH")
         .arg(line_key(name))
-        .arg(0)
-        .arg(-1)
+        .arg(format!("{token} {deadline} 30000 0 {channel}"))
         .query(&mut server.conn())
-        .unwrap()
+        .unwrap();
 }
 
 fn wait_in_line(manager: &LockManager, name: &str, options: &LockOptions) -> Waiting {
@@ -93,7 +94,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let cat_holds = cat_waiting.await.unwrap().expect("handed over");
     cat_holds.release().await.expect("ours");
     let ann_holds = ann_waiting.await.unwrap().expect("handed over");
-    let dan_entry = line(&server, "turns").remove(0);
+    let dan_entry = line_entries(&server, "turns").remove(0);
 
     // `ann` releases (to `dan`) and asks again at once, as a process taking turns does.
     let mut probe = server.conn();
@@ -121,7 +122,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     .map(|(name, calls)| (name.to_owned(), calls))
     .collect();
     assert_eq!(counts, expected, "one release and one join");
-    let entries = line(&server, "turns");
+    let entries = line_entries(&server, "turns");
     dan_holds.release().await.expect("ours");
     let eve_holds = eve_waiting.await.unwrap().expect("handed over");
     assert_eq!(eve_holds.token(), token_of(&entries[0]));
@@ -137,7 +138,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     );
     ann_holds.release().await.expect("ours");
     assert!(!server.exists("lock:turns"));
-    assert!(line(&server, "turns").is_empty());
+    assert!(line_entries(&server, "turns").is_empty());
 }
 
 /// Two processes taking turns: the one handed the lock was the whole line, so the line is
@@ -180,7 +181,7 @@ async fn two_processes_taking_turns_join_with_the_script_and_no_wasted_command()
         .release()
         .await
         .expect("ours");
-    assert!(line(&server, "pair").is_empty());
+    assert!(line_entries(&server, "pair").is_empty());
 }
 
 /// A process whose last place was behind another waiter joins again when the line has emptied
@@ -244,7 +245,7 @@ async fn a_one_command_join_that_finds_no_line_falls_back_to_the_script() {
     );
     assert_eq!(server.get("lock:emptied").as_deref(), Some(a_holds.token()));
     a_holds.release().await.expect("ours");
-    assert!(line(&server, "emptied").is_empty());
+    assert!(line_entries(&server, "emptied").is_empty());
 }
 
 /// Three processes taking turns, each asking again as soon as it has released: every one goes
@@ -285,7 +286,7 @@ async fn processes_taking_turns_hold_the_lock_in_strict_rotation() {
         eventually(
             Duration::from_secs(5),
             "the process to hold or queue",
-            || server.exists("lock:rotation") && line(&server, "rotation").len() == index,
+            || server.exists("lock:rotation") && line_entries(&server, "rotation").len() == index,
         )
         .await;
     }
@@ -304,7 +305,7 @@ async fn processes_taking_turns_hold_the_lock_in_strict_rotation() {
         "first come, first served, round after round"
     );
     assert!(!server.exists("lock:rotation"));
-    assert!(line(&server, "rotation").is_empty());
+    assert!(line_entries(&server, "rotation").is_empty());
 }
 
 /// A process whose hand-off subscription is down (its pub/sub connection dropped and cannot be
@@ -388,20 +389,13 @@ async fn a_long_dead_waiter_is_skipped_even_when_a_pattern_subscriber_hears_ever
     let options = LockOptions::new();
     let held = holder.acquire("watched", &options).await.expect("free");
     // A waiter killed ten seconds ago, its place still in a line that others kept alive.
-    let lapsed: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap();
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(line_key("watched"))
-        .arg(format!(
-            "dead-token {} 30000 0 distlock:grants:gone",
-            lapsed - 10_000
-        ))
-        .query(&mut server.conn())
-        .unwrap();
+    push_lapsed_place(
+        &server,
+        "watched",
+        "dead-token",
+        "distlock:grants:gone",
+        10_000,
+    );
     let live_waiting = wait_in_line(&live, "watched", &options);
     until_line_is(&server, "watched", 2).await;
     let mut watcher = server.client().get_async_pubsub().await.unwrap();
@@ -457,16 +451,13 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed() {
         .subscribe("distlock:grants:cut-off")
         .await
         .unwrap();
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
-    let redis_now_ms = seconds * 1000 + micros / 1000;
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(line_key("cut"))
-        .arg(format!(
-            "cut-off-token {} 30000 0 distlock:grants:cut-off",
-            redis_now_ms - 500
-        ))
-        .query(&mut server.conn())
-        .unwrap();
+    push_lapsed_place(
+        &server,
+        "cut",
+        "cut-off-token",
+        "distlock:grants:cut-off",
+        500,
+    );
     let live_waiting = wait_in_line(&live, "cut", &options);
     until_line_is(&server, "cut", 2).await;
 
@@ -501,7 +492,7 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed() {
         "not handed over"
     );
     live_holds.release().await.expect("ours");
-    assert!(line(&server, "cut").is_empty());
+    assert!(line_entries(&server, "cut").is_empty());
 }
 
 /// A process that has waited on more locks within a minute than it remembers places for (256)
