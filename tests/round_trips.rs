@@ -12,26 +12,6 @@ use std::collections::BTreeMap;
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use test_support::{global_server, RedisServer};
 
-/// `INFO commandstats` as command name → calls.
-fn command_stats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_"))
-        .map(|line| {
-            let (name, fields) = line.split_once(':').expect("cmdstat_<name>:<fields>");
-            let calls = fields
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))
-                .and_then(|calls| calls.parse().ok())
-                .unwrap_or_else(|| panic!("no calls in {line}"));
-            (name.to_owned(), calls)
-        })
-        .collect()
-}
-
 /// Resets the stats on `conn` (a connection opened before, so its own handshake is not
 /// counted), runs `operation`, and returns what reached Redis meanwhile, without the reset
 /// itself.
@@ -44,7 +24,7 @@ async fn stats_of<F: std::future::Future<Output = ()>>(
         .query::<()>(conn)
         .expect("CONFIG RESETSTAT");
     operation.await;
-    let mut stats = command_stats(conn);
+    let mut stats = RedisServer::command_counts_on(conn);
     // The reset counts itself once, after resetting: as `config|resetstat` where subcommands
     // are counted on their own (Redis 7, Valkey), as `config` where they are not (Redis 6.2).
     // Only that one call is removed, so a CONFIG sent by distlock would still show.

@@ -125,20 +125,18 @@ enum Locks {
 impl Backend {
     /// A standalone server.
     pub(crate) fn standalone(client: redis::Client, timeouts: Timeouts) -> Self {
-        Backend {
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
-            grants: GrantHub::new(
+        Backend::with(
+            GrantHub::new(
                 GRANTS,
                 vec![Servers::Fixed(vec![client.clone()])],
                 timeouts,
                 1,
             ),
-            locks: Locks::Single(Box::new(Node::new(
+            Locks::Single(Box::new(Node::new(
                 Connections::new(Endpoint::Standalone(client), timeouts),
                 Protocol::Line,
             ))),
-        }
+        )
     }
 
     /// A Redis Cluster, reached through its seed nodes. Hand-off messages use one pub/sub
@@ -148,15 +146,13 @@ impl Backend {
         endpoint: Endpoint,
         timeouts: Timeouts,
     ) -> Self {
-        Backend {
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
-            grants: GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
-            locks: Locks::Single(Box::new(Node::new(
+        Backend::with(
+            GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
+            Locks::Single(Box::new(Node::new(
                 Connections::new(endpoint, timeouts),
                 Protocol::Line,
             ))),
-        }
+        )
     }
 
     /// The master of a Sentinel service, followed across failovers: a standalone server whose
@@ -164,30 +160,23 @@ impl Backend {
     pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> Self {
         let sentinels = Arc::new(sentinels);
         crate::background::spawn(crate::sentinel::watch_switches(Arc::downgrade(&sentinels)));
-        Backend {
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
-            grants: GrantHub::new(
+        Backend::with(
+            GrantHub::new(
                 GRANTS,
                 vec![Servers::Sentinel(Arc::clone(&sentinels))],
                 timeouts,
                 1,
             ),
-            locks: Locks::Single(Box::new(Node::new(
+            Locks::Single(Box::new(Node::new(
                 Connections::new(Endpoint::Sentinel(sentinels), timeouts),
                 Protocol::Line,
             ))),
-        }
+        )
     }
 
     /// The in-process lock table (see `memory`).
     pub(crate) fn in_process() -> Self {
-        Backend {
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
-            grants: GrantHub::in_process(),
-            locks: Locks::Memory(Memory::new()),
-        }
+        Backend::with(GrantHub::in_process(), Locks::Memory(Memory::new()))
     }
 
     /// Redlock over independent masters, with one wake-up connection per master.
@@ -213,15 +202,20 @@ impl Backend {
             .map(|client| Servers::Fixed(vec![client]))
             .collect();
         let grants = GrantHub::new(WAKE_UPS, sources, timeouts, confirmations);
+        let channel = Arc::clone(grants.channel());
+        Backend::with(
+            grants,
+            Locks::Quorum(Quorum::new(nodes, node_timeout, channel)),
+        )
+    }
+
+    /// A backend over `locks`, its waiters told by `grants`, knowing nothing of any lock yet.
+    fn with(grants: GrantHub, locks: Locks) -> Self {
         Backend {
+            locks,
+            grants,
             contended: Contended::default(),
             join_refused: AtomicBool::new(false),
-            locks: Locks::Quorum(Quorum::new(
-                nodes,
-                node_timeout,
-                Arc::clone(grants.channel()),
-            )),
-            grants,
         }
     }
 

@@ -102,8 +102,6 @@ impl Node {
                 None,
             ));
         }
-        // Receivers of a publish are counted but on a cluster (see `scripts::LINE_PRELUDE`).
-        let counted = !matches!(connection, Connection::Cluster(_));
         let channel = match &wait {
             Wait::FirstTry => "",
             Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
@@ -130,7 +128,7 @@ impl Node {
                         } => "join",
                         Wait::InLine { renewing: true, .. } => "renew",
                     })
-                    .arg(flag(counted));
+                    .arg(flag(counts_receivers(&connection)));
                 let reply: Vec<i64> =
                     scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
                 let place = |deadline: i64, first: bool| {
@@ -353,9 +351,7 @@ impl Node {
                             .map(millis)
                             .map_or_else(String::new, |ms| ms.to_string()),
                     )
-                    // Receivers of a publish are counted but on a cluster, which is where a
-                    // command may be re-sent (see `scripts::LINE_PRELUDE`).
-                    .arg(flag(re_sent_within.is_none()))
+                    .arg(flag(counts_receivers(connection)))
                     .arg(redis_clock.map_or_else(String::new, |now| now.to_string()));
                 scripts::invoke(&scripts::RELEASE, &cmd, connection).await?
             }
@@ -645,6 +641,14 @@ fn bad_fence(counter: &str, value: i64) -> redis::RedisError {
              storage has accepted, or delete it if no storage has seen its tokens"
         ),
     ))
+}
+
+/// Whether `PUBLISH` on `connection` answers how many of the waiters' connections received the
+/// message, which tells a dead waiter (see `scripts::LINE_PRELUDE`): everywhere but on a
+/// cluster, which forwards a publish to every node and counts only the receivers on the one
+/// the lock lives on.
+fn counts_receivers(connection: &Connection) -> bool {
+    !matches!(connection, Connection::Cluster(_))
 }
 
 fn flag(on: bool) -> &'static str {
