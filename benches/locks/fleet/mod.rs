@@ -14,7 +14,15 @@
 //! - `SET NX PX + 100 ms poll`: what users write by hand: `SET key token NX PX ttl` until it
 //!   answers OK, sleeping 100 ms after each refusal, and the compare-and-delete script to
 //!   release; one multiplexed connection per process;
-//! - `SET NX PX + 5 ms poll`: the same, polling 20 × as often.
+//! - `SET NX PX + 5 ms poll`: the same, polling 20 × as often;
+//! - two floors, which are no locks: the turn goes round the tasks in a fixed ring, each task
+//!   handing it to the next with a message on that task's own channel. `floor: PUBLISH per turn`
+//!   sends a plain `PUBLISH`: the least any hand-off by a message from Redis costs on this
+//!   machine. `floor: script per turn` sends it from a script that first does the Redis work
+//!   of an atomic hand-off (`GET`, `LPOP`, `SET`, then `PUBLISH`): the least a lock that hands
+//!   over in one script, as distlock does, can cost here — without a line, leases, or a
+//!   client's own work. distlock's gap and busy fraction are also printed as ratios to each
+//!   floor's, measured in the same run: the absolute targets below were set on another machine.
 //!
 //! Every worker records, per section, its process, its task, and four [`monotonic_ns`] readings:
 //! acquire called, acquire returned (`acquired`), release about to be called (`release_start`),
@@ -88,14 +96,29 @@ pub(crate) enum Lock {
     Poll {
         interval_ms: u64,
     },
+    /// No lock: the turn goes round the tasks in a fixed ring, each handing it to the next with
+    /// a message that the next one's subscription receives: the same processes, runtimes,
+    /// client and spin as the locks, and nothing but the hand-off. With `scripted` false the
+    /// message is a plain `PUBLISH`: the floor of any hand-off by a message from Redis. With
+    /// `scripted` true it is sent by a script that first does the Redis work of an atomic
+    /// hand-off (`GET` the lock, `LPOP` its line, `SET` it to the next holder, then `PUBLISH`):
+    /// the floor of a lock that hands over in one script, as distlock does, without its line,
+    /// leases or client.
+    Ring {
+        scripted: bool,
+    },
 }
 
 pub(crate) const POLL_100: &str = "SET NX PX + 100 ms poll";
 pub(crate) const POLL_5: &str = "SET NX PX + 5 ms poll";
+pub(crate) const RING_MESSAGE: &str = "floor: PUBLISH per turn";
+pub(crate) const RING_SCRIPT: &str = "floor: script per turn";
 
 /// Every contender, in report order.
-pub(crate) const CONTENDERS: [(&str, Lock); 3] = [
+pub(crate) const CONTENDERS: [(&str, Lock); 5] = [
     (DISTLOCK, Lock::Distlock),
+    (RING_SCRIPT, Lock::Ring { scripted: true }),
+    (RING_MESSAGE, Lock::Ring { scripted: false }),
     (POLL_100, Lock::Poll { interval_ms: 100 }),
     (POLL_5, Lock::Poll { interval_ms: 5 }),
 ];
@@ -210,7 +233,8 @@ pub(crate) struct FleetTarget {
 }
 
 /// The definitions written into the JSON, so that its figures can be read without the source.
-const DEFINITIONS: [(&str, &str); 9] = [
+const DEFINITIONS: [(&str, &str); 10] = [
+    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn); the first task of the first process starts with the turn"),
     ("clock", "CLOCK_MONOTONIC nanoseconds, read by every worker process (one clock per machine)"),
     ("section", "acquire, hold 1 ms (spin until acquired + 1 ms, yield_now between checks), release; sections ordered by acquired (acquire returned)"),
     ("holder_changes_pct / process_changes_pct", "consecutive sections whose task / process differs, % of all consecutive pairs; median over rounds"),
@@ -324,6 +348,7 @@ fn run_once(
             lock,
             name: name.to_owned(),
             process,
+            processes: shape.processes,
             tasks: shape.tasks,
             sections,
             critical_us: u64::try_from(config.critical.as_micros())
@@ -466,6 +491,48 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                     .map(|result| (result.contender, pick(&result.summary)))
                     .collect(),
             });
+        }
+        // How far distlock is from what a message hand-off can do on this machine: the
+        // absolute limits above were set on another machine, whose loopback and wake-ups may
+        // be faster or slower.
+        let summary = |contender: &str| {
+            of_shape
+                .iter()
+                .find(|result| result.contender == contender)
+                .map(|result| &result.summary)
+        };
+        let floors: [(&str, &'static str, &'static str); 2] = [
+            (
+                RING_SCRIPT,
+                "gap p50 / the script floor's",
+                "busy fraction / the script floor's",
+            ),
+            (
+                RING_MESSAGE,
+                "gap p50 / the PUBLISH floor's",
+                "busy fraction / the PUBLISH floor's",
+            ),
+        ];
+        for (floor, gap_name, busy_name) in floors {
+            let (Some(distlock), Some(floor)) = (summary(DISTLOCK), summary(floor)) else {
+                continue;
+            };
+            let ratios = [
+                (gap_name, distlock.gap_p50_ms / floor.gap_p50_ms),
+                (busy_name, distlock.busy_fraction / floor.busy_fraction),
+            ];
+            for (name, value) in ratios {
+                targets.push(FleetTarget {
+                    configuration: shape.to_string(),
+                    name,
+                    unit: "",
+                    value: Some(value),
+                    op: "info",
+                    limit: None,
+                    result: "INFO",
+                    others: BTreeMap::new(),
+                });
+            }
         }
     }
     targets

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use redis::aio::MultiplexedConnection;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSubStream};
 use serde::{Deserialize, Serialize};
 
 use super::stats::Section;
@@ -45,6 +46,8 @@ pub(super) struct WorkerSpec {
     pub name: String,
     /// This worker's number, `0..P`.
     pub process: usize,
+    /// Worker processes in the run (P).
+    pub processes: usize,
     /// Tasks in this process (T).
     pub tasks: usize,
     /// Sections per task.
@@ -149,6 +152,34 @@ async fn critical_section(acquired: u64, critical_us: u64) {
     }
 }
 
+/// Which of its task's sections a worker is at: the ring floor needs it to know whose turn is
+/// next and who starts.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    /// The task's number in its process.
+    task: usize,
+    /// The section's number in its task.
+    n: usize,
+}
+
+/// The channel on which task `task` (numbered over the whole fleet) is given the turn of the
+/// ring floor whose lock name is `name`.
+fn turn_channel(name: &str, task: usize) -> String {
+    format!("{PREFIX}{name}:turn:{task}")
+}
+
+/// The scripted ring floor's hand-off: the Redis work of handing a lock over in one script —
+/// read the lock, take the next waiter off its line (which stays empty here: the ring knows
+/// the next holder), give the lock to the next holder, tell it — and no more. `KEYS[1]` the
+/// lock, `KEYS[2]` its line, `ARGV[1]` the value to give the lock, `ARGV[2]` the next holder's
+/// channel.
+const RING_HAND_OFF: &str = r"
+local held = redis.call('GET', KEYS[1])
+local waiter = redis.call('LPOP', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
+return redis.call('PUBLISH', ARGV[2], ARGV[1])
+";
+
 /// A lock taken by [`WorkerLock::acquire`].
 enum Held {
     Guard(distlock::LockGuard),
@@ -169,6 +200,20 @@ enum WorkerLock {
         release: redis::Script,
         interval: Duration,
     },
+    /// [`Lock::Ring`]: no lock; the turn goes from task to task over the whole fleet, in order
+    /// of their numbers, with one `PUBLISH` on the next task's [`turn_channel`].
+    Ring {
+        publisher: MultiplexedConnection,
+        /// This process's tasks' subscriptions, by their number in the process: each task
+        /// waits on its own, as a waiter of a lock waits for its own message.
+        turns: Vec<tokio::sync::Mutex<PubSubStream>>,
+        /// Tasks in the whole ring.
+        ring: usize,
+        /// The fleet-wide number of this process's first task.
+        first_task: usize,
+        /// [`RING_HAND_OFF`], for the scripted floor; `None`: a plain `PUBLISH`.
+        hand_off: Option<redis::Script>,
+    },
 }
 
 impl WorkerLock {
@@ -182,6 +227,34 @@ impl WorkerLock {
                     .expect("fleet worker: cannot connect distlock"),
                 options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
             },
+            Lock::Ring { scripted } => {
+                let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
+                let first_task = spec.process * spec.tasks;
+                let mut turns = Vec::with_capacity(spec.tasks);
+                for task in 0..spec.tasks {
+                    let mut pubsub = client
+                        .get_async_pubsub()
+                        .await
+                        .expect("fleet worker: cannot connect to Redis");
+                    pubsub
+                        .subscribe(turn_channel(&spec.name, first_task + task))
+                        .await
+                        .expect("fleet worker: SUBSCRIBE failed");
+                    turns.push(tokio::sync::Mutex::new(pubsub.into_on_message()));
+                }
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                WorkerLock::Ring {
+                    publisher: client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .expect("fleet worker: cannot connect to Redis"),
+                    turns,
+                    ring: spec.processes * spec.tasks,
+                    first_task,
+                    hand_off: scripted.then(|| redis::Script::new(RING_HAND_OFF)),
+                }
+            }
             Lock::Poll { interval_ms } => {
                 let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
                 let config = redis::AsyncConnectionConfig::new()
@@ -203,8 +276,20 @@ impl WorkerLock {
     async fn warm_up(&self, spec: &WorkerSpec) {
         let name = format!("{}:warm-up:{}", spec.name, spec.process);
         let token = format!("warm-up-{}", std::process::id());
-        let held = self.acquire(&name, &token).await;
-        self.release(held, &name, &token).await;
+        if let WorkerLock::Ring { publisher, .. } = self {
+            // The subscriptions are made: a message on the publishing connection is all that
+            // is left to open.
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(&name)
+                .arg("warm-up")
+                .query_async(&mut publisher.clone())
+                .await
+                .expect("fleet worker: PUBLISH failed");
+            return;
+        }
+        let turn = Turn { task: 0, n: 0 };
+        let held = self.acquire(&name, &token, turn).await;
+        self.release(held, &name, &token, turn).await;
     }
 
     /// One task's sections on the contended lock.
@@ -214,12 +299,13 @@ impl WorkerLock {
         for n in 0..spec.sections {
             // Unique in the run: no task can ever release another's hold.
             let token = format!("fleet-{pid}-{task}-{n}");
+            let turn = Turn { task, n };
             let called = monotonic_ns();
-            let held = self.acquire(&spec.name, &token).await;
+            let held = self.acquire(&spec.name, &token, turn).await;
             let acquired = monotonic_ns();
             critical_section(acquired, spec.critical_us).await;
             let release_start = monotonic_ns();
-            self.release(held, &spec.name, &token).await;
+            self.release(held, &spec.name, &token, turn).await;
             sections.push(Section {
                 process: spec.process,
                 task: spec.process * spec.tasks + task,
@@ -232,8 +318,22 @@ impl WorkerLock {
         sections
     }
 
-    async fn acquire(&self, name: &str, token: &str) -> Held {
+    async fn acquire(&self, name: &str, token: &str, turn: Turn) -> Held {
         match self {
+            WorkerLock::Ring {
+                turns, first_task, ..
+            } => {
+                // The ring starts with the first task of the first process holding the turn.
+                if first_task + turn.task == 0 && turn.n == 0 {
+                    return Held::Token;
+                }
+                let mut subscription = turns[turn.task].lock().await;
+                subscription
+                    .next()
+                    .await
+                    .expect("fleet worker: the turn subscription closed");
+                Held::Token
+            }
             WorkerLock::Distlock { manager, options } => Held::Guard(
                 manager
                     .acquire(name, options)
@@ -268,8 +368,38 @@ impl WorkerLock {
 
     /// Releases what [`acquire`](Self::acquire) took: distlock's guard, or the hand-written lock
     /// by its token. Either must find the lock still ours (the ttl is far longer than the run).
-    async fn release(&self, held: Held, name: &str, token: &str) {
+    async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
+            (
+                WorkerLock::Ring {
+                    publisher,
+                    ring,
+                    first_task,
+                    hand_off,
+                    ..
+                },
+                Held::Token,
+            ) => {
+                let next = (first_task + turn.task + 1) % ring;
+                let channel = turn_channel(name, next);
+                // The last turn of the run goes to a task that is done: no receiver to count.
+                let _: i64 = match hand_off {
+                    Some(script) => script
+                        .key(format!("{PREFIX}{name}"))
+                        .key(format!("{PREFIX}{name}:line"))
+                        .arg(token)
+                        .arg(&channel)
+                        .invoke_async(&mut publisher.clone())
+                        .await
+                        .expect("fleet worker: the floor's hand-off script failed"),
+                    None => redis::cmd("PUBLISH")
+                        .arg(&channel)
+                        .arg(token)
+                        .query_async(&mut publisher.clone())
+                        .await
+                        .expect("fleet worker: PUBLISH failed"),
+                };
+            }
             (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
                 .release()
                 .await
