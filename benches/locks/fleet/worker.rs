@@ -201,7 +201,8 @@ enum WorkerLock {
         interval: Duration,
     },
     /// [`Lock::Ring`]: no lock; the turn goes from task to task over the whole fleet, in order
-    /// of their numbers, with one `PUBLISH` on the next task's [`turn_channel`].
+    /// of their numbers, with one `PUBLISH` — or one [`RING_HAND_OFF`] script — on the next
+    /// task's [`turn_channel`].
     Ring {
         publisher: MultiplexedConnection,
         /// This process's tasks' subscriptions, by their number in the process: each task
@@ -367,7 +368,8 @@ impl WorkerLock {
     }
 
     /// Releases what [`acquire`](Self::acquire) took: distlock's guard, or the hand-written lock
-    /// by its token. Either must find the lock still ours (the ttl is far longer than the run).
+    /// by its token; either must find the lock still ours (the ttl is far longer than the run).
+    /// A ring floor hands the turn to the next task.
     async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
             (
