@@ -21,8 +21,12 @@
 //!   machine. `floor: script per turn` sends it from a script that first does the Redis work
 //!   of an atomic hand-off (`GET`, `LPOP`, `SET`, then `PUBLISH`): the least a lock that hands
 //!   over in one script, as distlock does, can cost here — without a line, leases, or a
-//!   client's own work. distlock's gap and busy fraction are also printed as ratios to each
-//!   floor's, measured in the same run: the absolute targets below were set on another machine.
+//!   client's own work. Both wait and send through redis-rs's connections, as distlock does;
+//!   `raw floor: PUBLISH` and `raw floor: script` do the same on sockets their tasks read and
+//!   write themselves (redis-rs packs the commands and parses the replies), without the
+//!   connections' background tasks between a task and its socket: what Redis and the machine
+//!   cost. distlock's gap and busy fraction are also printed as ratios to each floor's,
+//!   measured in the same run: the absolute targets below were set on another machine.
 //!
 //! Every worker records, per section, its process, its task, and four [`monotonic_ns`] readings:
 //! acquire called, acquire returned (`acquired`), release about to be called (`release_start`),
@@ -107,18 +111,28 @@ pub(crate) enum Lock {
     Ring {
         scripted: bool,
     },
+    /// The same ring and hand-off, each task reading and writing a socket of its own instead of
+    /// redis-rs's connections, whose background task sits between a task and its socket both
+    /// ways: what Redis and the machine cost, without the client library.
+    RawRing {
+        scripted: bool,
+    },
 }
 
 pub(crate) const POLL_100: &str = "SET NX PX + 100 ms poll";
 pub(crate) const POLL_5: &str = "SET NX PX + 5 ms poll";
 pub(crate) const RING_MESSAGE: &str = "floor: PUBLISH per turn";
 pub(crate) const RING_SCRIPT: &str = "floor: script per turn";
+pub(crate) const RAW_MESSAGE: &str = "raw floor: PUBLISH";
+pub(crate) const RAW_SCRIPT: &str = "raw floor: script";
 
 /// Every contender, in report order.
-pub(crate) const CONTENDERS: [(&str, Lock); 5] = [
+pub(crate) const CONTENDERS: [(&str, Lock); 7] = [
     (DISTLOCK, Lock::Distlock),
     (RING_SCRIPT, Lock::Ring { scripted: true }),
     (RING_MESSAGE, Lock::Ring { scripted: false }),
+    (RAW_SCRIPT, Lock::RawRing { scripted: true }),
+    (RAW_MESSAGE, Lock::RawRing { scripted: false }),
     (POLL_100, Lock::Poll { interval_ms: 100 }),
     (POLL_5, Lock::Poll { interval_ms: 5 }),
 ];
@@ -234,7 +248,7 @@ pub(crate) struct FleetTarget {
 
 /// The definitions written into the JSON, so that its figures can be read without the source.
 const DEFINITIONS: [(&str, &str); 10] = [
-    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn); the first task of the first process starts with the turn"),
+    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn), through redis-rs's connections; the raw floors do the same on sockets their tasks read and write themselves; the first task of the first process starts with the turn"),
     ("clock", "CLOCK_MONOTONIC nanoseconds, read by every worker process (one clock per machine)"),
     ("section", "acquire, hold 1 ms (spin until acquired + 1 ms, yield_now between checks), release; sections ordered by acquired (acquire returned)"),
     ("holder_changes_pct / process_changes_pct", "consecutive sections whose task / process differs, % of all consecutive pairs; median over rounds"),
@@ -501,7 +515,7 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                 .find(|result| result.contender == contender)
                 .map(|result| &result.summary)
         };
-        let floors: [(&str, &'static str, &'static str); 2] = [
+        let floors: [(&str, &'static str, &'static str); 4] = [
             (
                 RING_SCRIPT,
                 "gap p50 / the script floor's",
@@ -511,6 +525,16 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                 RING_MESSAGE,
                 "gap p50 / the PUBLISH floor's",
                 "busy fraction / the PUBLISH floor's",
+            ),
+            (
+                RAW_SCRIPT,
+                "gap p50 / the raw script floor's",
+                "busy fraction / the raw script floor's",
+            ),
+            (
+                RAW_MESSAGE,
+                "gap p50 / the raw PUBLISH floor's",
+                "busy fraction / the raw PUBLISH floor's",
             ),
         ];
         for (floor, gap_name, busy_name) in floors {

@@ -180,6 +180,70 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
 return redis.call('PUBLISH', ARGV[2], ARGV[1])
 ";
 
+/// A connection of the raw floors: a socket that the task using it reads and writes itself, with
+/// redis-rs's command packing and reply parser, and none of its connection tasks.
+///
+/// Replies are read whole: at most one reply or message is on its way to it at any time (a
+/// command's reply is awaited before the next command; the ring sends a task one turn at a time),
+/// so whatever arrives is one value, parsed once it is complete.
+struct RawConnection {
+    socket: tokio::net::TcpStream,
+    received: Vec<u8>,
+}
+
+impl RawConnection {
+    async fn open(url: &str) -> Self {
+        use redis::IntoConnectionInfo;
+        let info = url.into_connection_info().expect("bad Redis URL");
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
+            panic!("fleet worker: the raw floors speak plain TCP only, not {url}");
+        };
+        RawConnection {
+            socket: tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .expect("fleet worker: cannot connect to Redis"),
+            received: Vec::with_capacity(256),
+        }
+    }
+
+    /// The next value Redis sends: a reply, or a message on a subscribed channel.
+    async fn next_value(&mut self) -> redis::Value {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if !self.received.is_empty() {
+                // An error here is an incomplete value: read on.
+                if let Ok(value) = redis::parse_redis_value(&self.received) {
+                    self.received.clear();
+                    return value;
+                }
+            }
+            assert!(
+                self.received.len() < 64 * 1024,
+                "fleet worker: Redis sent what the raw floor cannot parse"
+            );
+            let read = self
+                .socket
+                .read_buf(&mut self.received)
+                .await
+                .expect("fleet worker: cannot read from Redis");
+            assert!(read > 0, "fleet worker: Redis closed the connection");
+        }
+    }
+
+    /// Sends `cmd` and reads its reply.
+    async fn query(&mut self, cmd: &redis::Cmd) -> redis::Value {
+        use tokio::io::AsyncWriteExt;
+        self.socket
+            .write_all(&cmd.get_packed_command())
+            .await
+            .expect("fleet worker: cannot write to Redis");
+        match self.next_value().await {
+            redis::Value::ServerError(error) => panic!("fleet worker: Redis answered {error:?}"),
+            value => value,
+        }
+    }
+}
+
 /// A lock taken by [`WorkerLock::acquire`].
 enum Held {
     Guard(distlock::LockGuard),
@@ -213,6 +277,15 @@ enum WorkerLock {
         /// The fleet-wide number of this process's first task.
         first_task: usize,
         /// [`RING_HAND_OFF`], for the scripted floor; `None`: a plain `PUBLISH`.
+        hand_off: Option<redis::Script>,
+    },
+    /// [`Lock::RawRing`]: the ring on [`RawConnection`]s.
+    RawRing {
+        publisher: tokio::sync::Mutex<RawConnection>,
+        /// This process's tasks' subscriptions, by their number in the process.
+        turns: Vec<tokio::sync::Mutex<RawConnection>>,
+        ring: usize,
+        first_task: usize,
         hand_off: Option<redis::Script>,
     },
 }
@@ -256,6 +329,29 @@ impl WorkerLock {
                     hand_off: scripted.then(|| redis::Script::new(RING_HAND_OFF)),
                 }
             }
+            Lock::RawRing { scripted } => {
+                let first_task = spec.process * spec.tasks;
+                let mut turns = Vec::with_capacity(spec.tasks);
+                for task in 0..spec.tasks {
+                    let mut connection = RawConnection::open(&spec.url).await;
+                    let channel = turn_channel(&spec.name, first_task + task);
+                    connection.query(redis::cmd("SUBSCRIBE").arg(channel)).await;
+                    turns.push(tokio::sync::Mutex::new(connection));
+                }
+                let mut publisher = RawConnection::open(&spec.url).await;
+                if scripted {
+                    publisher
+                        .query(redis::cmd("SCRIPT").arg("LOAD").arg(RING_HAND_OFF))
+                        .await;
+                }
+                WorkerLock::RawRing {
+                    publisher: tokio::sync::Mutex::new(publisher),
+                    turns,
+                    ring: spec.processes * spec.tasks,
+                    first_task,
+                    hand_off: scripted.then(|| redis::Script::new(RING_HAND_OFF)),
+                }
+            }
             Lock::Poll { interval_ms } => {
                 let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
                 let config = redis::AsyncConnectionConfig::new()
@@ -286,6 +382,14 @@ impl WorkerLock {
                 .query_async(&mut publisher.clone())
                 .await
                 .expect("fleet worker: PUBLISH failed");
+            return;
+        }
+        if let WorkerLock::RawRing { publisher, .. } = self {
+            publisher
+                .lock()
+                .await
+                .query(redis::cmd("PUBLISH").arg(&name).arg("warm-up"))
+                .await;
             return;
         }
         let turn = Turn { task: 0, n: 0 };
@@ -333,6 +437,15 @@ impl WorkerLock {
                     .next()
                     .await
                     .expect("fleet worker: the turn subscription closed");
+                Held::Token
+            }
+            WorkerLock::RawRing {
+                turns, first_task, ..
+            } => {
+                if first_task + turn.task == 0 && turn.n == 0 {
+                    return Held::Token;
+                }
+                turns[turn.task].lock().await.next_value().await;
                 Held::Token
             }
             WorkerLock::Distlock { manager, options } => Held::Guard(
@@ -401,6 +514,36 @@ impl WorkerLock {
                         .await
                         .expect("fleet worker: PUBLISH failed"),
                 };
+            }
+            (
+                WorkerLock::RawRing {
+                    publisher,
+                    ring,
+                    first_task,
+                    hand_off,
+                    ..
+                },
+                Held::Token,
+            ) => {
+                let next = (first_task + turn.task + 1) % ring;
+                let channel = turn_channel(name, next);
+                let mut cmd;
+                match hand_off {
+                    Some(script) => {
+                        cmd = redis::cmd("EVALSHA");
+                        cmd.arg(script.get_hash())
+                            .arg(2)
+                            .arg(format!("{PREFIX}{name}"))
+                            .arg(format!("{PREFIX}{name}:line"))
+                            .arg(token)
+                            .arg(&channel);
+                    }
+                    None => {
+                        cmd = redis::cmd("PUBLISH");
+                        cmd.arg(&channel).arg(token);
+                    }
+                }
+                publisher.lock().await.query(&cmd).await;
             }
             (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
                 .release()
