@@ -9,8 +9,8 @@
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
 //!                                       (cycle, contend, parallel, backends, fleet)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
-//! cargo bench --bench locks -- fleet                       # only the fleet workload (~45 s)
-//! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~12 s)
+//! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
+//! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! DISTLOCK_BENCH_FLEET_SHAPES=16x1 DISTLOCK_BENCH_FLEET_SECTIONS=50 DISTLOCK_BENCH_FLEET_ROUNDS=3
 //!                                                          # fleet configurations and counts
