@@ -50,6 +50,7 @@
 //! hand-off gap p50 ≤ 0.2 ms; busy fraction ≥ 0.85; no overlap.
 
 mod processes;
+mod ring;
 mod stats;
 mod worker;
 
@@ -101,21 +102,18 @@ pub(crate) enum Lock {
         interval_ms: u64,
     },
     /// No lock: the turn goes round the tasks in a fixed ring, each handing it to the next with
-    /// a message that the next one's subscription receives: the same processes, runtimes,
-    /// client and spin as the locks, and nothing but the hand-off. With `scripted` false the
-    /// message is a plain `PUBLISH`: the floor of any hand-off by a message from Redis. With
-    /// `scripted` true it is sent by a script that first does the Redis work of an atomic
-    /// hand-off (`GET` the lock, `LPOP` its line, `SET` it to the next holder, then `PUBLISH`):
-    /// the floor of a lock that hands over in one script, as distlock does, without its line,
-    /// leases or client.
+    /// a message that the next one's subscription receives (see [`ring`]): the same processes,
+    /// runtimes, spin and statistics as the locks, and nothing but the hand-off. With `scripted`
+    /// false the message is a plain `PUBLISH`: the floor of any hand-off by a message from
+    /// Redis. With `scripted` true it is sent by a script that first does the Redis work of an
+    /// atomic hand-off (`GET` the lock, `LPOP` its line, `SET` it to the next holder, then
+    /// `PUBLISH`): the floor of a lock that hands over in one script, as distlock does, without
+    /// its line, leases or client. With `raw` false the messages travel through redis-rs's
+    /// connections, as distlock's do; with `raw` true through sockets the tasks read and write
+    /// themselves: what Redis and the machine cost, without the client library.
     Ring {
         scripted: bool,
-    },
-    /// The same ring and hand-off, each task reading and writing a socket of its own instead of
-    /// redis-rs's connections, whose background task sits between a task and its socket both
-    /// ways: what Redis and the machine cost, without the client library.
-    RawRing {
-        scripted: bool,
+        raw: bool,
     },
 }
 
@@ -129,10 +127,34 @@ pub(crate) const RAW_SCRIPT: &str = "raw floor: script";
 /// Every contender, in report order.
 pub(crate) const CONTENDERS: [(&str, Lock); 7] = [
     (DISTLOCK, Lock::Distlock),
-    (RING_SCRIPT, Lock::Ring { scripted: true }),
-    (RING_MESSAGE, Lock::Ring { scripted: false }),
-    (RAW_SCRIPT, Lock::RawRing { scripted: true }),
-    (RAW_MESSAGE, Lock::RawRing { scripted: false }),
+    (
+        RING_SCRIPT,
+        Lock::Ring {
+            scripted: true,
+            raw: false,
+        },
+    ),
+    (
+        RING_MESSAGE,
+        Lock::Ring {
+            scripted: false,
+            raw: false,
+        },
+    ),
+    (
+        RAW_SCRIPT,
+        Lock::Ring {
+            scripted: true,
+            raw: true,
+        },
+    ),
+    (
+        RAW_MESSAGE,
+        Lock::Ring {
+            scripted: false,
+            raw: true,
+        },
+    ),
     (POLL_100, Lock::Poll { interval_ms: 100 }),
     (POLL_5, Lock::Poll { interval_ms: 5 }),
 ];

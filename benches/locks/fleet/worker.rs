@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSubStream};
+use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
+use super::ring::{Ring, Turn};
 use super::stats::Section;
 use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
 
@@ -152,98 +152,6 @@ async fn critical_section(acquired: u64, critical_us: u64) {
     }
 }
 
-/// Which of its task's sections a worker is at: the ring floor needs it to know whose turn is
-/// next and who starts.
-#[derive(Debug, Clone, Copy)]
-struct Turn {
-    /// The task's number in its process.
-    task: usize,
-    /// The section's number in its task.
-    n: usize,
-}
-
-/// The channel on which task `task` (numbered over the whole fleet) is given the turn of the
-/// ring floor whose lock name is `name`.
-fn turn_channel(name: &str, task: usize) -> String {
-    format!("{PREFIX}{name}:turn:{task}")
-}
-
-/// The scripted ring floor's hand-off: the Redis work of handing a lock over in one script —
-/// read the lock, take the next waiter off its line (which stays empty here: the ring knows
-/// the next holder), give the lock to the next holder, tell it — and no more. `KEYS[1]` the
-/// lock, `KEYS[2]` its line, `ARGV[1]` the value to give the lock, `ARGV[2]` the next holder's
-/// channel.
-const RING_HAND_OFF: &str = r"
-local held = redis.call('GET', KEYS[1])
-local waiter = redis.call('LPOP', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
-return redis.call('PUBLISH', ARGV[2], ARGV[1])
-";
-
-/// A connection of the raw floors: a socket that the task using it reads and writes itself, with
-/// redis-rs's command packing and reply parser, and none of its connection tasks.
-///
-/// Replies are read whole: at most one reply or message is on its way to it at any time (a
-/// command's reply is awaited before the next command; the ring sends a task one turn at a time),
-/// so whatever arrives is one value, parsed once it is complete.
-struct RawConnection {
-    socket: tokio::net::TcpStream,
-    received: Vec<u8>,
-}
-
-impl RawConnection {
-    async fn open(url: &str) -> Self {
-        use redis::IntoConnectionInfo;
-        let info = url.into_connection_info().expect("bad Redis URL");
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
-            panic!("fleet worker: the raw floors speak plain TCP only, not {url}");
-        };
-        RawConnection {
-            socket: tokio::net::TcpStream::connect((host.as_str(), *port))
-                .await
-                .expect("fleet worker: cannot connect to Redis"),
-            received: Vec::with_capacity(256),
-        }
-    }
-
-    /// The next value Redis sends: a reply, or a message on a subscribed channel.
-    async fn next_value(&mut self) -> redis::Value {
-        use tokio::io::AsyncReadExt;
-        loop {
-            if !self.received.is_empty() {
-                // An error here is an incomplete value: read on.
-                if let Ok(value) = redis::parse_redis_value(&self.received) {
-                    self.received.clear();
-                    return value;
-                }
-            }
-            assert!(
-                self.received.len() < 64 * 1024,
-                "fleet worker: Redis sent what the raw floor cannot parse"
-            );
-            let read = self
-                .socket
-                .read_buf(&mut self.received)
-                .await
-                .expect("fleet worker: cannot read from Redis");
-            assert!(read > 0, "fleet worker: Redis closed the connection");
-        }
-    }
-
-    /// Sends `cmd` and reads its reply.
-    async fn query(&mut self, cmd: &redis::Cmd) -> redis::Value {
-        use tokio::io::AsyncWriteExt;
-        self.socket
-            .write_all(&cmd.get_packed_command())
-            .await
-            .expect("fleet worker: cannot write to Redis");
-        match self.next_value().await {
-            redis::Value::ServerError(error) => panic!("fleet worker: Redis answered {error:?}"),
-            value => value,
-        }
-    }
-}
-
 /// A lock taken by [`WorkerLock::acquire`].
 enum Held {
     Guard(distlock::LockGuard),
@@ -264,30 +172,8 @@ enum WorkerLock {
         release: redis::Script,
         interval: Duration,
     },
-    /// [`Lock::Ring`]: no lock; the turn goes from task to task over the whole fleet, in order
-    /// of their numbers, with one `PUBLISH` — or one [`RING_HAND_OFF`] script — on the next
-    /// task's [`turn_channel`].
-    Ring {
-        publisher: MultiplexedConnection,
-        /// This process's tasks' subscriptions, by their number in the process: each task
-        /// waits on its own, as a waiter of a lock waits for its own message.
-        turns: Vec<tokio::sync::Mutex<PubSubStream>>,
-        /// Tasks in the whole ring.
-        ring: usize,
-        /// The fleet-wide number of this process's first task.
-        first_task: usize,
-        /// [`RING_HAND_OFF`], for the scripted floor; `None`: a plain `PUBLISH`.
-        hand_off: Option<redis::Script>,
-    },
-    /// [`Lock::RawRing`]: the ring on [`RawConnection`]s.
-    RawRing {
-        publisher: tokio::sync::Mutex<RawConnection>,
-        /// This process's tasks' subscriptions, by their number in the process.
-        turns: Vec<tokio::sync::Mutex<RawConnection>>,
-        ring: usize,
-        first_task: usize,
-        hand_off: Option<redis::Script>,
-    },
+    /// [`Lock::Ring`]: no lock, the floors' ring.
+    Ring(Ring),
 }
 
 impl WorkerLock {
@@ -301,57 +187,16 @@ impl WorkerLock {
                     .expect("fleet worker: cannot connect distlock"),
                 options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
             },
-            Lock::Ring { scripted } => {
-                let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
-                let first_task = spec.process * spec.tasks;
-                let mut turns = Vec::with_capacity(spec.tasks);
-                for task in 0..spec.tasks {
-                    let mut pubsub = client
-                        .get_async_pubsub()
-                        .await
-                        .expect("fleet worker: cannot connect to Redis");
-                    pubsub
-                        .subscribe(turn_channel(&spec.name, first_task + task))
-                        .await
-                        .expect("fleet worker: SUBSCRIBE failed");
-                    turns.push(tokio::sync::Mutex::new(pubsub.into_on_message()));
-                }
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                WorkerLock::Ring {
-                    publisher: client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                        .expect("fleet worker: cannot connect to Redis"),
-                    turns,
-                    ring: spec.processes * spec.tasks,
-                    first_task,
-                    hand_off: scripted.then(|| redis::Script::new(RING_HAND_OFF)),
-                }
-            }
-            Lock::RawRing { scripted } => {
-                let first_task = spec.process * spec.tasks;
-                let mut turns = Vec::with_capacity(spec.tasks);
-                for task in 0..spec.tasks {
-                    let mut connection = RawConnection::open(&spec.url).await;
-                    let channel = turn_channel(&spec.name, first_task + task);
-                    connection.query(redis::cmd("SUBSCRIBE").arg(channel)).await;
-                    turns.push(tokio::sync::Mutex::new(connection));
-                }
-                let mut publisher = RawConnection::open(&spec.url).await;
-                if scripted {
-                    publisher
-                        .query(redis::cmd("SCRIPT").arg("LOAD").arg(RING_HAND_OFF))
-                        .await;
-                }
-                WorkerLock::RawRing {
-                    publisher: tokio::sync::Mutex::new(publisher),
-                    turns,
-                    ring: spec.processes * spec.tasks,
-                    first_task,
-                    hand_off: scripted.then(|| redis::Script::new(RING_HAND_OFF)),
-                }
-            }
+            Lock::Ring { scripted, raw } => WorkerLock::Ring(
+                Ring::connect(
+                    &spec.url,
+                    &spec.name,
+                    (spec.process, spec.processes, spec.tasks),
+                    scripted,
+                    raw,
+                )
+                .await,
+            ),
             Lock::Poll { interval_ms } => {
                 let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
                 let config = redis::AsyncConnectionConfig::new()
@@ -373,23 +218,8 @@ impl WorkerLock {
     async fn warm_up(&self, spec: &WorkerSpec) {
         let name = format!("{}:warm-up:{}", spec.name, spec.process);
         let token = format!("warm-up-{}", std::process::id());
-        if let WorkerLock::Ring { publisher, .. } = self {
-            // The subscriptions are made: a message on the publishing connection is all that
-            // is left to open.
-            let _: i64 = redis::cmd("PUBLISH")
-                .arg(&name)
-                .arg("warm-up")
-                .query_async(&mut publisher.clone())
-                .await
-                .expect("fleet worker: PUBLISH failed");
-            return;
-        }
-        if let WorkerLock::RawRing { publisher, .. } = self {
-            publisher
-                .lock()
-                .await
-                .query(redis::cmd("PUBLISH").arg(&name).arg("warm-up"))
-                .await;
+        if let WorkerLock::Ring(ring) = self {
+            ring.warm_up(&name).await;
             return;
         }
         let turn = Turn { task: 0, n: 0 };
@@ -425,27 +255,8 @@ impl WorkerLock {
 
     async fn acquire(&self, name: &str, token: &str, turn: Turn) -> Held {
         match self {
-            WorkerLock::Ring {
-                turns, first_task, ..
-            } => {
-                // The ring starts with the first task of the first process holding the turn.
-                if first_task + turn.task == 0 && turn.n == 0 {
-                    return Held::Token;
-                }
-                let mut subscription = turns[turn.task].lock().await;
-                subscription
-                    .next()
-                    .await
-                    .expect("fleet worker: the turn subscription closed");
-                Held::Token
-            }
-            WorkerLock::RawRing {
-                turns, first_task, ..
-            } => {
-                if first_task + turn.task == 0 && turn.n == 0 {
-                    return Held::Token;
-                }
-                turns[turn.task].lock().await.next_value().await;
+            WorkerLock::Ring(ring) => {
+                ring.wait(turn).await;
                 Held::Token
             }
             WorkerLock::Distlock { manager, options } => Held::Guard(
@@ -485,66 +296,7 @@ impl WorkerLock {
     /// A ring floor hands the turn to the next task.
     async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
-            (
-                WorkerLock::Ring {
-                    publisher,
-                    ring,
-                    first_task,
-                    hand_off,
-                    ..
-                },
-                Held::Token,
-            ) => {
-                let next = (first_task + turn.task + 1) % ring;
-                let channel = turn_channel(name, next);
-                // The last turn of the run goes to a task that is done: no receiver to count.
-                let _: i64 = match hand_off {
-                    Some(script) => script
-                        .key(format!("{PREFIX}{name}"))
-                        .key(format!("{PREFIX}{name}:line"))
-                        .arg(token)
-                        .arg(&channel)
-                        .invoke_async(&mut publisher.clone())
-                        .await
-                        .expect("fleet worker: the floor's hand-off script failed"),
-                    None => redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(token)
-                        .query_async(&mut publisher.clone())
-                        .await
-                        .expect("fleet worker: PUBLISH failed"),
-                };
-            }
-            (
-                WorkerLock::RawRing {
-                    publisher,
-                    ring,
-                    first_task,
-                    hand_off,
-                    ..
-                },
-                Held::Token,
-            ) => {
-                let next = (first_task + turn.task + 1) % ring;
-                let channel = turn_channel(name, next);
-                let mut cmd;
-                match hand_off {
-                    Some(script) => {
-                        cmd = redis::cmd("EVALSHA");
-                        cmd.arg(script.get_hash())
-                            .arg(2)
-                            .arg(format!("{PREFIX}{name}"))
-                            .arg(format!("{PREFIX}{name}:line"))
-                            .arg(token)
-                            .arg(&channel);
-                    }
-                    None => {
-                        cmd = redis::cmd("PUBLISH");
-                        cmd.arg(&channel).arg(token);
-                    }
-                }
-                publisher.lock().await.query(&cmd).await;
-            }
+            (WorkerLock::Ring(ring), Held::Token) => ring.pass(name, token, turn).await,
             (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
                 .release()
                 .await
