@@ -61,8 +61,9 @@ fn token_of(entry: &str) -> &str {
     entry.split(' ').next().unwrap()
 }
 
-/// Every command Redis ran since the counts were reset on `probe`, scripts' inner commands
-/// included, without the test's own on `probe`: `INFO`, `LLEN` and the reset.
+/// Every command Redis ran since the counts were reset, scripts' inner commands included, asked
+/// on `probe` (opened before the reset, so its handshake is not counted), without the test's own:
+/// `INFO` and `LLEN` on `probe`, and the reset.
 fn commands(probe: &mut redis::Connection) -> BTreeMap<String, u64> {
     let mut counts = RedisServer::command_counts_on(probe);
     counts.retain(|name, _| name != "info" && name != "llen" && !name.starts_with("config"));
@@ -98,10 +99,7 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
 
     // `ann` releases (to `dan`) and asks again at once, as a process taking turns does.
     let mut probe = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut probe)
-        .unwrap();
+    server.reset_stats();
     ann_holds.release().await.expect("ours");
     let ann_waiting = wait_in_line(&ann, "turns", &options);
     until_line_is_on(&mut probe, "turns", 2).await;
@@ -158,10 +156,7 @@ async fn two_processes_taking_turns_join_with_the_script_and_no_wasted_command()
     until_line_is(&server, "pair", 1).await;
 
     let mut probe = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut probe)
-        .unwrap();
+    server.reset_stats();
     a_holds.release().await.expect("ours");
     let b_holds = b_waiting.await.unwrap().expect("handed over");
     let a_waiting = wait_in_line(&a, "pair", &options);
@@ -217,10 +212,7 @@ async fn a_one_command_join_that_finds_no_line_falls_back_to_the_script() {
     let d_holds = d.acquire("emptied", &options).await.expect("free");
 
     let mut probe = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut probe)
-        .unwrap();
+    server.reset_stats();
     let a_waiting = wait_in_line(&a, "emptied", &options);
     until_line_is_on(&mut probe, "emptied", 1).await;
     let counts = commands(&mut probe);
@@ -462,10 +454,7 @@ async fn a_release_skips_a_lapsed_waiter_that_still_looks_subscribed() {
     until_line_is(&server, "cut", 2).await;
 
     let mut probe = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut probe)
-        .unwrap();
+    server.reset_stats();
     held.release().await.expect("ours");
     let counts = commands(&mut probe);
     let handed = server.get("lock:cut");
@@ -529,10 +518,7 @@ async fn a_process_that_waited_on_many_locks_still_knows_the_clock_from_its_late
     until_line_is(&server, "latest", 1).await;
 
     let mut probe = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut probe)
-        .unwrap();
+    server.reset_stats();
     busy_holds.release().await.expect("ours");
     let counts = commands(&mut probe);
     assert_eq!(
