@@ -15,18 +15,12 @@
 //!   answers OK, sleeping 100 ms after each refusal, and the compare-and-delete script to
 //!   release; one multiplexed connection per process;
 //! - `SET NX PX + 5 ms poll`: the same, polling 20 × as often;
-//! - two floors, which are no locks: the turn goes round the tasks in a fixed ring, each task
-//!   handing it to the next with a message on that task's own channel. `floor: PUBLISH per turn`
-//!   sends a plain `PUBLISH`: the least any hand-off by a message from Redis costs on this
-//!   machine. `floor: script per turn` sends it from a script that first does the Redis work
-//!   of an atomic hand-off (`GET`, `LPOP`, `SET`, then `PUBLISH`): the least a lock that hands
-//!   over in one script, as distlock does, can cost here — without a line, leases, or a
-//!   client's own work. Both wait and send through redis-rs's connections, as distlock does;
-//!   `raw floor: PUBLISH` and `raw floor: script` do the same on sockets their tasks read and
-//!   write themselves (redis-rs packs the commands and parses the replies), without the
-//!   connections' background tasks between a task and its socket: what Redis and the machine
-//!   cost. distlock's gap and busy fraction are also printed as ratios to each floor's,
-//!   measured in the same run: the absolute targets below were set on another machine.
+//! - four floors, which are no locks but a ring of tasks handing the turn on with one message
+//!   (see [`ring`]): `floor: PUBLISH per turn` and `floor: script per turn` through redis-rs's
+//!   connections, as distlock sends and waits, and `raw floor: PUBLISH` and `raw floor: script`
+//!   on sockets the tasks read and write themselves. distlock's gap and busy fraction are also
+//!   printed as ratios to each floor's, measured in the same run: the absolute targets below
+//!   were set on another machine.
 //!
 //! Every worker records, per section, its process, its task, and four [`monotonic_ns`] readings:
 //! acquire called, acquire returned (`acquired`), release about to be called (`release_start`),
@@ -101,16 +95,9 @@ pub(crate) enum Lock {
     Poll {
         interval_ms: u64,
     },
-    /// No lock: the turn goes round the tasks in a fixed ring, each handing it to the next with
-    /// a message that the next one's subscription receives (see [`ring`]): the same processes,
-    /// runtimes, spin and statistics as the locks, and nothing but the hand-off. With `scripted`
-    /// false the message is a plain `PUBLISH`: the floor of any hand-off by a message from
-    /// Redis. With `scripted` true it is sent by a script that first does the Redis work of an
-    /// atomic hand-off (`GET` the lock, `LPOP` its line, `SET` it to the next holder, then
-    /// `PUBLISH`): the floor of a lock that hands over in one script, as distlock does, without
-    /// its line, leases or client. With `raw` false the messages travel through redis-rs's
-    /// connections, as distlock's do; with `raw` true through sockets the tasks read and write
-    /// themselves: what Redis and the machine cost, without the client library.
+    /// No lock, a floor: the [`ring`], handing the turn on by a script doing an atomic
+    /// hand-off's Redis work (`scripted`) or by a plain `PUBLISH`, on sockets the tasks own
+    /// (`raw`) or through redis-rs's connections.
     Ring {
         scripted: bool,
         raw: bool,
@@ -256,7 +243,7 @@ pub(crate) struct FleetResult {
 #[derive(Debug, Serialize)]
 pub(crate) struct FleetTarget {
     pub configuration: String,
-    pub name: &'static str,
+    pub name: String,
     pub unit: &'static str,
     /// distlock's figure; `None` if it did not run.
     pub value: Option<f64>,
@@ -515,7 +502,7 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
             };
             targets.push(FleetTarget {
                 configuration: shape.to_string(),
-                name,
+                name: name.to_owned(),
                 unit,
                 value,
                 op,
@@ -537,35 +524,19 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                 .find(|result| result.contender == contender)
                 .map(|result| &result.summary)
         };
-        let floors: [(&str, &'static str, &'static str); 4] = [
-            (
-                RING_SCRIPT,
-                "gap p50 / the script floor's",
-                "busy fraction / the script floor's",
-            ),
-            (
-                RING_MESSAGE,
-                "gap p50 / the PUBLISH floor's",
-                "busy fraction / the PUBLISH floor's",
-            ),
-            (
-                RAW_SCRIPT,
-                "gap p50 / the raw script floor's",
-                "busy fraction / the raw script floor's",
-            ),
-            (
-                RAW_MESSAGE,
-                "gap p50 / the raw PUBLISH floor's",
-                "busy fraction / the raw PUBLISH floor's",
-            ),
-        ];
-        for (floor, gap_name, busy_name) in floors {
-            let (Some(distlock), Some(floor)) = (summary(DISTLOCK), summary(floor)) else {
+        for floor_name in [RING_SCRIPT, RING_MESSAGE, RAW_SCRIPT, RAW_MESSAGE] {
+            let (Some(distlock), Some(floor)) = (summary(DISTLOCK), summary(floor_name)) else {
                 continue;
             };
             let ratios = [
-                (gap_name, distlock.gap_p50_ms / floor.gap_p50_ms),
-                (busy_name, distlock.busy_fraction / floor.busy_fraction),
+                (
+                    format!("gap p50 / {floor_name}'s"),
+                    distlock.gap_p50_ms / floor.gap_p50_ms,
+                ),
+                (
+                    format!("busy fraction / {floor_name}'s"),
+                    distlock.busy_fraction / floor.busy_fraction,
+                ),
             ];
             for (name, value) in ratios {
                 targets.push(FleetTarget {
