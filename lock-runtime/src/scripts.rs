@@ -175,6 +175,22 @@ local function find(token)
 end
 ";
 
+/// A waiter's entry in a line, in the form [`LINE_PRELUDE`] reads and [`ACQUIRE`] writes: for a
+/// join that appends its entry itself (`RPUSHX`, see `Backend::join_behind`), with the lease
+/// `deadline` (Redis time in ms) of an earlier place.
+pub(crate) fn line_entry(
+    token: &str,
+    deadline: u64,
+    ttl_millis: u64,
+    fencing: bool,
+    channel: &str,
+) -> String {
+    format!(
+        "{token} {deadline} {ttl_millis} {} {channel}",
+        u8::from(fencing)
+    )
+}
+
 /// Take the lock, or wait in line for it: the contended path of an acquisition (its first try
 /// is a plain `SET NX PX`, see `backend/node.rs`), and every later look of a waiter.
 ///

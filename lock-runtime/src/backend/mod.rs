@@ -333,10 +333,7 @@ impl Backend {
         if self.join_refused.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let entry = format!(
-            "{token} {deadline} {ttl_millis} {} {channel}",
-            u8::from(fencing)
-        );
+        let entry = crate::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
         match node.push_place(keys, &entry).await {
             Ok(pushed) => Ok(pushed.then_some(Attempt::Held {
                 // Behind another waiter: as the acquire script's `{0, -3, deadline}`.
