@@ -7,6 +7,7 @@
 mod bad_input;
 mod cancellation;
 mod holder_killed;
+mod line_faults;
 mod network;
 mod server;
 mod stale_holder;

@@ -1,0 +1,246 @@
+//! Faults around the line: a waiter's grant connection, its data connection or its runtime
+//! failing while the lock is handed over.
+//!
+//! Each test drives the interleaving by hand and checks what `docs/protocol.md` promises.
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockManager, LockOptions};
+use test_support::{FaultProxy, RedisServer};
+
+/// The line key of lock `lock:<name>` (a name without braces).
+fn line_key(name: &str) -> String {
+    format!("{{lock:{name}}}:distlock:line")
+}
+
+fn line(server: &RedisServer, name: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(line_key(name))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+fn numsub(server: &RedisServer, channel: &str) -> u64 {
+    let (_, count): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.conn())
+        .unwrap();
+    count
+}
+
+/// The grant channel named by a line entry (`"<token> <deadline> <ttl> <fencing> <channel>"`).
+fn channel_of(entry: &str) -> String {
+    entry.splitn(5, ' ').nth(4).unwrap_or("").to_owned()
+}
+
+/// A live waiter, first in line, whose pub/sub connection is killed (`CLIENT KILL TYPE pubsub`:
+/// a server's `client-output-buffer-limit`, an admin, a proxy restart) while its process is
+/// busy for a moment (its runtime's one thread runs a blocking call for 0.5 s — well within a
+/// lease, 3 s), and the holder releases in that moment.
+///
+/// `docs/protocol.md` ("Dead waiters"): "A live process whose pub/sub connection is down ...
+/// would look the same, so while it is down its waiters' places name no channel (each waiter
+/// rewrites its place at once when the connection drops): a release then judges such a place
+/// by its lease, hands the lock to it through the lock key, and the waiter finds it at its next
+/// renewal"; `scripts.rs`: "A waiter's place names a channel only while its process is
+/// subscribed to it, so a live process is never unheard"; and "The lock is never free while
+/// someone waits". So the release must hand the lock to the waiter (its lease runs for 3 s),
+/// and a newcomer's `try_acquire` must find it held.
+///
+/// What happens: the place still names the channel (the rewrite needs the process to run and a
+/// round trip), the hand-off's `PUBLISH` reaches nobody, the release takes the live waiter for
+/// dead, drops it from the line and deletes the lock: a newcomer takes it ahead of the waiter.
+#[test]
+fn a_live_waiter_whose_grant_connection_drops_is_not_skipped() {
+    let server = RedisServer::start();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The waiter's process: a runtime with one worker thread, which made its manager (so the
+    // manager's pub/sub connection is read there).
+    let waiter_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let waiter_manager = waiter_runtime
+        .block_on(async move { LockManager::connect(&url).await })
+        .unwrap();
+    let name = "line-faults:grant-connection";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let newcomer = test_support::connect(&server).await;
+        let guard = holder.acquire(name, &options).await.unwrap();
+
+        let waiting = {
+            let (manager, options) = (waiter_manager.clone(), options.clone());
+            waiter_runtime.spawn(async move {
+                let guard = manager.acquire(name, &options).await;
+                (guard.map(|guard| guard.token().to_owned()), Instant::now())
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter's place", || {
+            line(&server, name).len() == 1
+        })
+        .await;
+        let entry = line(&server, name).remove(0);
+        let channel = channel_of(&entry);
+        assert!(
+            !channel.is_empty(),
+            "the place names the grant channel: {entry}"
+        );
+        assert_eq!(numsub(&server, &channel), 1);
+
+        // The waiter's process is busy for 0.5 s (a blocking call on its runtime's thread).
+        let (busy_tx, busy_rx) = std::sync::mpsc::channel();
+        drop(waiter_runtime.spawn(async move {
+            busy_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        }));
+        busy_rx.recv().unwrap();
+
+        // Its grant connection is dropped, and the holder releases.
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(killed, 1, "the waiter's pub/sub connection");
+        guard.release().await.unwrap();
+        let after_release = Instant::now();
+        let holder_now = server.get(&format!("lock:{name}"));
+        let line_now = line(&server, name);
+
+        // The waiter is alive and its place's lease runs for ~3 s more: the lock is its.
+        let stolen = newcomer.try_acquire(name, &options).await.unwrap();
+        let stolen_by_newcomer = stolen.is_some();
+        if let Some(stolen) = stolen {
+            stolen.release().await.unwrap();
+        }
+        let (waiter_token, got_at) = waiting.await.unwrap();
+        let waiter_token = waiter_token.unwrap();
+        assert!(
+            !stolen_by_newcomer && holder_now.as_deref() == Some(waiter_token.as_str()),
+            "the release skipped a live waiter (lease live, process busy 0.5 s, grant \
+             connection just dropped): right after the release the lock key held {holder_now:?} \
+             (waiter {waiter_token}), the line was {line_now:?}, a newcomer's try_acquire got \
+             the lock: {stolen_by_newcomer}; the waiter got it {:?} after the release",
+            got_at.saturating_duration_since(after_release)
+        );
+    });
+    drop(waiter_manager);
+    waiter_runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// A waiter that joins while its manager's grant channel is being unsubscribed after the
+/// linger (0.3 s after its last waiter left), on a link with 100 ms of latency each way (the
+/// slow network of `tests/faults/network.rs` has 50 ms).
+///
+/// `GrantHub::subscribed` answers at once while the hub still counts itself subscribed, which
+/// it does until the `UNSUBSCRIBE` reply is back; so the join names the channel although the
+/// server has already unsubscribed it, and nothing rewrites the place when the subscription is
+/// made again (no connection dropped: no `wake_all`). A release in that moment counts no
+/// receiver, takes the live waiter for dead, drops it from the line and frees the lock.
+///
+/// `scripts.rs`: "A waiter's place names a channel only while its process is subscribed to
+/// it, so a live process is never unheard"; `docs/protocol.md`: "The lock is never free while
+/// someone waits".
+///
+/// Interleaving: H holds k; W (behind the proxy) and then H2 wait in line; H releases, W is
+/// handed k at tA (its hub idle from then); W releases k at once, handing it to H2 (so W's next
+/// acquisition of k skips the first try); at tA + 0.3 s W's hub sends `UNSUBSCRIBE`; at tA +
+/// 0.35 s W asks for k again: its join names the channel and lands after the `UNSUBSCRIBE`;
+/// once it is in line and `PUBSUB NUMSUB` says nobody listens, H2 releases.
+#[test]
+fn a_waiter_joining_during_the_linger_unsubscribe_is_not_skipped() {
+    const DELAY: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    proxy.set_delay(DELAY);
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:linger";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let second = test_support::connect(&server).await;
+        let newcomer = test_support::connect(&server).await;
+        let waiter = LockManager::connect(&proxy.url()).await.unwrap();
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let first_wait = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move { waiter.acquire(name, &options).await.unwrap() })
+        };
+        test_support::eventually(Duration::from_secs(5), "W in line", || {
+            line(&server, name).len() == 1
+        })
+        .await;
+        let second_wait = {
+            let (second, options) = (second.clone(), options.clone());
+            tokio::spawn(async move { second.acquire(name, &options).await.unwrap() })
+        };
+        test_support::eventually(Duration::from_secs(5), "H2 in line", || {
+            line(&server, name).len() == 2
+        })
+        .await;
+        guard.release().await.unwrap();
+        let w_guard = first_wait.await.unwrap();
+        let t_a = tokio::time::Instant::now();
+        // W hands k on to H2.
+        w_guard.release().await.unwrap();
+        let h2_guard = second_wait.await.unwrap();
+        // W asks again while its hub's UNSUBSCRIBE (sent at tA + 0.3 s) is on its way.
+        tokio::time::sleep_until(t_a + Duration::from_millis(300) + DELAY / 2).await;
+        let again = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let token = guard.token().to_owned();
+                guard.release().await.unwrap();
+                token
+            })
+        };
+        let mut seen = None;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Some(entry) = line(&server, name).first() {
+                let channel = channel_of(entry);
+                seen = Some((entry.clone(), numsub(&server, &channel)));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let (entry, listeners) = seen.expect("W's place in line");
+        h2_guard.release().await.unwrap();
+        let holder_now = server.get(&format!("lock:{name}"));
+        let line_now = line(&server, name);
+        let stolen = newcomer.try_acquire(name, &options).await.unwrap();
+        let stolen_by_newcomer = stolen.is_some();
+        if let Some(stolen) = stolen {
+            stolen.release().await.unwrap();
+        }
+        let w_token = again.await.unwrap();
+        assert!(
+            holder_now.as_deref() == Some(w_token.as_str()) && !stolen_by_newcomer,
+            "H2's release skipped W, alive and first in line: W's place {entry:?} named a \
+             channel with {listeners} subscribers when H2 released; right after the release \
+             the lock key held {holder_now:?} (W: {w_token}), the line was {line_now:?}, a \
+             newcomer's try_acquire got the lock: {stolen_by_newcomer}"
+        );
+    });
+}
