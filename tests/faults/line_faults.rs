@@ -244,3 +244,59 @@ fn a_waiter_joining_during_the_linger_unsubscribe_is_not_skipped() {
         );
     });
 }
+
+/// A holder whose connection to Redis was cut during its section (a network blip: the proxy
+/// closes it; the path works again at once), then releases 1 s later, with a waiter in line (ttl 10 s).
+///
+/// `docs/reliability.md`: "Clients reconnect by themselves after Redis restarts or network
+/// cuts"; "A lock is released on every exit path of a locked function"; "Nothing is left held
+/// by nobody". So the release, sent well after the cut, must reach Redis and hand the lock to
+/// the waiter.
+#[test]
+fn a_release_after_a_network_blip_hands_the_lock_on() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:blip";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let waiter = test_support::connect(&server).await;
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                at
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line(&server, name).len() == 1
+        })
+        .await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let released_at = Instant::now();
+        let released = guard.release().await;
+        let left = server.pttl(&format!("lock:{name}"));
+        let got_at = tokio::time::timeout(Duration::from_secs(15), waiting)
+            .await
+            .expect("the waiter got the lock")
+            .unwrap();
+        let waited = got_at.saturating_duration_since(released_at);
+        assert!(
+            released.is_ok() && waited < Duration::from_secs(2),
+            "the release 1 s after a network blip answered {released:?}; the lock's ttl \
+             left in Redis right after: {left} ms; the waiter got it {waited:?} after the \
+             release"
+        );
+    });
+}
