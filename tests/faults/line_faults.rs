@@ -300,3 +300,69 @@ fn a_release_after_a_network_blip_hands_the_lock_on() {
         );
     });
 }
+
+/// A waiter first in line whose connections are cut by a network blip (the path works again
+/// at once), a second waiter behind it, then the holder releases 0.5 s later.
+///
+/// `docs/protocol.md`: "waiters are served first come, first served across the whole fleet";
+/// a waiter keeps its place for its 3 s lease, and one whose pub/sub connection drops
+/// "rewrites its place at once". So the first waiter, alive and reconnected within
+/// milliseconds, must still be served first.
+///
+/// What happens: the blip wakes the waiter to look again; its look fails on the dead data
+/// connection (`broken pipe`), and an acquisition that sees an error starts over under a new
+/// token: it leaves the line and joins again at its end, behind the second waiter.
+#[test]
+fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:blip-in-line";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let first = LockManager::connect(&proxy.url()).await.unwrap();
+        let second = test_support::connect(&server).await;
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let wait = |manager: LockManager, who: &'static str| {
+            let (options, order) = (options.clone(), std::sync::Arc::clone(&order));
+            tokio::spawn(async move {
+                let guard = manager.acquire(name, &options).await.unwrap();
+                order.lock().unwrap().push(who);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                guard.release().await.unwrap();
+            })
+        };
+        let first_wait = wait(first, "first");
+        test_support::eventually(Duration::from_secs(5), "the first waiter", || {
+            line(&server, name).len() == 1
+        })
+        .await;
+        let second_wait = wait(second, "second");
+        test_support::eventually(Duration::from_secs(5), "the second waiter", || {
+            line(&server, name).len() == 2
+        })
+        .await;
+        let before = line(&server, name);
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after_blip = line(&server, name);
+        guard.release().await.unwrap();
+        first_wait.await.unwrap();
+        second_wait.await.unwrap();
+        let order = order.lock().unwrap().clone();
+        assert_eq!(
+            order,
+            vec!["first", "second"],
+            "a 0-second network blip sent the first waiter to the back of the line: line \
+             before the blip {before:?}, 0.5 s after it {after_blip:?}"
+        );
+    });
+}
