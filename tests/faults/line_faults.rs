@@ -366,3 +366,51 @@ fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
         );
     });
 }
+
+/// The same loss without any network fault: a server with an idle-client `timeout` (here 1 s;
+/// `timeout 300` is a common setting) closes the holder's connection while its section runs
+/// (2.5 s, ttl 10 s, a waiter in line). The release then fails with `broken pipe`, the guard is
+/// gone, and the waiter waits out the holder's ttl.
+#[test]
+fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:idle-timeout";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let waiter = test_support::connect(&server).await;
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                at
+            })
+        };
+        // The section: 2.5 s with no Redis call of the holder's.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let released_at = Instant::now();
+        let released = guard.release().await;
+        let left = server.pttl(&format!("lock:{name}"));
+        let got_at = tokio::time::timeout(Duration::from_secs(15), waiting)
+            .await
+            .expect("the waiter got the lock")
+            .unwrap();
+        let waited = got_at.saturating_duration_since(released_at);
+        assert!(
+            released.is_ok() && waited < Duration::from_secs(2),
+            "the release after a 2.5 s section (server `timeout 1`) answered {released:?}; \
+             the lock's ttl left in Redis right after: {left} ms; the waiter got it {waited:?} \
+             after the release"
+        );
+    });
+}
