@@ -414,3 +414,26 @@ fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
         );
     });
 }
+
+/// The same root cause seen from `try_acquire`: after the server closed the manager's idle
+/// connection (`timeout 1`), the next `try_acquire` of a free lock fails with `broken pipe`
+/// instead of taking it (`docs/reliability.md`: "Clients reconnect by themselves").
+#[test]
+fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    main.block_on(async {
+        let manager = test_support::connect(&server).await;
+        let options = LockOptions::new().ttl(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let attempt = manager.try_acquire("line-faults:idle-try", &options).await;
+        assert!(
+            matches!(attempt, Ok(Some(_))),
+            "try_acquire of a free lock after 2.5 s idle (server `timeout 1`): {attempt:?}"
+        );
+    });
+}
