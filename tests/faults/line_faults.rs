@@ -437,3 +437,114 @@ fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock(
         );
     });
 }
+
+/// A hand-off message read late is taken for a fresh grant: two holders at once.
+///
+/// The waiter W uses a manager made on another runtime (`docs`: a manager is "usable from any
+/// tokio runtime"; its pub/sub connection "is read on the multi-thread tokio runtime the
+/// manager was made on"). Both runtimes are busy for a while (a blocking call on their one
+/// thread): W's for 3.6 s, the manager's for 4.5 s. Meanwhile:
+///
+/// 1. H releases; the hand-off goes to W (its pub/sub connection is open, so the message counts
+///    as received; it sits unread in the socket).
+/// 2. W's claim (3 s) runs out unconfirmed; the next waiter N takes the lock at its look (as
+///    documented: a handed-over lock that is not confirmed comes back after the claim).
+/// 3. W's runtime runs again: its renewal finds the lock held by N, and W sleeps in line
+///    (`last_held_at` = now).
+/// 4. The manager's runtime runs again: the delivery task reads the old message and puts it in
+///    W's mailbox; W takes it for a grant made after its last look (`manager.rs`: "ours for at
+///    least the claim, counted from before the last attempt that found the lock held (the
+///    hand-off came after it)"), and `acquire` returns a guard — while N holds the lock.
+///
+/// `docs/reliability.md`: "at most one holder per key at a time — provided each holder finishes
+/// ... within its ttl". Here neither holder overran anything: W was not a holder when it was
+/// paused.
+#[test]
+fn a_hand_off_message_read_late_never_yields_a_second_holder() {
+    let server = RedisServer::start();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let one_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The runtime that made W's manager (reads its hand-off messages), and W's own runtime.
+    let (manager_runtime, waiter_runtime) = (one_thread(), one_thread());
+    let url = server.url();
+    let waiter_manager = manager_runtime
+        .block_on(async move { LockManager::connect(&url).await })
+        .unwrap();
+    let name = "line-faults:late-message";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let busy = |runtime: &tokio::runtime::Runtime, how_long: Duration| {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        drop(runtime.spawn(async move {
+            started_tx.send(()).unwrap();
+            std::thread::sleep(how_long);
+        }));
+        started_rx.recv().unwrap();
+    };
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let next = test_support::connect(&server).await;
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let w_wait = {
+            let (manager, options) = (waiter_manager.clone(), options.clone());
+            waiter_runtime.spawn(async move {
+                let guard = manager.acquire(name, &options).await.unwrap();
+                let at = Instant::now();
+                let token = guard.token().to_owned();
+                // Held as long as the test looks.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                drop(guard);
+                (token, at)
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "W in line", || {
+            line(&server, name).len() == 1
+        })
+        .await;
+        let n_wait = {
+            let (next, options) = (next.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = next.acquire(name, &options).await.unwrap();
+                (guard, Instant::now())
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "N in line", || {
+            line(&server, name).len() == 2
+        })
+        .await;
+
+        busy(&manager_runtime, Duration::from_millis(4500));
+        busy(&waiter_runtime, Duration::from_millis(3600));
+        guard.release().await.unwrap();
+
+        let (n_guard, n_at) = n_wait.await.unwrap();
+        let (w_token, w_at) = tokio::time::timeout(Duration::from_secs(10), w_wait)
+            .await
+            .expect("W's acquire ended")
+            .unwrap();
+        let key_now = server.get(&format!("lock:{name}"));
+        let n_token = n_guard.token().to_owned();
+        let both = w_at > n_at && key_now.as_deref() == Some(n_token.as_str());
+        n_guard.release().await.unwrap();
+        assert!(
+            !both,
+            "two holders: N acquired the lock, and {:?} later, while N still held it (lock \
+             key {key_now:?} = N {n_token}), W's acquire returned a guard (W {w_token})",
+            w_at.duration_since(n_at)
+        );
+    });
+    drop(waiter_manager);
+    waiter_runtime.shutdown_timeout(Duration::from_secs(1));
+    manager_runtime.shutdown_timeout(Duration::from_secs(1));
+}
