@@ -548,3 +548,115 @@ fn a_hand_off_message_read_late_never_yields_a_second_holder() {
     waiter_runtime.shutdown_timeout(Duration::from_secs(1));
     manager_runtime.shutdown_timeout(Duration::from_secs(1));
 }
+
+const STOP_URL: &str = "DISTLOCK_LINE_FAULTS_URL";
+const STOP_NAME: &str = "DISTLOCK_LINE_FAULTS_NAME";
+
+/// Worker for the test below: a service's usual runtime (`#[tokio::main]`: multi-thread, the
+/// manager made on it); acquires `lock:<name>` and records `"<its token>|<the lock key's value
+/// right then>"` in `<name>:record`, then holds it 1 s and releases.
+#[test]
+fn stopped_waiter_worker() {
+    let Ok(url) = std::env::var(STOP_URL) else {
+        return;
+    };
+    let name = std::env::var(STOP_NAME).unwrap();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let manager = LockManager::connect(&url).await.unwrap();
+            let options = LockOptions::new()
+                .ttl(Duration::from_secs(30))
+                .timeout(Duration::from_secs(60));
+            let guard = manager.acquire(&name, &options).await.unwrap();
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            let value: Option<String> = redis::cmd("GET")
+                .arg(format!("lock:{name}"))
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(format!("{name}:record"))
+                .arg(format!("{}|{}", guard.token(), value.unwrap_or_default()))
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = guard.release().await;
+        });
+}
+
+/// The brief's question for a `SIGSTOP`ped waiter: W (a process of its own) waits first in
+/// line, is stopped, the holder releases (W is handed the lock: its connection is open, the
+/// message counts as received), W's claim runs out and the next waiter N takes the lock (as
+/// documented). W is continued 1 s later. W must not believe it holds the lock N holds: its
+/// `acquire` must not return while N holds it. Tried up to 6 times (the order in which W's two
+/// tasks run after `SIGCONT` — its renewal timer, and the reading of the old message — varies).
+#[test]
+fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let mut doubles = Vec::new();
+    for trial in 0..6 {
+        let name = format!("line-faults:stopped-{trial}");
+        let (holder, next) = runtime.block_on(async {
+            (
+                test_support::connect(&server).await,
+                test_support::connect(&server).await,
+            )
+        });
+        let guard = runtime.block_on(holder.acquire(&name, &options)).unwrap();
+        let mut worker = test_support::spawn_self(
+            "line_faults::stopped_waiter_worker",
+            &[(STOP_URL, server.url()), (STOP_NAME, name.clone())],
+        );
+        test_support::wait_until(Duration::from_secs(20), "W in line", || {
+            line(&server, &name).len() == 1
+        });
+        let n_wait = {
+            let (next, options, name) = (next.clone(), options.clone(), name.clone());
+            runtime.spawn(async move { next.acquire(&name, &options).await.unwrap() })
+        };
+        test_support::wait_until(Duration::from_secs(5), "N in line", || {
+            line(&server, &name).len() == 2
+        });
+        test_support::send_signal(worker.id(), "STOP");
+        runtime.block_on(guard.release()).unwrap();
+        let n_guard = runtime.block_on(n_wait).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        test_support::send_signal(worker.id(), "CONT");
+        // N holds the lock for 3 s more: W must not record a hold meanwhile.
+        std::thread::sleep(Duration::from_secs(3));
+        let records: Vec<String> = redis::cmd("LRANGE")
+            .arg(format!("{name}:record"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut server.conn())
+            .unwrap();
+        runtime.block_on(n_guard.release()).unwrap();
+        for record in &records {
+            let (token, value) = record.split_once('|').unwrap();
+            if token != value {
+                doubles.push(format!(
+                    "trial {trial}: W {token} held while the key held {value}"
+                ));
+            }
+        }
+        let _ = worker.wait();
+        if !doubles.is_empty() {
+            break;
+        }
+    }
+    assert!(doubles.is_empty(), "two holders: {doubles:#?}");
+}
