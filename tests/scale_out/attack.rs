@@ -1,0 +1,117 @@
+//! Interleavings of the line protocol that break a documented promise (attack-1).
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockManager, LockOptions};
+use test_support::{wait_until, RedisServer};
+
+use crate::fleet::line_key;
+
+fn llen(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("LLEN")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// A stale hand-off message read *after* an attempt that found the lock held by someone else.
+///
+/// B's manager is made on a multi-thread runtime R1 (its pub/sub connection is read there); B
+/// waits on a current-thread runtime R2 of its own. Both stall (a paused process, or bodies
+/// blocking their threads), R1 a little longer than R2:
+///
+/// 1. A holds the lock; B waits in line (subscribed).
+/// 2. R1 and R2 stop running. A releases: the lock is handed to B (its connection is open, so
+///    the message counts as heard), for the 3 s claim.
+/// 3. The claim runs out; C takes the lock.
+/// 4. R2 runs again: B's renewal finds C holding the lock (`last_held_at` = now).
+/// 5. R1 runs again: its pub/sub task reads the old hand-off message and puts it in B's mailbox
+///    (after B cleared it for the attempt of step 4).
+/// 6. B takes the message for a fresh hand-off (`now + 300 ms < last_held_at + claim`) and
+///    returns a guard, while C holds the lock.
+#[test]
+fn a_hand_off_message_read_after_an_attempt_that_found_another_holder_yields_a_second_holder() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // R1: where B's manager is made, so where its grant channel is read.
+    let r1 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, c) = main.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let b = r1.block_on(async { LockManager::connect(&url).await.unwrap() });
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let held = main.block_on(a.acquire("stale2", &options)).expect("free");
+
+    let (freeze_tx, freeze_rx) = tokio::sync::oneshot::channel::<()>();
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let b_options = options.clone().timeout(Duration::from_secs(20));
+    let b_waiter = b.clone();
+    let b_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let waiter = tokio::spawn(async move {
+                let result = b_waiter.acquire("stale2", &b_options).await;
+                let at = Instant::now();
+                (result, at)
+            });
+            freeze_rx.await.unwrap();
+            std::thread::sleep(Duration::from_millis(4500)); // R2 does not run
+            let (result, at) = waiter.await.unwrap();
+            let token = result.as_ref().ok().map(|g| g.token().to_owned());
+            result_tx.send((result.is_ok(), token, at)).unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(result);
+        });
+    });
+    wait_until(Duration::from_secs(5), "b in line", || {
+        llen(&server, &line_key("stale2")) >= 1
+    });
+    // R1 stops running for 5.5 s (its one worker blocked), R2 for 4.5 s.
+    r1.spawn(async {
+        std::thread::sleep(Duration::from_millis(5500));
+    });
+    freeze_tx.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    main.block_on(held.release()).expect("still ours");
+    assert_eq!(
+        server.get("lock:stale2").as_deref().map(|v| v.len() > 0),
+        Some(true),
+        "handed to b"
+    );
+    let b_token_in_redis = server.get("lock:stale2").unwrap();
+    // B's claim runs out (3 s); C takes the lock.
+    let c_guard = main
+        .block_on(c.acquire("stale2", &options))
+        .expect("c gets the lock once b's claim ran out");
+    let c_token = c_guard.token().to_owned();
+    let c_at = Instant::now();
+    let (b_ok, b_token, b_at) = result_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let holder = server.get("lock:stale2");
+    assert!(
+        !b_ok,
+        "b's acquire returned a guard (token {b_token:?}, the token b was handed: \
+         {b_token_in_redis}) {:?} after c (token {c_token}) took the lock; Redis says the \
+         holder is {holder:?}",
+        b_at.saturating_duration_since(c_at),
+    );
+    b_thread.join().unwrap();
+    main.block_on(c_guard.release()).ok();
+    drop(r1);
+}
