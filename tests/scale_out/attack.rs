@@ -115,3 +115,103 @@ fn a_hand_off_message_read_after_an_attempt_that_found_another_holder_yields_a_s
     main.block_on(c_guard.release()).ok();
     drop(r1);
 }
+
+/// A live waiter whose grant channel's connection dropped is taken for dead and skipped.
+///
+/// B's manager is made on a multi-thread runtime R1 (its grant channel is read there); B waits
+/// on a runtime R2 of its own. R1's one thread is busy (a body blocking it) when B's pub/sub
+/// connection is dropped (`CLIENT KILL TYPE pubsub`: a proxy, a server-side timeout). Nothing
+/// on R1 notices, so the manager still counts its channel as subscribed:
+///
+/// 1. A holds the lock; B waits in line, its place naming its channel.
+/// 2. R1 blocks; B's pub/sub connection is killed. B's renewals (on R2) keep naming the channel,
+///    which nobody is subscribed to any more.
+/// 3. A releases: the hand-off to B is heard by nobody, so B is taken for a dead process and
+///    dropped from the line, and the lock is freed with B still waiting; C's first try takes it.
+///
+/// docs/protocol.md: "A live process whose pub/sub connection is down ... would look the same,
+/// so while it is down its waiters' places name no channel"; scripts.rs: "A waiter's place names
+/// a channel only while its process is subscribed to it, so a live process is never unheard."
+#[test]
+fn a_live_waiter_whose_pub_sub_connection_dropped_is_skipped_as_dead() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r1 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, c) = main.block_on(async {
+        (
+            LockManager::connect(&url).await.unwrap(),
+            LockManager::connect(&url).await.unwrap(),
+        )
+    });
+    let b = r1.block_on(async { LockManager::connect(&url).await.unwrap() });
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    let held = main.block_on(a.acquire("skipped", &options)).expect("free");
+
+    let b_options = options.clone().timeout(Duration::from_secs(8));
+    let b_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = rt.block_on(b.acquire("skipped", &b_options));
+        let ok = result.is_ok();
+        drop(result);
+        ok
+    });
+    let line = line_key("skipped");
+    wait_until(Duration::from_secs(5), "b in line", || llen(&server, &line) >= 1);
+    r1.spawn(async {
+        std::thread::sleep(Duration::from_millis(4000));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(killed, 1, "b's pub/sub connection");
+    // B renews (every second) after the kill.
+    std::thread::sleep(Duration::from_millis(1300));
+    let entries: Vec<String> = redis::cmd("LRANGE")
+        .arg(&line)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    let channel = entries
+        .first()
+        .and_then(|entry| entry.split(' ').nth(4))
+        .unwrap_or("")
+        .to_owned();
+    let subscribers: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .query(&mut server.conn())
+        .unwrap();
+    main.block_on(held.release()).expect("still ours");
+    let holder = server.get("lock:skipped");
+    let newcomer = main
+        .block_on(c.try_acquire("skipped", &options))
+        .unwrap();
+    assert!(
+        holder.is_some() && newcomer.is_none(),
+        "b, alive and waiting, was skipped: its place {entries:?} names channel {channel:?} \
+         ({} subscribers) after its pub/sub connection was killed; a's release left the lock \
+         {holder:?}, and a newcomer's first try got it: {}",
+        subscribers.1,
+        newcomer.is_some(),
+    );
+    drop(newcomer);
+    b_thread.join().unwrap();
+    drop(r1);
+}
