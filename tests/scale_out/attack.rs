@@ -215,3 +215,94 @@ fn a_live_waiter_whose_pub_sub_connection_dropped_is_skipped_as_dead() {
     b_thread.join().unwrap();
     drop(r1);
 }
+
+/// A waiter that registers while its manager's idle grant channel is being unsubscribed (the
+/// 0.3 s linger just ran out) is told the channel is subscribed, names it in its place, and is
+/// skipped as dead by the next release.
+///
+/// B reaches Redis through a proxy that adds 400 ms each way (a slow link); A is direct.
+///
+/// 1. B's only waiter (on `k1`) is handed its lock and stops waiting: the channel lingers 0.3 s,
+///    then B's pub/sub task sends `UNSUBSCRIBE` and waits for its reply (0.8 s), its state
+///    still saying "subscribed".
+/// 2. Meanwhile a new waiter of B on `k2` finds `k2` held, registers, asks `subscribed()`, is
+///    answered at once, and joins naming the channel; its join lands after the `UNSUBSCRIBE`
+///    and before the `SUBSCRIBE` that follows it.
+/// 3. A releases `k2` in that window: nobody hears the hand-off, the live waiter is dropped
+///    from the line and the lock is freed under it.
+#[test]
+fn a_waiter_that_registers_while_the_idle_channel_is_unsubscribed_is_skipped_as_dead() {
+    let server = RedisServer::start();
+    let proxy = test_support::FaultProxy::start(server.port());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, b) = rt.block_on(async {
+        (
+            LockManager::connect(&server.url()).await.unwrap(),
+            LockManager::builder(proxy.url())
+                .response_timeout(Duration::from_secs(3))
+                .connect()
+                .await
+                .unwrap(),
+        )
+    });
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(20));
+    let (k1, k2) = rt.block_on(async {
+        (
+            a.acquire("k1", &options).await.unwrap(),
+            a.acquire("k2", &options).await.unwrap(),
+        )
+    });
+    proxy.set_delay(Duration::from_millis(400));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let (b1, b2, options2) = (b.clone(), b.clone(), options.clone());
+    let first = rt.spawn(async move {
+        let guard = b1.acquire("k1", &options2).await.unwrap();
+        // B's only waiter stopped waiting: the linger starts now. The next waiter comes at once.
+        let second = tokio::spawn(async move { b2.acquire("k2", &options2).await });
+        done_tx.send(()).unwrap();
+        (guard, second)
+    });
+    wait_until(Duration::from_secs(10), "b's first waiter in line", || {
+        llen(&server, &line_key("k1")) >= 1
+    });
+    rt.block_on(k1.release()).unwrap();
+    done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let line = line_key("k2");
+    wait_until(Duration::from_secs(10), "b's second waiter in line", || {
+        llen(&server, &line) >= 1
+    });
+    let entries: Vec<String> = redis::cmd("LRANGE")
+        .arg(&line)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    let channel = entries[0].split(' ').nth(4).unwrap_or("").to_owned();
+    let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .query(&mut server.conn())
+        .unwrap();
+    rt.block_on(k2.release()).unwrap();
+    let holder = server.get("lock:k2");
+    assert!(
+        !channel.is_empty() && subscribers == 0,
+        "the interleaving did not happen: the place {entries:?} names {channel:?} with \
+         {subscribers} subscribers"
+    );
+    assert!(
+        holder.is_some(),
+        "b's second waiter, alive and waiting, was skipped: its place {entries:?} names \
+         {channel:?}, which nobody was subscribed to when a released; the lock is now {holder:?}"
+    );
+    proxy.set_delay(Duration::ZERO);
+    let (guard, second) = rt.block_on(first).unwrap();
+    drop(guard);
+    drop(rt.block_on(second));
+}
