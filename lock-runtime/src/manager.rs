@@ -255,9 +255,14 @@ impl LockManager {
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
-        // The send time of the last attempt that found the lock held: a hand-off announced
-        // later was made after that attempt ran.
-        let mut last_held_at = started;
+        // The send time of the attempt that took this token's place in line, while no later
+        // attempt has found the lock held. A hand-off to the token can only have been made
+        // after that attempt ran (there was no place to hand it to before), so its claim runs
+        // at least until then plus the claim. Once a later attempt finds the lock held, a
+        // message read since may have been published before that attempt and its claim have
+        // run out (a message is read late when the pub/sub connection's reader is held up):
+        // Redis is asked instead.
+        let mut placed_at: Option<Instant> = None;
         let mut last_error = None;
         // A key handed over a moment ago is most likely held: join the line at once. Not for
         // a single attempt (a zero timeout), which must never take a place in line; nor while
@@ -293,12 +298,10 @@ impl LockManager {
                         }
                         _ => None,
                     };
+                    let renewing = place.occupied();
                     let wait = match request {
                         Request::FirstTry => Wait::FirstTry,
-                        Request::InLine => Wait::InLine {
-                            channel,
-                            renewing: place.occupied(),
-                        },
+                        Request::InLine => Wait::InLine { channel, renewing },
                     };
                     if request == Request::InLine {
                         place.occupy(&token);
@@ -315,7 +318,10 @@ impl LockManager {
                             if request == Request::FirstTry {
                                 tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
                             }
-                            last_held_at = sent;
+                            placed_at = match request {
+                                Request::InLine if !renewing => Some(sent),
+                                _ => None,
+                            };
                             Outcome::Held { remaining }
                         }
                         Err(error) => {
@@ -400,34 +406,30 @@ impl LockManager {
                     let woken = woken.filter(|_| self.inner.backend.hands_over());
                     match woken {
                         // Handed over: ours for at least the claim, counted from before the
-                        // last attempt that found the lock held (the hand-off came after it) —
-                        // if that is still well ahead. The guard confirms the full ttl.
+                        // attempt that took the place (the hand-off came after it) — if that
+                        // is still well ahead. The guard confirms the full ttl.
                         Some(Grant::Granted { fence })
-                            if Instant::now() + GRANT_MARGIN
-                                < last_held_at
-                                    + options.ttl_duration().min(crate::backend::CLAIM) =>
+                            if placed_at.is_some_and(|placed_at| {
+                                Instant::now() + GRANT_MARGIN
+                                    < placed_at + options.ttl_duration().min(crate::backend::CLAIM)
+                            }) =>
                         {
+                            let placed_at = placed_at.unwrap_or(started);
                             place.vacate();
                             self.inner.backend.handed_over(&keys.lock);
                             let expires_in = options.ttl_duration().min(crate::backend::CLAIM);
                             tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
                             let fence = fencing.then_some(fence);
-                            return Ok(self.guard(
-                                keys,
-                                token,
-                                fence,
-                                turn,
-                                options,
-                                last_held_at,
-                                expires_in,
-                            ));
+                            return Ok(self
+                                .guard(keys, token, fence, turn, options, placed_at, expires_in));
                         }
                         Some(Grant::FenceFailed) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
                         // A message read too late to trust (this waiter did not run for a
-                        // while), or no message: ask Redis whether the lock is ours now.
+                        // while), or after a look that found the lock held, or no message: ask
+                        // Redis whether the lock is ours now.
                         Some(Grant::Granted { .. }) | None => machine.woke(),
                     }
                 }
