@@ -4,7 +4,6 @@
 //! The tests that install the global manager or the global `tracing` subscriber run in a process
 //! of their own (`test_support::in_own_process`): a process has one of each.
 
-mod attack;
 mod bad_input;
 mod cancellation;
 mod holder_killed;

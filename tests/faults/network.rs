@@ -464,6 +464,58 @@ async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
     }
 }
 
+/// A join whose reply was lost: the acquire script ran twice. Its second run finds the
+/// waiter's place and leaves one, so the waiter's leaving empties the line, and the release
+/// after it hands the lock to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_whose_reply_was_lost_leaves_one_place_and_its_waiter_leaves_it() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let (holder, waiter) = (
+        proxied_cluster_manager(&cluster).await,
+        proxied_cluster_manager(&cluster).await,
+    );
+    let (key, line) = ("lock:resend:join", "{lock:resend:join}:distlock:line");
+    let options = LockOptions::new()
+        .ttl(RESEND_TTL)
+        .timeout(Duration::from_secs(2));
+    // The acquire script is loaded by a first join, so that the armed request is a run of it.
+    let warm = holder.acquire("resend:warm", &options).await.unwrap();
+    assert!(matches!(
+        waiter.acquire("resend:warm", &options).await,
+        Err(LockError::Timeout { .. })
+    ));
+    warm.release().await.unwrap();
+
+    let guard = holder.acquire("resend:join", &options).await.unwrap();
+    node.reset_stats();
+    // Only the join names the line (the first try is a plain `SET` of the lock key).
+    cluster.proxy().lose_next_reply_to(line);
+    let waited = waiter.acquire("resend:join", &options).await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "the waiter times out: {waited:?}"
+    );
+    assert_eq!(
+        cluster.proxy().replies_lost(),
+        1,
+        "the join's reply was lost"
+    );
+    test_support::eventually(
+        Duration::from_secs(5),
+        "the waiter to leave the line",
+        || !node.exists(line),
+    )
+    .await;
+    guard.release().await.expect("still ours");
+    assert!(
+        !node.exists(key),
+        "the release handed the lock to {:?} for {} ms, a waiter that left",
+        node.get(key),
+        node.pttl(key)
+    );
+}
+
 /// A release within `hold_at_least` whose reply was lost, near the hold's end: its first run
 /// left the lock to expire in a few milliseconds, so the re-sent run finds it gone. That is the
 /// release having worked, not a lost lock.

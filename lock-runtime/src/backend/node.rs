@@ -123,10 +123,14 @@ impl Node {
                     .arg(millis(super::CLAIM))
                     .arg(match wait {
                         Wait::FirstTry => "first",
+                        // A connection that sends a command again after losing its reply (a
+                        // cluster's) may run a join twice: it joins as a renewal does, finding
+                        // the token's entry before appending one, so that a second run leaves
+                        // one place, not a second that outlives the waiter's leaving.
                         Wait::InLine {
                             renewing: false, ..
-                        } => "join",
-                        Wait::InLine { renewing: true, .. } => "renew",
+                        } if !self.resends_commands() => "join",
+                        Wait::InLine { .. } => "renew",
                     })
                     .arg(flag(counts_receivers(&connection)));
                 let reply: Vec<i64> =
