@@ -322,9 +322,17 @@ impl Shared {
     /// Records the outcome of connection `index`'s subscription, and answers those waiting for
     /// enough subscriptions: all of them once enough are confirmed; with this error, those for
     /// which too many connections failed for enough to be confirmed.
+    ///
+    /// A connection subscribed anew tells every waiter to look again: one that took its place
+    /// while it was not subscribed named no channel there, and names it at that look.
     fn confirm(&self, index: usize, result: &RedisResult<()>) {
         let answered = {
             let mut state = self.state();
+            if result.is_ok() && !state.subscribed[index] {
+                for mailbox in state.waiters.values() {
+                    mailbox.wake.notify_one();
+                }
+            }
             state.subscribed[index] = result.is_ok();
             state.failing = result.is_err();
             if state.subscriptions() >= self.confirmations {
@@ -506,6 +514,17 @@ async fn deliver_grants(
             _ => None,
         };
         if unsubscribe_at.is_some_and(|at| Instant::now() >= at) {
+            // Not subscribed from before the `UNSUBSCRIBE` is sent, and only while nobody has
+            // registered since the linger was read: a waiter that registers from now on waits
+            // for the subscription that follows, instead of naming a channel that this
+            // `UNSUBSCRIBE` is about to leave (a release would take it for dead).
+            {
+                let mut state = hub.state();
+                if !state.pending.is_empty() || !state.waiters.is_empty() {
+                    continue;
+                }
+                state.subscribed[index] = false;
+            }
             if let Some((sink, _)) = connection.as_mut() {
                 let unsubscribed =
                     tokio::time::timeout(timeouts.response, sink.unsubscribe(&*hub.channel)).await;
@@ -513,7 +532,6 @@ async fn deliver_grants(
                     connection = None;
                 }
             }
-            hub.state().subscribed[index] = false;
             continue;
         }
         let woken = Arc::clone(&hub);

@@ -76,7 +76,9 @@ where
 /// subscription with it), however long its lease has left. The lock goes on to the next waiter
 /// in the same script, and the fencing token the unheard one was issued, if any, is taken back
 /// (the counter is set back), so no token goes to nobody. A waiter's place names a channel only
-/// while its process is subscribed to it, so a live process is never unheard. On a cluster a
+/// while its process knows itself subscribed, so a live process is unheard only when its
+/// connection dropped and it has not seen that yet: it loses its place, and takes one again at
+/// its next look. On a cluster a
 /// publish reaches every node but counts only the receivers on the lock's node: receivers
 /// cannot be counted there, and leases alone tell.
 ///

@@ -4,7 +4,6 @@
 //! The tests that install the global manager run in a process of their own
 //! (`test_support::in_own_process`): a process has one.
 
-mod attack;
 mod cluster;
 mod fleet;
 mod hold_at_least;
