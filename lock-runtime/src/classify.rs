@@ -106,7 +106,15 @@ pub(crate) fn is_permanent(error: &RedisError) -> bool {
 /// Whether a request that failed with `error` may still have reached Redis and run there: it
 /// timed out, or its connection dropped after it was sent (a refused connection sent nothing).
 pub(crate) fn may_have_run(error: &RedisError) -> bool {
-    error.is_timeout() || (error.is_connection_dropped() && !error.is_connection_refusal())
+    error.is_timeout() || connection_dropped(error)
+}
+
+/// Whether a request failed with `error` because its connection dropped (a refused connection
+/// is no drop). An idle connection that a server's `timeout`, a proxy or a network blip closed
+/// is seen to be gone only by the next request sent on it, which fails so; the connection is
+/// made anew for the request after it.
+pub(crate) fn connection_dropped(error: &RedisError) -> bool {
+    error.is_connection_dropped() && !error.is_connection_refusal()
 }
 
 #[cfg(test)]

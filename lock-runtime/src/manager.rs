@@ -490,18 +490,28 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let token = new_token(options);
-        let sent = Instant::now();
-        match self
-            .attempt(
-                &keys,
-                &token,
-                ttl_millis,
-                options.fencing_enabled(),
-                Wait::FirstTry,
-            )
-            .await?
+        let fencing = options.fencing_enabled();
+        let mut token = new_token(options);
+        let mut sent = Instant::now();
+        let attempt = match self
+            .attempt(&keys, &token, ttl_millis, fencing, Wait::FirstTry)
+            .await
         {
+            // An idle connection that had dropped, seen only by this request: once more, on
+            // the connection made anew, under a new token. Should the first have run after
+            // all, its clean-up releases what it took (see `attempt`).
+            Err(error)
+                if !self.inner.backend.resends_commands()
+                    && crate::classify::connection_dropped(&error) =>
+            {
+                token = new_token(options);
+                sent = Instant::now();
+                self.attempt(&keys, &token, ttl_millis, fencing, Wait::FirstTry)
+                    .await?
+            }
+            attempt => attempt?,
+        };
+        match attempt {
             Attempt::Acquired { fence, expires_in } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
                 Ok(Some(self.guard(

@@ -291,12 +291,10 @@ fn a_release_after_a_network_blip_hands_the_lock_on() {
 ///
 /// `docs/protocol.md`: "waiters are served first come, first served across the whole fleet";
 /// a waiter keeps its place for its 3 s lease, and one whose pub/sub connection drops
-/// "rewrites its place at once". So the first waiter, alive and reconnected within
-/// milliseconds, must still be served first.
-///
-/// What happens: the blip wakes the waiter to look again; its look fails on the dead data
-/// connection (`broken pipe`), and an acquisition that sees an error starts over under a new
-/// token: it leaves the line and joins again at its end, behind the second waiter.
+/// rewrites its place at once. The blip wakes the waiter to look again, and that look meets
+/// the dead data connection first: it is asked once more on the connection made anew, as a
+/// renewal, so the first waiter, alive and reconnected within milliseconds, is still served
+/// first.
 #[test]
 fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
     let server = RedisServer::start();
@@ -352,10 +350,10 @@ fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
     });
 }
 
-/// The same loss without any network fault: a server with an idle-client `timeout` (here 1 s;
+/// The same without any network fault: a server with an idle-client `timeout` (here 1 s;
 /// `timeout 300` is a common setting) closes the holder's connection while its section runs
-/// (2.5 s, ttl 10 s, a waiter in line). The release then fails with `broken pipe`, the guard is
-/// gone, and the waiter waits out the holder's ttl.
+/// (2.5 s, ttl 10 s, a waiter in line). The release, the first request to see the connection
+/// gone, must still reach Redis, not leave the waiter to wait out the holder's ttl.
 #[test]
 fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
@@ -400,9 +398,9 @@ fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
     });
 }
 
-/// The same root cause seen from `try_acquire`: after the server closed the manager's idle
-/// connection (`timeout 1`), the next `try_acquire` of a free lock fails with `broken pipe`
-/// instead of taking it (`docs/reliability.md`: "Clients reconnect by themselves").
+/// The same seen from `try_acquire`: after the server closed the manager's idle connection
+/// (`timeout 1`), the next `try_acquire` of a free lock must take it, not fail with `broken
+/// pipe` (`docs/reliability.md`: "Clients reconnect by themselves").
 #[test]
 fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
@@ -423,7 +421,7 @@ fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock(
     });
 }
 
-/// A hand-off message read late is taken for a fresh grant: two holders at once.
+/// A hand-off message read late must not be taken for a fresh grant: two holders at once.
 ///
 /// The waiter W uses a manager made on another runtime (`docs`: a manager is "usable from any
 /// tokio runtime"; its pub/sub connection "is read on the multi-thread tokio runtime the
@@ -434,12 +432,10 @@ fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock(
 ///    as received; it sits unread in the socket).
 /// 2. W's claim (3 s) runs out unconfirmed; the next waiter N takes the lock at its look (as
 ///    documented: a handed-over lock that is not confirmed comes back after the claim).
-/// 3. W's runtime runs again: its renewal finds the lock held by N, and W sleeps in line
-///    (`last_held_at` = now).
+/// 3. W's runtime runs again: its renewal finds the lock held by N, and W sleeps in line.
 /// 4. The manager's runtime runs again: the delivery task reads the old message and puts it in
-///    W's mailbox; W takes it for a grant made after its last look (`manager.rs`: "ours for at
-///    least the claim, counted from before the last attempt that found the lock held (the
-///    hand-off came after it)"), and `acquire` returns a guard — while N holds the lock.
+///    W's mailbox. Read after a look that found the lock held, it may predate that look: W
+///    must ask Redis, not return a guard while N holds the lock.
 ///
 /// `docs/reliability.md`: "at most one holder per key at a time — provided each holder finishes
 /// ... within its ttl". Here neither holder overran anything: W was not a holder when it was
@@ -580,7 +576,7 @@ fn stopped_waiter_worker() {
         });
 }
 
-/// The brief's question for a `SIGSTOP`ped waiter: W (a process of its own) waits first in
+/// A `SIGSTOP`ped waiter: W (a process of its own) waits first in
 /// line, is stopped, the holder releases (W is handed the lock: its connection is open, the
 /// message counts as received), W's claim runs out and the next waiter N takes the lock (as
 /// documented). W is continued 1 s later. W must not believe it holds the lock N holds: its

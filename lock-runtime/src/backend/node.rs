@@ -64,6 +64,28 @@ impl Node {
         self.connections.is_cluster()
     }
 
+    /// Runs `operation` — one that may run twice: a release, a hold, an extension — and once
+    /// more when its connection had dropped (see `classify::connection_dropped`), on the
+    /// connection made anew: else a lock released after a long idle section would stay taken
+    /// until its ttl, and every waiter with it. Should the first run have reached Redis after
+    /// all, the second finds the lock no longer ours and says so: a release then reports the
+    /// lock lost, never someone else's lock touched. A cluster connection sends commands again
+    /// by itself.
+    async fn once_more_if_dropped<T, F>(&self, operation: impl Fn() -> F) -> RedisResult<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        match operation().await {
+            Err(error)
+                if !self.resends_commands() && crate::classify::connection_dropped(&error) =>
+            {
+                tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
+                operation().await
+            }
+            other => other,
+        }
+    }
+
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
     /// `PING`, then the release script on a probe key with a token that matches nothing (it
     /// deletes nothing, and loads the script for the first real release).
@@ -286,6 +308,19 @@ impl Node {
         leave: bool,
         redis_clock: Option<u64>,
     ) -> RedisResult<Released> {
+        self.once_more_if_dropped(|| self.unlock_through_failover(keys, token, leave, redis_clock))
+            .await
+    }
+
+    /// [`Node::unlock`], tried again while a cluster is in flux or a Sentinel service fails
+    /// over.
+    async fn unlock_through_failover(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        leave: bool,
+        redis_clock: Option<u64>,
+    ) -> RedisResult<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
         let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
         let sentinel = self.connections.is_sentinel();
@@ -399,6 +434,11 @@ impl Node {
         token: &str,
         keep_millis: u64,
     ) -> RedisResult<bool> {
+        self.once_more_if_dropped(|| self.hold_once(keys, token, keep_millis))
+            .await
+    }
+
+    async fn hold_once(&self, keys: &LockKeys, token: &str, keep_millis: u64) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
             // A cluster connection may run it twice: mark it, see `HOLD`.
@@ -445,6 +485,16 @@ impl Node {
 
     /// Sets the lock's remaining ttl if it is still ours; `false` if it was not ours.
     pub(crate) async fn extend(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+    ) -> RedisResult<bool> {
+        self.once_more_if_dropped(|| self.extend_once(keys, token, ttl_millis))
+            .await
+    }
+
+    async fn extend_once(
         &self,
         keys: &LockKeys,
         token: &str,
