@@ -1,0 +1,130 @@
+//! Attack on today's changes: a request that meets a connection dropped while idle (or whose
+//! reply was lost) is sent once more.
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockManager, LockOptions};
+use test_support::{FaultProxy, RedisServer};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Redlock over three masters with an idle-client `timeout` of 1 s. The holder's section runs
+/// 2.5 s with no Redis call, so every master has closed its connection; then it releases.
+///
+/// `docs/reliability.md`: "A connection that dropped while idle (a server's `timeout`, ...) is
+/// seen only by the next request on it: a release, an extension, a `try_acquire` or a waiter's
+/// look that meets it is sent once more on a new connection". The release must reach the
+/// masters and wake the waiter, not fail with `broken pipe` and leave the lock to its 10 s ttl.
+#[test]
+fn attack3_a_redlock_release_after_the_masters_closed_idle_connections_reaches_them() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--timeout", "1"]))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let main = runtime();
+    let name = "attack3:redlock-idle";
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .timeout(Duration::from_secs(20));
+    main.block_on(async {
+        let holder = LockManager::redlock_builder(&urls).connect().await.unwrap();
+        let waiter = LockManager::redlock_builder(&urls).connect().await.unwrap();
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let at = Instant::now();
+                let _ = guard.release().await;
+                at
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let released_at = Instant::now();
+        let released = guard.release().await;
+        let left: Vec<i64> = servers
+            .iter()
+            .map(|server| server.pttl(&format!("lock:{name}")))
+            .collect();
+        let got_at = tokio::time::timeout(Duration::from_secs(15), waiting)
+            .await
+            .expect("the waiter got the lock")
+            .unwrap();
+        let waited = got_at.saturating_duration_since(released_at);
+        assert!(
+            released.is_ok() && waited < Duration::from_secs(2),
+            "Redlock: the release after a 2.5 s section (masters' `timeout 1`) answered \
+             {released:?}; the lock's ttl left on each master right after: {left:?} ms; the \
+             waiter got it {waited:?} after the release"
+        );
+    });
+}
+
+/// `acquire` with a zero timeout — "a single attempt" (`LockOptions::timeout`; what
+/// `#[distributed_lock(timeout = 0)]` makes) — after the server closed the manager's idle
+/// connection (`timeout 1`). The lock is free: the single attempt must take it, as
+/// `try_acquire` now does, not fail with `broken pipe`.
+#[test]
+fn attack3_a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock()
+{
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let main = runtime();
+    main.block_on(async {
+        let manager = test_support::connect(&server).await;
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .timeout(Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let attempt = manager.acquire("attack3:idle-single", &options).await;
+        assert!(
+            attempt.is_ok(),
+            "acquire (timeout 0) of a free lock after 2.5 s idle (server `timeout 1`): \
+             {attempt:?}"
+        );
+    });
+}
+
+/// `try_acquire` of a free lock whose first `SET NX` runs but whose reply is lost with its
+/// connection (the proxy drops the reply and cuts that connection). The change sends it once
+/// more, on a new connection, under a new token — which finds the lock taken by the first
+/// send's token, and answers `Ok(None)`: "someone else holds it" — while nobody else does (the
+/// orphan is released in the background a moment later).
+#[test]
+fn attack3_a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = runtime();
+    let name = "attack3:try-lost-reply";
+    main.block_on(async {
+        let manager = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(10));
+        let mut outcomes = Vec::new();
+        for round in 0..5 {
+            let key = format!("{name}:{round}");
+            proxy.lose_next_reply_to(&format!("lock:{key}"));
+            let attempt = manager.try_acquire(&key, &options).await;
+            let value_after = server.get(&format!("lock:{key}"));
+            assert_eq!(proxy.replies_lost(), round + 1, "the reply was lost");
+            let got = matches!(attempt, Ok(Some(_)));
+            outcomes.push(format!("{attempt:?} (lock key right after: {value_after:?})"));
+            if let Ok(Some(guard)) = attempt {
+                guard.release().await.unwrap();
+            }
+            if !got {
+                // Nobody else holds it: the key is freed by the background clean-up.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let later = server.get(&format!("lock:{key}"));
+                panic!(
+                    "try_acquire of a free lock whose first reply was lost: {outcomes:?}; \
+                     nobody else ever took it; the key 0.5 s later: {later:?}"
+                );
+            }
+        }
+    });
+}
