@@ -128,3 +128,27 @@ fn attack3_a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
         }
     });
 }
+
+/// Redlock over three masters with an idle-client `timeout` of 1 s: after 2.5 s idle every
+/// master has closed the manager's connection. `try_acquire` of a free lock must take it
+/// (`docs/reliability.md`: "a `try_acquire` ... that meets it is sent once more on a new
+/// connection"), not fail because no master answered.
+#[test]
+fn attack3_a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes_the_free_lock() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--timeout", "1"]))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let main = runtime();
+    main.block_on(async {
+        let manager = LockManager::redlock_builder(&urls).connect().await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let attempt = manager.try_acquire("attack3:redlock-idle-try", &options).await;
+        assert!(
+            matches!(attempt, Ok(Some(_))),
+            "Redlock try_acquire of a free lock after 2.5 s idle (masters' `timeout 1`): \
+             {attempt:?}"
+        );
+    });
+}
