@@ -216,3 +216,60 @@ fn attack3_a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
         assert_eq!(server.get(&key), None);
     });
 }
+
+/// `docs/reliability.md`: "No call hangs: every Redis call is bounded by the connect/response
+/// timeouts; `acquire` returns by its `timeout` plus at most one response timeout."
+///
+/// A waiter (through a proxy; default timeouts: response 1 s, connect 2 s) waits for a lock
+/// held for 30 s, with `timeout` 1.5 s. Just before its deadline the link gets slow (450 ms
+/// one way), so its last look, sent at the deadline, is still unanswered 0.7 s later when a
+/// blip cuts the connection. Before today that look failed there and `acquire` returned
+/// (0.7 s past the deadline). Now the look is sent once more on a new connection, whose
+/// handshake and command each take a slow round trip: `acquire` returns ~2.5 s past its
+/// deadline, beyond the promised one response timeout (1 s).
+#[test]
+fn attack3_acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = runtime();
+    let name = "attack3:deadline-blip";
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let waiter = LockManager::connect(&proxy.url()).await.unwrap();
+        let held = LockOptions::new().ttl(Duration::from_secs(30));
+        let _guard = holder.acquire(name, &held).await.unwrap();
+        let timeout = Duration::from_millis(1500);
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .timeout(timeout);
+        let started = Instant::now();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let result = waiter.acquire(name, &options).await;
+                (result.map(drop), Instant::now())
+            })
+        };
+        test_support::eventually(Duration::from_secs(1), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        // The link slows down just before the deadline: the last look, sent at 1.5 s, is
+        // answered at ~2.4 s at the earliest.
+        tokio::time::sleep_until((started + Duration::from_millis(1400)).into()).await;
+        proxy.set_delay(Duration::from_millis(450));
+        // A blip while it is in flight.
+        tokio::time::sleep_until((started + Duration::from_millis(2200)).into()).await;
+        proxy.cut();
+        let (result, returned_at) = tokio::time::timeout(Duration::from_secs(15), waiting)
+            .await
+            .expect("acquire returned")
+            .unwrap();
+        let past = returned_at.saturating_duration_since(started + timeout);
+        assert!(
+            past <= Duration::from_millis(1100),
+            "acquire (timeout 1.5 s, response timeout 1 s) returned {result:?} {past:?} past \
+             its deadline"
+        );
+    });
+}
