@@ -273,3 +273,94 @@ fn attack3_acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_bl
         );
     });
 }
+
+/// A release within `hold_at_least` (2 s) with a waiter in line, whose reply is lost with its
+/// connection: sent once more, it must answer Ok (the first run kept the lock for the line),
+/// and the waiter gets the lock at the hold's end — not before, not at the ttl. (Holds.)
+#[test]
+fn attack3_a_hold_release_whose_reply_was_lost_keeps_the_hold() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = runtime();
+    let name = "attack3:hold-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let waiter = test_support::connect(&server).await;
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(20))
+            .timeout(Duration::from_secs(20));
+        let held = options.clone().hold_at_least(Duration::from_secs(2));
+        let guard = holder.acquire(name, &held).await.unwrap();
+        let taken = Instant::now();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                at
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let lost = proxy.replies_lost();
+        let value = server.get(&key);
+        let got_at = waiting.await.unwrap();
+        let after = got_at.saturating_duration_since(taken);
+        eprintln!("released {released:?} lost {lost} value {value:?} waiter got it {after:?} after the acquisition");
+        assert!(released.is_ok() && lost == 1);
+        assert!(after >= Duration::from_millis(1950) && after < Duration::from_secs(4));
+    });
+}
+
+/// A release with a waiter in line whose reply is lost with its connection, and an extension
+/// whose reply is lost: the re-sent release finds the lock handed on and says so (documented:
+/// "reports `Lost`"), never touching the waiter's lock; the re-sent extension answers Ok and
+/// the lock keeps its new ttl. (Holds.)
+#[test]
+fn attack3_a_release_and_an_extension_whose_replies_were_lost() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = runtime();
+    let name = "attack3:release-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let waiter = test_support::connect(&server).await;
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(20))
+            .timeout(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        proxy.lose_next_reply_to(&key);
+        let extended = guard.extend(Duration::from_secs(25)).await;
+        let pttl = server.pttl(&key);
+        eprintln!("extended {extended:?} pttl {pttl} lost {}", proxy.replies_lost());
+        assert!(extended.is_ok() && pttl > 24_000);
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = waiter.acquire(name, &options).await.unwrap();
+                let token = guard.token().to_owned();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let value = guard.release().await;
+                (token, value)
+            })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let value = server.get(&key);
+        let (token, waiter_release) = waiting.await.unwrap();
+        eprintln!("released {released:?} lost {} value {value:?} waiter {token} release {waiter_release:?}", proxy.replies_lost());
+        assert_eq!(value.as_deref(), Some(token.as_str()));
+        assert!(waiter_release.is_ok());
+    });
+}
