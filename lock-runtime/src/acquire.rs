@@ -23,7 +23,9 @@
 //!   holder's expiry (a holder that died releases nothing), or the deadline — and looks again.
 //! - Errors from Redis are retried with backoff until the deadline, under a new token (the
 //!   failed attempt may still run, and is cleaned up by its own token), so the waiter
-//!   subscribes again for it.
+//!   subscribes again for it. Except an attempt in line whose connection dropped
+//!   ([`Outcome::Interrupted`]): the waiter keeps its token and its place, and its next look,
+//!   a renewal, finds whatever the interrupted one did.
 //!
 //! The manager drives it: it asks [`Acquisition::start`] for the first [`Step`], performs it,
 //! and feeds what happened back in.
@@ -107,6 +109,9 @@ pub(crate) enum Outcome {
     Failed {
         permanent: bool,
     },
+    /// An attempt in line failed because its connection dropped, and the waiter keeps its
+    /// token and its place (see `Backend::keeps_place_through`): retried as a look in line.
+    Interrupted,
 }
 
 impl Acquisition {
@@ -153,7 +158,9 @@ impl Acquisition {
         match outcome {
             Outcome::Acquired => Step::Acquired,
             Outcome::Failed { permanent: true } => Step::Failed,
-            Outcome::Failed { permanent: false } if now >= self.deadline => Step::Failed,
+            Outcome::Failed { permanent: false } | Outcome::Interrupted if now >= self.deadline => {
+                Step::Failed
+            }
             Outcome::Failed { permanent: false } => {
                 // A new token, so a new registration for its messages; and a new place in line.
                 self.subscription = Subscription::NotYet;
@@ -163,6 +170,10 @@ impl Acquisition {
                     spread: Duration::ZERO,
                 }
             }
+            Outcome::Interrupted => Step::Sleep {
+                until: (now + self.errors.next_pause()).min(self.deadline),
+                spread: Duration::ZERO,
+            },
             Outcome::Held { .. } if now >= self.deadline => Step::TimedOut,
             Outcome::Held { remaining } => {
                 self.errors.reset();
@@ -339,6 +350,23 @@ mod tests {
         assert!(!acquisition.in_line());
         assert_eq!(acquisition.woke(), Step::Attempt(Request::FirstTry));
         assert_eq!(acquisition.attempted(now, held(100)), Step::Subscribe);
+    }
+
+    #[test]
+    fn a_waiter_interrupted_in_line_keeps_its_place_and_looks_again() {
+        let now = Instant::now();
+        let mut acquisition = in_line(now);
+        let Step::Sleep { until, .. } = acquisition.attempted(now, Outcome::Interrupted) else {
+            panic!("an interrupted look is retried");
+        };
+        assert!(until > now && until <= now + Duration::from_millis(15));
+        assert!(acquisition.in_line());
+        assert_eq!(acquisition.woke(), Step::Attempt(Request::InLine));
+        let late = now + Duration::from_secs(10);
+        assert_eq!(
+            acquisition.attempted(late, Outcome::Interrupted),
+            Step::Failed
+        );
     }
 
     #[test]

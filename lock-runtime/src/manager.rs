@@ -329,8 +329,15 @@ impl LockManager {
                             if !permanent {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
+                            let outcome = if request == Request::InLine
+                                && self.inner.backend.keeps_place_through(&error)
+                            {
+                                Outcome::Interrupted
+                            } else {
+                                Outcome::Failed { permanent }
+                            };
                             last_error = Some(error);
-                            Outcome::Failed { permanent }
+                            outcome
                         }
                     };
                     let next = machine.attempted(Instant::now(), outcome);
@@ -490,27 +497,17 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let fencing = options.fencing_enabled();
-        let mut token = new_token(options);
-        let mut sent = Instant::now();
-        let attempt = match self
-            .attempt(&keys, &token, ttl_millis, fencing, Wait::FirstTry)
-            .await
-        {
-            // An idle connection that had dropped, seen only by this request: once more, on
-            // the connection made anew, under a new token. Should the first have run after
-            // all, its clean-up releases what it took (see `attempt`).
-            Err(error)
-                if !self.inner.backend.resends_commands()
-                    && crate::classify::connection_dropped(&error) =>
-            {
-                token = new_token(options);
-                sent = Instant::now();
-                self.attempt(&keys, &token, ttl_millis, fencing, Wait::FirstTry)
-                    .await?
-            }
-            attempt => attempt?,
-        };
+        let token = new_token(options);
+        let sent = Instant::now();
+        let attempt = self
+            .attempt(
+                &keys,
+                &token,
+                ttl_millis,
+                options.fencing_enabled(),
+                Wait::FirstTry,
+            )
+            .await?;
         match attempt {
             Attempt::Acquired { fence, expires_in } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
@@ -670,7 +667,10 @@ impl LockManager {
         };
         let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
         if let Err(error) = &outcome {
-            if crate::classify::may_have_run(error) {
+            // A waiter that keeps its place goes on under this token: its next look finds what
+            // this attempt did, and its place is left if it gives up.
+            let kept = in_line && self.inner.backend.keeps_place_through(error);
+            if crate::classify::may_have_run(error) && !kept {
                 crate::finish::spawn_clean_up(clean_up, None);
             }
         }

@@ -4,9 +4,9 @@
 //! The tests that install the global manager or the global `tracing` subscriber run in a process
 //! of their own (`test_support::in_own_process`): a process has one of each.
 
-mod attack3;
 mod bad_input;
 mod cancellation;
+mod dropped_connections;
 mod holder_killed;
 mod line_faults;
 mod network;

@@ -246,6 +246,18 @@ impl Backend {
         }
     }
 
+    /// Whether a waiter whose attempt failed with `error` keeps its token and its place in line:
+    /// when the connection dropped (an idle timeout, a network blip; see
+    /// `classify::connection_dropped`) on a standalone server or a Sentinel master. Its next
+    /// attempt, on the connection made anew, is a renewal under the same token, which finds
+    /// whatever the failed one did — the place it took, the lock it was handed — so a blip
+    /// costs no place in line. (A cluster connection sends such a command again by itself, and
+    /// Redlock re-sends each master's vote.)
+    pub(crate) fn keeps_place_through(&self, error: &redis::RedisError) -> bool {
+        matches!(&self.locks, Locks::Single(node) if !node.resends_commands())
+            && crate::classify::connection_dropped(error)
+    }
+
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
     /// `probe`, a lock nobody holds.
     pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
@@ -267,36 +279,21 @@ impl Backend {
     ) -> RedisResult<Attempt> {
         match &self.locks {
             Locks::Single(node) => {
-                let in_line = match &wait {
-                    Wait::InLine { channel, .. } => Some(channel.clone()),
-                    Wait::FirstTry => None,
-                };
-                match self
-                    .try_lock_on(node, keys, token, ttl_millis, fencing, wait)
-                    .await
+                if let Some(pushed) = self
+                    .join_behind(node, keys, token, ttl_millis, fencing, &wait)
+                    .await?
                 {
-                    // A waiter keeps its place through a dropped connection: asked once more,
-                    // on the connection made anew, as a renewal, which finds the place if the
-                    // first send took it (and the lock, if it was handed over meanwhile) and
-                    // takes one at the end if not. Its pub/sub connection most likely dropped
-                    // too: the place names the channel only while it is subscribed.
-                    Err(error)
-                        if !node.resends_commands()
-                            && crate::classify::connection_dropped(&error) =>
-                    {
-                        let Some(channel) = in_line else {
-                            return Err(error);
-                        };
-                        let channel = channel.filter(|_| self.grants.is_subscribed());
-                        let wait = Wait::InLine {
-                            channel,
-                            renewing: true,
-                        };
-                        self.try_lock_on(node, keys, token, ttl_millis, fencing, wait)
-                            .await
-                    }
-                    other => other,
+                    return Ok(pushed);
                 }
+                let sent = Instant::now();
+                let (attempt, place) = node
+                    .try_lock(keys, token, ttl_millis, fencing, wait)
+                    .await?;
+                if let Some(place) = place {
+                    self.contended
+                        .place_given(&keys.lock, place, sent, Instant::now());
+                }
+                Ok(attempt)
             }
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
@@ -307,34 +304,6 @@ impl Backend {
                 &wait,
             )),
         }
-    }
-
-    /// One attempt on a standalone server, a Sentinel master or a cluster: a join in one
-    /// command when it can be, else the node's attempt.
-    async fn try_lock_on(
-        &self,
-        node: &Node,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
-    ) -> RedisResult<Attempt> {
-        if let Some(pushed) = self
-            .join_behind(node, keys, token, ttl_millis, fencing, &wait)
-            .await?
-        {
-            return Ok(pushed);
-        }
-        let sent = Instant::now();
-        let (attempt, place) = node
-            .try_lock(keys, token, ttl_millis, fencing, wait)
-            .await?;
-        if let Some(place) = place {
-            self.contended
-                .place_given(&keys.lock, place, sent, Instant::now());
-        }
-        Ok(attempt)
     }
 
     /// A join in one command: the waiter's entry appended with `RPUSHX`, which appends only

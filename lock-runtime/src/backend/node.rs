@@ -64,7 +64,8 @@ impl Node {
         self.connections.is_cluster()
     }
 
-    /// Runs `operation` — one that may run twice: a release, a hold, an extension — and once
+    /// Runs `operation` — one that may run twice: a release, a hold, an extension, a Redlock
+    /// master's vote — and once
     /// more when its connection had dropped (see `classify::connection_dropped`), on the
     /// connection made anew: else a lock released after a long idle section would stay taken
     /// until its ttl, and every waiter with it. Should the first run have reached Redis after
@@ -76,14 +77,19 @@ impl Node {
         F: std::future::Future<Output = RedisResult<T>>,
     {
         match operation().await {
-            Err(error)
-                if !self.resends_commands() && crate::classify::connection_dropped(&error) =>
-            {
-                tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
-                operation().await
-            }
+            Err(error) if self.sends_once_more(&error) => operation().await,
             other => other,
         }
+    }
+
+    /// Whether a request that failed with `error` is sent once more: its connection dropped,
+    /// on an endpoint whose connection does not send it again by itself.
+    fn sends_once_more(&self, error: &redis::RedisError) -> bool {
+        let once_more = !self.resends_commands() && crate::classify::connection_dropped(error);
+        if once_more {
+            tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
+        }
+        once_more
     }
 
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
@@ -112,17 +118,28 @@ impl Node {
     ) -> RedisResult<(Attempt, Option<Place>)> {
         let mut connection = self.connection().await?;
         if !fencing && wait == Wait::FirstTry {
-            return Ok((
-                if set_nx(&mut connection, keys, token, ttl_millis).await? {
-                    Attempt::Acquired {
-                        fence: None,
-                        expires_in: Duration::from_millis(ttl_millis),
-                    }
-                } else {
-                    Attempt::Held { remaining: None }
-                },
-                None,
-            ));
+            match set_nx(&mut connection, keys, token, ttl_millis).await {
+                Ok(taken) => {
+                    return Ok((
+                        if taken {
+                            Attempt::Acquired {
+                                fence: None,
+                                expires_in: Duration::from_millis(ttl_millis),
+                            }
+                        } else {
+                            Attempt::Held { remaining: None }
+                        },
+                        None,
+                    ))
+                }
+                // Sent once more on the connection made anew (see `once_more_if_dropped`), as
+                // the acquire script's first try below, which finds the lock ours if the `SET`
+                // ran after all.
+                Err(error) if self.sends_once_more(&error) => {
+                    connection = self.connection().await?;
+                }
+                Err(error) => return Err(error),
+            }
         }
         let channel = match &wait {
             Wait::FirstTry => "",
@@ -216,15 +233,36 @@ impl Node {
     ) -> RedisResult<Vote> {
         let mut connection = self.connection().await?;
         if first_try {
-            return Ok(if set_nx(&mut connection, keys, token, ttl_millis).await? {
-                Vote::Granted
-            } else {
-                Vote::Held {
-                    remaining: None,
-                    holder: None,
+            match set_nx(&mut connection, keys, token, ttl_millis).await {
+                Ok(true) => return Ok(Vote::Granted),
+                Ok(false) => {
+                    return Ok(Vote::Held {
+                        remaining: None,
+                        holder: None,
+                    })
                 }
-            });
+                // Sent once more, as the script below (taking no place in the wake list),
+                // which finds the lock ours if the `SET` ran after all.
+                Err(error) if self.sends_once_more(&error) => {
+                    return self.vote_by_script(keys, token, ttl_millis, None).await;
+                }
+                Err(error) => return Err(error),
+            }
         }
+        self.once_more_if_dropped(|| self.vote_by_script(keys, token, ttl_millis, member))
+            .await
+    }
+
+    /// A vote by the quorum acquire script, which takes the place `member` in the wake list
+    /// when the lock is held (`None`: none). Runs the same twice.
+    async fn vote_by_script(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        member: Option<&str>,
+    ) -> RedisResult<Vote> {
+        let mut connection = self.connection().await?;
         let (wake_list, member) = (keys.wake_list(), member.unwrap_or(""));
         let mut cmd = scripts::evalsha(
             &scripts::QUORUM_ACQUIRE,
@@ -261,9 +299,12 @@ impl Node {
         member: Option<&str>,
         wake: bool,
     ) -> RedisResult<bool> {
-        let mut connection = self.connection().await?;
-        self.release_vote_on(&mut connection, keys, token, member, wake)
-            .await
+        self.once_more_if_dropped(|| async {
+            let mut connection = self.connection().await?;
+            self.release_vote_on(&mut connection, keys, token, member, wake)
+                .await
+        })
+        .await
     }
 
     async fn release_vote_on(

@@ -1,5 +1,6 @@
-//! Attack on today's changes: a request that meets a connection dropped while idle (or whose
-//! reply was lost) is sent once more.
+//! A request that meets a connection dropped while idle, or whose reply was lost with its
+//! connection, is sent once more on a new connection, and answered as if it ran once
+//! (`docs/reliability.md`).
 
 use std::time::{Duration, Instant};
 
@@ -22,13 +23,13 @@ fn runtime() -> tokio::runtime::Runtime {
 /// look that meets it is sent once more on a new connection". The release must reach the
 /// masters and wake the waiter, not fail with `broken pipe` and leave the lock to its 10 s ttl.
 #[test]
-fn attack3_a_redlock_release_after_the_masters_closed_idle_connections_reaches_them() {
+fn a_redlock_release_after_the_masters_closed_idle_connections_reaches_them() {
     let servers: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with(&["--timeout", "1"]))
         .collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let main = runtime();
-    let name = "attack3:redlock-idle";
+    let name = "dropped:redlock-idle";
     let options = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .timeout(Duration::from_secs(20));
@@ -69,10 +70,9 @@ fn attack3_a_redlock_release_after_the_masters_closed_idle_connections_reaches_t
 /// `acquire` with a zero timeout — "a single attempt" (`LockOptions::timeout`; what
 /// `#[distributed_lock(timeout = 0)]` makes) — after the server closed the manager's idle
 /// connection (`timeout 1`). The lock is free: the single attempt must take it, as
-/// `try_acquire` now does, not fail with `broken pipe`.
+/// `try_acquire` does, not fail with `broken pipe`.
 #[test]
-fn attack3_a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock()
-{
+fn a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
     let main = runtime();
     main.block_on(async {
@@ -81,7 +81,7 @@ fn attack3_a_single_attempt_acquire_after_the_server_closed_an_idle_connection_t
             .ttl(Duration::from_secs(10))
             .timeout(Duration::ZERO);
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let attempt = manager.acquire("attack3:idle-single", &options).await;
+        let attempt = manager.acquire("dropped:idle-single", &options).await;
         assert!(
             attempt.is_ok(),
             "acquire (timeout 0) of a free lock after 2.5 s idle (server `timeout 1`): \
@@ -91,18 +91,16 @@ fn attack3_a_single_attempt_acquire_after_the_server_closed_an_idle_connection_t
 }
 
 /// `try_acquire` of a free lock whose first `SET NX` runs but whose reply is lost with its
-/// connection (the proxy drops the reply and cuts that connection). The change sends it once
-/// more, on a new connection, under a new token — which finds the lock taken by the first
-/// send's token, and answers `Ok(None)`: "someone else holds it" — while nobody else does (the
-/// orphan is released in the background a moment later). Racy between the re-send and that
-/// clean-up: 20 rounds, of which one answering `Ok(None)` fails the test (it fails at once or
-/// within a few rounds here).
+/// connection (the proxy drops the reply and cuts that connection). Sent once more, it must
+/// find the lock its own and take it, not answer `Ok(None)` ("someone else holds it") for the
+/// lock its first send took. 20 rounds: a re-send under another token would race the first
+/// send's clean-up, and lose some of them.
 #[test]
-fn attack3_a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
+fn a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let main = runtime();
-    let name = "attack3:try-lost-reply";
+    let name = "dropped:try-lost-reply";
     main.block_on(async {
         let manager = LockManager::connect(&proxy.url()).await.unwrap();
         let options = LockOptions::new().ttl(Duration::from_secs(10));
@@ -114,7 +112,9 @@ fn attack3_a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
             let value_after = server.get(&format!("lock:{key}"));
             assert_eq!(proxy.replies_lost(), round + 1, "the reply was lost");
             let got = matches!(attempt, Ok(Some(_)));
-            outcomes.push(format!("{attempt:?} (lock key right after: {value_after:?})"));
+            outcomes.push(format!(
+                "{attempt:?} (lock key right after: {value_after:?})"
+            ));
             if let Ok(Some(guard)) = attempt {
                 guard.release().await.unwrap();
             }
@@ -136,7 +136,7 @@ fn attack3_a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
 /// (`docs/reliability.md`: "a `try_acquire` ... that meets it is sent once more on a new
 /// connection"), not fail because no master answered.
 #[test]
-fn attack3_a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes_the_free_lock() {
+fn a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes_the_free_lock() {
     let servers: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with(&["--timeout", "1"]))
         .collect();
@@ -146,7 +146,9 @@ fn attack3_a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes
         let manager = LockManager::redlock_builder(&urls).connect().await.unwrap();
         let options = LockOptions::new().ttl(Duration::from_secs(10));
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let attempt = manager.try_acquire("attack3:redlock-idle-try", &options).await;
+        let attempt = manager
+            .try_acquire("dropped:redlock-idle-try", &options)
+            .await;
         assert!(
             matches!(attempt, Ok(Some(_))),
             "Redlock try_acquire of a free lock after 2.5 s idle (masters' `timeout 1`): \
@@ -170,11 +172,11 @@ fn line_len(server: &RedisServer, name: &str) -> usize {
 /// lock its own: the waiter holds it, with the fencing token the counter holds, and nothing of
 /// the line is left.
 #[test]
-fn attack3_a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
+fn a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let main = runtime();
-    let name = "attack3:look-lost";
+    let name = "dropped:look-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
         let waiter = LockManager::connect(&proxy.url()).await.unwrap();
@@ -223,16 +225,15 @@ fn attack3_a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
 /// A waiter (through a proxy; default timeouts: response 1 s, connect 2 s) waits for a lock
 /// held for 30 s, with `timeout` 1.5 s. Just before its deadline the link gets slow (450 ms
 /// one way), so its last look, sent at the deadline, is still unanswered 0.7 s later when a
-/// blip cuts the connection. Before today that look failed there and `acquire` returned
-/// (0.7 s past the deadline). Now the look is sent once more on a new connection, whose
-/// handshake and command each take a slow round trip: `acquire` returns ~2.5 s past its
-/// deadline, beyond the promised one response timeout (1 s).
+/// blip cuts the connection. A look sent once more on a new connection there, whose handshake
+/// and command each take a slow round trip, would return ~2.5 s past the deadline: the look
+/// at the deadline is the last, and `acquire` returns when it fails.
 #[test]
-fn attack3_acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
+fn acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let main = runtime();
-    let name = "attack3:deadline-blip";
+    let name = "dropped:deadline-blip";
     main.block_on(async {
         let holder = test_support::connect(&server).await;
         let waiter = LockManager::connect(&proxy.url()).await.unwrap();
@@ -276,13 +277,13 @@ fn attack3_acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_bl
 
 /// A release within `hold_at_least` (2 s) with a waiter in line, whose reply is lost with its
 /// connection: sent once more, it must answer Ok (the first run kept the lock for the line),
-/// and the waiter gets the lock at the hold's end — not before, not at the ttl. (Holds.)
+/// and the waiter gets the lock at the hold's end — not before, not at the ttl.
 #[test]
-fn attack3_a_hold_release_whose_reply_was_lost_keeps_the_hold() {
+fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let main = runtime();
-    let name = "attack3:hold-lost";
+    let name = "dropped:hold-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
         let holder = LockManager::connect(&proxy.url()).await.unwrap();
@@ -321,13 +322,13 @@ fn attack3_a_hold_release_whose_reply_was_lost_keeps_the_hold() {
 /// A release with a waiter in line whose reply is lost with its connection, and an extension
 /// whose reply is lost: the re-sent release finds the lock handed on and says so (documented:
 /// "reports `Lost`"), never touching the waiter's lock; the re-sent extension answers Ok and
-/// the lock keeps its new ttl. (Holds.)
+/// the lock keeps its new ttl.
 #[test]
-fn attack3_a_release_and_an_extension_whose_replies_were_lost() {
+fn a_release_and_an_extension_whose_replies_were_lost() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let main = runtime();
-    let name = "attack3:release-lost";
+    let name = "dropped:release-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
         let holder = LockManager::connect(&proxy.url()).await.unwrap();
