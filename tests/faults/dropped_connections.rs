@@ -90,6 +90,31 @@ fn a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the
     });
 }
 
+/// A fenced `try_acquire` (its first try is the acquire script, which issues the token) after
+/// the server closed the manager's idle connection: it takes the free lock, with a token.
+#[test]
+fn a_fenced_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let main = runtime();
+    main.block_on(async {
+        let manager = test_support::connect(&server).await;
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .fencing(true);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let attempt = manager.try_acquire("dropped:idle-fenced", &options).await;
+        let guard = match attempt {
+            Ok(Some(guard)) => guard,
+            other => panic!(
+                "a fenced try_acquire of a free lock after 2.5 s idle (server `timeout 1`): \
+                 {other:?}"
+            ),
+        };
+        assert_eq!(guard.fencing_token(), Some(1), "the first token of the counter");
+        guard.release().await.unwrap();
+    });
+}
+
 /// `try_acquire` of a free lock whose first `SET NX` runs but whose reply is lost with its
 /// connection (the proxy drops the reply and cuts that connection). Sent once more, it must
 /// find the lock its own and take it, not answer `Ok(None)` ("someone else holds it") for the

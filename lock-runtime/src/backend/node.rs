@@ -141,6 +141,7 @@ impl Node {
                 Err(error) => return Err(error),
             }
         }
+        let wait_first = wait == Wait::FirstTry;
         let channel = match &wait {
             Wait::FirstTry => "",
             Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
@@ -173,7 +174,17 @@ impl Node {
                     })
                     .arg(flag(counts_receivers(&connection)));
                 let reply: Vec<i64> =
-                    scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?;
+                    match scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await {
+                        // A first try runs the same twice (a second run finds the lock its first
+                        // took, and the fencing token issued then): sent once more on the
+                        // connection made anew. A place in line is kept by the waiter instead (see
+                        // `Backend::keeps_place_through`).
+                        Err(error) if wait_first && self.sends_once_more(&error) => {
+                            let mut connection = self.connection().await?;
+                            scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?
+                        }
+                        reply => reply?,
+                    };
                 let place = |deadline: i64, first: bool| {
                     u64::try_from(deadline)
                         .ok()
