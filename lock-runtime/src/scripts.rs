@@ -347,8 +347,10 @@ return {0, remaining(), deadline}
 /// token in the marker is that same release run again, and answers 1. Tokens are never reused,
 /// so the marker vouches for no other release; a marker that expired before a late re-send, or
 /// that a later holder's release of the same lock overwrote, only brings back the "not ours",
-/// never a false "released". Without them (a standalone server: nothing is re-sent) the release
-/// costs what it did.
+/// never a false "released". A standalone server's caller passes them only for a release it may
+/// send once more after a dropped connection: one that comes a second or more after the lock's
+/// last command, when the connection may have been closed for being idle (see `Node::unlock`).
+/// Without them the release costs what it did.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_source()));
 
 /// The text of [`RELEASE`] (for the benchmark, which sends it by hand as a floor).
@@ -555,9 +557,10 @@ return 0
 /// learns of the hold at its next renewal.
 ///
 /// Run twice (a re-sent command) it must not start the hold again, nor answer "not ours" once
-/// the lock has gone to a waiter or expired: so a caller whose connection may re-send it (a
-/// cluster connection) also passes `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how
-/// long after the first run it may be re-sent, as for [`RELEASE`]; the first run leaves its
+/// the lock has gone to a waiter or expired: so its caller, which may send it again (a cluster
+/// connection after a lost reply, `Node::hold` after a dropped connection), also passes
+/// `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how long after the first run it may
+/// be re-sent, as for [`RELEASE`]; the first run leaves its
 /// token there, and a run that finds the lock not ours but its own token in the marker
 /// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
 /// it answers 1 and changes nothing.

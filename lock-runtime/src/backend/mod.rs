@@ -366,12 +366,24 @@ impl Backend {
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
-    /// waiters); `false` if it was not ours.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    /// waiters); `false` if it was not ours. `marked`: its connection may have dropped while
+    /// idle (see `Node::unlock`).
+    pub(crate) async fn unlock(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        marked: bool,
+    ) -> RedisResult<bool> {
         match &self.locks {
             Locks::Single(node) => Ok(
                 match node
-                    .unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
+                    .unlock(
+                        keys,
+                        token,
+                        false,
+                        self.contended.redis_clock(&keys.lock),
+                        marked,
+                    )
                     .await?
                 {
                     Released::HandedOver => {
@@ -409,7 +421,13 @@ impl Backend {
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
             Locks::Single(node) => Ok(node
-                .unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
+                .unlock(
+                    keys,
+                    token,
+                    true,
+                    self.contended.redis_clock(&keys.lock),
+                    false,
+                )
                 .await?
                 != Released::NotOurs),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,

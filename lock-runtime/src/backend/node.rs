@@ -100,7 +100,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        self.unlock(probe, "no token matches this", false, None)
+        self.unlock(probe, "no token matches this", false, None, false)
             .await
             .map(drop)
     }
@@ -195,7 +195,7 @@ impl Node {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
                     [1, fence, _] if fencing && *fence < 1 => {
-                        let _ = self.unlock(keys, token, true, None).await;
+                        let _ = self.unlock(keys, token, true, None, false).await;
                         Err(bad_fence(&keys.fence(), *fence))
                     }
                     [1, fence, pttl] => Ok((
@@ -353,15 +353,26 @@ impl Node {
     ///
     /// `redis_clock`: Redis's time in ms as the caller knows it (never later than the server's),
     /// by which waiters' leases are judged without a `TIME` (see `scripts::RELEASE`).
+    ///
+    /// `marked`: the release leaves its token in the lock's `released` marker (as every release
+    /// does on a cluster, see `RELEASE`), because its connection may have been closed while idle
+    /// (see `Held::may_have_lost_its_connection`). Only such a release, or a waiter leaving, is
+    /// sent once more when its connection turns out to have dropped: a second run of an unmarked
+    /// release whose first run did reach Redis would find the lock gone and report it lost.
     pub(crate) async fn unlock(
         &self,
         keys: &LockKeys,
         token: &str,
         leave: bool,
         redis_clock: Option<u64>,
+        marked: bool,
     ) -> RedisResult<Released> {
-        self.once_more_if_dropped(|| self.unlock_through_failover(keys, token, leave, redis_clock))
-            .await
+        let run = || self.unlock_through_failover(keys, token, leave, redis_clock, marked);
+        if marked || leave {
+            self.once_more_if_dropped(run).await
+        } else {
+            run().await
+        }
     }
 
     /// [`Node::unlock`], tried again while a cluster is in flux or a Sentinel service fails
@@ -372,6 +383,7 @@ impl Node {
         token: &str,
         leave: bool,
         redis_clock: Option<u64>,
+        marked: bool,
     ) -> RedisResult<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
         let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
@@ -381,8 +393,10 @@ impl Node {
             let result = match self.connection().await {
                 Ok(mut connection) => {
                     in_cluster = matches!(connection, Connection::Cluster(_));
-                    // A cluster connection may run the release twice: mark it, see `RELEASE`.
-                    let re_sent_within = in_cluster.then(|| self.connections.resend_window());
+                    // A cluster connection may run the release twice, and a marked release
+                    // may be sent twice: mark it, see `RELEASE`.
+                    let re_sent_within =
+                        (in_cluster || marked).then(|| self.connections.resend_window());
                     self.unlock_on(
                         &mut connection,
                         keys,
@@ -486,15 +500,22 @@ impl Node {
         token: &str,
         keep_millis: u64,
     ) -> RedisResult<bool> {
-        self.once_more_if_dropped(|| self.hold_once(keys, token, keep_millis))
-            .await
+        let run = || self.hold_once(keys, token, keep_millis);
+        if self.protocol == Protocol::Line {
+            self.once_more_if_dropped(run).await
+        } else {
+            run().await
+        }
     }
 
     async fn hold_once(&self, keys: &LockKeys, token: &str, keep_millis: u64) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
-            // A cluster connection may run it twice: mark it, see `HOLD`.
-            Protocol::Line if matches!(connection, Connection::Cluster(_)) => {
+            // It may run twice — a cluster connection sends it again after a lost reply, and
+            // `once_more_if_dropped` after a dropped connection —, and a second run after the
+            // hold ended would find the lock gone: mark it, see `HOLD`. (A hold is one release
+            // of a scheduled job's lock: the marker's `SET` costs nothing that matters.)
+            Protocol::Line => {
                 let (line, released) = (keys.line(), keys.released());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
@@ -506,17 +527,6 @@ impl Node {
                     .arg(keep_millis)
                     .arg(millis(super::CLAIM))
                     .arg(millis(self.connections.resend_window()));
-                (&*scripts::HOLD, cmd)
-            }
-            Protocol::Line => {
-                let line = keys.line();
-                let mut cmd = scripts::evalsha(
-                    &scripts::HOLD,
-                    &[&keys.lock, &line],
-                    3,
-                    token.len() + 20 + 20,
-                );
-                cmd.arg(token).arg(keep_millis).arg(millis(super::CLAIM));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Wake => {
