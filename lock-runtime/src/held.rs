@@ -177,7 +177,11 @@ impl Held {
             .filter(|millis| *millis > 0);
         let marked = self.may_have_lost_its_connection();
         let released = match keep_millis {
-            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await,
+            Some(keep_millis) => {
+                backend
+                    .hold(&self.keys, &self.token, keep_millis, marked)
+                    .await
+            }
             None => backend.unlock(&self.keys, &self.token, marked).await,
         };
         let ours = match released {

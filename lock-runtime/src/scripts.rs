@@ -557,10 +557,10 @@ return 0
 /// learns of the hold at its next renewal.
 ///
 /// Run twice (a re-sent command) it must not start the hold again, nor answer "not ours" once
-/// the lock has gone to a waiter or expired: so its caller, which may send it again (a cluster
-/// connection after a lost reply, `Node::hold` after a dropped connection), also passes
-/// `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how long after the first run it may
-/// be re-sent, as for [`RELEASE`]; the first run leaves its
+/// the lock has gone to a waiter or expired: so a caller that may send it again (a cluster
+/// connection after a lost reply, `Node::hold` after a dropped connection, as for a release)
+/// also passes `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how long after the first
+/// run it may be re-sent, as for [`RELEASE`]; the first run leaves its
 /// token there, and a run that finds the lock not ours but its own token in the marker
 /// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
 /// it answers 1 and changes nothing.

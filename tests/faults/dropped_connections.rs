@@ -304,9 +304,10 @@ fn acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
     });
 }
 
-/// A release within `hold_at_least` (2 s) with a waiter in line, whose reply is lost with its
-/// connection: sent once more, it must answer Ok (the first run kept the lock for the line),
-/// and the waiter gets the lock at the hold's end — not before, not at the ttl.
+/// A release within `hold_at_least` (2 s), a second into the section, with a waiter in line,
+/// whose reply is lost with its connection: sent once more, it must answer Ok (the first run
+/// kept the lock for the line), and the waiter gets the lock at the hold's end — not before,
+/// not at the ttl.
 #[test]
 fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
     let server = RedisServer::start();
@@ -336,6 +337,9 @@ fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
             line_len(&server, name) == 1
         })
         .await;
+        // A second into the section: the release may meet a connection closed for being idle,
+        // so it is marked, and sent once more when its connection drops.
+        tokio::time::sleep_until((taken + Duration::from_millis(1100)).into()).await;
         proxy.lose_next_reply_to(&key);
         let released = guard.release().await;
         let lost = proxy.replies_lost();

@@ -443,9 +443,10 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
+        marked: bool,
     ) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => node.hold(keys, token, keep_millis).await,
+            Locks::Single(node) => node.hold(keys, token, keep_millis, marked).await,
             Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
             Locks::Memory(memory) => {
                 Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))

@@ -499,23 +499,30 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
+        marked: bool,
     ) -> RedisResult<bool> {
-        let run = || self.hold_once(keys, token, keep_millis);
-        if self.protocol == Protocol::Line {
+        let run = || self.hold_once(keys, token, keep_millis, marked);
+        if marked && self.protocol == Protocol::Line {
             self.once_more_if_dropped(run).await
         } else {
             run().await
         }
     }
 
-    async fn hold_once(&self, keys: &LockKeys, token: &str, keep_millis: u64) -> RedisResult<bool> {
+    async fn hold_once(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        keep_millis: u64,
+        marked: bool,
+    ) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
-            // It may run twice — a cluster connection sends it again after a lost reply, and
-            // `once_more_if_dropped` after a dropped connection —, and a second run after the
-            // hold ended would find the lock gone: mark it, see `HOLD`. (A hold is one release
-            // of a scheduled job's lock: the marker's `SET` costs nothing that matters.)
-            Protocol::Line => {
+            // It may run twice — a cluster connection sends it again after a lost reply, and a
+            // marked hold is sent once more after a dropped connection (see `Node::unlock`) —,
+            // and a second run after the hold ended would find the lock gone: mark it, see
+            // `HOLD`.
+            Protocol::Line if marked || matches!(connection, Connection::Cluster(_)) => {
                 let (line, released) = (keys.line(), keys.released());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
@@ -527,6 +534,17 @@ impl Node {
                     .arg(keep_millis)
                     .arg(millis(super::CLAIM))
                     .arg(millis(self.connections.resend_window()));
+                (&*scripts::HOLD, cmd)
+            }
+            Protocol::Line => {
+                let line = keys.line();
+                let mut cmd = scripts::evalsha(
+                    &scripts::HOLD,
+                    &[&keys.lock, &line],
+                    3,
+                    token.len() + 20 + 20,
+                );
+                cmd.arg(token).arg(keep_millis).arg(millis(super::CLAIM));
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Wake => {
