@@ -82,6 +82,23 @@ impl Node {
         }
     }
 
+    /// [`Node::once_more_if_dropped`] when `allowed`, else `operation` once: for an operation
+    /// that may run twice only when it says so (a marked release, see [`Node::unlock`]).
+    async fn once_more_if_dropped_when<T, F>(
+        &self,
+        allowed: bool,
+        operation: impl Fn() -> F,
+    ) -> RedisResult<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        if allowed {
+            self.once_more_if_dropped(operation).await
+        } else {
+            operation().await
+        }
+    }
+
     /// Whether a request that failed with `error` is sent once more: its connection dropped,
     /// on an endpoint whose connection does not send it again by itself.
     fn sends_once_more(&self, error: &redis::RedisError) -> bool {
@@ -367,12 +384,10 @@ impl Node {
         redis_clock: Option<u64>,
         marked: bool,
     ) -> RedisResult<Released> {
-        let run = || self.unlock_through_failover(keys, token, leave, redis_clock, marked);
-        if marked || leave {
-            self.once_more_if_dropped(run).await
-        } else {
-            run().await
-        }
+        self.once_more_if_dropped_when(marked || leave, || {
+            self.unlock_through_failover(keys, token, leave, redis_clock, marked)
+        })
+        .await
     }
 
     /// [`Node::unlock`], tried again while a cluster is in flux or a Sentinel service fails
@@ -501,12 +516,10 @@ impl Node {
         keep_millis: u64,
         marked: bool,
     ) -> RedisResult<bool> {
-        let run = || self.hold_once(keys, token, keep_millis, marked);
-        if marked && self.protocol == Protocol::Line {
-            self.once_more_if_dropped(run).await
-        } else {
-            run().await
-        }
+        self.once_more_if_dropped_when(marked && self.protocol == Protocol::Line, || {
+            self.hold_once(keys, token, keep_millis, marked)
+        })
+        .await
     }
 
     async fn hold_once(
