@@ -456,3 +456,64 @@ fn a_release_after_a_long_section_whose_reply_was_lost_is_not_reported_lost() {
         assert!(waiter_release.is_ok());
     });
 }
+
+/// A lock handed over on a claim (ttl 10 s > the 3 s claim) is confirmed to its full ttl a
+/// third into the claim — on the background runtime's connection (`confirm.rs`), not the
+/// holder's. The holder's own connection has then carried nothing since the waiter joined the
+/// line: with the server's `timeout 1` it may be closed for being idle (here it is closed, by
+/// the proxy, at the moment Redis is entitled to: more than a second after its last use).
+/// The release comes within a second of the confirmation, so
+/// `Held::may_have_lost_its_connection` (last ttl-setting command = the confirmation, < 1 s
+/// ago) leaves it unmarked, and it is sent once only: it meets the dropped connection and
+/// fails, leaving the lock to its 10 s ttl. `docs/reliability.md`: a release that meets a
+/// connection dropped while idle is sent once more on a new connection.
+#[test]
+fn a_release_soon_after_a_background_confirmation_on_an_idle_closed_connection_reaches_redis() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let proxy = FaultProxy::start(server.port());
+    let main = runtime();
+    let name = "dropped:confirmed-then-idle";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let waiter = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .timeout(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let waiting = {
+            let (waiter, options) = (waiter.clone(), options.clone());
+            tokio::spawn(async move { waiter.acquire(name, &options).await.unwrap() })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        let joined = Instant::now();
+        guard.release().await.unwrap();
+        let handed = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("handed over")
+            .unwrap();
+        // The confirmation (background runtime's connection) sets the full 10 s ttl.
+        test_support::eventually(Duration::from_secs(3), "the confirmation", || {
+            server.pttl(&key) > 5_000
+        })
+        .await;
+        let confirmed = Instant::now();
+        tokio::time::sleep_until((confirmed + Duration::from_millis(600)).into()).await;
+        let idle = joined.elapsed();
+        assert!(idle > Duration::from_millis(1500));
+        // The holder's runtime connection has been idle `idle` (> 1 s): closed, as the
+        // server's `timeout 1` may do.
+        proxy.cut();
+        let released = handed.release().await;
+        let left = server.pttl(&key);
+        assert!(
+            released.is_ok() && left == -2,
+            "a release {:?} after the confirmation, on a connection idle {idle:?} (closed), \
+             answered {released:?}; the lock's ttl left: {left} ms",
+            confirmed.elapsed()
+        );
+    });
+}
