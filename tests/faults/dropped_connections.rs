@@ -517,3 +517,76 @@ fn a_release_soon_after_a_background_confirmation_on_an_idle_closed_connection_r
         );
     });
 }
+
+/// Redlock over three masters with `timeout 1`. The holder took the lock with
+/// `hold_at_least(4 s)` and releases within the hold, after a 2.5 s section with no Redis call:
+/// every master has closed its idle connection. `docs/reliability.md`: "A release (also one
+/// within `hold_at_least`) is sent once more when it comes a second or more after the lock's
+/// last command". On Redlock the hold (`QuorumLocks::hold` -> `Node::hold(.., marked = false)`)
+/// is never sent once more: it meets the closed connections and fails, and the lock stays to
+/// its ttl (10 s) instead of the hold's end.
+#[test]
+fn a_redlock_hold_release_after_the_masters_closed_idle_connections_reaches_them() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--timeout", "1"]))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let main = runtime();
+    let name = "dropped:redlock-hold-idle";
+    main.block_on(async {
+        let holder = LockManager::redlock_builder(&urls).connect().await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .hold_at_least(Duration::from_secs(4));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let released = guard.release().await;
+        let left: Vec<i64> = servers
+            .iter()
+            .map(|server| server.pttl(&format!("lock:{name}")))
+            .collect();
+        assert!(
+            released.is_ok() && left.iter().all(|&ms| ms <= 1_600),
+            "Redlock: a hold_at_least(4 s) release after a 2.5 s idle section (masters' \
+             `timeout 1`) answered {released:?}; the lock's ttl left on each master: {left:?} ms \
+             (the hold ends in 1.5 s)"
+        );
+    });
+}
+
+/// Redlock over three masters, two of them through proxies. A release whose reply is lost with
+/// its connection on two masters (it ran there: the lock is deleted) is sent once more to each
+/// (`Node::release_vote` → `once_more_if_dropped`); the second run finds the lock gone and
+/// answers 0 (`QUORUM_RELEASE` has no `released` marker), so only one master of three says
+/// "deleted" and the release reports `Lost` — a false `Lost` from a release whose first run
+/// reached every master.
+#[test]
+fn a_redlock_release_whose_replies_were_lost_on_a_majority_is_not_reported_lost() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let proxies: Vec<FaultProxy> = servers[..2]
+        .iter()
+        .map(|server| FaultProxy::start(server.port()))
+        .collect();
+    let urls = vec![proxies[0].url(), proxies[1].url(), servers[2].url()];
+    let main = runtime();
+    let name = "dropped:redlock-release-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::redlock_builder(&urls).connect().await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        for proxy in &proxies {
+            proxy.lose_next_reply_to(&key);
+        }
+        let released = guard.release().await;
+        let left: Vec<i64> = servers.iter().map(|server| server.pttl(&key)).collect();
+        let lost: Vec<usize> = proxies.iter().map(FaultProxy::replies_lost).collect();
+        assert_eq!(lost, vec![1, 1], "the release's replies were lost on two masters");
+        assert!(left.iter().all(|&ms| ms == -2), "deleted everywhere: {left:?}");
+        assert!(
+            released.is_ok(),
+            "a Redlock release that deleted the lock on every master, its replies lost on two, \
+             answered {released:?}"
+        );
+    });
+}
