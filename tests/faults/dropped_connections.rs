@@ -559,7 +559,8 @@ fn a_redlock_hold_release_after_the_masters_closed_idle_connections_reaches_them
 /// (`Node::release_vote` → `once_more_if_dropped`); the second run finds the lock gone and
 /// answers 0 (`QUORUM_RELEASE` has no `released` marker), so only one master of three says
 /// "deleted" and the release reports `Lost` — a false `Lost` from a release whose first run
-/// reached every master.
+/// reached every master. (Passed once when run alongside the other `a_redlock_` tests; fails
+/// run alone: 4 of 4.)
 #[test]
 fn a_redlock_release_whose_replies_were_lost_on_a_majority_is_not_reported_lost() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
