@@ -204,6 +204,8 @@ pub(crate) struct Connections {
 struct Slot {
     runtime: Id,
     state: State,
+    /// When this runtime last took its connection for a request.
+    last_used: std::time::Instant,
 }
 
 enum State {
@@ -248,10 +250,12 @@ impl Connections {
                     || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
             });
             match slots
-                .iter()
+                .iter_mut()
                 .find(|slot| slot.runtime == id)
-                .map(|slot| &slot.state)
-            {
+                .map(|slot| {
+                    slot.last_used = std::time::Instant::now();
+                    &slot.state
+                }) {
                 Some(State::Connected { connection, .. }) => return Ok(connection.clone()),
                 Some(State::Connecting(attempt)) => attempt.clone(),
                 None => {
@@ -268,6 +272,7 @@ impl Connections {
                     slots.push(Slot {
                         runtime: id,
                         state: State::Connecting(attempt.clone()),
+                        last_used: std::time::Instant::now(),
                     });
                     start = Some(result);
                     attempt
@@ -294,6 +299,19 @@ impl Connections {
             }));
         }
         attempt.await
+    }
+
+    /// How long ago the current runtime last took its connection for a request (zero when it
+    /// has none yet: the next request connects anew).
+    pub(crate) fn idle_for(&self) -> Duration {
+        let Ok(runtime) = Handle::try_current() else {
+            return Duration::ZERO;
+        };
+        let id = runtime.id();
+        self.slots()
+            .iter()
+            .find(|slot| slot.runtime == id)
+            .map_or(Duration::ZERO, |slot| slot.last_used.elapsed())
     }
 
     /// Whether this is a Redis Cluster, whose connection sends a command again after a dropped
@@ -361,6 +379,7 @@ impl EndAttempt {
             None => slots.push(Slot {
                 runtime: self.runtime,
                 state,
+                last_used: std::time::Instant::now(),
             }),
         }
         self.connected = true;

@@ -44,10 +44,6 @@ pub(crate) struct Held {
     pub(crate) hold: Hold,
 }
 
-/// How long a connection must have gone unused before a server may have closed it for being
-/// idle: Redis counts its `timeout` in whole seconds.
-const IDLE_CLOSE_POSSIBLE: Duration = Duration::from_secs(1);
-
 /// What is known of the lock's expiry in Redis.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Expiry {
@@ -175,14 +171,9 @@ impl Held {
             .and_then(|until| until.checked_duration_since(Instant::now()))
             .map(|keep| u64::try_from(keep.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
             .filter(|millis| *millis > 0);
-        let marked = self.may_have_lost_its_connection();
         let released = match keep_millis {
-            Some(keep_millis) => {
-                backend
-                    .hold(&self.keys, &self.token, keep_millis, marked)
-                    .await
-            }
-            None => backend.unlock(&self.keys, &self.token, marked).await,
+            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await,
+            None => backend.unlock(&self.keys, &self.token).await,
         };
         let ours = match released {
             Ok(ours) => ours,
@@ -203,18 +194,6 @@ impl Held {
         } else {
             Err(self.lost("it was no longer ours at release", Finder::Holder))
         }
-    }
-
-    /// Whether the connection the release goes out on may have been closed while idle: the
-    /// last command that set the lock's ttl (its acquisition, an extension, a confirmation) was
-    /// sent at least [`IDLE_CLOSE_POSSIBLE`] ago. Such a release leaves a marker that lets it
-    /// be sent once more, should the connection turn out to have dropped (see `Node::unlock`).
-    fn may_have_lost_its_connection(&self) -> bool {
-        let expiry = self.expiry();
-        expiry
-            .valid_until
-            .checked_sub(expiry.span)
-            .is_none_or(|last_set| last_set.elapsed() >= IDLE_CLOSE_POSSIBLE)
     }
 
     /// Records that the lock is no longer ours and wakes whoever waits for that.

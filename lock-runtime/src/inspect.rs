@@ -202,7 +202,7 @@ impl LockManager {
                 info.key
             )));
         };
-        Ok(self.backend().unlock(&keys, value, false).await?)
+        Ok(self.backend().unlock(&keys, value).await?)
     }
 }
 

@@ -348,8 +348,8 @@ return {0, remaining(), deadline}
 /// so the marker vouches for no other release; a marker that expired before a late re-send, or
 /// that a later holder's release of the same lock overwrote, only brings back the "not ours",
 /// never a false "released". A standalone server's caller passes them only for a release it may
-/// send once more after a dropped connection: one that comes a second or more after the lock's
-/// last command, when the connection may have been closed for being idle (see `Node::unlock`).
+/// send once more after a dropped connection: one whose connection has gone unused for a second
+/// or more, and may have been closed for being idle (see `Node::unlock`).
 /// Without them the release costs what it did.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_source()));
 

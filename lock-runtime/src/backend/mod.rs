@@ -366,24 +366,12 @@ impl Backend {
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
-    /// waiters); `false` if it was not ours. `marked`: its connection may have dropped while
-    /// idle (see `Node::unlock`).
-    pub(crate) async fn unlock(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        marked: bool,
-    ) -> RedisResult<bool> {
+    /// waiters); `false` if it was not ours.
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
             Locks::Single(node) => Ok(
                 match node
-                    .unlock(
-                        keys,
-                        token,
-                        false,
-                        self.contended.redis_clock(&keys.lock),
-                        marked,
-                    )
+                    .unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
                     .await?
                 {
                     Released::HandedOver => {
@@ -421,13 +409,7 @@ impl Backend {
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
             Locks::Single(node) => Ok(node
-                .unlock(
-                    keys,
-                    token,
-                    true,
-                    self.contended.redis_clock(&keys.lock),
-                    false,
-                )
+                .unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
                 .await?
                 != Released::NotOurs),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
@@ -443,10 +425,9 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-        marked: bool,
     ) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => node.hold(keys, token, keep_millis, marked).await,
+            Locks::Single(node) => node.hold(keys, token, keep_millis).await,
             Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
             Locks::Memory(memory) => {
                 Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))

@@ -64,14 +64,13 @@ impl Node {
         self.connections.is_cluster()
     }
 
-    /// Runs `operation` — one that may run twice: a release, a hold, an extension, a Redlock
-    /// master's vote — and once
+    /// Runs `operation` — one that may run twice: a marked release or hold, a waiter leaving,
+    /// an extension, a Redlock master's vote — and once
     /// more when its connection had dropped (see `classify::connection_dropped`), on the
     /// connection made anew: else a lock released after a long idle section would stay taken
     /// until its ttl, and every waiter with it. Should the first run have reached Redis after
-    /// all, the second finds the lock no longer ours and says so: a release then reports the
-    /// lock lost, never someone else's lock touched. A cluster connection sends commands again
-    /// by itself.
+    /// all, the second knows it by the lock's `released` marker, or does what the first did. A
+    /// cluster connection sends commands again by itself.
     async fn once_more_if_dropped<T, F>(&self, operation: impl Fn() -> F) -> RedisResult<T>
     where
         F: std::future::Future<Output = RedisResult<T>>,
@@ -99,6 +98,13 @@ impl Node {
         }
     }
 
+    /// Whether this runtime's connection has gone unused long enough that a server may have
+    /// closed it for being idle: Redis counts its `timeout` in whole seconds. (Not on a
+    /// cluster, whose connection sends a command again by itself.)
+    fn may_be_idle_closed(&self) -> bool {
+        !self.resends_commands() && self.connections.idle_for() >= IDLE_CLOSE_POSSIBLE
+    }
+
     /// Whether a request that failed with `error` is sent once more: its connection dropped,
     /// on an endpoint whose connection does not send it again by itself.
     fn sends_once_more(&self, error: &redis::RedisError) -> bool {
@@ -117,7 +123,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        self.unlock(probe, "no token matches this", false, None, false)
+        self.unlock(probe, "no token matches this", false, None)
             .await
             .map(drop)
     }
@@ -212,7 +218,7 @@ impl Node {
                     // The script refuses a counter below 1 itself; should a token below 1 come
                     // back anyway, it is never handed out as if it were one.
                     [1, fence, _] if fencing && *fence < 1 => {
-                        let _ = self.unlock(keys, token, true, None, false).await;
+                        let _ = self.unlock(keys, token, true, None).await;
                         Err(bad_fence(&keys.fence(), *fence))
                     }
                     [1, fence, pttl] => Ok((
@@ -327,12 +333,11 @@ impl Node {
         member: Option<&str>,
         wake: bool,
     ) -> RedisResult<bool> {
-        self.once_more_if_dropped(|| async {
-            let mut connection = self.connection().await?;
-            self.release_vote_on(&mut connection, keys, token, member, wake)
-                .await
-        })
-        .await
+        // Sent once only: the quorum release has no marker, and a second run of one whose
+        // first reached the master would find the lock gone, a false "not ours".
+        let mut connection = self.connection().await?;
+        self.release_vote_on(&mut connection, keys, token, member, wake)
+            .await
     }
 
     async fn release_vote_on(
@@ -371,9 +376,9 @@ impl Node {
     /// `redis_clock`: Redis's time in ms as the caller knows it (never later than the server's),
     /// by which waiters' leases are judged without a `TIME` (see `scripts::RELEASE`).
     ///
-    /// `marked`: the release leaves its token in the lock's `released` marker (as every release
-    /// does on a cluster, see `RELEASE`), because its connection may have been closed while idle
-    /// (see `Held::may_have_lost_its_connection`). Only such a release, or a waiter leaving, is
+    /// A release whose connection may have been closed for being idle (see
+    /// [`Node::may_be_idle_closed`]) leaves its token in the lock's `released` marker, as every
+    /// release does on a cluster (see `RELEASE`). Only such a release, or a waiter leaving, is
     /// sent once more when its connection turns out to have dropped: a second run of an unmarked
     /// release whose first run did reach Redis would find the lock gone and report it lost.
     pub(crate) async fn unlock(
@@ -382,8 +387,8 @@ impl Node {
         token: &str,
         leave: bool,
         redis_clock: Option<u64>,
-        marked: bool,
     ) -> RedisResult<Released> {
+        let marked = !leave && self.may_be_idle_closed();
         self.once_more_if_dropped_when(marked || leave, || {
             self.unlock_through_failover(keys, token, leave, redis_clock, marked)
         })
@@ -514,12 +519,12 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-        marked: bool,
     ) -> RedisResult<bool> {
-        self.once_more_if_dropped_when(marked && self.protocol == Protocol::Line, || {
-            self.hold_once(keys, token, keep_millis, marked)
-        })
-        .await
+        // Marked, and sent once more, on the rule of a release (see `Node::unlock`); not on a
+        // Redlock master, whose hold has no marker.
+        let marked = self.protocol == Protocol::Line && self.may_be_idle_closed();
+        self.once_more_if_dropped_when(marked, || self.hold_once(keys, token, keep_millis, marked))
+            .await
     }
 
     async fn hold_once(
@@ -751,6 +756,9 @@ async fn set_nx(
 /// How long a release retries while a cluster is in flux. A slot migration or a failover
 /// usually settles within a few seconds; past that the lock expires at the end of its ttl, as
 /// after any failed release.
+/// How long a connection must have gone unused before a server may have closed it for being
+/// idle (see [`Node::may_be_idle_closed`]).
+const IDLE_CLOSE_POSSIBLE: Duration = Duration::from_secs(1);
 const CLUSTER_IN_FLUX_GIVE_UP: Duration = Duration::from_secs(5);
 /// The first and the longest pause between those retries.
 const CLUSTER_IN_FLUX_BACKOFF: Backoff =

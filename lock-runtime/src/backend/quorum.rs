@@ -206,7 +206,7 @@ impl Quorum {
         keep_millis: u64,
     ) -> RedisResult<bool> {
         let results = self
-            .on_each(|node| node.hold(keys, token, keep_millis, false))
+            .on_each(|node| node.hold(keys, token, keep_millis))
             .await;
         self.majority_true(&results)
     }
