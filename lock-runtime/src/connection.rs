@@ -249,13 +249,12 @@ impl Connections {
                 slot.runtime != id
                     || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
             });
-            match slots
-                .iter_mut()
-                .find(|slot| slot.runtime == id)
-                .map(|slot| {
-                    slot.last_used = std::time::Instant::now();
-                    &slot.state
-                }) {
+            let slot = slots.iter_mut().find(|slot| slot.runtime == id);
+            let state = slot.map(|slot| {
+                slot.last_used = std::time::Instant::now();
+                &slot.state
+            });
+            match state {
                 Some(State::Connected { connection, .. }) => return Ok(connection.clone()),
                 Some(State::Connecting(attempt)) => attempt.clone(),
                 None => {

@@ -411,33 +411,31 @@ impl LockManager {
                     // message with a fence (or a fencing failure) is not one of ours, and means
                     // at most "look again" — the majority's answers decide.
                     let woken = woken.filter(|_| self.inner.backend.hands_over());
-                    match woken {
-                        // Handed over: ours for at least the claim, counted from before the
-                        // attempt that took the place (the hand-off came after it) — if that
-                        // is still well ahead. The guard confirms the full ttl.
-                        Some(Grant::Granted { fence })
-                            if placed_at.is_some_and(|placed_at| {
-                                Instant::now() + GRANT_MARGIN
-                                    < placed_at + options.ttl_duration().min(crate::backend::CLAIM)
-                            }) =>
-                        {
-                            let placed_at = placed_at.unwrap_or(started);
+                    // A hand-off is ours for at least the claim, counted from before the
+                    // attempt that took the place (the hand-off came after it): trusted while
+                    // that is still well ahead.
+                    let claim = options.ttl_duration().min(crate::backend::CLAIM);
+                    let trusted_since = placed_at
+                        .filter(|placed_at| Instant::now() + GRANT_MARGIN < *placed_at + claim);
+                    match (woken, trusted_since) {
+                        // Handed over. The guard confirms the full ttl.
+                        (Some(Grant::Granted { fence }), Some(placed_at)) => {
                             place.vacate();
                             self.inner.backend.handed_over(&keys.lock);
-                            let expires_in = options.ttl_duration().min(crate::backend::CLAIM);
                             tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
                             let fence = fencing.then_some(fence);
-                            return Ok(self
-                                .guard(keys, token, fence, turn, options, placed_at, expires_in));
+                            return Ok(
+                                self.guard(keys, token, fence, turn, options, placed_at, claim)
+                            );
                         }
-                        Some(Grant::FenceFailed) => {
+                        (Some(Grant::FenceFailed), _) => {
                             place.give_up();
                             return Err(LockError::Redis(fence_failed(&keys)));
                         }
                         // A message read too late to trust (this waiter did not run for a
                         // while), or after a look that found the lock held, or no message: ask
                         // Redis whether the lock is ours now.
-                        Some(Grant::Granted { .. }) | None => machine.woke(),
+                        (Some(Grant::Granted { .. }) | None, _) => machine.woke(),
                     }
                 }
                 Step::Acquired => {
@@ -499,7 +497,7 @@ impl LockManager {
         };
         let token = new_token(options);
         let sent = Instant::now();
-        let attempt = self
+        match self
             .attempt(
                 &keys,
                 &token,
@@ -507,8 +505,8 @@ impl LockManager {
                 options.fencing_enabled(),
                 Wait::FirstTry,
             )
-            .await?;
-        match attempt {
+            .await?
+        {
             Attempt::Acquired { fence, expires_in } => {
                 tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
                 Ok(Some(self.guard(

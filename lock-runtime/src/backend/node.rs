@@ -140,6 +140,7 @@ impl Node {
         wait: Wait,
     ) -> RedisResult<(Attempt, Option<Place>)> {
         let mut connection = self.connection().await?;
+        let mut sent_again = false;
         if !fencing && wait == Wait::FirstTry {
             match set_nx(&mut connection, keys, token, ttl_millis).await {
                 Ok(taken) => {
@@ -160,11 +161,14 @@ impl Node {
                 // ran after all.
                 Err(error) if self.sends_once_more(&error) => {
                     connection = self.connection().await?;
+                    sent_again = true;
                 }
                 Err(error) => return Err(error),
             }
         }
-        let wait_first = wait == Wait::FirstTry;
+        // A first try is sent once more at most: after a `SET` that met a dropped connection,
+        // the script below is that once.
+        let may_send_again = wait == Wait::FirstTry && !sent_again;
         let channel = match &wait {
             Wait::FirstTry => "",
             Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
@@ -202,7 +206,7 @@ impl Node {
                         // took, and the fencing token issued then): sent once more on the
                         // connection made anew. A place in line is kept by the waiter instead (see
                         // `Backend::keeps_place_through`).
-                        Err(error) if wait_first && self.sends_once_more(&error) => {
+                        Err(error) if may_send_again && self.sends_once_more(&error) => {
                             let mut connection = self.connection().await?;
                             scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?
                         }
@@ -753,12 +757,12 @@ async fn set_nx(
     }
 }
 
-/// How long a release retries while a cluster is in flux. A slot migration or a failover
-/// usually settles within a few seconds; past that the lock expires at the end of its ttl, as
-/// after any failed release.
 /// How long a connection must have gone unused before a server may have closed it for being
 /// idle (see [`Node::may_be_idle_closed`]).
 const IDLE_CLOSE_POSSIBLE: Duration = Duration::from_secs(1);
+/// How long a release retries while a cluster is in flux. A slot migration or a failover
+/// usually settles within a few seconds; past that the lock expires at the end of its ttl, as
+/// after any failed release.
 const CLUSTER_IN_FLUX_GIVE_UP: Duration = Duration::from_secs(5);
 /// The first and the longest pause between those retries.
 const CLUSTER_IN_FLUX_BACKOFF: Backoff =
