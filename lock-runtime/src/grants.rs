@@ -326,16 +326,12 @@ impl Shared {
     /// A connection subscribed anew tells every waiter to look again: one that took its place
     /// while it was not subscribed named no channel there, and names it at that look.
     fn confirm(&self, index: usize, result: &RedisResult<()>) {
-        let answered = {
+        let (answered, subscribed_anew) = {
             let mut state = self.state();
-            if result.is_ok() && !state.subscribed[index] {
-                for mailbox in state.waiters.values() {
-                    mailbox.wake.notify_one();
-                }
-            }
+            let subscribed_anew = result.is_ok() && !state.subscribed[index];
             state.subscribed[index] = result.is_ok();
             state.failing = result.is_err();
-            if state.subscriptions() >= self.confirmations {
+            let answered = if state.subscriptions() >= self.confirmations {
                 std::mem::take(&mut state.pending)
             } else if result.is_err() {
                 let spare = state.subscribed.len() - self.confirmations;
@@ -347,8 +343,12 @@ impl Shared {
                 failed
             } else {
                 Vec::new()
-            }
+            };
+            (answered, subscribed_anew)
         };
+        if subscribed_anew {
+            self.wake_all();
+        }
         for (done, _) in answered {
             let _ = done.send(match result {
                 Ok(()) => Ok(()),
