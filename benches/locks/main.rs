@@ -76,10 +76,11 @@
 //! 6. **fleet** — one key contended by several OS processes: `P` worker processes (this binary
 //!    run again) × `T` tasks × 25 sections of 1 ms, for 8x1, 16x1 and 4x2, each worker with its
 //!    own runtime and client, all started together; distlock against a hand-written
-//!    `SET NX PX` lock polling every 100 ms (and every 5 ms), and against two floors that are
+//!    `SET NX PX` lock polling every 100 ms (and every 5 ms), and against floors that are
 //!    no locks (a ring of tasks handing the turn on with one `PUBLISH`, or with one script doing
-//!    an atomic hand-off's `GET`, `LPOP`, `SET`, `PUBLISH`; through redis-rs's connections, and
-//!    raw, on sockets the tasks read and write themselves); 5 rounds (quick: 1) after one
+//!    an atomic hand-off's `GET`, `LPOP`, `SET`, `PUBLISH`, alone or followed by the `RPUSHX` of
+//!    a releaser that asks again; through redis-rs's connections, and raw, on sockets the tasks
+//!    read and write themselves); 5 rounds (quick: 1) after one
 //!    uncounted 2x1 run per contender, contenders in rotated order within a round. Holder and
 //!    process changes, longest wait, cross-process hand-off gap, Redis commands per section,
 //!    busy fraction, overlaps: see `fleet/mod.rs`. Its figures are tables of their own and the

@@ -15,12 +15,14 @@
 //!   answers OK, sleeping 100 ms after each refusal, and the compare-and-delete script to
 //!   release; one multiplexed connection per process;
 //! - `SET NX PX + 5 ms poll`: the same, polling 20 × as often;
-//! - four floors, which are no locks but a ring of tasks handing the turn on with one message
-//!   (see [`ring`]): `floor: PUBLISH per turn` and `floor: script per turn` through redis-rs's
-//!   connections, as distlock sends and waits, and `raw floor: PUBLISH` and `raw floor: script`
-//!   on sockets the tasks read and write themselves. distlock's gap and busy fraction are also
-//!   printed as ratios to each floor's, measured in the same run: the absolute targets below
-//!   were set on another machine.
+//! - six floors, which are no locks but a ring of tasks handing the turn on with one message
+//!   (see [`ring`]): `floor: PUBLISH per turn`, `floor: script per turn` and `floor: script +
+//!   join per turn` (the script, then one `RPUSHX`: the least Redis work of a lock whose
+//!   releaser asks again at the back of the line, as every fleet worker here does) through
+//!   redis-rs's connections, as distlock sends and waits, and `raw floor: PUBLISH`, `raw floor:
+//!   script` and `raw floor: script + join` on sockets the tasks read and write themselves.
+//!   distlock's gap and busy fraction are also printed as ratios to each floor's, measured in
+//!   the same run: the absolute targets below were set on another machine.
 //!
 //! Every worker records, per section, its process, its task, and four [`monotonic_ns`] readings:
 //! acquire called, acquire returned (`acquired`), release about to be called (`release_start`),
@@ -95,11 +97,10 @@ pub(crate) enum Lock {
     Poll {
         interval_ms: u64,
     },
-    /// No lock, a floor: the [`ring`], handing the turn on by a script doing an atomic
-    /// hand-off's Redis work (`scripted`) or by a plain `PUBLISH`, on sockets the tasks own
-    /// (`raw`) or through redis-rs's connections.
+    /// No lock, a floor: the [`ring`], handing the turn on as `pass` says, on sockets the
+    /// tasks own (`raw`) or through redis-rs's connections.
     Ring {
-        scripted: bool,
+        pass: ring::Pass,
         raw: bool,
     },
 }
@@ -110,35 +111,51 @@ pub(crate) const RING_MESSAGE: &str = "floor: PUBLISH per turn";
 pub(crate) const RING_SCRIPT: &str = "floor: script per turn";
 pub(crate) const RAW_MESSAGE: &str = "raw floor: PUBLISH";
 pub(crate) const RAW_SCRIPT: &str = "raw floor: script";
+pub(crate) const RING_SCRIPT_JOIN: &str = "floor: script + join per turn";
+pub(crate) const RAW_SCRIPT_JOIN: &str = "raw floor: script + join";
 
 /// Every contender, in report order.
-pub(crate) const CONTENDERS: [(&str, Lock); 7] = [
+pub(crate) const CONTENDERS: [(&str, Lock); 9] = [
     (DISTLOCK, Lock::Distlock),
+    (
+        RING_SCRIPT_JOIN,
+        Lock::Ring {
+            pass: ring::Pass::ScriptThenJoin,
+            raw: false,
+        },
+    ),
     (
         RING_SCRIPT,
         Lock::Ring {
-            scripted: true,
+            pass: ring::Pass::Script,
             raw: false,
         },
     ),
     (
         RING_MESSAGE,
         Lock::Ring {
-            scripted: false,
+            pass: ring::Pass::Publish,
             raw: false,
+        },
+    ),
+    (
+        RAW_SCRIPT_JOIN,
+        Lock::Ring {
+            pass: ring::Pass::ScriptThenJoin,
+            raw: true,
         },
     ),
     (
         RAW_SCRIPT,
         Lock::Ring {
-            scripted: true,
+            pass: ring::Pass::Script,
             raw: true,
         },
     ),
     (
         RAW_MESSAGE,
         Lock::Ring {
-            scripted: false,
+            pass: ring::Pass::Publish,
             raw: true,
         },
     ),
@@ -257,7 +274,7 @@ pub(crate) struct FleetTarget {
 
 /// The definitions written into the JSON, so that its figures can be read without the source.
 const DEFINITIONS: [(&str, &str); 10] = [
-    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn), through redis-rs's connections; the raw floors do the same on sockets their tasks read and write themselves; the first task of the first process starts with the turn"),
+    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn), and then, but for its task's last turn, asking again with one RPUSHX as a lock's releaser that asks again must (floor: script + join per turn), through redis-rs's connections; the raw floors do the same on sockets their tasks read and write themselves; the first task of the first process starts with the turn"),
     ("clock", "CLOCK_MONOTONIC nanoseconds, read by every worker process (one clock per machine)"),
     ("section", "acquire, hold 1 ms (spin until acquired + 1 ms, yield_now between checks), release; sections ordered by acquired (acquire returned)"),
     ("holder_changes_pct / process_changes_pct", "consecutive sections whose task / process differs, % of all consecutive pairs; median over rounds"),
@@ -524,7 +541,14 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                 .find(|result| result.contender == contender)
                 .map(|result| &result.summary)
         };
-        for floor_name in [RING_SCRIPT, RING_MESSAGE, RAW_SCRIPT, RAW_MESSAGE] {
+        for floor_name in [
+            RING_SCRIPT_JOIN,
+            RING_SCRIPT,
+            RING_MESSAGE,
+            RAW_SCRIPT_JOIN,
+            RAW_SCRIPT,
+            RAW_MESSAGE,
+        ] {
             let (Some(distlock), Some(floor)) = (summary(DISTLOCK), summary(floor_name)) else {
                 continue;
             };

@@ -4,7 +4,9 @@
 //! between two holders is the least such a lock can cost on the machine.
 //!
 //! The turn is passed with a plain `PUBLISH`, or by [`HAND_OFF`], a script that first does the
-//! Redis work of an atomic hand-off. And it travels through redis-rs's connections, as
+//! Redis work of an atomic hand-off, then (see [`Pass::ScriptThenJoin`]) followed by the one
+//! command with which a lock's releaser that asks again takes its place at the back of the
+//! line. And it travels through redis-rs's connections, as
 //! distlock's messages do ([`Transport::Client`]), or through sockets that the tasks read and
 //! write themselves ([`Transport::Raw`]), without the background task that each redis-rs
 //! connection puts between a task and its socket.
@@ -23,6 +25,22 @@ pub(super) struct Turn {
     pub task: usize,
     /// The section's number in its task.
     pub n: usize,
+    /// Whether it is the task's last section: after it the task asks for no other turn.
+    pub last: bool,
+}
+
+/// What a ring's task sends to Redis when its turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Pass {
+    /// A plain `PUBLISH` to the next task.
+    Publish,
+    /// [`HAND_OFF`].
+    Script,
+    /// [`HAND_OFF`], then, unless it was the task's last turn, one `RPUSHX` of a line entry
+    /// (see [`Ring::pass`]): the Redis work of a lock whose holder releases with an atomic
+    /// hand-off and asks again, going to the back of the line — in a steady fleet, the least a
+    /// lock that serves first come, first served across processes sends per section.
+    ScriptThenJoin,
 }
 
 /// The scripted floor's hand-off: the Redis work of handing a lock over in one script — read
@@ -51,6 +69,8 @@ pub(super) struct Ring {
     first_task: usize,
     /// [`HAND_OFF`], for the scripted floors; `None`: a plain `PUBLISH`.
     hand_off: Option<redis::Script>,
+    /// Whether a task asks again after passing the turn ([`Pass::ScriptThenJoin`]).
+    joins: bool,
 }
 
 /// How a process's tasks send and receive the turn.
@@ -76,10 +96,11 @@ impl Ring {
         url: &str,
         name: &str,
         (process, processes, tasks): (usize, usize, usize),
-        scripted: bool,
+        pass: Pass,
         raw: bool,
     ) -> Ring {
         let first_task = process * tasks;
+        let scripted = pass != Pass::Publish;
         let hand_off = scripted.then(|| redis::Script::new(HAND_OFF));
         let transport = if raw {
             let mut turns = Vec::with_capacity(tasks);
@@ -132,6 +153,7 @@ impl Ring {
             tasks: processes * tasks,
             first_task,
             hand_off,
+            joins: pass == Pass::ScriptThenJoin,
         }
     }
 
@@ -166,6 +188,13 @@ impl Ring {
 
     /// Hands the turn from `turn`'s task to the next, telling it `token`. The last turn of a
     /// run goes to a task that is done, which nobody hears.
+    ///
+    /// A joining ring's task then asks again, but after its last turn: it appends an entry of a
+    /// lock's line's length (token, lease deadline, ttl, fencing flag, its channel) with
+    /// `RPUSHX`, to the line that the hand-off's `LPOP` reads. The ring knows its order, so the
+    /// line is never created (`RPUSHX` writes only into a list that exists) and the hand-off
+    /// finds it empty, as in the other scripted floors: the join costs its command and its round
+    /// trip, and changes nothing else.
     pub(super) async fn pass(&self, name: &str, token: &str, turn: Turn) {
         let next = (self.first_task + turn.task + 1) % self.tasks;
         let channel = turn_channel(name, next);
@@ -186,6 +215,17 @@ impl Ring {
             }
         }
         self.transport.query(&cmd).await;
+        if self.joins && !turn.last {
+            let own_channel = turn_channel(name, self.first_task + turn.task);
+            let entry = format!("{token} 0 {} 0 {own_channel}", super::TTL.as_millis());
+            self.transport
+                .query(
+                    redis::cmd("RPUSHX")
+                        .arg(format!("{PREFIX}{name}:line"))
+                        .arg(entry),
+                )
+                .await;
+        }
     }
 }
 

@@ -187,12 +187,12 @@ impl WorkerLock {
                     .expect("fleet worker: cannot connect distlock"),
                 options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
             },
-            Lock::Ring { scripted, raw } => WorkerLock::Ring(
+            Lock::Ring { pass, raw } => WorkerLock::Ring(
                 Ring::connect(
                     &spec.url,
                     &spec.name,
                     (spec.process, spec.processes, spec.tasks),
-                    scripted,
+                    pass,
                     raw,
                 )
                 .await,
@@ -222,7 +222,11 @@ impl WorkerLock {
             ring.warm_up(&name).await;
             return;
         }
-        let turn = Turn { task: 0, n: 0 };
+        let turn = Turn {
+            task: 0,
+            n: 0,
+            last: true,
+        };
         let held = self.acquire(&name, &token, turn).await;
         self.release(held, &name, &token, turn).await;
     }
@@ -234,7 +238,11 @@ impl WorkerLock {
         for n in 0..spec.sections {
             // Unique in the run: no task can ever release another's hold.
             let token = format!("fleet-{pid}-{task}-{n}");
-            let turn = Turn { task, n };
+            let turn = Turn {
+                task,
+                n,
+                last: n + 1 == spec.sections,
+            };
             let called = monotonic_ns();
             let held = self.acquire(&spec.name, &token, turn).await;
             let acquired = monotonic_ns();
