@@ -17,8 +17,9 @@
 //! - `SET NX PX + 5 ms poll`: the same, polling 20 × as often;
 //! - six floors, which are no locks but a ring of tasks handing the turn on with one message
 //!   (see [`ring`]): `floor: PUBLISH per turn`, `floor: script per turn` and `floor: script +
-//!   join per turn` (the script, then one `RPUSHX`: the least Redis work of a lock whose
-//!   releaser asks again at the back of the line, as every fleet worker here does) through
+//!   join per turn` (the script, and every turn asked for with one `RPUSHX` into a line: the
+//!   least Redis work of a lock whose waiters, its releaser asking again among them, take a
+//!   place at the back of the line, as every fleet worker here does) through
 //!   redis-rs's connections, as distlock sends and waits, and `raw floor: PUBLISH`, `raw floor:
 //!   script` and `raw floor: script + join` on sockets the tasks read and write themselves.
 //!   distlock's gap and busy fraction are also printed as ratios to each floor's, measured in
@@ -274,7 +275,7 @@ pub(crate) struct FleetTarget {
 
 /// The definitions written into the JSON, so that its figures can be read without the source.
 const DEFINITIONS: [(&str, &str); 10] = [
-    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn), and then, but for its task's last turn, asking again with one RPUSHX as a lock's releaser that asks again must (floor: script + join per turn), through redis-rs's connections; the raw floors do the same on sockets their tasks read and write themselves; the first task of the first process starts with the turn"),
+    ("floors", "not locks: the turn goes round all tasks in a fixed ring, each task telling the next on its own channel, with a plain PUBLISH (floor: PUBLISH per turn) or from a script doing GET, LPOP, SET, PUBLISH (floor: script per turn), and with every turn first asked for by appending an entry to the line with one RPUSHX, as a lock's waiter takes its place (floor: script + join per turn), through redis-rs's connections; the raw floors do the same on sockets their tasks read and write themselves; the turn goes to the first task of every process in turn, then to the second of every process, and so on, so that every turn changes process; the first task of the first process starts with the turn"),
     ("clock", "CLOCK_MONOTONIC nanoseconds, read by every worker process (one clock per machine)"),
     ("section", "acquire, hold 1 ms (spin until acquired + 1 ms, yield_now between checks), release; sections ordered by acquired (acquire returned)"),
     ("holder_changes_pct / process_changes_pct", "consecutive sections whose task / process differs, % of all consecutive pairs; median over rounds"),

@@ -3,10 +3,12 @@
 //! task's own channel, as a lock that hands over tells its next holder. What a floor costs
 //! between two holders is the least such a lock can cost on the machine.
 //!
-//! The turn is passed with a plain `PUBLISH`, or by [`HAND_OFF`], a script that first does the
-//! Redis work of an atomic hand-off, then (see [`Pass::ScriptThenJoin`]) followed by the one
-//! command with which a lock's releaser that asks again takes its place at the back of the
-//! line. And it travels through redis-rs's connections, as
+//! The turn goes round in the order of the tasks' numbers in the ring: the first task of every
+//! process, then the second of every process, and so on, so that (with two processes or more)
+//! every turn moves to another process, as a fleet-wide line moves its lock. It is passed with a
+//! plain `PUBLISH`, or by [`HAND_OFF`], a script that first does the Redis work of an atomic
+//! hand-off; with [`Pass::ScriptThenJoin`] every task also asks for each of its turns with the
+//! one command with which a lock's waiter takes its place at the back of the line. And it travels through redis-rs's connections, as
 //! distlock's messages do ([`Transport::Client`]), or through sockets that the tasks read and
 //! write themselves ([`Transport::Raw`]), without the background task that each redis-rs
 //! connection puts between a task and its socket.
@@ -25,8 +27,6 @@ pub(super) struct Turn {
     pub task: usize,
     /// The section's number in its task.
     pub n: usize,
-    /// Whether it is the task's last section: after it the task asks for no other turn.
-    pub last: bool,
 }
 
 /// What a ring's task sends to Redis when its turn ends.
@@ -36,16 +36,18 @@ pub(crate) enum Pass {
     Publish,
     /// [`HAND_OFF`].
     Script,
-    /// [`HAND_OFF`], then, unless it was the task's last turn, one `RPUSHX` of a line entry
-    /// (see [`Ring::pass`]): the Redis work of a lock whose holder releases with an atomic
-    /// hand-off and asks again, going to the back of the line — in a steady fleet, the least a
-    /// lock that serves first come, first served across processes sends per section.
+    /// [`HAND_OFF`], and every turn asked for with one `RPUSHX` of a line entry (see
+    /// [`Ring::wait`]): the Redis work of a lock whose holder releases with an atomic hand-off
+    /// and whose waiters, the releaser asking again among them, go to the back of the line — in
+    /// a steady fleet, the least a lock that serves first come, first served across processes
+    /// sends per section.
     ScriptThenJoin,
 }
 
 /// The scripted floor's hand-off: the Redis work of handing a lock over in one script — read
-/// the lock, take the next waiter off its line (which stays empty here: the ring knows the next
-/// holder), give the lock to the next holder, tell it — and no more. `KEYS[1]` the lock,
+/// the lock, take the next waiter off its line (which stays empty but with
+/// [`Pass::ScriptThenJoin`], and is not read: the ring knows the next holder), give the lock to
+/// the next holder, tell it — and no more. `KEYS[1]` the lock,
 /// `KEYS[2]` its line, `ARGV[1]` the value to give the lock, `ARGV[2]` the next holder's channel.
 const HAND_OFF: &str = r"
 local held = redis.call('GET', KEYS[1])
@@ -54,22 +56,41 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
 return redis.call('PUBLISH', ARGV[2], ARGV[1])
 ";
 
-/// The channel on which task `task` (numbered over the whole fleet) is given the turn of the
-/// ring whose lock name is `name`.
-fn turn_channel(name: &str, task: usize) -> String {
-    format!("{PREFIX}{name}:turn:{task}")
+/// The channel on which the task at `position` in the ring is given the turn of the ring whose
+/// lock name is `name`.
+fn turn_channel(name: &str, position: usize) -> String {
+    format!("{PREFIX}{name}:turn:{position}")
 }
+
+/// The lock's line, which the hand-off pops and the joins append to.
+fn line_key(name: &str) -> String {
+    format!("{PREFIX}{name}:line")
+}
+
+/// A line entry of the form distlock's waiters append (token, lease deadline in Redis ms, ttl
+/// in ms, fencing flag, grant channel), for the joining ring.
+fn line_entry(token: &str, channel: &str) -> String {
+    format!(
+        "{token} 1800000000000 {} 0 {channel}",
+        super::TTL.as_millis()
+    )
+}
+
+/// How long the line that process 0 of a joining ring creates lives: past any run, so that it
+/// is never missing under the joins, and gone after.
+const LINE_EXPIRY_MS: u64 = 600_000;
 
 /// One process's part of a ring.
 pub(super) struct Ring {
     transport: Transport,
+    /// This process's number, and how many processes the ring has.
+    process: usize,
+    processes: usize,
     /// Tasks in the whole ring.
     tasks: usize,
-    /// The fleet-wide number of this process's first task.
-    first_task: usize,
     /// [`HAND_OFF`], for the scripted floors; `None`: a plain `PUBLISH`.
     hand_off: Option<redis::Script>,
-    /// Whether a task asks again after passing the turn ([`Pass::ScriptThenJoin`]).
+    /// Whether a task asks for each of its turns ([`Pass::ScriptThenJoin`]).
     joins: bool,
 }
 
@@ -91,7 +112,8 @@ enum Transport {
 
 impl Ring {
     /// Connects process `process` of `processes`, each of `tasks` tasks, to the ring of lock
-    /// `name`: every task subscribed to its channel, the script loaded.
+    /// `name`: every task subscribed to its channel, the script loaded; for a joining ring,
+    /// process 0 also creates the line (see [`Ring::wait`]).
     pub(super) async fn connect(
         url: &str,
         name: &str,
@@ -99,14 +121,14 @@ impl Ring {
         pass: Pass,
         raw: bool,
     ) -> Ring {
-        let first_task = process * tasks;
+        let position = |task: usize| task * processes + process;
         let scripted = pass != Pass::Publish;
         let hand_off = scripted.then(|| redis::Script::new(HAND_OFF));
         let transport = if raw {
             let mut turns = Vec::with_capacity(tasks);
             for task in 0..tasks {
                 let mut connection = RawConnection::open(url).await;
-                let channel = turn_channel(name, first_task + task);
+                let channel = turn_channel(name, position(task));
                 connection.query(redis::cmd("SUBSCRIBE").arg(channel)).await;
                 turns.push(Mutex::new(connection));
             }
@@ -129,7 +151,7 @@ impl Ring {
                     .await
                     .expect("fleet worker: cannot connect to Redis");
                 pubsub
-                    .subscribe(turn_channel(name, first_task + task))
+                    .subscribe(turn_channel(name, position(task)))
                     .await
                     .expect("fleet worker: SUBSCRIBE failed");
                 turns.push(Mutex::new(pubsub.into_on_message()));
@@ -148,13 +170,38 @@ impl Ring {
             }
             Transport::Client { publisher, turns }
         };
-        Ring {
+        let ring = Ring {
             transport,
+            process,
+            processes,
             tasks: processes * tasks,
-            first_task,
             hand_off,
             joins: pass == Pass::ScriptThenJoin,
+        };
+        if ring.joins && process == 0 {
+            // One entry, never popped before a join has added another: every turn is asked for
+            // before it is passed on, so the line never empties under the joins.
+            ring.transport
+                .query(
+                    redis::cmd("RPUSH")
+                        .arg(line_key(name))
+                        .arg(line_entry("start", &turn_channel(name, 0))),
+                )
+                .await;
+            ring.transport
+                .query(
+                    redis::cmd("PEXPIRE")
+                        .arg(line_key(name))
+                        .arg(LINE_EXPIRY_MS),
+                )
+                .await;
         }
+        ring
+    }
+
+    /// Where `task` of this process stands in the ring.
+    fn position(&self, task: usize) -> usize {
+        task * self.processes + self.process
     }
 
     /// One message on the publishing connection (the subscriptions are open already), on a
@@ -167,8 +214,21 @@ impl Ring {
 
     /// Returns when it is `turn`'s task's turn. The ring starts with the first task of the
     /// first process holding it.
-    pub(super) async fn wait(&self, turn: Turn) {
-        if self.first_task + turn.task == 0 && turn.n == 0 {
+    ///
+    /// A joining ring's task first asks for the turn, as a lock's waiter takes its place: it
+    /// appends an entry of a line's form (token, lease deadline, ttl, fencing flag, its channel)
+    /// with `RPUSHX` to the line, which exists (process 0 made it) and which the hand-offs pop,
+    /// and waits for the reply. The ring knows its order, so nobody reads what is popped: the
+    /// join costs its command, its round trip and its place in the acquisition, and changes
+    /// nothing else.
+    pub(super) async fn wait(&self, name: &str, token: &str, turn: Turn) {
+        if self.joins {
+            let entry = line_entry(token, &turn_channel(name, self.position(turn.task)));
+            self.transport
+                .query(redis::cmd("RPUSHX").arg(line_key(name)).arg(entry))
+                .await;
+        }
+        if self.position(turn.task) == 0 && turn.n == 0 {
             return;
         }
         match &self.transport {
@@ -188,15 +248,8 @@ impl Ring {
 
     /// Hands the turn from `turn`'s task to the next, telling it `token`. The last turn of a
     /// run goes to a task that is done, which nobody hears.
-    ///
-    /// A joining ring's task then asks again, but after its last turn: it appends an entry of a
-    /// lock's line's length (token, lease deadline, ttl, fencing flag, its channel) with
-    /// `RPUSHX`, to the line that the hand-off's `LPOP` reads. The ring knows its order, so the
-    /// line is never created (`RPUSHX` writes only into a list that exists) and the hand-off
-    /// finds it empty, as in the other scripted floors: the join costs its command and its round
-    /// trip, and changes nothing else.
     pub(super) async fn pass(&self, name: &str, token: &str, turn: Turn) {
-        let next = (self.first_task + turn.task + 1) % self.tasks;
+        let next = (self.position(turn.task) + 1) % self.tasks;
         let channel = turn_channel(name, next);
         let mut cmd;
         match &self.hand_off {
@@ -205,7 +258,7 @@ impl Ring {
                 cmd.arg(script.get_hash())
                     .arg(2)
                     .arg(format!("{PREFIX}{name}"))
-                    .arg(format!("{PREFIX}{name}:line"))
+                    .arg(line_key(name))
                     .arg(token)
                     .arg(&channel);
             }
@@ -215,17 +268,6 @@ impl Ring {
             }
         }
         self.transport.query(&cmd).await;
-        if self.joins && !turn.last {
-            let own_channel = turn_channel(name, self.first_task + turn.task);
-            let entry = format!("{token} 0 {} 0 {own_channel}", super::TTL.as_millis());
-            self.transport
-                .query(
-                    redis::cmd("RPUSHX")
-                        .arg(format!("{PREFIX}{name}:line"))
-                        .arg(entry),
-                )
-                .await;
-        }
     }
 }
 

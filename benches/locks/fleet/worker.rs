@@ -222,11 +222,7 @@ impl WorkerLock {
             ring.warm_up(&name).await;
             return;
         }
-        let turn = Turn {
-            task: 0,
-            n: 0,
-            last: true,
-        };
+        let turn = Turn { task: 0, n: 0 };
         let held = self.acquire(&name, &token, turn).await;
         self.release(held, &name, &token, turn).await;
     }
@@ -238,11 +234,7 @@ impl WorkerLock {
         for n in 0..spec.sections {
             // Unique in the run: no task can ever release another's hold.
             let token = format!("fleet-{pid}-{task}-{n}");
-            let turn = Turn {
-                task,
-                n,
-                last: n + 1 == spec.sections,
-            };
+            let turn = Turn { task, n };
             let called = monotonic_ns();
             let held = self.acquire(&spec.name, &token, turn).await;
             let acquired = monotonic_ns();
@@ -264,7 +256,7 @@ impl WorkerLock {
     async fn acquire(&self, name: &str, token: &str, turn: Turn) -> Held {
         match self {
             WorkerLock::Ring(ring) => {
-                ring.wait(turn).await;
+                ring.wait(name, token, turn).await;
                 Held::Token
             }
             WorkerLock::Distlock { manager, options } => Held::Guard(
