@@ -224,9 +224,15 @@ impl Ring {
     pub(super) async fn wait(&self, name: &str, token: &str, turn: Turn) {
         if self.joins {
             let entry = line_entry(token, &turn_channel(name, self.position(turn.task)));
-            self.transport
+            let length = self
+                .transport
                 .query(redis::cmd("RPUSHX").arg(line_key(name)).arg(entry))
                 .await;
+            // A join into no line would cost Redis less than a lock's: the floor would lie low.
+            assert!(
+                matches!(length, redis::Value::Int(length) if length > 0),
+                "fleet worker: the ring's line is gone (RPUSHX answered {length:?})"
+            );
         }
         if self.position(turn.task) == 0 && turn.n == 0 {
             return;
@@ -273,17 +279,13 @@ impl Ring {
 
 impl Transport {
     /// Sends `cmd` on the publishing connection and waits for its reply.
-    async fn query(&self, cmd: &redis::Cmd) {
+    async fn query(&self, cmd: &redis::Cmd) -> redis::Value {
         match self {
-            Transport::Client { publisher, .. } => {
-                let _: redis::Value = cmd
-                    .query_async(&mut publisher.clone())
-                    .await
-                    .expect("fleet worker: Redis refused a command of the ring");
-            }
-            Transport::Raw { publisher, .. } => {
-                publisher.lock().await.query(cmd).await;
-            }
+            Transport::Client { publisher, .. } => cmd
+                .query_async(&mut publisher.clone())
+                .await
+                .expect("fleet worker: Redis refused a command of the ring"),
+            Transport::Raw { publisher, .. } => publisher.lock().await.query(cmd).await,
         }
     }
 }
