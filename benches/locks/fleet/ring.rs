@@ -1,17 +1,17 @@
 //! The fleet workload's floors: no lock, but a ring. The turn goes round every task of the
-//! fleet in the order of their numbers, each task handing it to the next with a message on that
-//! task's own channel, as a lock that hands over tells its next holder. What a floor costs
-//! between two holders is the least such a lock can cost on the machine.
+//! fleet, each task handing it to the next with a message on that task's own channel, as a lock
+//! that hands over tells its next holder. What a floor costs between two holders is the least
+//! such a lock can cost on the machine.
 //!
-//! The turn goes round in the order of the tasks' numbers in the ring: the first task of every
-//! process, then the second of every process, and so on, so that (with two processes or more)
-//! every turn moves to another process, as a fleet-wide line moves its lock. It is passed with a
-//! plain `PUBLISH`, or by [`HAND_OFF`], a script that first does the Redis work of an atomic
-//! hand-off; with [`Pass::ScriptThenJoin`] every task also asks for each of its turns with the
-//! one command with which a lock's waiter takes its place at the back of the line. And it travels through redis-rs's connections, as
-//! distlock's messages do ([`Transport::Client`]), or through sockets that the tasks read and
-//! write themselves ([`Transport::Raw`]), without the background task that each redis-rs
-//! connection puts between a task and its socket.
+//! The order is the tasks' places in the ring: the first task of every process, then the second
+//! of every process, and so on, so that (with two processes or more) every turn moves to another
+//! process, as a fleet-wide line moves its lock. The turn is passed with a plain `PUBLISH`, or by
+//! [`HAND_OFF`], a script that first does the Redis work of an atomic hand-off; with
+//! [`Pass::ScriptThenJoin`] every task also asks for each of its turns with the one command with
+//! which a lock's waiter takes its place at the back of the line. And it travels through
+//! redis-rs's connections, as distlock's messages do ([`Transport::Client`]), or through sockets
+//! that the tasks read and write themselves ([`Transport::Raw`]), without the background task
+//! that each redis-rs connection puts between a task and its socket.
 
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubStream};
@@ -45,10 +45,10 @@ pub(crate) enum Pass {
 }
 
 /// The scripted floor's hand-off: the Redis work of handing a lock over in one script — read
-/// the lock, take the next waiter off its line (which stays empty but with
-/// [`Pass::ScriptThenJoin`], and is not read: the ring knows the next holder), give the lock to
-/// the next holder, tell it — and no more. `KEYS[1]` the lock,
-/// `KEYS[2]` its line, `ARGV[1]` the value to give the lock, `ARGV[2]` the next holder's channel.
+/// the lock, take the next waiter off its line (empty but for [`Pass::ScriptThenJoin`]'s
+/// entries, which nobody reads: the ring knows the next holder), give the lock to the next
+/// holder, tell it — and no more. `KEYS[1]` the lock, `KEYS[2]` its line, `ARGV[1]` the value
+/// to give the lock, `ARGV[2]` the next holder's channel.
 const HAND_OFF: &str = r"
 local held = redis.call('GET', KEYS[1])
 local waiter = redis.call('LPOP', KEYS[2])
