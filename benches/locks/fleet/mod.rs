@@ -542,14 +542,11 @@ fn targets(shapes: &[Shape], results: &[FleetResult]) -> Vec<FleetTarget> {
                 .find(|result| result.contender == contender)
                 .map(|result| &result.summary)
         };
-        for floor_name in [
-            RING_SCRIPT_JOIN,
-            RING_SCRIPT,
-            RING_MESSAGE,
-            RAW_SCRIPT_JOIN,
-            RAW_SCRIPT,
-            RAW_MESSAGE,
-        ] {
+        let floors = CONTENDERS
+            .iter()
+            .filter(|(_, lock)| matches!(lock, Lock::Ring { .. }))
+            .map(|(name, _)| *name);
+        for floor_name in floors {
             let (Some(distlock), Some(floor)) = (summary(DISTLOCK), summary(floor_name)) else {
                 continue;
             };

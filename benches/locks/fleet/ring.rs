@@ -29,7 +29,7 @@ pub(super) struct Turn {
     pub n: usize,
 }
 
-/// What a ring's task sends to Redis when its turn ends.
+/// What a ring's tasks send to Redis for a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Pass {
     /// A plain `PUBLISH` to the next task.
@@ -68,12 +68,20 @@ fn line_key(name: &str) -> String {
 }
 
 /// A line entry of the form distlock's waiters append (token, lease deadline in Redis ms, ttl
-/// in ms, fencing flag, grant channel), for the joining ring.
+/// in ms, fencing flag, grant channel), for the joining ring. Written out here rather than
+/// taken from lock-runtime: the floors use none of distlock's code, so that they measure Redis
+/// and the client alone.
 fn line_entry(token: &str, channel: &str) -> String {
     format!(
         "{token} 1800000000000 {} 0 {channel}",
         super::TTL.as_millis()
     )
+}
+
+/// Where task `task` of process `process` of `processes` stands in the ring: the first task of
+/// every process, then the second of every process, and so on.
+fn position(task: usize, process: usize, processes: usize) -> usize {
+    task * processes + process
 }
 
 /// How long the line that process 0 of a joining ring creates lives: past any run, so that it
@@ -88,10 +96,9 @@ pub(super) struct Ring {
     processes: usize,
     /// Tasks in the whole ring.
     tasks: usize,
+    pass: Pass,
     /// [`HAND_OFF`], for the scripted floors; `None`: a plain `PUBLISH`.
     hand_off: Option<redis::Script>,
-    /// Whether a task asks for each of its turns ([`Pass::ScriptThenJoin`]).
-    joins: bool,
 }
 
 /// How a process's tasks send and receive the turn.
@@ -121,7 +128,7 @@ impl Ring {
         pass: Pass,
         raw: bool,
     ) -> Ring {
-        let position = |task: usize| task * processes + process;
+        let position = |task: usize| position(task, process, processes);
         let scripted = pass != Pass::Publish;
         let hand_off = scripted.then(|| redis::Script::new(HAND_OFF));
         let transport = if raw {
@@ -175,10 +182,10 @@ impl Ring {
             process,
             processes,
             tasks: processes * tasks,
+            pass,
             hand_off,
-            joins: pass == Pass::ScriptThenJoin,
         };
-        if ring.joins && process == 0 {
+        if pass == Pass::ScriptThenJoin && process == 0 {
             // One entry, never popped before a join has added another: every turn is asked for
             // before it is passed on, so the line never empties under the joins.
             ring.transport
@@ -201,7 +208,7 @@ impl Ring {
 
     /// Where `task` of this process stands in the ring.
     fn position(&self, task: usize) -> usize {
-        task * self.processes + self.process
+        position(task, self.process, self.processes)
     }
 
     /// One message on the publishing connection (the subscriptions are open already), on a
@@ -222,7 +229,7 @@ impl Ring {
     /// join costs its command, its round trip and its place in the acquisition, and changes
     /// nothing else.
     pub(super) async fn wait(&self, name: &str, token: &str, turn: Turn) {
-        if self.joins {
+        if self.pass == Pass::ScriptThenJoin {
             let entry = line_entry(token, &turn_channel(name, self.position(turn.task)));
             let length = self
                 .transport
