@@ -73,6 +73,7 @@ pub mod __private {
     pub use core::time::Duration;
     pub use lock_runtime::attribute::{
         acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,
+        FromLockError,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
     pub use lock_runtime::redact_url;

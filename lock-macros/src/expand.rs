@@ -10,14 +10,14 @@
 //! lives in the runtime's `LockOptions`.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{format_ident, quote, quote_spanned, ToTokens};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::{
     AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType, Type,
 };
 
-use crate::args::{DurationArg, OnBusy};
+use crate::args::{Args, DurationArg, OnBusy};
 use crate::key::Segment;
 use crate::valid::{self, Skipped, Valid};
 
@@ -27,6 +27,8 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         args,
         key,
         function,
+        ref guard,
+        hint: _,
     } = *valid;
     let ItemFn {
         attrs,
@@ -41,11 +43,8 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         .iter()
         .filter(|attr| matches!(attr.style, AttrStyle::Inner(_)));
 
-    let default_path: syn::Path = syn::parse_quote!(::distlock);
-    let krate = args
-        .crate_path
-        .as_ref()
-        .map_or(&default_path, |crate_path| &crate_path.path);
+    let default_path = default_crate_path();
+    let krate = crate_path(args, &default_path);
     // With `crate = "..."`, `__private` takes the span of that string, so a path that is not the
     // distlock crate is reported there ("could not find `__private` in ...").
     let private_span = args
@@ -100,7 +99,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         .map(|value| quote!(.auto_extend(#value)));
     let fencing = args.fencing.as_ref().map(|value| quote!(.fencing(#value)));
 
-    let from_error = convert_error(&sig.output, &error);
+    let from_error = convert_error(&sig.output, krate, &private_ident, &error);
     let prelude = quote! {
         #(#inner_attrs)*
         #key_lint_allow
@@ -125,7 +124,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         // in edition 2021 the temporaries of a function's last expression outlive its locals,
         // so a guard held by a local would be released before the body's last temporaries (a
         // `MutexGuard`, a transaction that commits on drop) are done.
-        let guard_binding = args.guard.as_ref().map(|guard| {
+        let guard_binding = guard.as_ref().map(|guard| {
             quote! {
                 #[allow(unused_variables)]
                 let #guard: &#private::BlockingLockGuard = #guard_var.guard();
@@ -149,13 +148,13 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         });
     }
 
-    let guard_binding = args.guard.as_ref().map(|guard| {
+    let guard_binding = guard.as_ref().map(|guard| {
         quote! {
             #[allow(unused_variables)]
             let #guard: &#private::LockGuard = &#guard_var;
         }
     });
-    let from_lost = convert_error(&sig.output, &lost);
+    let from_lost = convert_error(&sig.output, krate, &private_ident, &lost);
 
     // The acquisition runs in the call's span too, so its wait shows up in the trace.
     let in_span = |call: TokenStream| quote!(#private::Instrument::instrument(#call, ::core::clone::Clone::clone(&#span_var)));
@@ -224,6 +223,46 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     })
 }
 
+fn default_crate_path() -> syn::Path {
+    syn::parse_quote!(::distlock)
+}
+
+/// The path of the distlock crate: `crate = "..."`, or `::distlock`.
+fn crate_path<'a>(args: &'a Args, default: &'a syn::Path) -> &'a syn::Path {
+    args.crate_path
+        .as_ref()
+        .map_or(default, |crate_path| &crate_path.path)
+}
+
+/// The function as written, for an attribute that was refused: emitted next to the errors so
+/// that the rest of the crate (and the IDE) still sees it, with nothing added to them. Its
+/// parameters may be used only in the key (`unused_variables` is allowed), and its body may use
+/// the guard, which is bound (to a value never computed: the crate does not compile) so that a
+/// use of it is no error.
+pub(crate) fn rejected(function: &ItemFn, args: &Args, guard: Option<&Ident>) -> TokenStream {
+    let mut function = function.clone();
+    if let Some(guard) = guard {
+        let default_path = default_crate_path();
+        let krate = crate_path(args, &default_path);
+        let ty = if function.sig.asyncness.is_some() {
+            quote!(#krate::LockGuard)
+        } else {
+            quote!(#krate::blocking::LockGuard)
+        };
+        function.block.stmts.insert(
+            0,
+            syn::parse_quote!(let #guard: &#ty = ::core::unreachable!();),
+        );
+        function
+            .attrs
+            .push(syn::parse_quote!(#[allow(unreachable_code)]));
+    }
+    function
+        .attrs
+        .push(syn::parse_quote!(#[allow(unused_variables)]));
+    function.into_token_stream()
+}
+
 /// The expression that builds the key: `format!` with the placeholders as positional arguments,
 /// all spanned at the key literal, so that a placeholder whose type is not `Display` is reported
 /// there. A key without placeholders is a plain `String::from`.
@@ -287,27 +326,48 @@ fn member(field: &str, span: Span) -> syn::Result<Member> {
     Ok(Member::Named(ident))
 }
 
-/// `::core::convert::From::from(value)`, located so that a missing `From<LockError>` is
-/// reported at the return type rather than at the attribute.
+/// `<crate>::__private::FromLockError::from_lock_error(value)`: `E::from(value)` through the
+/// runtime's trait whose `#[diagnostic::on_unimplemented]` says, for an `E` without
+/// `From<LockError>`, what to add. The call is located on the error type (see
+/// [`error_location`]), where rustc reports that message; `__private` keeps its own location,
+/// so that a `crate = "..."` that is not distlock is reported once, at that string.
 ///
-/// rustc spans an expression from the start of its first token to the end of its last one, so
-/// the call path runs from the first to the last token of the return type ("required by a bound
-/// introduced by this call"), and the argument, which rustc underlines as the unsatisfied
-/// bound, sits on the error type (see [`error_location`]). Only the *location* of the tokens
-/// moves (`located_at`): their hygiene stays that of the expansion, so `value` still resolves to
-/// the generated binding, and lints that skip macro output (clippy's `useless_conversion` when
-/// `E` is `LockError` itself) keep skipping it.
-fn convert_error(output: &ReturnType, value: &Ident) -> TokenStream {
+/// Only the *location* of the tokens moves (`located_at`): their hygiene stays what it was, so
+/// `value` still resolves to the generated binding and the crate path where it is written.
+fn convert_error(
+    output: &ReturnType,
+    krate: &syn::Path,
+    private: &Ident,
+    value: &Ident,
+) -> TokenStream {
     let ReturnType::Type(_, ty) = output else {
-        return quote!(::core::convert::From::from(#value));
+        return quote!(#krate::#private::FromLockError::from_lock_error(#value));
     };
-    let (ty_first, ty_last) = first_and_last_span(ty.to_token_stream());
-    let at = |location: Span| Span::call_site().located_at(location);
+    let location = error_location(ty);
+    let krate = relocate(krate.to_token_stream(), location);
+    let separator = relocate(quote!(::), location);
+    let call = relocate(quote!(FromLockError::from_lock_error(#value)), location);
+    quote!(#krate #separator #private #separator #call)
+}
 
-    let from = format_ident!("from", span = at(ty_last));
-    let mut value = value.clone();
-    value.set_span(value.span().located_at(error_location(ty)));
-    quote_spanned!(at(ty_first)=> ::core::convert::From::#from(#value))
+/// `tokens`, each shown at `location` in diagnostics, resolving as before.
+fn relocate(tokens: TokenStream, location: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut moved = proc_macro2::Group::new(
+                    group.delimiter(),
+                    relocate(group.stream(), location),
+                );
+                moved.set_span(group.span().located_at(location));
+                token = TokenTree::Group(moved);
+            } else {
+                token.set_span(token.span().located_at(location));
+            }
+            token
+        })
+        .collect()
 }
 
 /// Where to report a missing `From<LockError>`: the name of `E` in `Result<T, E>` (`Opaque` in
@@ -325,9 +385,9 @@ fn error_location(ty: &Type) -> Span {
     let error = error_type(ty);
     error
         .and_then(name)
-        .or_else(|| error.map(|error| first_and_last_span(error.to_token_stream()).0))
+        .or_else(|| error.map(|error| first_span(error.to_token_stream())))
         .or_else(|| name(ty))
-        .unwrap_or_else(|| first_and_last_span(ty.to_token_stream()).0)
+        .unwrap_or_else(|| first_span(ty.to_token_stream()))
 }
 
 /// The `E` of `Result<T, E>` (the last of at least two type arguments), if written.
@@ -352,11 +412,11 @@ fn error_type(ty: &Type) -> Option<&Type> {
     }
 }
 
-fn first_and_last_span(tokens: TokenStream) -> (Span, Span) {
-    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
-    let first = tokens.first().map_or_else(Span::call_site, TokenTree::span);
-    let last = tokens.last().map_or(first, TokenTree::span);
-    (first, last)
+fn first_span(tokens: TokenStream) -> Span {
+    tokens
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |token| token.span())
 }
 
 #[cfg(test)]
@@ -384,13 +444,31 @@ mod tests {
         for method in [". ttl", ". timeout", ". auto_extend", ". fencing"] {
             assert!(!code.contains(method), "{method} in {code}");
         }
-        let code = expanded(quote!(key = "k", timeout = "1.5s", fencing = true), FN);
+        let code = expanded(
+            quote!(key = "k", timeout = "1.5s", fencing = true, guard = lock),
+            FN,
+        );
         assert!(
             code.contains(". timeout (:: distlock :: __private :: Duration :: from_millis (1500))"),
             "{code}"
         );
         assert!(code.contains(". fencing (true)"), "{code}");
         assert!(!code.contains(". ttl"), "{code}");
+    }
+
+    /// A body that uses `lock` without `guard = lock` gets it bound all the same, so that the
+    /// hint is its only error.
+    #[test]
+    fn an_undeclared_guard_is_bound() {
+        let mut errors = Errors::default();
+        let args = Args::parse(quote!(key = "k"), &mut errors);
+        let function: ItemFn =
+            syn::parse_str("async fn f() -> Result<(), E> { lock.extend(D).await?; Ok(()) }")
+                .unwrap();
+        let valid = valid::check(&args, Some(&function), errors).unwrap();
+        assert!(valid.hint.is_some());
+        let code = expand(&valid).unwrap().to_string();
+        assert!(code.contains("let lock : & :: distlock :: __private :: LockGuard"), "{code}");
     }
 
     #[test]

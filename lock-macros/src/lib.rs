@@ -28,8 +28,13 @@ mod valid;
 /// Runs the body of an `async fn` (or a plain `fn`: see below) while holding a distributed lock
 /// on Redis.
 ///
-/// ```ignore
+/// ```no_run
 /// use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
 ///
 /// #[distributed_lock(key = "trace:{trace_id}", ttl = 60)]
 /// async fn process_trace(trace_id: &str) -> Result<(), AppError> {
@@ -58,7 +63,7 @@ mod valid;
 /// so the error type needs `impl From<distlock::LockError>`. `std::io::Error`, `anyhow::Error` and
 /// `Box<dyn Error + Send + Sync>` have one already.
 ///
-/// ```ignore
+/// ```no_run
 /// #[derive(Debug)]
 /// enum AppError {
 ///     Lock(distlock::LockError),
@@ -93,7 +98,19 @@ mod valid;
 /// `"x < 3"` need no escaping. A placeholder must name a parameter bound to a plain name (`x` or
 /// `mut x`, not a pattern like `(a, b)`) or `self`.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
+/// # struct Order { id: u64 }
+/// # struct Region(String);
+/// # impl std::fmt::Display for Region {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.0) }
+/// # }
+/// # struct Account { id: u64 }
 /// #[distributed_lock(key = "order:{order.id}:<region>")]
 /// async fn ship(order: &Order, region: Region) -> Result<(), AppError> { Ok(()) }
 ///
@@ -116,7 +133,13 @@ mod valid;
 /// At most 365 days; `timeout = 0` makes a single attempt. When it runs out the function returns
 /// `Err(E::from(LockError::Timeout { .. }))`.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
 /// #[distributed_lock(key = "report:{day}", ttl = "5m", timeout = 0)]
 /// async fn build_report(day: u32) -> Result<(), AppError> { Ok(()) }
 /// ```
@@ -124,9 +147,18 @@ mod valid;
 /// ## `guard = <name>`
 ///
 /// Binds the held lock as `name: &distlock::LockGuard` in the body, to extend it during long
-/// work or read its key, token or fencing token:
+/// work or read its key, token or fencing token. A body that calls the guard's methods on a
+/// `lock` (or `guard`) it never binds is told to add `guard = lock`:
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
+/// # fn chunks(file: &str) -> Vec<&str> { vec![file] }
+/// # async fn load(chunk: &str) -> Result<(), AppError> { Ok(()) }
 /// #[distributed_lock(key = "import:{file}", ttl = 30, guard = lock)]
 /// async fn import(file: &str) -> Result<(), AppError> {
 ///     for chunk in chunks(file) {
@@ -147,10 +179,21 @@ mod valid;
 /// ## `fencing = true | false` (default false)
 ///
 /// Acquisition also draws a fencing token, strictly increasing per key across all clients; read
-/// it with `guard.fencing_token()` (with `guard = ...`) and pass it to the storage you protect so
-/// it can reject writes from a holder whose lock has expired.
+/// it with `lock.fencing_token()` (with `guard = lock`) and pass it to the storage you protect
+/// so it can reject writes from a holder whose lock has expired. `fencing = true` needs a
+/// `guard`: without one the token could never leave the lock, and it is a compile error.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
+/// # struct Store;
+/// # impl Store {
+/// #     async fn write(&self, account: u64, fence: Option<u64>) -> Result<(), AppError> { Ok(()) }
+/// # }
 /// #[distributed_lock(key = "ledger:{account}", auto_extend = true, fencing = true, guard = lock)]
 /// async fn post(account: u64, store: &Store) -> Result<(), AppError> {
 ///     store.write(account, lock.fencing_token()).await
@@ -171,7 +214,14 @@ mod valid;
 /// release leaves it to expire then instead of deleting it. With `on_busy = "skip"`, a job that
 /// every node starts on its own clock runs once, as long as the clocks differ by less than this:
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
+/// # async fn send_report() -> Result<(), AppError> { Ok(()) }
 /// #[distributed_lock(key = "report:nightly", ttl = 600, on_busy = "skip", hold_at_least = "30s")]
 /// async fn nightly_report() -> Result<(), AppError> {
 ///     send_report().await
@@ -182,7 +232,7 @@ mod valid;
 ///
 /// The path of the `distlock` crate, for code that renames the dependency or re-exports it:
 ///
-/// ```ignore
+/// ```no_run
 /// use distlock as dl;
 ///
 /// #[dl::distributed_lock(key = "job", crate = "dl")]
@@ -207,7 +257,13 @@ mod valid;
 /// Called on a thread of an async runtime it returns `E::from(LockError::Config(..))` at once
 /// rather than block that thread.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
 /// #[distributed_lock(key = "report:{day}", ttl = "5m")]
 /// fn build_report(day: u32) -> Result<(), AppError> {
 ///     // one process of the fleet at a time, for a given day
@@ -229,11 +285,15 @@ mod valid;
 /// runtime refuses the same values, so none of them compiles and then fails on every call); a
 /// value of the wrong kind; a `const fn`, or a function that does not return a `Result`; a
 /// `timeout` with `on_busy = "skip"` or `"fail"`; a return type that does not say what a skipped
-/// call returns; a `hold_at_least` longer than the ttl. If the error type has no
-/// `From<LockError>`, rustc points at the return type.
+/// call returns; a `hold_at_least` longer than the ttl; `fencing = true` without `guard`, whose
+/// token the body could never read; a body that calls the guard's methods on `lock` (or
+/// `guard`) without binding it with `guard = ...`. If the error type has no `From<LockError>`,
+/// rustc points at it, saying to add one.
 ///
 /// When the attribute's arguments or the function are wrong, the function is still emitted as
-/// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it.
+/// written next to the errors, so the rest of the crate (and the IDE) keeps seeing it, and only
+/// those errors are reported: no `unused variable` for a parameter only the key uses, no
+/// unknown name for the guard the body uses.
 ///
 /// # Fine print
 ///
@@ -258,15 +318,29 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
             None
         }
     };
-    let expanded =
-        valid::check(&args, function.as_ref(), errors).and_then(|valid| expand::expand(&valid));
+    let expanded = valid::check(&args, function.as_ref(), errors).and_then(|valid| {
+        let mut tokens = expand::expand(&valid)?;
+        if let Some(hint) = &valid.hint {
+            tokens.extend(hint.to_compile_error());
+        }
+        Ok(tokens)
+    });
 
     match expanded {
         Ok(tokens) => tokens.into(),
         Err(errors) => {
             // Keep the item, so that the rest of the crate (and the IDE) still sees the function
             // and reports only these errors, not every use of a function that vanished.
-            let mut tokens = item;
+            let mut tokens = match &function {
+                Some(function) => {
+                    let guard = args
+                        .guard
+                        .clone()
+                        .or_else(|| valid::undeclared_guard(&args, function));
+                    expand::rejected(function, &args, guard.as_ref()).into()
+                }
+                None => item,
+            };
             tokens.extend(TokenStream::from(errors.to_compile_error()));
             tokens
         }

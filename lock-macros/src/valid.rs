@@ -18,7 +18,7 @@
 //! write instead. [`check`] returns a [`Valid`], the only input [`crate::expand`] accepts.
 
 use proc_macro::TokenStream;
-use proc_macro2::{Delimiter, Group, Span};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenTree};
 use quote::{quote, ToTokens};
 use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
@@ -51,6 +51,12 @@ pub(crate) struct Valid<'a> {
     pub(crate) args: &'a Args,
     pub(crate) key: &'a KeyArg,
     pub(crate) function: &'a ItemFn,
+    /// The name the body sees the held lock as: `guard = name`, or the name an otherwise valid
+    /// body uses without it (bound anyway, so that [`Valid::hint`] is the only error).
+    pub(crate) guard: Option<Ident>,
+    /// An error to report next to the generated function: the body uses a guard it did not
+    /// declare.
+    pub(crate) hint: Option<syn::Error>,
 }
 
 /// Parses the item the attribute is on, which must be a function with a body.
@@ -72,6 +78,7 @@ pub(crate) fn check<'a>(
     mut errors: Errors,
 ) -> syn::Result<Valid<'a>> {
     check_options(args, &mut errors);
+    let mut undeclared = None;
     if let Some(function) = function {
         check_signature(&function.sig, &mut errors);
         let params = Params::of(&function.sig);
@@ -80,6 +87,15 @@ pub(crate) fn check<'a>(
         }
         check_guard(args, &params, &mut errors);
         check_skip_return(args, &function.sig, &mut errors);
+        undeclared = undeclared_guard(args, function);
+    }
+    check_fencing(args, undeclared.is_some(), &mut errors);
+    let mut hint = undeclared.as_ref().map(undeclared_guard_error);
+    if errors.0.is_some() {
+        // Rejected anyway: the hint goes with the other errors.
+        if let Some(hint) = hint.take() {
+            errors.push(hint);
+        }
     }
     errors.finish()?;
     match (&args.key, function) {
@@ -87,6 +103,8 @@ pub(crate) fn check<'a>(
             args,
             key,
             function,
+            guard: args.guard.clone().or(undeclared),
+            hint,
         }),
         // Both cases pushed an error above (a missing key, or an item that is not a function).
         _ => Err(syn::Error::new(
@@ -94,6 +112,128 @@ pub(crate) fn check<'a>(
             "`#[distributed_lock]` needs `key = \"...\"` and a function",
         )),
     }
+}
+
+/// `fencing = true` draws a token that only reaches the body through the guard: without
+/// `guard = ...` nothing can pass it to the storage it is for. Not reported when the body
+/// already uses an undeclared guard, whose message says the same thing to do.
+fn check_fencing(args: &Args, body_uses_guard: bool, errors: &mut Errors) {
+    if args.guard.is_some() || body_uses_guard || !args.fencing.as_ref().is_some_and(|f| f.value) {
+        return;
+    }
+    let span = args
+        .written
+        .iter()
+        .find(|(name, _)| *name == "fencing")
+        .map_or_else(Span::call_site, |(_, span)| *span);
+    errors.push(syn::Error::new(
+        span,
+        "`fencing = true` draws a fencing token that only the body can pass on to the storage \
+         it protects, and this body has no way to read it: add `guard = lock` to the attribute \
+         and read `lock.fencing_token()` in the body (or remove `fencing`)",
+    ));
+}
+
+/// The names a body is likely to give the held lock when it forgets `guard = ...`.
+const GUARD_NAMES: [&str; 2] = ["lock", "guard"];
+
+/// The methods of the guard. A call of one of them on an undefined `lock` is taken for a use of
+/// the held lock; a `static lock` elsewhere is never taken for one, as its methods (`read`,
+/// `lock`, ...) are other ones.
+const GUARD_METHODS: [&str; 8] = [
+    "key",
+    "token",
+    "fencing_token",
+    "extend",
+    "is_held",
+    "lost",
+    "is_lost",
+    "release",
+];
+
+/// Without `guard = ...`, a name of [`GUARD_NAMES`] that the body calls a guard method on
+/// (`lock.extend(..)`) but never binds: the first such use. rustc would only say that the name
+/// is not found.
+///
+/// Read from the body's tokens, macro arguments included, and careful to never refuse a body
+/// that compiles: every appearance of the name other than as the receiver of a guard method
+/// (`let lock`, `|lock|`, `Some(lock)`, `use a::lock`, `lock(..)`, `{ lock: .. }`) counts as
+/// a binding, and a parameter of that name binds it too. A field or method of that name
+/// (`self.lock`, `mutex.lock()`) is another thing and is skipped.
+pub(crate) fn undeclared_guard(args: &Args, function: &ItemFn) -> Option<Ident> {
+    if args.guard.is_some() {
+        return None;
+    }
+    let params = Params::of(&function.sig);
+    let body = function.block.to_token_stream();
+    GUARD_NAMES.iter().find_map(|name| {
+        let bound = params.named.iter().any(|param| param == name)
+            || params.destructured.iter().any(|(param, _)| param == name);
+        if bound {
+            return None;
+        }
+        let mut scan = GuardScan::default();
+        scan.tokens(body.clone(), name);
+        if scan.bound {
+            None
+        } else {
+            scan.first_use
+        }
+    })
+}
+
+/// The error for a guard the body uses without `guard = ...`.
+fn undeclared_guard_error(name: &Ident) -> syn::Error {
+    syn::Error::new(
+        name.span(),
+        format!(
+            "`{name}` is not defined: to use the held lock in the body, add `guard = {name}` to \
+             the `#[distributed_lock(...)]` attribute"
+        ),
+    )
+}
+
+/// What [`undeclared_guard`] found of one name in a body.
+#[derive(Default)]
+struct GuardScan {
+    /// The first `name.<guard method>`.
+    first_use: Option<Ident>,
+    /// Whether the name appears anywhere else, where it may be bound.
+    bound: bool,
+}
+
+impl GuardScan {
+    fn tokens(&mut self, tokens: proc_macro2::TokenStream, name: &str) {
+        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+        for (at, token) in tokens.iter().enumerate() {
+            match token {
+                TokenTree::Group(group) => self.tokens(group.stream(), name),
+                TokenTree::Ident(ident) if ident == name => {
+                    let after_dot = at.checked_sub(1).is_some_and(|before| is_dot(&tokens[before]))
+                        && !at
+                            .checked_sub(2)
+                            .is_some_and(|before| is_dot(&tokens[before]));
+                    if after_dot {
+                        continue; // a field or a method of that name: `self.lock`, `m.lock()`
+                    }
+                    let method_call = tokens.get(at + 1).is_some_and(is_dot)
+                        && !tokens.get(at + 2).is_some_and(is_dot)
+                        && matches!(tokens.get(at + 2), Some(TokenTree::Ident(method))
+                            if GUARD_METHODS.iter().any(|guard_method| method == guard_method));
+                    if method_call {
+                        self.first_use.get_or_insert_with(|| ident.clone());
+                    } else {
+                        self.bound = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn is_dot(token: &TokenTree) -> bool {
+    matches!(token, TokenTree::Punct(punct) if punct.as_char() == '.')
 }
 
 /// The rules on the options alone.
@@ -746,6 +886,68 @@ mod tests {
             "async fn f(lock: u8) -> Result<(), E> { Ok(()) }",
         );
         assert!(message.contains("`guard = held`"), "{message}");
+    }
+
+    #[test]
+    fn fencing_needs_a_guard() {
+        let message = rules(quote!(key = "k", fencing = true), FN);
+        assert!(message.contains("add `guard = lock`"), "{message}");
+        assert!(message.contains("`lock.fencing_token()`"), "{message}");
+        assert_eq!(rules(quote!(key = "k", fencing = true, guard = g), FN), "");
+        assert_eq!(rules(quote!(key = "k", fencing = false), FN), "");
+    }
+
+    /// The name of the guard a body uses without `guard = ...`, if any.
+    fn undeclared(attribute: proc_macro2::TokenStream, function: &str) -> Option<String> {
+        let mut errors = Errors::default();
+        let args = Args::parse(attribute, &mut errors);
+        let function: ItemFn = syn::parse_str(function).unwrap();
+        undeclared_guard(&args, &function).map(|name| name.to_string())
+    }
+
+    #[test]
+    fn a_guard_used_but_never_bound_is_found() {
+        for (body, name) in [
+            ("lock.extend(d).await?; Ok(())", "lock"),
+            ("Ok(guard.key().len())", "guard"),
+            ("println!(\"{}\", lock.token()); Ok(())", "lock"),
+            ("if lock.is_lost() { return Ok(()) } Ok(())", "lock"),
+        ] {
+            let function = format!("async fn f(id: u32) -> Result<(), E> {{ {body} }}");
+            assert_eq!(
+                undeclared(quote!(key = "k"), &function).as_deref(),
+                Some(name),
+                "{body}"
+            );
+            assert_eq!(undeclared(quote!(key = "k", guard = lock), &function), None);
+        }
+    }
+
+    /// Never a false alarm on a body that compiles: any other appearance of the name may bind
+    /// it, and a field or method of that name is another thing.
+    #[test]
+    fn a_guard_name_bound_or_used_otherwise_is_left_alone() {
+        for body in [
+            "let lock = Ticket; lock.key(); Ok(())",
+            "let f = |lock: &T| lock.key(); Ok(())",
+            "if let Some(lock) = x { lock.extend(d); } Ok(())",
+            "for guard in all { guard.release(); } Ok(())",
+            "use a::lock; lock.key(); Ok(())",
+            "my_macro!(lock); lock.key(); Ok(())",
+            "self.lock.key(); m.lock().unwrap(); Ok(())",
+            "lock.read(); Ok(())",
+            "Ok(lock)",
+        ] {
+            let function = format!("async fn f(id: u32) -> Result<(), E> {{ {body} }}");
+            assert_eq!(undeclared(quote!(key = "k"), &function), None, "{body}");
+        }
+        assert_eq!(
+            undeclared(
+                quote!(key = "k"),
+                "async fn f(lock: &L) -> Result<(), E> { lock.key(); Ok(()) }"
+            ),
+            None
+        );
     }
 
     #[test]

@@ -7,6 +7,24 @@ use std::task::Poll;
 
 use crate::{global, LockError, LockGuard, LockOptions};
 
+/// How the generated code turns a [`LockError`] into the function's error type `E`: through
+/// `E: From<LockError>`, behind a trait of its own so that a missing conversion is reported in
+/// distlock's words (what to add, which types have one) rather than as a bare unmet `From` bound.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be built from `distlock::LockError`: add `impl From<distlock::LockError> for {Self}` (or use `std::io::Error`, `anyhow::Error`, `Box<dyn Error + Send + Sync>`)",
+    label = "`#[distributed_lock]` returns its lock errors as this type, which has no `From<distlock::LockError>`"
+)]
+pub trait FromLockError: Sized {
+    /// `Self::from(error)`.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<E: From<LockError>> FromLockError for E {
+    fn from_lock_error(error: LockError) -> Self {
+        E::from(error)
+    }
+}
+
 /// The `distlock.lock` span of one locked call: the generated code runs the acquisition, the
 /// body and the release in it, so the lock's wait shows in the request's trace and distlock's
 /// events are its children. `wait_ms` and `fence` are recorded once the lock is held.

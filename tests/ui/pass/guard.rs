@@ -51,3 +51,45 @@ fn main() {
     assert_send(explicitly_off());
     assert_send(unused_guard());
 }
+
+// A body that binds `lock` or `guard` itself, or calls methods named so, uses its own: no
+// `guard = ...` is asked for.
+#[allow(dead_code)]
+mod own_names {
+    use distlock::{distributed_lock, LockError};
+
+    struct Ticket;
+
+    impl Ticket {
+        fn key(&self) -> &str {
+            "ticket"
+        }
+    }
+
+    struct Shared {
+        lock: std::sync::Mutex<u32>,
+    }
+
+    #[distributed_lock(key = "own:{id}")]
+    pub(crate) async fn local(id: u32) -> Result<usize, LockError> {
+        let lock = Ticket;
+        let guard = Ticket;
+        Ok(lock.key().len() + guard.key().len() + id as usize)
+    }
+
+    #[distributed_lock(key = "own-closure")]
+    pub(crate) fn closure() -> Result<usize, LockError> {
+        let lengths = [Ticket].iter().map(|lock| lock.key().len()).sum();
+        Ok(lengths)
+    }
+
+    #[distributed_lock(key = "own-field")]
+    pub(crate) fn field(shared: &Shared) -> Result<u32, LockError> {
+        Ok(*shared.lock.lock().unwrap())
+    }
+
+    #[distributed_lock(key = "own-param:{lock}")]
+    pub(crate) fn param(lock: &str) -> Result<usize, LockError> {
+        Ok(lock.len())
+    }
+}
