@@ -52,18 +52,28 @@ fn ttl_left(info: &LockInfo) -> String {
 }
 
 /// `text` printable on one line: control characters (a label or a lock name may hold any)
-/// are shown escaped, so a hostile one cannot rewrite the terminal. Quotes and backslashes
-/// stay as they are: only what a terminal acts on is escaped.
+/// are shown escaped, so a hostile one cannot rewrite the terminal, and so are the
+/// bidirectional controls, which would reorder what the terminal shows of the row. Quotes and
+/// backslashes stay as they are: only what a terminal acts on is escaped.
 pub(crate) fn cell(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        if c.is_control() || is_bidi_control(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// The Unicode bidirectional formatting characters: embeddings and overrides (U+202A–U+202E),
+/// isolates (U+2066–U+2069), and the marks (U+200E, U+200F, U+061C).
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+    )
 }
 
 /// The `list` table: name, holder, held for, time left, waiters, fence.
@@ -185,6 +195,21 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(12_340)), "12.3s");
         assert_eq!(duration(Duration::from_secs(307)), "5m07s");
         assert_eq!(duration(Duration::from_secs(7380)), "2h03m");
+    }
+
+    #[test]
+    fn bidirectional_controls_are_escaped() {
+        assert_eq!(cell("evil\u{202E}gpj.exe"), "evil\\u{202e}gpj.exe");
+        for c in ('\u{202A}'..='\u{202E}')
+            .chain('\u{2066}'..='\u{2069}')
+            .chain(['\u{200E}', '\u{200F}', '\u{061C}'])
+        {
+            let shown = cell(&format!("a{c}b"));
+            assert!(!shown.contains(c), "{c:?} printed raw: {shown:?}");
+            assert_eq!(shown, format!("a{}b", c.escape_default()));
+        }
+        // Right-to-left text itself is not a control, and stays as written.
+        assert_eq!(cell("שלום"), "שלום");
     }
 
     #[test]

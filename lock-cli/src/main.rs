@@ -27,7 +27,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::{LockError, LockInfo, LockManager, LockManagerBuilder};
 use futures_util::StreamExt;
 
@@ -68,6 +69,9 @@ struct Cli {
     tls_ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+    /// Where `--url` came from, for `list` to say which server it read.
+    #[arg(skip)]
+    url_source: Option<ValueSource>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,6 +133,14 @@ impl From<LockError> for Failure {
 }
 
 impl Cli {
+    /// Whether `--url` is the default, which nobody chose and may be someone else's server.
+    fn url_defaulted(&self) -> bool {
+        !matches!(
+            self.url_source,
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    }
+
     /// Two topology options at once, which clap's `conflicts_with` misses when one is given
     /// before the subcommand and the other after it (global options are checked per command).
     fn topology_conflict(&self) -> Option<String> {
@@ -150,7 +162,9 @@ impl Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    cli.url_source = matches.value_source("url");
     if let Some(message) = cli.topology_conflict() {
         // As clap reports its own conflicts: the usage error's status and format.
         Cli::command()
@@ -189,8 +203,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         ));
     }
     let manager = connect(&cli).await?;
+    let (server, defaulted) = (server(&cli), cli.url_defaulted());
     match cli.command {
-        Command::List { pattern, json } => list(&manager, &pattern, json).await,
+        Command::List { pattern, json } => list(&manager, &pattern, json, &server, defaulted).await,
         Command::Show { name, json } => show(&manager, &name, json).await,
         Command::Watch {
             pattern,
@@ -208,6 +223,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Release { name, yes, .. } => release(&manager, &name, yes).await,
     }
+}
+
+/// Which server the command reads, and where that came from, e.g. `Redis at
+/// redis://127.0.0.1:6379 (the default: no --url or REDIS_URL given)`; passwords hidden.
+fn server(cli: &Cli) -> String {
+    let urls: Vec<String> = cli.url.iter().map(|url| redact(url)).collect();
+    let urls = urls.join(", ");
+    let what = if cli.cluster {
+        format!("Redis Cluster at {urls}")
+    } else if cli.redlock {
+        format!("Redlock masters {urls}")
+    } else if let Some(service) = &cli.sentinel {
+        format!(
+            "Sentinel service `{}` of the sentinels {urls}",
+            format::cell(service)
+        )
+    } else {
+        format!("Redis at {urls}")
+    };
+    let source = match cli.url_source {
+        Some(ValueSource::CommandLine) => "from --url",
+        Some(ValueSource::EnvVariable) => "from REDIS_URL",
+        // The default may be someone else's server: say so, and how to read another.
+        _ => "the default: no --url or REDIS_URL given",
+    };
+    format!("{} ({source})", format::cell(&what))
 }
 
 /// Connects as the application's manager would, saying where (without a password) if Redis
@@ -328,16 +369,30 @@ async fn collect(manager: &LockManager, pattern: &str) -> Result<Vec<LockInfo>, 
     Ok(locks)
 }
 
-async fn list(manager: &LockManager, pattern: &str, json: bool) -> Result<(), Failure> {
+/// `list`: the table under a first line naming the server read (for `--json`, only the array,
+/// and that line on standard error when the server is the default one nobody chose).
+async fn list(
+    manager: &LockManager,
+    pattern: &str,
+    json: bool,
+    server: &str,
+    defaulted: bool,
+) -> Result<(), Failure> {
     let locks = collect(manager, pattern).await?;
     let mut out = std::io::stdout().lock();
     let text = if json {
+        if defaulted {
+            keep_going(write_out(
+                &mut std::io::stderr().lock(),
+                &format!("{server}\n"),
+            ))?;
+        }
         let all: Vec<_> = locks.iter().map(format::json).collect();
         format!("{}\n", serde_json::Value::Array(all))
     } else if locks.is_empty() {
-        format!("no held lock matches {pattern:?}\n")
+        format!("{server}\nno held lock matches {pattern:?}\n")
     } else {
-        format::table(&locks)
+        format!("{server}\n{}", format::table(&locks))
     };
     write_out(&mut out, &text)
 }
@@ -428,5 +483,47 @@ fn keep_going(written: Result<(), Failure>) -> Result<(), Failure> {
     match written {
         Err(Failure::Closed) => Ok(()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(args: &[&str]) -> Cli {
+        let matches = Cli::command().try_get_matches_from(args).unwrap();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap();
+        cli.url_source = matches.value_source("url");
+        cli
+    }
+
+    /// The server nobody chose is named as such, with how to read another.
+    #[test]
+    fn the_default_server_is_named_as_the_default() {
+        // Read by clap at parse time: a REDIS_URL of the environment would be a chosen server.
+        std::env::remove_var("REDIS_URL");
+        let cli = parsed(&["distlock", "list"]);
+        assert!(cli.url_defaulted());
+        assert_eq!(
+            server(&cli),
+            "Redis at redis://127.0.0.1:6379 (the default: no --url or REDIS_URL given)"
+        );
+        let cli = parsed(&["distlock", "--url", "redis://u:pw@10.0.0.1:6380", "list"]);
+        assert!(!cli.url_defaulted());
+        assert_eq!(
+            server(&cli),
+            "Redis at redis://u:***@10.0.0.1:6380 (from --url)"
+        );
+        let cli = parsed(&[
+            "distlock",
+            "--cluster",
+            "--url",
+            "redis://a:7000,redis://b:7000",
+            "list",
+        ]);
+        assert_eq!(
+            server(&cli),
+            "Redis Cluster at redis://a:7000, redis://b:7000 (from --url)"
+        );
     }
 }

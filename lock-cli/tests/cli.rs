@@ -83,19 +83,21 @@ async fn list_and_show_tell_who_holds_what() {
 
     let (out, _) = expect(&url, &["list"], 0);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines.len(), 5, "{out}");
+    // First, which server was read.
+    assert_eq!(lines[0], format!("Redis at {url} (from --url)"), "{out}");
     for title in ["NAME", "HOLDER", "HELD FOR", "TTL LEFT", "WAITERS", "FENCE"] {
-        assert!(lines[0].contains(title), "{out}");
+        assert!(lines[1].contains(title), "{out}");
     }
     let pid = format!("pid {}", std::process::id());
-    assert!(lines[1].starts_with("by-hand ") && lines[1].contains("not written by distlock"));
-    assert!(lines[2].starts_with("report:7 ") && lines[2].contains("jobs::report report:{day}"));
+    assert!(lines[2].starts_with("by-hand ") && lines[2].contains("not written by distlock"));
+    assert!(lines[3].starts_with("report:7 ") && lines[3].contains("jobs::report report:{day}"));
     assert!(
-        lines[2].contains(&pid) && lines[2].trim_end().ends_with(" 1"),
+        lines[3].contains(&pid) && lines[3].trim_end().ends_with(" 1"),
         "{out}"
     );
     assert!(
-        lines[3].starts_with("trace:abc ") && lines[3].contains("traces"),
+        lines[4].starts_with("trace:abc ") && lines[4].contains("traces"),
         "{out}"
     );
 
@@ -268,6 +270,69 @@ fn an_unreachable_server_is_a_clear_error_without_the_password() {
         .output()
         .unwrap();
     assert!(!text(&help.stdout).contains("s3cret"));
+}
+
+/// `list` says first which server it read and where that came from (the default may be
+/// someone else's server), password hidden; `--json` keeps standard output to the array.
+#[test]
+fn list_names_the_server_it_read_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    let url = format!("redis://default:s3cret@127.0.0.1:{port}");
+    let server_line = |out: &str| out.lines().next().unwrap_or_default().to_owned();
+
+    let (out, err) = expect(&url, &["list"], 0);
+    assert_eq!(
+        server_line(&out),
+        format!("Redis at redis://default:***@127.0.0.1:{port} (from --url)"),
+        "{out}"
+    );
+    assert!(out.contains("no held lock matches"), "{out}");
+    assert!(
+        !out.contains("s3cret") && !err.contains("s3cret"),
+        "{out}{err}"
+    );
+
+    let from_env = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+            .env("REDIS_URL", &url)
+            .env_remove("DISTLOCK_TLS_CA_CERT")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        (text(&output.stdout), text(&output.stderr))
+    };
+    let (out, err) = from_env(&["list"]);
+    assert_eq!(
+        server_line(&out),
+        format!("Redis at redis://default:***@127.0.0.1:{port} (from REDIS_URL)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("s3cret") && !err.contains("s3cret"),
+        "{out}{err}"
+    );
+    let (out, err) = from_env(&["list", "--json"]);
+    assert_eq!(out.trim(), "[]");
+    assert!(
+        err.is_empty(),
+        "a server that was chosen needs no note: {err}"
+    );
+}
+
+/// A misspelled option gets clap's "did you mean", not only its "to pass it as a value" tip.
+#[test]
+fn a_misspelled_option_gets_a_suggestion() {
+    for args in [&["--prefx", "x", "list"][..], &["list", "--jsn"]] {
+        let (_, err) = expect_args(args, 2);
+        assert!(err.contains("a similar argument exists"), "{args:?}: {err}");
+        assert!(
+            err.contains("'--prefix'") || err.contains("'--json'"),
+            "{err}"
+        );
+    }
 }
 
 /// A password the URL parser does not take as one (a raw `/` in it, or given as a query
@@ -455,6 +520,12 @@ async fn hostile_names_and_labels_cannot_drive_the_terminal() {
         .acquire(name, &labelled("label\u{1b}]0;pwned\u{7}\nsecond line"))
         .await
         .unwrap();
+    // Bidirectional overrides and isolates would reorder what the terminal shows of a row.
+    let reversed = "bidi\u{202E}txt.exe\u{202C}\u{2066}x\u{2069}\u{200F}\u{061C}";
+    let reversed_guard = manager
+        .acquire(reversed, &labelled("label\u{2067}rtl\u{2069}\u{202B}"))
+        .await
+        .unwrap();
     let url2 = url.clone();
     let outputs = tokio::task::spawn_blocking(move || {
         [
@@ -465,22 +536,43 @@ async fn hostile_names_and_labels_cannot_drive_the_terminal() {
     })
     .await
     .unwrap();
+    let bidi = [
+        '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
+        '\u{2068}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}',
+    ];
     for (out, err) in &outputs {
         for text in [out, err] {
             assert!(
                 !text.contains('\u{1b}') && !text.contains('\u{7}'),
                 "{text:?}"
             );
+            assert!(
+                !text.contains(bidi),
+                "a bidirectional control printed raw: {text:?}"
+            );
         }
     }
     let (list, _) = &outputs[0];
-    assert_eq!(list.lines().count(), 2, "one line per lock: {list}");
+    assert_eq!(
+        list.lines().count(),
+        4,
+        "the server, the header, one line per lock: {list}"
+    );
     assert!(list.contains("evil\\u{1b}[2J{x}"), "{list}");
     assert!(
         list.contains("label\\u{1b}]0;pwned\\u{7}\\nsecond line"),
         "{list}"
     );
+    assert!(
+        list.contains("bidi\\u{202e}txt.exe\\u{202c}\\u{2066}x\\u{2069}\\u{200f}\\u{61c}"),
+        "{list}"
+    );
+    assert!(
+        list.contains("label\\u{2067}rtl\\u{2069}\\u{202b}"),
+        "{list}"
+    );
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    reversed_guard.release().await.unwrap();
 }
 
 /// A CA is for TLS: with a plain-text URL it says to write rediss://, password hidden.
@@ -536,11 +628,15 @@ async fn redlock_lists_shows_and_releases_a_lock_held_on_a_majority() {
     let [(table, _), (json, _), (detail, _)] = &outputs;
     // Held on all five masters, listed once.
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 2, "{table}");
+    assert_eq!(lines.len(), 3, "{table}");
     assert!(
-        lines[1].starts_with("r:job ")
-            && lines[1].contains("redlock job")
-            && lines[1].contains(&format!("pid {pid}")),
+        lines[0].starts_with("Redlock masters redis://") && lines[0].ends_with("(from --url)"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("r:job ")
+            && lines[2].contains("redlock job")
+            && lines[2].contains(&format!("pid {pid}")),
         "{table}"
     );
     let json: serde_json::Value = serde_json::from_str(json).unwrap();
@@ -612,11 +708,17 @@ async fn sentinel_lists_and_shows_a_lock_on_the_services_master() {
     .unwrap();
     let [(table, _), (detail, _), (_, wrong_service)] = &outputs;
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 2, "{table}");
+    assert_eq!(lines.len(), 3, "{table}");
     assert!(
-        lines[1].starts_with("s:job ")
-            && lines[1].contains("sentinel job")
-            && lines[1].contains(&format!("pid {pid}")),
+        lines[0].starts_with(&format!(
+            "Sentinel service `{SERVICE}` of the sentinels redis://"
+        )),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("s:job ")
+            && lines[2].contains("sentinel job")
+            && lines[2].contains(&format!("pid {pid}")),
         "{table}"
     );
     assert!(detail.contains("label:     sentinel job"), "{detail}");
@@ -836,9 +938,10 @@ mod tls {
         .unwrap();
         let [(table, _), (json, _), (detail, _)] = &outputs;
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 2, "{table}");
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("Redis at rediss://"), "{table}");
         assert!(
-            lines[1].starts_with("invoice:7 ") && lines[1].contains("billing::charge"),
+            lines[2].starts_with("invoice:7 ") && lines[2].contains("billing::charge"),
             "{table}"
         );
         let json: serde_json::Value = serde_json::from_str(json).unwrap();

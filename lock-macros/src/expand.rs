@@ -356,10 +356,8 @@ fn relocate(tokens: TokenStream, location: Span) -> TokenStream {
         .into_iter()
         .map(|mut token| {
             if let TokenTree::Group(group) = &token {
-                let mut moved = proc_macro2::Group::new(
-                    group.delimiter(),
-                    relocate(group.stream(), location),
-                );
+                let mut moved =
+                    proc_macro2::Group::new(group.delimiter(), relocate(group.stream(), location));
                 moved.set_span(group.span().located_at(location));
                 token = TokenTree::Group(moved);
             } else {
@@ -468,7 +466,10 @@ mod tests {
         let valid = valid::check(&args, Some(&function), errors).unwrap();
         assert!(valid.hint.is_some());
         let code = expand(&valid).unwrap().to_string();
-        assert!(code.contains("let lock : & :: distlock :: __private :: LockGuard"), "{code}");
+        assert!(
+            code.contains("let lock : & :: distlock :: __private :: LockGuard"),
+            "{code}"
+        );
     }
 
     #[test]

@@ -209,7 +209,9 @@ impl GuardScan {
             match token {
                 TokenTree::Group(group) => self.tokens(group.stream(), name),
                 TokenTree::Ident(ident) if ident == name => {
-                    let after_dot = at.checked_sub(1).is_some_and(|before| is_dot(&tokens[before]))
+                    let after_dot = at
+                        .checked_sub(1)
+                        .is_some_and(|before| is_dot(&tokens[before]))
                         && !at
                             .checked_sub(2)
                             .is_some_and(|before| is_dot(&tokens[before]));
