@@ -256,24 +256,23 @@ impl LockManagerBuilder {
         let tls_url = url
             .get(..9)
             .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
-        let client = match self.tls_certificates() {
+        if tls_url && !cfg!(feature = "tls") {
             // Refused here, not left to redis-rs: another crate in the build may have turned on
             // redis' TLS support (features unify), and TLS without ours has no crypto provider
             // chosen, so rustls would panic inside the connecting task.
-            _ if tls_url && !cfg!(feature = "tls") => Err(redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "TLS is not enabled",
-            ))),
+            return Err(LockError::config(format!(
+                "`{}` needs distlock's `tls` feature, which this build does not have: enable it \
+                 (`distlock = {{ version = \"0.1\", features = [\"tls\"] }}` in Cargo.toml), or \
+                 connect over plain TCP with a `redis://` URL",
+                redact(url)
+            )));
+        }
+        let client = match self.tls_certificates() {
             #[cfg(feature = "tls")]
             Some(certificates) => redis::Client::build_with_tls(url, certificates),
             _ => redis::Client::open(url),
         };
         client.map_err(|error| {
-            let tls_hint = if tls_url && !cfg!(feature = "tls") {
-                "; rediss:// (TLS) needs distlock's `tls` feature"
-            } else {
-                ""
-            };
             // A password with one of these cuts the URL short where the parser sees it.
             let password_hint = if url.contains('@') {
                 "; in a password, write / ? # @ : as %2F %3F %23 %40 %3A"
@@ -281,7 +280,7 @@ impl LockManagerBuilder {
                 ""
             };
             LockError::config(format!(
-                "`{}` is not a Redis URL ({error}){tls_hint}; write it as \
+                "`{}` is not a Redis URL ({error}); write it as \
                  redis://[user:password@]host[:port][/db] (rediss:// for TLS){password_hint}",
                 redact(url)
             ))
@@ -442,6 +441,24 @@ fn decoded_lowercase(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without the `tls` feature a `rediss://` URL is refused with one thing to do, not as a URL
+    /// that is not a Redis URL; the password stays hidden.
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_rediss_url_without_the_tls_feature_names_the_feature() {
+        let url = "rediss://app:s3cret@127.0.0.1:6380";
+        let builder = LockManagerBuilder::new(Topology::Standalone(url.to_owned()));
+        let Err(LockError::Config(message)) = builder.open(url) else {
+            panic!("a rediss:// URL opened without the `tls` feature");
+        };
+        assert!(
+            message.starts_with("`rediss://app:***@127.0.0.1:6380` needs distlock's `tls` feature"),
+            "{message}"
+        );
+        assert!(!message.contains("not a Redis URL"), "{message}");
+        assert!(!message.contains("s3cret"), "{message}");
+    }
 
     #[test]
     fn the_probe_works_under_every_prefix_but_those_that_reserve_every_key() {

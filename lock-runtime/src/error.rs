@@ -37,8 +37,9 @@ pub enum LockError {
 
     /// The lock was still held by someone else when the `timeout` ran out.
     #[error(
-        "timed out after {waited:?} waiting for lock `{key}`: another worker holds it; raise \
-         `timeout`, or retry later"
+        "timed out after {} waiting for lock `{key}`: another worker holds it; raise \
+         `timeout`, or retry later",
+        readable(*.waited)
     )]
     Timeout {
         /// The full Redis key of the lock.
@@ -151,9 +152,52 @@ fn redis_hint(error: &redis::RedisError) -> &'static str {
     }
 }
 
+/// A duration as people write it: `250ms` under a second, `5.0s` under a minute, then `2m05s`
+/// and `3h07m` (the debug form would print `5.002455865s`).
+fn readable(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    if secs < 1 {
+        format!("{}ms", duration.as_millis())
+    } else if secs < 60 {
+        format!("{:.1}s", duration.as_secs_f64())
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
+    }
+}
+
 impl LockError {
     /// A [`LockError::Config`] with the given explanation.
     pub(crate) fn config(message: impl Into<String>) -> Self {
         LockError::Config(message.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wait a timeout reports reads as written in a `timeout`, not as a debug `Duration`.
+    #[test]
+    fn a_timeout_says_how_long_it_waited_readably() {
+        for (waited, shown) in [
+            (Duration::new(5, 2_455_865), "5.0s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(10_049), "10.0s"),
+            (Duration::from_secs(125), "2m05s"),
+            (Duration::from_secs(3 * 3600 + 7 * 60), "3h07m"),
+        ] {
+            let error = LockError::Timeout {
+                key: "lock:k".into(),
+                waited,
+            };
+            assert!(
+                error.to_string().starts_with(&format!(
+                    "timed out after {shown} waiting for lock `lock:k`"
+                )),
+                "{error}"
+            );
+        }
     }
 }
