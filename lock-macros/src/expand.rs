@@ -17,7 +17,7 @@ use syn::{
     AttrStyle, GenericArgument, Ident, ItemFn, LitStr, Member, PathArguments, ReturnType, Type,
 };
 
-use crate::args::{Args, DurationArg, OnBusy};
+use crate::args::{DurationArg, OnBusy};
 use crate::key::Segment;
 use crate::valid::{self, Skipped, Valid};
 
@@ -43,8 +43,11 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         .iter()
         .filter(|attr| matches!(attr.style, AttrStyle::Inner(_)));
 
-    let default_path = default_crate_path();
-    let krate = crate_path(args, &default_path);
+    let default_path: syn::Path = syn::parse_quote!(::distlock);
+    let krate = args
+        .crate_path
+        .as_ref()
+        .map_or(&default_path, |crate_path| &crate_path.path);
     // With `crate = "..."`, `__private` takes the span of that string, so a path that is not the
     // distlock crate is reported there ("could not find `__private` in ...").
     let private_span = args
@@ -223,40 +226,12 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     })
 }
 
-fn default_crate_path() -> syn::Path {
-    syn::parse_quote!(::distlock)
-}
-
-/// The path of the distlock crate: `crate = "..."`, or `::distlock`.
-fn crate_path<'a>(args: &'a Args, default: &'a syn::Path) -> &'a syn::Path {
-    args.crate_path
-        .as_ref()
-        .map_or(default, |crate_path| &crate_path.path)
-}
-
 /// The function as written, for an attribute that was refused: emitted next to the errors so
 /// that the rest of the crate (and the IDE) still sees it, with nothing added to them. Its
-/// parameters may be used only in the key (`unused_variables` is allowed), and its body may use
-/// the guard, which is bound (to a value never computed: the crate does not compile) so that a
-/// use of it is no error.
-pub(crate) fn rejected(function: &ItemFn, args: &Args, guard: Option<&Ident>) -> TokenStream {
+/// parameters may be used only in the key, so `unused_variables` is allowed. (A guard the body
+/// uses is no further error: rustc reports no unresolved name once a macro has failed.)
+pub(crate) fn rejected(function: &ItemFn) -> TokenStream {
     let mut function = function.clone();
-    if let Some(guard) = guard {
-        let default_path = default_crate_path();
-        let krate = crate_path(args, &default_path);
-        let ty = if function.sig.asyncness.is_some() {
-            quote!(#krate::LockGuard)
-        } else {
-            quote!(#krate::blocking::LockGuard)
-        };
-        function.block.stmts.insert(
-            0,
-            syn::parse_quote!(let #guard: &#ty = ::core::unreachable!();),
-        );
-        function
-            .attrs
-            .push(syn::parse_quote!(#[allow(unreachable_code)]));
-    }
     function
         .attrs
         .push(syn::parse_quote!(#[allow(unused_variables)]));

@@ -332,13 +332,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
             // Keep the item, so that the rest of the crate (and the IDE) still sees the function
             // and reports only these errors, not every use of a function that vanished.
             let mut tokens = match &function {
-                Some(function) => {
-                    let guard = args
-                        .guard
-                        .clone()
-                        .or_else(|| valid::undeclared_guard(&args, function));
-                    expand::rejected(function, &args, guard.as_ref()).into()
-                }
+                Some(function) => expand::rejected(function).into(),
                 None => item,
             };
             tokens.extend(TokenStream::from(errors.to_compile_error()));

@@ -160,7 +160,7 @@ const GUARD_METHODS: [&str; 8] = [
 /// (`let lock`, `|lock|`, `Some(lock)`, `use a::lock`, `lock(..)`, `{ lock: .. }`) counts as
 /// a binding, and a parameter of that name binds it too. A field or method of that name
 /// (`self.lock`, `mutex.lock()`) is another thing and is skipped.
-pub(crate) fn undeclared_guard(args: &Args, function: &ItemFn) -> Option<Ident> {
+fn undeclared_guard(args: &Args, function: &ItemFn) -> Option<Ident> {
     if args.guard.is_some() {
         return None;
     }

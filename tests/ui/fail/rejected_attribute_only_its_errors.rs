@@ -10,8 +10,13 @@ struct Order {
     id: u64,
 }
 
-#[distributed_lock(key = "order:{order.id}:{region}:{attempt}", ttl = 0, guard = lock)]
+#[distributed_lock(key = "order:{order.id}:{region}:{attempt}", ttl = 0)]
 async fn ship(order: &Order, region: &str, attempt: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "order:{order.id}:{region}", ttl = 0, guard = lock)]
+async fn ship_guarded(order: &Order, region: &str) -> Result<(), LockError> {
     lock.extend(Duration::from_secs(30)).await?;
     Ok(())
 }
