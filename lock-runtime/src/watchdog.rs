@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::held::{Finder, Held};
-use crate::LockError;
+use crate::{LockError, LostCause};
 
 /// Runs until the lock is lost; the guard aborts it on release or drop.
 pub(crate) async fn keep_alive(held: Arc<Held>) {
@@ -35,6 +35,7 @@ pub(crate) async fn keep_alive(held: Arc<Held>) {
         let now = Instant::now();
         if now >= give_up {
             held.mark_lost(
+                LostCause::Unreachable,
                 "Redis could not be reached before the lock expired",
                 Finder::Watchdog,
             );

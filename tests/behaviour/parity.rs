@@ -212,7 +212,7 @@ where
     ));
     let released = stale.release().await;
     assert!(
-        matches!(released, Err(LockError::Lost { ref key }) if key == "lock:parity:expiry"),
+        matches!(released, Err(LockError::Lost { ref key, .. }) if key == "lock:parity:expiry"),
         "release after expiry: {released:?}"
     );
     assert!(
@@ -570,7 +570,7 @@ pub(crate) async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
     let started = Instant::now();
     let result = blocks_past_its_ttl(&finished).await;
     assert!(
-        matches!(result, Err(LockError::Lost { ref key }) if key == "lock:parity:lost"),
+        matches!(result, Err(LockError::Lost { ref key, .. }) if key == "lock:parity:lost"),
         "{result:?}"
     );
     assert_eq!(
