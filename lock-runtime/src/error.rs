@@ -127,7 +127,9 @@ fn lost_advice(cause: LostCause) -> &'static str {
     match cause {
         LostCause::Expired => {
             "its ttl ran out before this holder extended or released it, and nobody holds it \
-             now; raise `ttl`, call `extend` in time, or use `auto_extend = true`"
+             now; raise `ttl`, call `extend` in time, or use `auto_extend = true` (with it on, \
+             its watchdog did not get to run in time: keep blocking calls off the async \
+             runtime, or use `distlock::blocking` for blocking work)"
         }
         LostCause::Taken => {
             "its ttl ran out before this holder extended or released it, and another worker \
@@ -135,7 +137,8 @@ fn lost_advice(cause: LostCause) -> &'static str {
              time, or use `auto_extend = true`"
         }
         LostCause::Unreachable => {
-            "Redis could not be reached to extend it before it would expire, so mutual \
+            "Redis could not be reached to extend it before it would expire (each extension \
+             failed or timed out: the `distlock` debug events say how), so mutual \
              exclusion could no longer be guaranteed and the holder was stopped (a \
              `#[distributed_lock]` body is cancelled); check that Redis is running and \
              reachable from this host (network, server load, `response_timeout`), then run \
