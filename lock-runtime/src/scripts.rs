@@ -366,7 +366,13 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_sour
 
 /// The text of [`RELEASE`] (for the benchmark, which sends it by hand as a floor).
 pub(crate) fn release_source() -> String {
-    [RELEASE_UNCONTENDED, LINE_PRELUDE, NOT_OURS, RELEASE_CONTENDED].concat()
+    [
+        RELEASE_UNCONTENDED,
+        LINE_PRELUDE,
+        NOT_OURS,
+        RELEASE_CONTENDED,
+    ]
+    .concat()
 }
 
 /// The release of a lock nobody waits for, which every uncontended cycle runs: it returns

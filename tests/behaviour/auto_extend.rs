@@ -157,7 +157,10 @@ async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
                 matches!(&error, LockError::Lost { key, cause: LostCause::Taken, .. } if key == "lock:ae:manual"),
                 "{error:?}"
             );
-            assert!(error.to_string().contains("another worker took it"), "{error}");
+            assert!(
+                error.to_string().contains("another worker took it"),
+                "{error}"
+            );
         }
         other => panic!("expected Err(Lost) from release, got {other:?}"),
     }

@@ -44,7 +44,10 @@ async fn cut_off_by(how: &str, stop: fn(&RedisServer)) {
     let work = tokio::spawn(work_until_cut_off("incident"));
     // Held, and renewed once (every ttl/3 = 500 ms).
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(server.exists("lock:cut:incident"), "the body holds its lock");
+    assert!(
+        server.exists("lock:cut:incident"),
+        "the body holds its lock"
+    );
     stop(&server);
     let stopped = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(10), work)
@@ -122,13 +125,25 @@ async fn a_lock_another_holder_took_is_told_taken_and_one_nobody_took_expired() 
     until_gone(&server, "lock:lapsed").await;
     let error = expired.extend(Duration::from_secs(5)).await.unwrap_err();
     assert!(
-        matches!(error, LockError::Lost { cause: LostCause::Expired, .. }),
+        matches!(
+            error,
+            LockError::Lost {
+                cause: LostCause::Expired,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert!(error.to_string().contains("nobody holds it now"), "{error}");
     let error = expired.release().await.unwrap_err();
     assert!(
-        matches!(error, LockError::Lost { cause: LostCause::Expired, .. }),
+        matches!(
+            error,
+            LockError::Lost {
+                cause: LostCause::Expired,
+                ..
+            }
+        ),
         "{error:?}"
     );
 
@@ -137,13 +152,28 @@ async fn a_lock_another_holder_took_is_told_taken_and_one_nobody_took_expired() 
     let thief = other.acquire("taken", &ttl_ms(30_000)).await.unwrap();
     let error = taken.extend(Duration::from_secs(5)).await.unwrap_err();
     assert!(
-        matches!(error, LockError::Lost { cause: LostCause::Taken, .. }),
+        matches!(
+            error,
+            LockError::Lost {
+                cause: LostCause::Taken,
+                ..
+            }
+        ),
         "{error:?}"
     );
-    assert!(error.to_string().contains("another worker took it"), "{error}");
+    assert!(
+        error.to_string().contains("another worker took it"),
+        "{error}"
+    );
     let error = taken.release().await.unwrap_err();
     assert!(
-        matches!(error, LockError::Lost { cause: LostCause::Taken, .. }),
+        matches!(
+            error,
+            LockError::Lost {
+                cause: LostCause::Taken,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert_eq!(server.get("lock:taken").as_deref(), Some(thief.token()));
@@ -218,7 +248,13 @@ async fn a_force_released_holder_is_told_so_and_never_that_it_released_its_lock(
     assert_eq!(watched.lost_cause(), Some(LostCause::ForceReleased));
     let error = watched.release().await.unwrap_err();
     assert!(
-        matches!(error, LockError::Lost { cause: LostCause::ForceReleased, .. }),
+        matches!(
+            error,
+            LockError::Lost {
+                cause: LostCause::ForceReleased,
+                ..
+            }
+        ),
         "{error:?}"
     );
 }
@@ -231,7 +267,11 @@ async fn a_string_at_the_line_key_neither_keeps_the_lock_held_nor_blames_the_loc
 
     for (idle, options, how) in [
         (Duration::ZERO, ttl_ms(30_000), "release"),
-        (IDLE, ttl_ms(30_000), "release after an idle second (marked)"),
+        (
+            IDLE,
+            ttl_ms(30_000),
+            "release after an idle second (marked)",
+        ),
         (
             Duration::ZERO,
             ttl_ms(30_000).hold_at_least(Duration::from_secs(2)),
@@ -303,6 +343,9 @@ async fn a_fencing_counter_or_release_marker_of_another_type_is_named() {
     until_gone(&server, "lock:marked").await;
     rpush(released);
     tokio::time::sleep(IDLE).await;
-    let error = guard.release().await.expect_err("the marker cannot be read");
+    let error = guard
+        .release()
+        .await
+        .expect_err("the marker cannot be read");
     assert!(error.to_string().contains(released), "{error}");
 }

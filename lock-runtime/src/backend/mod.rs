@@ -427,7 +427,9 @@ impl Backend {
                     Released::NotOurs(cause) => Ownership::Lost(cause),
                 },
             ),
-            Locks::Quorum(quorum) => Ok(Ownership::from_majority(quorum.unlock(keys, token).await?)),
+            Locks::Quorum(quorum) => {
+                Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
+            }
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
         }
     }

@@ -129,7 +129,9 @@ impl Node {
         let error = match result {
             Err(error)
                 if crate::classify::classify(&error) == crate::classify::Meaning::WrongType
-                    && !error.detail().is_some_and(|detail| detail.contains("distlock:")) =>
+                    && !error
+                        .detail()
+                        .is_some_and(|detail| detail.contains("distlock:")) =>
             {
                 error
             }
@@ -702,8 +704,7 @@ impl Node {
             .arg(millis(super::CLAIM))
             .arg(flag(counts_receivers(&connection)))
             .arg(millis(FORCED_KEPT));
-        let broken: i64 =
-            scripts::invoke(&scripts::FORCE_RELEASE, &cmd, &mut connection).await?;
+        let broken: i64 = scripts::invoke(&scripts::FORCE_RELEASE, &cmd, &mut connection).await?;
         Ok(broken == 1)
     }
 
