@@ -63,7 +63,7 @@ pub use lock_macros::distributed_lock;
 pub use lock_runtime::blocking;
 pub use lock_runtime::{
     global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
-    LockManagerBuilder, LockOptions,
+    LockManagerBuilder, LockOptions, LostCause,
 };
 
 /// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in

@@ -115,9 +115,7 @@ pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, Loc
             return Poll::Ready(Ok(output));
         }
         if lost.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(LockError::Lost {
-                key: guard.key().to_owned(),
-            }));
+            return Poll::Ready(Err(guard.known_lost()));
         }
         Poll::Pending
     })
@@ -137,10 +135,11 @@ pub async fn release(guard: LockGuard) {
 /// The warning of a release after the body that did not go as planned.
 fn warn_release(key: &str, error: &LockError) {
     match error {
-        LockError::Lost { .. } => tracing::warn!(
+        LockError::Lost { cause, .. } => tracing::warn!(
             target: "distlock",
             key = %key,
-            "the lock expired before the function finished, so another worker may have run at the same time; raise `ttl` or use `auto_extend = true`"
+            %cause,
+            "{error}"
         ),
         error => tracing::warn!(
             target: "distlock",

@@ -419,6 +419,19 @@ impl LockGuard {
         self.held().is_lost()
     }
 
+    /// Why the lock was lost, once the guard knows it is (as
+    /// [`crate::LockGuard::lost_cause`]); `None` while it is not known lost.
+    ///
+    /// ```no_run
+    /// # fn example(guard: distlock::blocking::LockGuard) {
+    /// if let Some(cause) = guard.lost_cause() { eprintln!("lost: {cause}"); }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn lost_cause(&self) -> Option<crate::LostCause> {
+        self.held().lost_cause()
+    }
+
     /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.
     ///
     /// # Errors

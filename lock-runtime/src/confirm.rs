@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::held::{Finder, Held};
 use crate::retry::Backoff;
-use crate::LockError;
+use crate::{LockError, LostCause};
 
 /// The locks waiting for their confirmation, and the one task that sends them.
 struct Confirmations {
@@ -152,6 +152,7 @@ async fn confirm(held: Arc<Held>, caller: Option<Handle>) {
                 let margin = expiry.span / 20;
                 if Instant::now() + pause + margin >= expiry.valid_until {
                     held.mark_lost(
+                        LostCause::Unreachable,
                         "its hand-off could not be confirmed before the claim ran out",
                         Finder::Holder,
                     );

@@ -48,14 +48,16 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// The lock expired or was taken by another worker before its holder was done with it.
-    #[error(
-        "lock `{key}` was lost: it expired or another worker took it before this holder was \
-         done; raise `ttl`, call `extend` in time, or use `auto_extend = true`"
-    )]
+    /// The lock stopped being this holder's before it was done with it; `cause` says why, and
+    /// the message what to do about that cause.
+    ///
+    /// Match it with `LockError::Lost { key, .. }`: more fields may come.
+    #[error("lock `{key}` was lost: {advice}", advice = lost_advice(*.cause))]
     Lost {
         /// The full Redis key of the lock.
         key: String,
+        /// Why it was lost.
+        cause: LostCause,
     },
 
     /// One attempt found the lock held by someone else: a function with `on_busy = "fail"`
@@ -78,6 +80,78 @@ pub enum LockError {
     /// refused (empty, or reserved for distlock's helper keys).
     #[error("invalid distlock configuration: {0}")]
     Config(String),
+}
+
+/// Why a holder lost its lock: the [`LockError::Lost`] it is told carries one.
+///
+/// ```
+/// use distlock::{LockError, LostCause};
+///
+/// let error = LockError::Lost { key: "lock:report".into(), cause: LostCause::Unreachable };
+/// assert!(error.to_string().contains("could not be reached"));
+/// match error {
+///     LockError::Lost { cause: LostCause::ForceReleased, .. } => { /* an operator broke it */ }
+///     LockError::Lost { key, .. } => eprintln!("{key} lost"),
+///     _ => {}
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// Its ttl ran out before the holder extended or released it, and nobody holds it now.
+    Expired,
+    /// Its ttl ran out before the holder extended or released it, and another holder has
+    /// taken it since: the two may have worked at the same time.
+    Taken,
+    /// Redis could not be reached to extend it before its ttl would run out (the
+    /// `auto_extend` watchdog gave it up): whether it still exists is unknown, so the holder
+    /// must stop.
+    Unreachable,
+    /// An operator broke it — `distlock release --force`, which runs
+    /// `LockManager::force_release` — while this holder still held it.
+    ForceReleased,
+}
+
+impl std::fmt::Display for LostCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostCause::Expired => "expired",
+            LostCause::Taken => "taken by another holder",
+            LostCause::Unreachable => "Redis unreachable",
+            LostCause::ForceReleased => "force-released",
+        })
+    }
+}
+
+/// What happened and what to do, for each cause of a [`LockError::Lost`].
+fn lost_advice(cause: LostCause) -> &'static str {
+    match cause {
+        LostCause::Expired => {
+            "its ttl ran out before this holder extended or released it, and nobody holds it \
+             now; raise `ttl`, call `extend` in time, or use `auto_extend = true` (with it on, \
+             its watchdog did not get to run in time: keep blocking calls off the async \
+             runtime, or use `distlock::blocking` for blocking work)"
+        }
+        LostCause::Taken => {
+            "its ttl ran out before this holder extended or released it, and another worker \
+             took it, so both may have worked at the same time; raise `ttl`, call `extend` in \
+             time, or use `auto_extend = true`"
+        }
+        LostCause::Unreachable => {
+            "Redis could not be reached to extend it before it would expire (each extension \
+             failed or timed out: the `distlock` debug events say how), so mutual \
+             exclusion could no longer be guaranteed and the holder was stopped (a \
+             `#[distributed_lock]` body is cancelled); check that Redis is running and \
+             reachable from this host (network, server load, `response_timeout`), then run \
+             the work again"
+        }
+        LostCause::ForceReleased => {
+            "an operator force-released it (`distlock release --force`, or \
+             `LockManager::force_release`) while this holder still held it, and another worker \
+             may hold it now; find out why this holder looked stuck (work longer than expected, \
+             a hung call) before running the work again"
+        }
+    }
 }
 
 impl From<LockError> for std::io::Error {
@@ -114,10 +188,29 @@ fn redis_hint(error: &redis::RedisError) -> &'static str {
             "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
              GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
         }
+        // The key at fault is named in the error (see `Node::naming_the_key`): a helper key
+        // of distlock's, or the lock key itself.
+        Meaning::WrongType
+            if error
+                .detail()
+                .is_some_and(|detail| detail.contains("delete it")) =>
+        {
+            "distlock's helper keys (`{<lock key>}:distlock:<word>`) are its own: delete the one \
+             named, and find what wrote it; distlock writes it anew when it needs it"
+        }
+        Meaning::WrongType
+            if error
+                .detail()
+                .is_some_and(|detail| detail.contains("distlock: the lock key")) =>
+        {
+            "something other than distlock uses that key name: give the locks a key prefix of \
+             their own (`LockManager::builder(url).key_prefix(..)`) or another name"
+        }
         Meaning::WrongType => {
-            "the lock's key holds a value of another type, so something other than distlock \
-             uses that key name: give the locks a key prefix of their own \
-             (`LockManager::builder(url).key_prefix(..)`) or another name"
+            "a key of the lock holds a value of another type — the lock key, or one of its \
+             helper keys (`{<lock key>}:distlock:<word>`) —, so something other than distlock \
+             writes it: delete the helper key, or give the locks a key prefix of their own \
+             (`LockManager::builder(url).key_prefix(..)`)"
         }
         Meaning::ReadOnly => {
             "the URL points at a read-only replica: point it at the master (or a cluster node, \

@@ -184,7 +184,7 @@ impl LockGuard {
     /// let options = distlock::LockOptions::new().auto_extend(true);
     /// let guard = manager.acquire("report", &options).await?;
     /// tokio::select! {
-    ///     () = guard.lost() => return Err(distlock::LockError::Lost { key: guard.key().into() }),
+    ///     () = guard.lost() => return Err(guard.lost_error().expect("lost")),
     ///     () = tokio::time::sleep(std::time::Duration::from_secs(90)) => {} // long work
     /// }
     /// guard.release().await
@@ -192,6 +192,35 @@ impl LockGuard {
     /// ```
     pub async fn lost(&self) {
         self.held.until(Held::is_lost).await;
+    }
+
+    /// Why the lock was lost, once the guard knows it is (see [`lost`](Self::lost)): the
+    /// cause the first finding gave — the watchdog's, or that of the `extend` or `release`
+    /// that found the lock no longer ours. `None` while it is not known lost.
+    ///
+    /// ```no_run
+    /// # fn example(guard: &distlock::LockGuard) {
+    /// if let Some(distlock::LostCause::Unreachable) = guard.lost_cause() {
+    ///     eprintln!("Redis was unreachable: check it before retrying");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn lost_cause(&self) -> Option<crate::LostCause> {
+        self.held.lost_cause()
+    }
+
+    /// The [`LockError::Lost`] that says why the lock was lost, once the guard knows it is;
+    /// `None` while it is not known lost. For a holder racing its work against
+    /// [`lost`](Self::lost).
+    #[must_use]
+    pub fn lost_error(&self) -> Option<LockError> {
+        self.held.is_lost().then(|| self.held.lost_error())
+    }
+
+    /// The [`LockError::Lost`] of a lock known lost (see [`Held::lost_error`]).
+    pub(crate) fn known_lost(&self) -> LockError {
+        self.held.lost_error()
     }
 
     /// Completes when the watchdog gives the lock up — not when the holder's own `extend` or

@@ -7,17 +7,18 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::Ownership;
 use crate::keys::LockKeys;
 use crate::meters::Hold;
 use crate::shared::Shared;
-use crate::LockError;
+use crate::{LockError, LostCause};
 
 /// One held lock.
 pub(crate) struct Held {
@@ -33,6 +34,9 @@ pub(crate) struct Held {
     /// them.
     setting_ttl: tokio::sync::Mutex<()>,
     lost: AtomicBool,
+    /// Why it was lost, as first found: a later finding (a release after the watchdog gave up
+    /// for want of Redis, which then finds the lock expired) is a consequence, not the cause.
+    cause: OnceLock<LostCause>,
     /// Set with `lost` only when the watchdog gave the lock up: the attribute then cancels the
     /// body. A loss the holder learns from its own `extend` or `release` is its to handle.
     lost_by_watchdog: AtomicBool,
@@ -87,6 +91,7 @@ impl Held {
             expiry: Mutex::new(expiry),
             setting_ttl: tokio::sync::Mutex::new(()),
             lost: AtomicBool::new(false),
+            cause: OnceLock::new(),
             lost_by_watchdog: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             changed: Notify::new(),
@@ -145,8 +150,8 @@ impl Held {
             .backend
             .extend(&self.keys, &self.token, ttl_millis)
             .await?;
-        if !ours {
-            return Err(self.lost("it was no longer ours when extending", finder));
+        if let Ownership::Lost(cause) = ours {
+            return Err(self.lost(cause, "it was no longer ours when extending", finder));
         }
         self.update_expiry(|expiry| {
             expiry.span = ttl;
@@ -182,7 +187,9 @@ impl Held {
                 return Err(error.into());
             }
         };
-        if ours {
+        if let Ownership::Lost(cause) = ours {
+            Err(self.lost(cause, "it was no longer ours at release", Finder::Holder))
+        } else {
             self.hold.end();
             match keep_millis {
                 Some(keep_ms) => {
@@ -191,29 +198,43 @@ impl Held {
                 None => tracing::debug!(target: "distlock", key = %self.keys.lock, "released"),
             }
             Ok(())
-        } else {
-            Err(self.lost("it was no longer ours at release", Finder::Holder))
         }
     }
 
-    /// Records that the lock is no longer ours and wakes whoever waits for that.
-    pub(crate) fn mark_lost(&self, why: &str, finder: Finder) {
+    /// Records that the lock is no longer ours, for `cause` unless one was recorded before, and
+    /// wakes whoever waits for that.
+    pub(crate) fn mark_lost(&self, cause: LostCause, why: &str, finder: Finder) {
+        // The cause first: whoever wakes at `lost` reads it.
+        let cause = *self.cause.get_or_init(|| cause);
         if finder == Finder::Watchdog {
             self.lost_by_watchdog.store(true, Ordering::Release);
         }
         if !self.lost.swap(true, Ordering::AcqRel) {
             self.hold.lost();
-            tracing::warn!(target: "distlock", key = %self.keys.lock, why, "lock lost");
+            tracing::warn!(target: "distlock", key = %self.keys.lock, %cause, why, "lock lost");
         }
         self.changed.notify_waiters();
     }
 
-    /// Marks the lock lost (see [`Held::mark_lost`]) and returns the error that says so.
-    pub(crate) fn lost(&self, why: &str, finder: Finder) -> LockError {
-        self.mark_lost(why, finder);
+    /// Marks the lock lost (see [`Held::mark_lost`]) and returns the error that says so, with
+    /// the first cause recorded.
+    pub(crate) fn lost(&self, cause: LostCause, why: &str, finder: Finder) -> LockError {
+        self.mark_lost(cause, why, finder);
+        self.lost_error()
+    }
+
+    /// The error that says the lock was lost, with the first cause recorded (expired, when
+    /// none was: not reached once the lock is known lost).
+    pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost {
             key: self.keys.lock.to_string(),
+            cause: self.lost_cause().unwrap_or(LostCause::Expired),
         }
+    }
+
+    /// Why the lock was lost, once it is known lost.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        self.cause.get().copied()
     }
 
     pub(crate) fn is_lost(&self) -> bool {

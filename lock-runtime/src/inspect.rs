@@ -176,8 +176,13 @@ impl LockManager {
     /// still holds the value it held when inspected, so a lock that has passed to someone
     /// else since is never broken. Returns whether it was.
     ///
-    /// The holder is not told: it runs on, believing it holds the lock, until its next
-    /// `extend`, `is_held` or release finds it lost. Use it on holders that are gone or hung.
+    /// The holder is not told at once: it runs on, believing it holds the lock, until its next
+    /// `extend` (with `auto_extend`, the watchdog's, within a third of the ttl), `is_held` or
+    /// release finds it lost. Its token is kept for a day in the lock's `forced` mark
+    /// (`{<key>}:distlock:forced`), so that `extend` and release answer
+    /// [`LockError::Lost`] with [`LostCause::ForceReleased`](crate::LostCause::ForceReleased) —
+    /// never `Ok`, as if the holder had released the lock itself. (On Redlock, which keeps no
+    /// mark, the cause given is `Expired`.) Use it on holders that are gone or hung.
     ///
     /// # Errors
     /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] when the lock's
@@ -202,7 +207,7 @@ impl LockManager {
                 info.key
             )));
         };
-        Ok(self.backend().unlock(&keys, value).await?)
+        Ok(self.backend().force_unlock(&keys, value).await?)
     }
 }
 

@@ -140,6 +140,13 @@ impl LockKeys {
         self.helper("released")
     }
 
+    /// The token of the lock's last holder that an operator force-released, kept for a day
+    /// (see `scripts::FORCE_RELEASE`): that holder's next extension or release learns why the
+    /// lock is no longer its.
+    pub(crate) fn forced(&self) -> String {
+        self.helper("forced")
+    }
+
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.
     /// Built by hand into one allocation of the right size, not with `format!`: the release of
     /// every lock names its line or wake list.

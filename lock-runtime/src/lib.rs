@@ -107,7 +107,7 @@ mod shared;
 mod watchdog;
 
 pub use builder::LockManagerBuilder;
-pub use error::LockError;
+pub use error::{LockError, LostCause};
 pub use global::{global, init, init_with};
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};

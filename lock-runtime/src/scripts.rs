@@ -49,8 +49,8 @@ where
 /// <fencing 0|1> <grant channel>"`: everything a release needs to hand the lock over is in the
 /// entry it pops, so a hand-off costs no lookup besides the clock.
 ///
-/// `next_fence()`: the next fencing token, or `nil` and an error reply. A counter that is not a
-/// number fails `INCR`; one that something else set below 0 would give a token that is not
+/// `next_fence()`: the next fencing token, or `nil` and an error reply naming the counter. A
+/// counter that is not a number (or not a string) fails `INCR`; one that something else set below 0 would give a token that is not
 /// above every earlier one: it is put back as it was (so every later acquisition fails the same
 /// way until someone looks, rather than quietly counting up to 1), and the error names it.
 ///
@@ -91,7 +91,10 @@ const LINE_PRELUDE: &str = r"
 local function next_fence()
   local fence = redis.pcall('INCR', KEYS[3])
   if type(fence) == 'table' and fence.err then
-    return nil, fence
+    return nil, redis.error_reply((string.match(fence.err, '^(%u+) ') or 'ERR') ..
+      ' distlock: the fencing counter ' .. KEYS[3] .. ' cannot issue a token (' .. fence.err ..
+      '), so the lock was not taken; set it to an integer above the largest token your ' ..
+      'storage has accepted, or delete it if no storage has seen its tokens')
   end
   if fence < 1 then
     redis.call('SET', KEYS[3], fence - 1)
@@ -324,10 +327,16 @@ return {0, remaining(), deadline}
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
 ///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it: a
 ///   waiter whose lease runs past it is live without a `TIME` (empty: none; see `hand_off`).
+/// - `KEYS[4]` the lock's `forced` mark (see [`FORCE_RELEASE`]), read only when the lock is
+///   not ours.
 /// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
 ///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
-///   plain `SET NX`), 0 when it was not ours (expired, or another holder's) and nothing of the
-///   lock was touched.
+///   plain `SET NX`); when it was not ours, nothing of the lock touched, why (see
+///   [`NOT_OURS`]): -2 force-released, -1 another holder's, 0 nobody's.
+///
+/// A line of another type than a list (something else wrote it) cannot hand the lock on, but
+/// must not keep it held either: the lock is deleted, and the reply is an error naming the
+/// line.
 ///
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
 /// finds no line.
@@ -341,11 +350,13 @@ return {0, remaining(), deadline}
 ///
 /// A connection that sends a command again after losing its reply (a cluster connection does)
 /// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
-/// a caller also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after
+/// a caller also passes `KEYS[5]`, the lock's `released` marker, and `ARGV[4]`, how long after
 /// its first run a command may still be re-sent; a release that frees the lock then leaves its
 /// token in the marker for that long, and a release that finds the lock not ours but its own
-/// token in the marker is that same release run again, and answers 1. Tokens are never reused,
-/// so the marker vouches for no other release; a marker that expired before a late re-send, or
+/// token in the marker is that same release run again, and answers 1 — unless the `forced`
+/// mark holds the token too: an operator broke the lock, whose holder never released it.
+/// Tokens are never reused, and a forced release leaves no marker, so the marker vouches for
+/// no other release; a marker that expired before a late re-send, or
 /// that a later holder's release of the same lock overwrote, only brings back the "not ours",
 /// never a false "released". A standalone server's caller passes them only for a release it may
 /// send once more after a dropped connection: one whose connection has gone unused for a second
@@ -355,7 +366,13 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_sour
 
 /// The text of [`RELEASE`] (for the benchmark, which sends it by hand as a floor).
 pub(crate) fn release_source() -> String {
-    [RELEASE_UNCONTENDED, LINE_PRELUDE, RELEASE_CONTENDED].concat()
+    [
+        RELEASE_UNCONTENDED,
+        LINE_PRELUDE,
+        NOT_OURS,
+        RELEASE_CONTENDED,
+    ]
+    .concat()
 }
 
 /// The release of a lock nobody waits for, which every uncontended cycle runs: it returns
@@ -367,9 +384,9 @@ local ours = held == ARGV[1]
 local waiter = nil
 if ours and ARGV[3] ~= '1' then
   if ARGV[4] ~= '' then
-    redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
   end
-  waiter = redis.call('LPOP', KEYS[2])
+  waiter = redis.pcall('LPOP', KEYS[2])
   if not waiter then
     redis.call('DEL', KEYS[1])
     return 1
@@ -380,6 +397,12 @@ end
 /// The rest: a hand-off to `waiter` (already taken off the line) or the next live one, a lock
 /// that is not ours, or a waiter leaving the line.
 const RELEASE_CONTENDED: &str = r"
+if type(waiter) == 'table' then
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
+    'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
+    'handed the lock: something other than distlock wrote that key; delete it')
+end
 if ARGV[3] == '1' then
   local index, entry = find(ARGV[1])
   if index then
@@ -401,13 +424,14 @@ if not ours and ARGV[3] == '1' and held then
   end
 end
 if not ours then
-  if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1] then
+  local why = not_ours(held, KEYS[4], ARGV[1])
+  if why ~= -2 and ARGV[4] ~= '' and redis.call('GET', KEYS[5]) == ARGV[1] then
     return 1
   end
-  return 0
+  return why
 end
 if ARGV[4] ~= '' and ARGV[3] == '1' then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
 end
 if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, ARGV[5] == '1', tonumber(ARGV[6])) then
   redis.call('DEL', KEYS[1])
@@ -519,28 +543,65 @@ return 1
 
 /// Set the lock's remaining ttl if it is still ours.
 ///
-/// - `KEYS[1]` the lock key; `ARGV[1]` the token, `ARGV[2]` the new ttl in milliseconds.
-/// - Returns 1 when extended, 0 when the lock was not ours (nothing touched).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its `forced` mark (see [`FORCE_RELEASE`]); `ARGV[1]`
+///   the token, `ARGV[2]` the new ttl in milliseconds.
+/// - Returns 1 when extended; when the lock was not ours (nothing touched), why: -2 an
+///   operator force-released it (the mark holds the token), -1 another holder has it, 0 nobody
+///   does. The mark is read only then, so an extension costs what it did.
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+        &[
+            NOT_OURS,
+            r"
+local held = redis.pcall('GET', KEYS[1])
+if held == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 0
+return not_ours(held, KEYS[2], ARGV[1])
 ",
+        ]
+        .concat(),
     )
 });
+
+/// Lua shared by [`EXTEND`], [`RELEASE`] and [`HOLD`] for a lock that is not the caller's.
+///
+/// `not_ours(held, forced, token)`: why the lock whose key read `held` (a `GET` through
+/// `pcall`) is not `token`'s — -2 when the `forced` mark (a key name; `nil`: none passed) holds
+/// `token`, -1 when someone else holds it, 0 when nobody does — or the error of a lock key of
+/// another type, naming it. A mark of another type is no mark: it only costs the cause.
+const NOT_OURS: &str = r"
+local function not_ours(held, forced, token)
+  if type(held) == 'table' then
+    return redis.error_reply('WRONGTYPE distlock: the lock key ' .. KEYS[1] ..
+      ' holds a value of another type, not a lock')
+  end
+  if forced then
+    local mark = redis.pcall('GET', forced)
+    if mark == token then
+      return -2
+    end
+  end
+  if held then
+    return -1
+  end
+  return 0
+end
+";
 
 /// Release a lock taken with `hold_at_least` before that time is up: instead of deleting it,
 /// keep it until the hold ends, if it is still ours; and tell the first live waiter in line to
 /// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its line (the prelude's line helpers only: no fencing
-///   token is issued here, so `KEYS[3]` is free for the marker below); `ARGV[1]` the token, `ARGV[2]` the
-///   milliseconds the hold has left (at least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
-/// - Returns 1 when the lock was ours and is now kept until the hold ends, 0 when it was not
-///   ours (nothing touched).
+///   token is issued here, so `KEYS[3]` is free: the `forced` mark, see [`FORCE_RELEASE`]);
+///   `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at least 1), `ARGV[3]`
+///   the claim (see [`ACQUIRE`]).
+/// - Returns 1 when the lock was ours and is now kept until the hold ends; when it was not
+///   ours, nothing touched, why, as [`RELEASE`] answers it.
+///
+/// A line of another type than a list cannot be told: the lock is still left to expire when
+/// the hold ends, and the reply is an error naming the line.
 ///
 /// With nobody live in line the lock key is set to expire at the hold's end, and nothing else is
 /// written: whoever comes then finds it free. With a live waiter, an expiry alone would leave the
@@ -559,7 +620,7 @@ return 0
 /// Run twice (a re-sent command) it must not start the hold again, nor answer "not ours" once
 /// the lock has gone to a waiter or expired: so a caller that may send it again (a cluster
 /// connection after a lost reply, `Node::hold` after a dropped connection, as for a release)
-/// also passes `KEYS[3]`, the lock's `released` marker, and `ARGV[4]`, how long after the first
+/// also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after the first
 /// run it may be re-sent, as for [`RELEASE`]; the first run leaves its
 /// token there, and a run that finds the lock not ours but its own token in the marker
 /// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
@@ -568,22 +629,31 @@ pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
         &[
             LINE_PRELUDE,
+            NOT_OURS,
             r"
-local value = redis.call('GET', KEYS[1])
+local value = redis.pcall('GET', KEYS[1])
 if value ~= ARGV[1] then
-  if value and string.sub(value, 1, #ARGV[1]) == ARGV[1]
+  if type(value) == 'string' and string.sub(value, 1, #ARGV[1]) == ARGV[1]
       and string.find(value, '^;hold=%d+$', #ARGV[1] + 1) then
     return 1
   end
-  if ARGV[4] and redis.call('GET', KEYS[3]) == ARGV[1] then
+  local why = not_ours(value, KEYS[3], ARGV[1])
+  if why ~= -2 and ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
     return 1
   end
-  return 0
+  return why
 end
 if ARGV[4] then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
 end
-local waiter, channel, now = first_live(ARGV[1])
+local read, waiter, channel, now = pcall(first_live, ARGV[1])
+if not read then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released to ' ..
+    'expire when its hold ends, but its line ' .. KEYS[2] .. ' holds a value of another ' ..
+    'type, so nobody in it could be told: something other than distlock wrote that key; ' ..
+    'delete it')
+end
 if waiter then
   local keep = tonumber(ARGV[2])
   local claim = tonumber(ARGV[3])
@@ -594,6 +664,61 @@ if waiter then
   return 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+",
+        ]
+        .concat(),
+    )
+});
+
+/// Break a lock for an operator (`LockManager::force_release`, `distlock release --force`):
+/// release it as its holder would, if its key still holds the value the operator saw.
+///
+/// - `KEYS` as in [`LINE_PRELUDE`], `KEYS[4]` the lock's `forced` mark; `ARGV[1]` the value
+///   seen, `ARGV[2]` the claim (see [`ACQUIRE`]), `ARGV[3]` `"1"` where receivers of a publish
+///   are counted (see `hand_off`), `ARGV[4]` how long the mark is kept, in ms.
+/// - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
+///   holds something else now (nothing touched).
+///
+/// The holder is not told, and goes on believing it holds the lock: so the holder's token
+/// (the value without a `;hold=` suffix) is left in the `forced` mark, where its next
+/// [`EXTEND`], [`RELEASE`] or [`HOLD`] finds it and answers "force-released" rather than a
+/// cause the holder could not act on. The `released` marker is left alone: a holder's token
+/// there would tell the holder's own marked release that it had released the lock itself.
+/// The mark also recognises this script run twice (a cluster connection re-sends a command
+/// whose reply it lost): a run that finds the lock not the value's but the mark the
+/// holder's answers 1.
+///
+/// A line of another type than a list cannot hand the lock on: the lock is deleted, and the
+/// reply is an error naming the line, as in [`RELEASE`].
+pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            LINE_PRELUDE,
+            r"
+local held = redis.pcall('GET', KEYS[1])
+local holder = string.match(ARGV[1], '^(.*);hold=%d+$') or ARGV[1]
+if held ~= ARGV[1] then
+  if type(held) == 'table' then
+    return redis.error_reply('WRONGTYPE distlock: the lock key ' .. KEYS[1] ..
+      ' holds a value of another type, not a lock')
+  end
+  if redis.pcall('GET', KEYS[4]) == holder then
+    return 1
+  end
+  return 0
+end
+redis.call('SET', KEYS[4], holder, 'PX', ARGV[4])
+local read, first = pcall(hand_off, tonumber(ARGV[2]), holder, nil, nil, ARGV[3] == '1', nil)
+if not read then
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
+    'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
+    'handed the lock: something other than distlock wrote that key; delete it')
+end
+if not first then
+  redis.call('DEL', KEYS[1])
+end
 return 1
 ",
         ]

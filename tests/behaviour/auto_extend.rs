@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use distlock::{distributed_lock, LockError, LockOptions};
+use distlock::{distributed_lock, LockError, LockOptions, LostCause};
 use test_support::{connect, eventually, global_server, RedisServer};
 use tokio::time::Instant;
 
@@ -97,7 +97,10 @@ async fn a_stolen_lock_cancels_the_body_and_returns_lost() {
             .expect("a body that loops forever must be cancelled when its lock is stolen")
             .expect("task panicked");
     match result {
-        Err(LockError::Lost { key }) => assert_eq!(key, "lock:ae:ticking"),
+        Err(LockError::Lost { key, cause, .. }) => {
+            assert_eq!(key, "lock:ae:ticking");
+            assert_eq!(cause, LostCause::Taken, "the thief holds it");
+        }
         other => panic!("expected Err(Lost), got {other:?}"),
     }
     // The watchdog checks every ttl/3 = 1 s; 3 s is a generous bound for noticing.
@@ -147,8 +150,18 @@ async fn the_manual_api_keeps_the_lock_and_reports_its_loss() {
         .expect("the watchdog did not notice the theft within 3 s");
     assert!(guard.is_lost());
     assert!(!guard.is_held().await.expect("ask Redis"));
+    assert_eq!(guard.lost_cause(), Some(LostCause::Taken));
     match guard.release().await {
-        Err(LockError::Lost { key }) => assert_eq!(key, "lock:ae:manual"),
+        Err(error @ LockError::Lost { .. }) => {
+            assert!(
+                matches!(&error, LockError::Lost { key, cause: LostCause::Taken, .. } if key == "lock:ae:manual"),
+                "{error:?}"
+            );
+            assert!(
+                error.to_string().contains("another worker took it"),
+                "{error}"
+            );
+        }
         other => panic!("expected Err(Lost) from release, got {other:?}"),
     }
     assert_eq!(server.get("lock:ae:manual").as_deref(), Some("thief"));

@@ -84,7 +84,7 @@ async fn release_is_lost_when_someone_else_took_the_lock() {
     assert_ne!(old.token(), new.token());
 
     match old.release().await {
-        Err(LockError::Lost { key }) => assert_eq!(key, "lock:taken"),
+        Err(LockError::Lost { key, .. }) => assert_eq!(key, "lock:taken"),
         other => panic!("expected Err(Lost), got {other:?}"),
     }
     assert_eq!(
@@ -117,7 +117,7 @@ async fn extend_is_lost_after_expiry_and_is_held_follows_redis() {
     .await;
     assert!(!guard.is_held().await.unwrap(), "not held after expiry");
     match guard.extend(Duration::from_secs(30)).await {
-        Err(LockError::Lost { key }) => assert_eq!(key, "lock:expiring"),
+        Err(LockError::Lost { key, .. }) => assert_eq!(key, "lock:expiring"),
         other => panic!("expected Err(Lost), got {other:?}"),
     }
     assert!(guard.is_lost());

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockOptions, LostCause};
 
 /// Tests of one backend, each calling the body of the same name below.
 macro_rules! parity_tests {
@@ -31,6 +31,10 @@ macro_rules! parity_tests {
         #[tokio::test]
         async fn an_unreleased_lock_expires_and_its_release_is_lost() {
             parity::an_unreleased_lock_expires_and_its_release_is_lost($connect).await;
+        }
+        #[tokio::test]
+        async fn a_force_released_holder_is_told_so() {
+            parity::a_force_released_holder_is_told_so($connect).await;
         }
         #[tokio::test]
         async fn extend_keeps_the_lock_and_fails_once_lost() {
@@ -208,11 +212,14 @@ where
     );
     assert!(matches!(
         stale.extend(Duration::from_secs(5)).await,
-        Err(LockError::Lost { .. })
+        Err(LockError::Lost {
+            cause: LostCause::Taken,
+            ..
+        })
     ));
     let released = stale.release().await;
     assert!(
-        matches!(released, Err(LockError::Lost { ref key }) if key == "lock:parity:expiry"),
+        matches!(released, Err(LockError::Lost { ref key, cause: LostCause::Taken, .. }) if key == "lock:parity:expiry"),
         "release after expiry: {released:?}"
     );
     assert!(
@@ -220,6 +227,38 @@ where
         "the stale release left the new holder alone"
     );
     fresh.release().await.unwrap();
+}
+
+pub(crate) async fn a_force_released_holder_is_told_so<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let (holder, operator, next) = (connect().await, connect().await, connect().await);
+    let long = ttl(30_000);
+    for name in ["parity:forced-extend", "parity:forced-release"] {
+        let stuck = holder.acquire(name, &long).await.unwrap();
+        let info = operator.inspect(name).await.unwrap().expect("held");
+        assert!(operator.force_release(&info).await.unwrap(), "broke {name}");
+        let successor = next.acquire(name, &long).await.unwrap();
+        let told = if name.ends_with("extend") {
+            stuck.extend(Duration::from_secs(30)).await
+        } else {
+            stuck.release().await
+        };
+        assert!(
+            matches!(
+                told,
+                Err(LockError::Lost {
+                    cause: LostCause::ForceReleased,
+                    ..
+                })
+            ),
+            "{name}: {told:?}"
+        );
+        assert!(successor.is_held().await.unwrap(), "{name}: left alone");
+        successor.release().await.unwrap();
+    }
 }
 
 pub(crate) async fn extend_keeps_the_lock_and_fails_once_lost<F, Fut>(connect: F)
@@ -569,8 +608,9 @@ pub(crate) async fn auto_extend_cancels_the_body_when_the_lock_is_lost() {
     let finished = AtomicU64::new(0);
     let started = Instant::now();
     let result = blocks_past_its_ttl(&finished).await;
+    // Redis was never out of reach: the watchdog's runtime was blocked, and the lock expired.
     assert!(
-        matches!(result, Err(LockError::Lost { ref key }) if key == "lock:parity:lost"),
+        matches!(result, Err(LockError::Lost { ref key, cause: LostCause::Expired, .. }) if key == "lock:parity:lost"),
         "{result:?}"
     );
     assert_eq!(

@@ -9,6 +9,7 @@ mod cancellation;
 mod dropped_connections;
 mod holder_killed;
 mod line_faults;
+mod lost_cause;
 mod network;
 mod server;
 mod stale_holder;

@@ -97,7 +97,7 @@ async fn lost_in_time(server: &RedisServer, phase: &str, partition: impl FnOnce(
         expires.saturating_duration_since(returned)
     );
     match outcome {
-        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        Err(LockError::Lost { key: lost, .. }) => assert_eq!(lost, key),
         other => panic!("{phase}: expected Err(Lost), got {other:?}"),
     }
     assert!(
@@ -459,7 +459,7 @@ async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
     })
     .await;
     match stale.release().await {
-        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        Err(LockError::Lost { key: lost, .. }) => assert_eq!(lost, key),
         other => panic!("the release of an expired lock answered {other:?}, not Lost"),
     }
 }

@@ -87,7 +87,7 @@ fn stale_worker() {
             .unwrap();
         let release = match guard.release().await {
             Ok(()) => "ok".to_owned(),
-            Err(LockError::Lost { key }) => format!("lost {key}"),
+            Err(LockError::Lost { key, .. }) => format!("lost {key}"),
             Err(other) => format!("error {other}"),
         };
         let () = data.set("stale:release", release).await.unwrap();

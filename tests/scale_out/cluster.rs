@@ -873,3 +873,50 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
         "the counter moved to the new master"
     );
 }
+
+/// On a cluster every release is marked (its connection may send it twice), so a forced release
+/// that left the holder's token in the `released` marker would have the stuck holder's own
+/// release answer `Ok` at once, with no idle second needed: it must answer `Lost` with the cause
+/// "force-released", and leave the successor's lock alone — as must the holder's `extend`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_released_holder_on_a_cluster_is_told_so_and_never_that_it_released() {
+    let cluster = shared_cluster();
+    let seeds = cluster.urls();
+    let (holder, operator, next) = (
+        cluster_manager(&seeds).await,
+        cluster_manager(&seeds).await,
+        cluster_manager(&seeds).await,
+    );
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(5));
+    for name in ["forced:release", "forced:hold", "forced:extend"] {
+        let key = format!("lock:{name}");
+        let options = if name == "forced:hold" {
+            long.clone().hold_at_least(Duration::from_secs(20))
+        } else {
+            long.clone()
+        };
+        let stuck = holder.acquire(name, &options).await.unwrap();
+        let info = operator.inspect(name).await.unwrap().expect("held");
+        assert!(operator.force_release(&info).await.unwrap(), "broke {name}");
+        let successor = next.acquire(name, &long).await.unwrap();
+        let told = if name == "forced:extend" {
+            stuck.extend(Duration::from_secs(30)).await
+        } else {
+            stuck.release().await
+        };
+        assert!(
+            matches!(
+                told,
+                Err(LockError::Lost {
+                    cause: distlock::LostCause::ForceReleased,
+                    ..
+                })
+            ),
+            "{name}: {told:?}"
+        );
+        assert_eq!(cluster.get(&key).as_deref(), Some(successor.token()));
+        successor.release().await.unwrap();
+    }
+}

@@ -18,9 +18,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Look, Wait, CLAIM, LEASE};
+use super::{Attempt, Look, Ownership, Wait, CLAIM, LEASE};
 use crate::grants::{Grant, GrantHub};
 use crate::keys::LockKeys;
+use crate::LostCause;
+
+/// How long a force-released holder's token is kept in its lock's `forced` mark, as on Redis.
+const FORCED_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The process's lock table.
 pub(crate) struct Memory {
@@ -37,6 +41,9 @@ struct Table {
     fence: u64,
     /// Number of slots after the last sweep of expired ones: the next sweep runs at twice it.
     swept_at: usize,
+    /// The `forced` marks: per key, the token of the holder an operator force-released last,
+    /// and until when it is kept (see `scripts::FORCE_RELEASE`).
+    forced: HashMap<Arc<str>, (Arc<str>, Instant)>,
 }
 
 /// One lock: its holder, and who waits for it.
@@ -93,6 +100,23 @@ impl Slot {
 }
 
 impl Table {
+    /// Why `token` does not hold the lock `key`, as the scripts tell it: force-released when
+    /// the key's `forced` mark names it, taken when someone else holds it, expired otherwise.
+    fn why_not_ours(&mut self, key: &Arc<str>, token: &str, now: Instant) -> LostCause {
+        self.forced.retain(|_, (_, until)| *until > now);
+        if self
+            .forced
+            .get(key)
+            .is_some_and(|(forced, _)| &**forced == token)
+        {
+            LostCause::ForceReleased
+        } else if self.slot(key, now).holder.is_some() {
+            LostCause::Taken
+        } else {
+            LostCause::Expired
+        }
+    }
+
     fn next_fence(&mut self) -> u64 {
         self.fence += 1;
         self.fence
@@ -207,7 +231,7 @@ impl Memory {
     /// Frees the lock if `token` holds it, handing it to the first live waiter in line;
     /// `false` if it was not ours (nothing touched). With `leave`, also takes `token` out of
     /// the line.
-    pub(crate) fn unlock(&self, keys: &LockKeys, token: &str, leave: bool) -> bool {
+    pub(crate) fn unlock(&self, keys: &LockKeys, token: &str, leave: bool) -> Ownership {
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
@@ -215,40 +239,60 @@ impl Memory {
         if leave {
             slot.line.retain(|place| &*place.token != token);
         }
-        let ours = slot.held_by(token);
-        if ours {
+        let ours = if slot.held_by(token) {
             slot.holder = None;
             self.hand_off(table, &keys.lock, now, Some(token), None);
-        }
+            Ownership::Ours
+        } else {
+            Ownership::Lost(table.why_not_ours(&keys.lock, token, now))
+        };
         table.tidy(&keys.lock);
         ours
     }
 
+    /// Breaks the lock if `value` holds it, as its holder's release would, and keeps `value`
+    /// in the key's `forced` mark for a day, as `scripts::FORCE_RELEASE` does; `true` if it
+    /// broke it.
+    pub(crate) fn force_unlock(&self, keys: &LockKeys, value: &str) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let table = &mut *table;
+        let slot = table.slot(&keys.lock, now);
+        let broken = slot.held_by(value);
+        if broken {
+            slot.holder = None;
+            self.hand_off(table, &keys.lock, now, Some(value), None);
+            table.forced.insert(
+                Arc::clone(&keys.lock),
+                (Arc::from(value), now + FORCED_KEPT),
+            );
+        }
+        table.tidy(&keys.lock);
+        broken
+    }
+
     /// Sets the lock's remaining ttl if `token` holds it.
-    pub(crate) fn extend(&self, keys: &LockKeys, token: &str, ttl: Duration) -> bool {
+    pub(crate) fn extend(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Ownership {
         let now = Instant::now();
         let mut table = self.table();
         let slot = table.slot(&keys.lock, now);
-        match slot
+        if let Some(holder) = slot
             .holder
             .as_mut()
             .filter(|holder| &*holder.token == token)
         {
-            Some(holder) => {
-                holder.expires = now + ttl;
-                true
-            }
-            None => {
-                table.tidy(&keys.lock);
-                false
-            }
+            holder.expires = now + ttl;
+            return Ownership::Ours;
         }
+        let why = table.why_not_ours(&keys.lock, token, now);
+        table.tidy(&keys.lock);
+        Ownership::Lost(why)
     }
 
     /// Leaves the lock to expire `keep` from now if `token` holds it (`false` if not), and tells
     /// the first waiter in line to look again, so that it sleeps until that expiry rather than
     /// until the ttl it last saw — as the `HOLD` script does on Redis.
-    pub(crate) fn hold(&self, keys: &LockKeys, token: &str, keep: Duration) -> bool {
+    pub(crate) fn hold(&self, keys: &LockKeys, token: &str, keep: Duration) -> Ownership {
         let now = Instant::now();
         let mut table = self.table();
         let slot = table.slot(&keys.lock, now);
@@ -257,14 +301,15 @@ impl Memory {
             .as_mut()
             .filter(|holder| &*holder.token == token)
         else {
+            let why = table.why_not_ours(&keys.lock, token, now);
             table.tidy(&keys.lock);
-            return false;
+            return Ownership::Lost(why);
         };
         holder.expires = now + keep;
         if let Some(first) = slot.line.front().filter(|place| place.listening) {
             self.hub.wake(&first.token);
         }
-        true
+        Ownership::Ours
     }
 
     /// Whether `token` holds the lock now.
@@ -446,7 +491,7 @@ mod tests {
         let now = Instant::now();
         memory.table().slot(&lock.lock, now).line[0].lease_until = now;
         std::thread::sleep(Duration::from_millis(1));
-        assert!(memory.unlock(&lock, "holder", false));
+        assert!(memory.unlock(&lock, "holder", false).is_ours());
         assert!(
             memory.is_held(&lock, "next"),
             "handed to the first live waiter"
@@ -465,10 +510,10 @@ mod tests {
             "a hand-off lasts the claim until confirmed"
         );
         assert!(
-            !memory.unlock(&lock, "holder", false),
+            !memory.unlock(&lock, "holder", false).is_ours(),
             "not the holder's any more"
         );
-        assert!(memory.unlock(&lock, "next", false));
+        assert!(memory.unlock(&lock, "next", false).is_ours());
         let Attempt::Acquired {
             fence: Some(second),
             ..
@@ -477,7 +522,7 @@ mod tests {
             panic!("handed to the last waiter");
         };
         assert!(second > first);
-        assert!(memory.unlock(&lock, "last", false));
+        assert!(memory.unlock(&lock, "last", false).is_ours());
         assert!(
             !memory.table().locks.contains_key(&lock.lock),
             "nothing left"

@@ -36,6 +36,7 @@ use crate::grants::{GrantHub, Servers};
 use crate::keys::LockKeys;
 use crate::options::Timeouts;
 use crate::sentinel::Sentinels;
+use crate::LostCause;
 use memory::Memory;
 pub(crate) use node::Look;
 use node::{Node, Protocol, ScanTarget};
@@ -59,6 +60,44 @@ const GRANTS: &str = "distlock:grants:";
 /// The prefix of a manager's wake-up channel (Redlock).
 const WAKE_UPS: &str = "distlock:wake:";
 
+/// Whether a release, hold or extension found the lock still the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// It was, and the operation was done.
+    Ours,
+    /// It was not, for this reason: nothing of the lock was touched.
+    Lost(LostCause),
+}
+
+impl Ownership {
+    pub(crate) fn is_ours(self) -> bool {
+        self == Ownership::Ours
+    }
+
+    /// What a lock script's reply says: 1 ours; when not ours, -2 an operator force-released
+    /// it (its `forced` mark holds the caller's token), -1 another holder has it, 0 nobody
+    /// holds it.
+    pub(crate) fn from_reply(reply: i64) -> Option<Self> {
+        match reply {
+            1 => Some(Ownership::Ours),
+            0 => Some(Ownership::Lost(LostCause::Expired)),
+            -1 => Some(Ownership::Lost(LostCause::Taken)),
+            -2 => Some(Ownership::Lost(LostCause::ForceReleased)),
+            _ => None,
+        }
+    }
+
+    /// A Redlock answer, which is a majority's yes or no: masters do not agree on why not, and
+    /// keep no `forced` mark, so a lock that is not ours there is reported expired.
+    fn from_majority(ours: bool) -> Self {
+        if ours {
+            Ownership::Ours
+        } else {
+            Ownership::Lost(LostCause::Expired)
+        }
+    }
+}
+
 /// What one attempt to take a lock found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -75,8 +114,8 @@ pub(crate) enum Attempt {
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The lock was not ours: nothing was touched.
-    NotOurs,
+    /// The lock was not ours, for this reason: nothing was touched.
+    NotOurs(LostCause),
     /// Ours, and free now: nobody waited.
     Freed,
     /// Ours, and handed to the next waiter in line.
@@ -286,9 +325,8 @@ impl Backend {
                     return Ok(pushed);
                 }
                 let sent = Instant::now();
-                let (attempt, place) = node
-                    .try_lock(keys, token, ttl_millis, fencing, wait)
-                    .await?;
+                let tried = node.try_lock(keys, token, ttl_millis, fencing, wait).await;
+                let (attempt, place) = node.naming_the_key(keys, tried).await?;
                 if let Some(place) = place {
                     self.contended
                         .place_given(&keys.lock, place, sent, Instant::now());
@@ -366,27 +404,52 @@ impl Backend {
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
-    /// waiters); `false` if it was not ours.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    /// waiters); why not, if it was not ours.
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<Ownership> {
         match &self.locks {
             Locks::Single(node) => Ok(
                 match node
-                    .unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
+                    .naming_the_key(
+                        keys,
+                        node.unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
+                            .await,
+                    )
                     .await?
                 {
                     Released::HandedOver => {
                         self.contended.mark(&keys.lock);
-                        true
+                        Ownership::Ours
                     }
                     Released::Freed => {
                         self.contended.forget(&keys.lock);
-                        true
+                        Ownership::Ours
                     }
-                    Released::NotOurs => false,
+                    Released::NotOurs(cause) => Ownership::Lost(cause),
                 },
             ),
-            Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Quorum(quorum) => {
+                Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
+            }
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
+        }
+    }
+
+    /// Breaks the lock for an operator (`LockManager::force_release`) if its key still holds
+    /// `value`, releasing it as its holder would; `true` if it did. On a single endpoint and
+    /// in process it also leaves a `forced` mark with `value`, so that the holder's next
+    /// release, hold or extension learns it was force-released — and never mistakes the
+    /// release for its own.
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+        match &self.locks {
+            Locks::Single(node) => {
+                let freed = node
+                    .naming_the_key(keys, node.force_unlock(keys, value).await)
+                    .await?;
+                self.contended.forget(&keys.lock);
+                Ok(freed)
+            }
+            Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
+            Locks::Memory(memory) => Ok(memory.force_unlock(keys, value)),
         }
     }
 
@@ -408,43 +471,58 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
         match &self.locks {
-            Locks::Single(node) => Ok(node
-                .unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
-                .await?
-                != Released::NotOurs),
+            Locks::Single(node) => Ok(!matches!(
+                node.naming_the_key(
+                    keys,
+                    node.unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
+                        .await
+                )
+                .await?,
+                Released::NotOurs(_)
+            )),
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
-            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true)),
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true).is_ours()),
         }
     }
 
     /// Releases a lock whose `hold_at_least` is not over: leaves it to expire `keep_millis`
-    /// from now rather than deleting it, if it is still ours (`false` if it was not), and wakes
+    /// from now rather than deleting it, if it is still ours (why not, if it was not), and wakes
     /// the first waiter in line to learn that expiry. Whoever waits gets it when it expires.
     pub(crate) async fn hold(
         &self,
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         match &self.locks {
-            Locks::Single(node) => node.hold(keys, token, keep_millis).await,
-            Locks::Quorum(quorum) => quorum.hold(keys, token, keep_millis).await,
+            Locks::Single(node) => {
+                node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
+                    .await
+            }
+            Locks::Quorum(quorum) => Ok(Ownership::from_majority(
+                quorum.hold(keys, token, keep_millis).await?,
+            )),
             Locks::Memory(memory) => {
                 Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))
             }
         }
     }
 
-    /// Sets the lock's remaining ttl if it is still ours; `false` if it was not ours.
+    /// Sets the lock's remaining ttl if it is still ours; why not, if it was not ours.
     pub(crate) async fn extend(
         &self,
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         match &self.locks {
-            Locks::Single(node) => node.extend(keys, token, ttl_millis).await,
-            Locks::Quorum(quorum) => quorum.extend(keys, token, ttl_millis).await,
+            Locks::Single(node) => {
+                node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
+                    .await
+            }
+            Locks::Quorum(quorum) => Ok(Ownership::from_majority(
+                quorum.extend(keys, token, ttl_millis).await?,
+            )),
             Locks::Memory(memory) => {
                 Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
             }
@@ -464,7 +542,7 @@ impl Backend {
     /// held by a majority of the masters).
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
         match &self.locks {
-            Locks::Single(node) => node.inspect(keys).await,
+            Locks::Single(node) => node.naming_the_key(keys, node.inspect(keys).await).await,
             Locks::Quorum(quorum) => quorum.inspect(keys).await,
             Locks::Memory(memory) => Ok(memory.inspect(keys)),
         }

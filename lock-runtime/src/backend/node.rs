@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
 
-use super::{Attempt, Place, Released, Wait};
+use super::{Attempt, Ownership, Place, Released, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
 use crate::retry::Backoff;
 use crate::scripts;
+use crate::LostCause;
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
 pub(crate) struct Node {
@@ -113,6 +114,72 @@ impl Node {
             tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
         }
         once_more
+    }
+
+    /// `result`, with a `WRONGTYPE` error that names no key — Redis's own, from a command
+    /// inside a lock script — made into one that names the key at fault: the lock's keys are
+    /// read one by one (`GET`, `LRANGE` for the line: commands the lock scripts run anyway, so
+    /// allowed by their ACL) until one answers `WRONGTYPE`. Only on that error: it costs
+    /// nothing otherwise. The error is kept as it was when no key answers so by then.
+    pub(crate) async fn naming_the_key<T>(
+        &self,
+        keys: &LockKeys,
+        result: RedisResult<T>,
+    ) -> RedisResult<T> {
+        let error = match result {
+            Err(error)
+                if crate::classify::classify(&error) == crate::classify::Meaning::WrongType
+                    && !error
+                        .detail()
+                        .is_some_and(|detail| detail.contains("distlock:")) =>
+            {
+                error
+            }
+            other => return other,
+        };
+        let Ok(mut connection) = self.connection().await else {
+            return Err(error);
+        };
+        let (line, fence, released, forced) =
+            (keys.line(), keys.fence(), keys.released(), keys.forced());
+        let candidates = [
+            (&*keys.lock, None),
+            (line.as_str(), Some("line of waiters")),
+            (fence.as_str(), Some("fencing counter")),
+            (released.as_str(), Some("`released` marker")),
+            (forced.as_str(), Some("`forced` mark")),
+        ];
+        for (key, helper) in candidates {
+            let read = if helper == Some("line of waiters") {
+                let mut cmd = redis::cmd("LRANGE");
+                cmd.arg(key).arg(0).arg(0);
+                cmd
+            } else {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(key);
+                cmd
+            };
+            let answer: RedisResult<Value> = read.query_async(&mut connection).await;
+            let Err(looked) = answer else { continue };
+            if looked.code() != Some("WRONGTYPE") {
+                continue;
+            }
+            let detail = match helper {
+                None => format!(
+                    "distlock: the lock key {key} holds a value of another type, not a lock"
+                ),
+                Some(role) => format!(
+                    "distlock: the {role} {key} of the lock {lock} holds a value of another \
+                     type: something other than distlock wrote that key; delete it",
+                    lock = keys.lock
+                ),
+            };
+            return Err(redis::make_extension_error(
+                "WRONGTYPE".to_owned(),
+                Some(detail),
+            ));
+        }
+        Err(error)
     }
 
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
@@ -459,12 +526,12 @@ impl Node {
     ) -> RedisResult<Released> {
         let released: i64 = match self.protocol {
             Protocol::Line => {
-                let (line, fence) = (keys.line(), keys.fence());
+                let (line, fence, forced) = (keys.line(), keys.fence(), keys.forced());
                 // The `released` marker only where a command may be re-sent (see `RELEASE`).
                 let released = re_sent_within.map(|_| keys.released());
                 let keys_sent: &[&str] = match &released {
-                    Some(released) => &[&keys.lock, &line, &fence, released],
-                    None => &[&keys.lock, &line, &fence],
+                    Some(released) => &[&keys.lock, &line, &fence, &forced, released],
+                    None => &[&keys.lock, &line, &fence, &forced],
                 };
                 let mut cmd = scripts::evalsha(
                     &scripts::RELEASE,
@@ -491,15 +558,15 @@ impl Node {
                 return Ok(if deleted {
                     Released::Freed
                 } else {
-                    Released::NotOurs
+                    Released::NotOurs(LostCause::Expired)
                 });
             }
         };
-        match released {
-            0 => Ok(Released::NotOurs),
-            1 => Ok(Released::Freed),
-            2 => Ok(Released::HandedOver),
-            other => Err(unexpected_reply("the release script", &[other])),
+        match (released, Ownership::from_reply(released)) {
+            (2, _) => Ok(Released::HandedOver),
+            (_, Some(Ownership::Ours)) => Ok(Released::Freed),
+            (_, Some(Ownership::Lost(cause))) => Ok(Released::NotOurs(cause)),
+            (other, None) => Err(unexpected_reply("the release script", &[other])),
         }
     }
 
@@ -523,7 +590,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         // Marked, and sent once more, on the rule of a release (see `Node::unlock`); not on a
         // Redlock master, whose hold has no marker.
         let marked = self.protocol == Protocol::Line && self.may_be_idle_closed();
@@ -537,7 +604,7 @@ impl Node {
         token: &str,
         keep_millis: u64,
         marked: bool,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
             // It may run twice — a cluster connection sends it again after a lost reply, and a
@@ -545,10 +612,10 @@ impl Node {
             // and a second run after the hold ended would find the lock gone: mark it, see
             // `HOLD`.
             Protocol::Line if marked || matches!(connection, Connection::Cluster(_)) => {
-                let (line, released) = (keys.line(), keys.released());
+                let (line, forced, released) = (keys.line(), keys.forced(), keys.released());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &released],
+                    &[&keys.lock, &line, &forced, &released],
                     4,
                     token.len() + 20 + 20 + 20,
                 );
@@ -559,10 +626,10 @@ impl Node {
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
-                let line = keys.line();
+                let (line, forced) = (keys.line(), keys.forced());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line],
+                    &[&keys.lock, &line, &forced],
                     3,
                     token.len() + 20 + 20,
                 );
@@ -582,16 +649,16 @@ impl Node {
             }
         };
         let held: i64 = scripts::invoke(script, &cmd, &mut connection).await?;
-        Ok(held == 1)
+        Ownership::from_reply(held).ok_or_else(|| unexpected_reply("the hold script", &[held]))
     }
 
-    /// Sets the lock's remaining ttl if it is still ours; `false` if it was not ours.
+    /// Sets the lock's remaining ttl if it is still ours; why not, if it was not ours.
     pub(crate) async fn extend(
         &self,
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         self.once_more_if_dropped(|| self.extend_once(keys, token, ttl_millis))
             .await
     }
@@ -601,12 +668,44 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Ownership> {
         let mut connection = self.connection().await?;
-        let mut cmd = scripts::evalsha(&scripts::EXTEND, &[&keys.lock], 2, token.len() + 20);
+        let forced = keys.forced();
+        let mut cmd = scripts::evalsha(
+            &scripts::EXTEND,
+            &[&keys.lock, &forced],
+            2,
+            token.len() + 20,
+        );
         cmd.arg(token).arg(ttl_millis);
         let extended: i64 = scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?;
-        Ok(extended == 1)
+        Ownership::from_reply(extended)
+            .ok_or_else(|| unexpected_reply("the extend script", &[extended]))
+    }
+
+    /// Breaks the lock for an operator if its key still holds `value` (see
+    /// `scripts::FORCE_RELEASE`); `true` if it did. Sent once more after a dropped connection:
+    /// the `forced` mark recognises a second run.
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+        self.once_more_if_dropped(|| self.force_unlock_once(keys, value))
+            .await
+    }
+
+    async fn force_unlock_once(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+        let mut connection = self.connection().await?;
+        let (line, fence, forced) = (keys.line(), keys.fence(), keys.forced());
+        let mut cmd = scripts::evalsha(
+            &scripts::FORCE_RELEASE,
+            &[&keys.lock, &line, &fence, &forced],
+            4,
+            value.len() + 20 + 1 + 20,
+        );
+        cmd.arg(value)
+            .arg(millis(super::CLAIM))
+            .arg(flag(counts_receivers(&connection)))
+            .arg(millis(FORCED_KEPT));
+        let broken: i64 = scripts::invoke(&scripts::FORCE_RELEASE, &cmd, &mut connection).await?;
+        Ok(broken == 1)
     }
 
     /// One look at the lock, as inspection shows it; `None` when it is free.
@@ -756,6 +855,11 @@ async fn set_nx(
         ))),
     }
 }
+
+/// How long a force-released holder's token is kept in the lock's `forced` mark: a stuck holder
+/// that comes back within it is told its lock was force-released. Past it, it is told the lock
+/// expired (or was taken), which is also true by then.
+const FORCED_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long a connection must have gone unused before a server may have closed it for being
 /// idle (see [`Node::may_be_idle_closed`]).

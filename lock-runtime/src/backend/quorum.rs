@@ -206,7 +206,7 @@ impl Quorum {
         keep_millis: u64,
     ) -> RedisResult<bool> {
         let results = self
-            .on_each(|node| node.hold(keys, token, keep_millis))
+            .on_each(|node| async move { Ok(node.hold(keys, token, keep_millis).await?.is_ours()) })
             .await;
         self.majority_true(&results)
     }
@@ -220,7 +220,9 @@ impl Quorum {
     ) -> RedisResult<bool> {
         let started = Instant::now();
         let results = self
-            .on_each(|node| node.extend(keys, token, ttl_millis))
+            .on_each(
+                |node| async move { Ok(node.extend(keys, token, ttl_millis).await?.is_ours()) },
+            )
             .await;
         let ttl = Duration::from_millis(ttl_millis);
         Ok(self.majority_true(&results)? && started.elapsed() + drift(ttl) < ttl)
