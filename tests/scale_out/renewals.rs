@@ -1,0 +1,113 @@
+//! What a waiter's renewal costs Redis as the line grows: every waiter renews its place once a
+//! second, so a renewal whose work grew with the line would make the line's work grow with the
+//! square of its waiters. Managers stand for processes (each has its own connections and its
+//! own hand-off channel, and only one task per manager and key waits in Redis's line).
+
+use std::time::Duration;
+
+use distlock::{LockManager, LockOptions};
+use test_support::{connect, eventually, RedisServer};
+
+use super::fleet::line_key;
+
+/// How long the renewals are counted: about three renewals of every waiter.
+const WINDOW: Duration = Duration::from_secs(3);
+
+/// What Redis spent on scripts while `waiters` managers waited in the line of a held lock:
+/// microseconds per `EVALSHA` over [`WINDOW`] (`INFO commandstats`, which times a script with
+/// the commands it runs), and how many ran.
+async fn script_time_per_renewal(server: &RedisServer, waiters: usize) -> (f64, u64) {
+    let name = format!("renewals:{waiters}");
+    let holder = connect(server).await;
+    let held = holder
+        .acquire(&name, &LockOptions::new().ttl(Duration::from_secs(120)))
+        .await
+        .expect("free");
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(120));
+    let mut managers = Vec::with_capacity(waiters);
+    for _ in 0..waiters {
+        managers.push(LockManager::connect(&server.url()).await.expect("connect"));
+    }
+    let tasks: Vec<_> = managers
+        .iter()
+        .map(|manager| {
+            let (manager, name, options) = (manager.clone(), name.clone(), options.clone());
+            tokio::spawn(async move {
+                let guard = manager.acquire(&name, &options).await?;
+                guard.release().await.map(drop)
+            })
+        })
+        .collect();
+    let mut probe = server.conn();
+    eventually(
+        Duration::from_secs(30),
+        &format!("{waiters} waiters in line"),
+        || {
+            let length: usize = redis::cmd("LLEN")
+                .arg(line_key(&name))
+                .query(&mut probe)
+                .unwrap();
+            length == waiters
+        },
+    )
+    .await;
+    // Past every waiter's first renewal (a second after its join): the window sees renewals
+    // of places already renewed, as a line that waits for long is made of.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.reset_stats();
+    tokio::time::sleep(WINDOW).await;
+    let (calls, usec) = evalsha_stats(&server.info("commandstats"));
+    held.release().await.expect("still held");
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every waiter is served")
+            .expect("no panic")
+            .expect("acquired and released");
+    }
+    // Every waiter renews about once a second (a second and a bit of jitter).
+    let renewals = waiters as u64 * WINDOW.as_secs();
+    assert!(
+        calls * 2 >= renewals && calls <= renewals * 2,
+        "{calls} scripts ran in {WINDOW:?} with {waiters} waiters renewing once a second"
+    );
+    (usec as f64 / calls as f64, calls)
+}
+
+/// `calls` and `usec` of `cmdstat_evalsha` in `INFO commandstats`.
+fn evalsha_stats(info: &str) -> (u64, u64) {
+    let stats = info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or_else(|| panic!("no EVALSHA ran: {info}"));
+    let field = |name: &str| -> u64 {
+        stats
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+    };
+    (field("calls"), field("usec"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_costs_redis_the_same_however_long_the_line() {
+    let server = RedisServer::start();
+    let (few, few_calls) = script_time_per_renewal(&server, 50).await;
+    let (many, many_calls) = script_time_per_renewal(&server, 300).await;
+    eprintln!(
+        "Redis time per renewal: {few:.1} us with 50 waiters ({few_calls} renewals), \
+         {many:.1} us with 300 ({many_calls})"
+    );
+    // A renewal that scanned the line cost 3-5 x as much at 300 waiters as at 50 (and the
+    // line's work per second 19-28 x); one that does not look for its place costs about the
+    // same. Twice as much leaves room for a noisy machine, and for the log n of the lease
+    // table.
+    assert!(
+        many <= few * 2.0,
+        "a renewal's Redis time grew with the line: {few:.1} us at 50 waiters, {many:.1} us \
+         at 300"
+    );
+}
