@@ -281,7 +281,9 @@ mod tests {
     const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
     /// The helper words of today and of the helpers to come.
-    const WORDS: [&str; 7] = ["waiters", "fence", "line", "leases", "claim", "wake", "released"];
+    const WORDS: [&str; 7] = [
+        "waiters", "fence", "line", "leases", "claim", "wake", "released",
+    ];
 
     /// Lock names with braces in every position: every sequence of three pieces (empty tags,
     /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of

@@ -70,9 +70,12 @@ where
 ///
 /// Who is dead: a waiter whose lease has run out (it stopped renewing: its process died, or its
 /// network did): its entry's deadline has passed, and so has its score in the lease table, which
-/// is read only then (a waiter that waited less than a renewal has none). A dead or unheard
-/// waiter's score is taken out with its place, so that its next renewal looks for its place,
-/// finds none, and takes one at the end. A lease that runs past `known` — Redis time in ms as the caller knows it from
+/// is read only then (a waiter that waited less than a renewal has none). A waiter skipped as
+/// unheard or whose fencing token failed has its score set to 0 (`forget_lease`, which never
+/// adds one), so that its next renewal looks for its place, finds none, and takes one at the
+/// end; a dead one's score has run out, which a renewal checks too. The lease table's commands
+/// run in `pcall`: refused by an ACL written before distlock used them, every renewal looks for
+/// its entry and rewrites its deadline there, as without a table. A lease that runs past `known` — Redis time in ms as the caller knows it from
 /// its own last place in this line (see `Backend::redis_clock`) — has surely not run out, and
 /// costs no `TIME`; only one that does not (or without `known`) is judged against `TIME`, read
 /// once. So a `known` that is wrong (read off another server's clock, before a failover) never
@@ -129,8 +132,12 @@ local function lease_of(token, deadline, now)
   if tonumber(deadline) >= now then
     return true
   end
-  local renewed = tonumber(redis.call('ZSCORE', LEASES, token))
+  local renewed = tonumber(redis.pcall('ZSCORE', LEASES, token))
   return renewed ~= nil and renewed >= now
+end
+
+local function forget_lease(token)
+  redis.pcall('ZADD', LEASES, 'XX', 0, token)
 end
 
 local function hand_off(claim, except, quiet, popped, counted, known)
@@ -148,16 +155,13 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       now = now or now_ms()
       live = lease_of(waiter, deadline, now)
     end
-    if waiter and not live then
-      redis.call('ZREM', LEASES, waiter)
-    end
     if live then
       local fence, failed = 0, nil
       if fencing == '1' then
         fence, failed = next_fence()
       end
       if failed then
-        redis.call('ZREM', LEASES, waiter)
+        forget_lease(waiter)
         if channel ~= '' then
           redis.call('PUBLISH', channel, waiter .. ' !')
         end
@@ -171,7 +175,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
         if heard > 0 or not counted then
           return {waiter, fence, px}
         end
-        redis.call('ZREM', LEASES, waiter)
+        forget_lease(waiter)
         if fence > 0 then
           redis.call('SET', KEYS[3], fence - 1)
         end
@@ -277,10 +281,11 @@ pub(crate) fn line_entry(
 ///
 /// A renewal costs the same however long the line: it does not look for the caller's entry
 /// when the lease table still holds the very lease the caller's last renewal was given
-/// (`ZSCORE`): its place is then where it was, since a place leaves the line only by a
-/// hand-off to it (whose message the caller heard, or it would not pass that lease), by its
-/// own leaving, by being skipped (which takes its score out) or with the whole line (a
-/// `FLUSHALL`, a restart: the table goes too). It writes the new lease into the table
+/// (`ZSCORE`), and that lease has not run out: its place is then where it was, since a place
+/// leaves the line only by a hand-off to it (whose message the caller heard, or it would not
+/// pass that lease), by its own leaving, by being skipped (dead: its lease ran out; unheard:
+/// its score is set to 0) or with the whole line (a `FLUSHALL`, a restart: the table goes
+/// too). It writes the new lease into the table
 /// (`ZADD`), takes out the scores that have run out (`ZREMRANGEBYSCORE`, each once) and reads
 /// the line's first entry (`LINDEX 0`) to know whether it is first. Otherwise — the first
 /// renewal after a join, a place that names no channel or another one than now, a place that
@@ -357,9 +362,10 @@ local now = now_ms()
 local deadline = now + lease
 local index, written = nil, 2
 if ARGV[7] == 'renew' then
-  if ARGV[10] ~= '' and tonumber(redis.call('ZSCORE', LEASES, ARGV[1])) == tonumber(ARGV[10]) then
-    local first = redis.call('LINDEX', KEYS[2], 0)
-    if first then
+  local leased = tonumber(ARGV[10])
+  if leased and leased >= now and tonumber(redis.pcall('ZSCORE', LEASES, ARGV[1])) == leased then
+    local first = redis.pcall('LINDEX', KEYS[2], 0)
+    if type(first) == 'string' then
       index = 1
       if string.sub(first, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
         index = 0
@@ -371,11 +377,14 @@ if ARGV[7] == 'renew' then
     index = place_of(ARGV[1], ARGV[9])
   end
   if ARGV[9] ~= '' or written == 0 then
-    redis.call('ZREMRANGEBYSCORE', LEASES, '-inf', '(' .. now)
-    redis.call('ZADD', LEASES, deadline, ARGV[1])
-    redis.call('PEXPIRE', LEASES, 2 * lease)
-    if written ~= 0 then
-      written = 1
+    redis.pcall('ZREMRANGEBYSCORE', LEASES, '-inf', '(' .. now)
+    if type(redis.pcall('ZADD', LEASES, deadline, ARGV[1])) == 'number' then
+      redis.call('PEXPIRE', LEASES, 2 * lease)
+      if written ~= 0 then
+        written = 1
+      end
+    elseif written == 0 then
+      index, written = place_of(ARGV[1], ARGV[9]), 2
     end
   end
 end
@@ -712,7 +721,7 @@ local waiters = 0
 for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
   local token, deadline = string.match(entry, '^(%S+) (%d+) ')
   if deadline and (tonumber(deadline) >= now
-      or (tonumber(redis.call('ZSCORE', KEYS[4], token)) or 0) >= now) then
+      or (tonumber(redis.pcall('ZSCORE', KEYS[4], token)) or 0) >= now) then
     waiters = waiters + 1
   end
 end

@@ -59,6 +59,12 @@ async fn script_time_per_renewal(server: &RedisServer, waiters: usize) -> (f64, 
     server.reset_stats();
     tokio::time::sleep(WINDOW).await;
     let (calls, usec) = evalsha_stats(&server.info("commandstats"));
+    // Nobody's place moved during the window: no renewal had to read the line to find it.
+    assert_eq!(
+        server.command_count("lrange"),
+        0,
+        "renewals scanned the line of {waiters} waiters"
+    );
     held.release().await.expect("still held");
     for task in tasks {
         tokio::time::timeout(Duration::from_secs(60), task)
