@@ -75,7 +75,9 @@ where
 /// adds one), so that its next renewal looks for its place, finds none, and takes one at the
 /// end; a dead one's score has run out, which a renewal checks too. The lease table's commands
 /// run in `pcall`: refused by an ACL written before distlock used them, every renewal looks for
-/// its entry and rewrites its deadline there, as without a table. A lease that runs past `known` — Redis time in ms as the caller knows it from
+/// its entry and rewrites its deadline there, as without a table.
+///
+/// A lease that runs past `known` — Redis time in ms as the caller knows it from
 /// its own last place in this line (see `Backend::redis_clock`) — has surely not run out, and
 /// costs no `TIME`; only one that does not (or without `known`) is judged against `TIME`, read
 /// once. So a `known` that is wrong (read off another server's clock, before a failover) never
@@ -285,12 +287,12 @@ pub(crate) fn line_entry(
 /// leaves the line only by a hand-off to it (whose message the caller heard, or it would not
 /// pass that lease), by its own leaving, by being skipped (dead: its lease ran out; unheard:
 /// its score is set to 0) or with the whole line (a `FLUSHALL`, a restart: the table goes
-/// too). It writes the new lease into the table
-/// (`ZADD`), takes out the scores that have run out (`ZREMRANGEBYSCORE`, each once) and reads
-/// the line's first entry (`LINDEX 0`) to know whether it is first. Otherwise — the first
-/// renewal after a join, a place that names no channel or another one than now, a place that
-/// may have been handed on — it looks for the entry by its exact text (`LPOS`, inside Redis)
-/// and rewrites it (`LSET`), or takes a place at the end when it is gone.
+/// too). It writes the new lease into the table (`ZADD`), takes out the scores that have run
+/// out (`ZREMRANGEBYSCORE`, each once) and reads the line's first entry (`LINDEX 0`) to know
+/// whether it is first. Otherwise — the first renewal after a join, a place that names no
+/// channel or another one than now, a place that may have been handed on — it looks for the
+/// entry by its exact text (`LPOS`, inside Redis) and rewrites it (`LSET`), or takes a place at
+/// the end when it is gone.
 ///
 /// A lock released within its `hold_at_least` while someone waited is still in its lock key,
 /// kept a claim past the hold, its value the releaser's token followed by `;hold=<hold's end>`
