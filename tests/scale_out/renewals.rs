@@ -3,6 +3,8 @@
 //! square of its waiters. Managers stand for processes (each has its own connections and its
 //! own hand-off channel, and only one task per manager and key waits in Redis's line).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
@@ -116,4 +118,95 @@ async fn a_renewal_costs_redis_the_same_however_long_the_line() {
         "a renewal's Redis time grew with the line: {few:.1} us at 50 waiters, {many:.1} us \
          at 300"
     );
+}
+
+/// Waiters whose places were renewed through the lease table, then a `FLUSHALL` that wipes the
+/// line, the table and the held lock: a renewal that trusted its last lease without finding it
+/// in the table would leave its waiter renewing a place that no longer exists, never served
+/// while others keep the line from emptying (two managers here take the lock again and again).
+/// Each waiter must find at its next renewal that its place is gone, take one again (or the free
+/// lock), and be served in turn, one at a time, without the holder releasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_renewed_through_the_lease_table_survive_a_flushall() {
+    const WAITERS: usize = 3;
+    let server = RedisServer::start();
+    let name = "renewals:flushall";
+    let holder = connect(&server).await;
+    let held = holder
+        .acquire(name, &LockOptions::new().ttl(Duration::from_secs(120)))
+        .await
+        .expect("free");
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let manager = connect(&server).await;
+        let (options, inside) = (options.clone(), Arc::clone(&inside));
+        tasks.push(tokio::spawn(async move {
+            let guard = manager.acquire(name, &options).await?;
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders at once"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.release().await.map(drop)
+        }));
+    }
+    let mut probe = server.conn();
+    eventually(Duration::from_secs(10), "the waiters in line", || {
+        let length: usize = redis::cmd("LLEN")
+            .arg(line_key(name))
+            .query(&mut probe)
+            .unwrap();
+        length == WAITERS
+    })
+    .await;
+    // Two renewals each: the first wrote the lease into the table, the second renewed it there.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let leases: usize = redis::cmd("ZCARD")
+        .arg(format!("{{lock:{name}}}:distlock:leases"))
+        .query(&mut probe)
+        .unwrap();
+    assert_eq!(leases, WAITERS, "every waiter's lease is in the table");
+    assert_eq!(
+        server.command_count("lrange"),
+        0,
+        "no renewal scanned the line"
+    );
+    server.flushall();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for _ in 0..2 {
+        let manager = connect(&server).await;
+        let (options, inside, stop) = (options.clone(), Arc::clone(&inside), Arc::clone(&stop));
+        churners.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = manager.acquire(name, &options).await.expect("churner");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("churner's release");
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .expect("every waiter is served after the FLUSHALL, without a release")
+            .expect("no panic")
+            .expect("acquired and released");
+    }
+    stop.store(true, Ordering::SeqCst);
+    for churner in churners {
+        churner.await.expect("no panic");
+    }
+    drop(held);
 }
