@@ -210,3 +210,118 @@ async fn waiters_renewed_through_the_lease_table_survive_a_flushall() {
     }
     drop(held);
 }
+
+/// A waiter W whose place was renewed through the lease table is handed the lock while its
+/// runtime is blocked (its one thread runs a blocking call for 1.5 s): its ttl (300 ms) is
+/// shorter than the claim, so the hand-off gives it 300 ms, which run out unseen, and the next
+/// waiter takes the lock. W's lease in the table still runs, but its place is gone: the hand-off
+/// took it off the line. When W runs again it reads the hand-off message (or clears it before
+/// its next look), and its next renewal must look for its place, find none and take one at the
+/// end; a renewal that trusted its lease would leave W renewing a place that no longer exists,
+/// never served while others keep the line busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_handed_the_lock_while_stalled_takes_a_place_again() {
+    let server = RedisServer::start();
+    let name = "renewals:stalled";
+    let holder = connect(&server).await;
+    let held = holder
+        .acquire(name, &LockOptions::new().ttl(Duration::from_secs(120)))
+        .await
+        .expect("free");
+    let inside = Arc::new(AtomicUsize::new(0));
+    // W: a manager on a runtime of its own, whose one thread the test blocks.
+    let (block_tx, block_rx) = std::sync::mpsc::channel::<()>();
+    let w = std::thread::spawn({
+        let (url, inside) = (server.url(), Arc::clone(&inside));
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let manager = LockManager::connect(&url).await.unwrap();
+                let options = LockOptions::new()
+                    .ttl(Duration::from_millis(300))
+                    .timeout(Duration::from_secs(12));
+                let waiting = tokio::spawn(async move {
+                    let guard = manager.acquire(name, &options).await?;
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.map(drop)
+                });
+                // Until the test says so, the runtime runs W's waiter; then its thread blocks.
+                while block_rx.try_recv().is_err() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                std::thread::sleep(Duration::from_millis(1500));
+                waiting.await.unwrap()
+            })
+        }
+    });
+    let mut probe = server.conn();
+    eventually(Duration::from_secs(10), "W in line", || {
+        let length: usize = redis::cmd("LLEN")
+            .arg(line_key(name))
+            .query(&mut probe)
+            .unwrap();
+        length == 1
+    })
+    .await;
+    // Others who keep the line from emptying once the lock is handed on.
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .timeout(Duration::from_secs(30));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for _ in 0..3 {
+        let manager = connect(&server).await;
+        let (options, inside, stop) = (options.clone(), Arc::clone(&inside), Arc::clone(&stop));
+        churners.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = manager.acquire(name, &options).await.expect("churner");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("churner's release");
+            }
+        }));
+    }
+    // Two renewals of W: the second went through the lease table.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let w_lease: Option<f64> = {
+        let first: String = redis::cmd("LINDEX")
+            .arg(line_key(name))
+            .arg(0)
+            .query(&mut probe)
+            .unwrap();
+        redis::cmd("ZSCORE")
+            .arg(format!("{{lock:{name}}}:distlock:leases"))
+            .arg(first.split(' ').next().unwrap())
+            .query(&mut probe)
+            .unwrap()
+    };
+    assert!(
+        w_lease.is_some(),
+        "W, first in line, renewed through the lease table"
+    );
+    block_tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.expect("still held");
+    let served = tokio::task::spawn_blocking(move || w.join())
+        .await
+        .unwrap()
+        .expect("no panic in W's thread");
+    stop.store(true, Ordering::SeqCst);
+    served.expect("W is served after it took a place again");
+    for churner in churners {
+        churner.await.expect("no panic");
+    }
+}
