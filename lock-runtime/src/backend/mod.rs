@@ -304,6 +304,8 @@ impl Backend {
                 if let Some(place) = place {
                     self.contended
                         .place_given(&keys.lock, place, sent, Instant::now());
+                    // What the look did with the waiter's entry: its next renewal passes the
+                    // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
                     let text = (place.written != Written::Lease).then(|| {
                         crate::scripts::line_entry(
                             token,
