@@ -7,10 +7,11 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends, fleet)
+//!                                       (cycle, contend, parallel, backends, fleet, renewals)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
 //! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
+//! cargo bench --bench locks -- renewals                    # a renewal at 1 and 1 000 waiters
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! DISTLOCK_BENCH_FLEET_SHAPES=16x1 DISTLOCK_BENCH_FLEET_SECTIONS=50 DISTLOCK_BENCH_FLEET_ROUNDS=3
 //!                                                          # fleet configurations and counts
@@ -86,6 +87,10 @@
 //!    busy fraction, overlaps: see `fleet/mod.rs`. Its figures are tables of their own and the
 //!    `fleet` member of the JSON.
 //!
+//! 7. **renewals** — the Redis time of one waiter's renewal of its place in line, with 1 and
+//!    with 1 000 waiters on one lock, each a manager of its own (see `renewals`); one run, its
+//!    row printed after the others.
+//!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
 //! of them alike. In workload 1 (and so 4), whose contenders are within a few percent of each
@@ -107,6 +112,7 @@ mod contenders;
 mod cpu;
 mod fleet;
 mod idle;
+mod renewals;
 mod report;
 // rslock's public API exists only with its `tokio-comp` feature (enabled in Cargo.toml).
 mod rslock;
@@ -252,6 +258,10 @@ fn main() {
     }
     if config.runs("fleet") {
         results.fleet = Some(workloads::fleet(&bench, &config));
+    }
+    // Printed at once, after the workloads before it: not part of the report's tables.
+    if config.runs("renewals") {
+        renewals::renewals(&bench);
     }
 
     let targets = report::targets(&results.rows, &config);

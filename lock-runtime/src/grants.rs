@@ -233,14 +233,19 @@ impl GrantWaiter {
     /// Forgets what the mailbox holds: called before each attempt, whose answer supersedes any
     /// message that arrived earlier (a grant that arrived before an attempt that then found the
     /// lock held by someone else is stale: its claim ran out while the waiter did not look).
-    pub(crate) fn clear(&self) {
+    /// Whether it held anything: a grant (its place was taken off the line to be handed the
+    /// lock) or word that messages may have been lost.
+    pub(crate) fn clear(&self) -> bool {
         use futures_util::FutureExt;
-        let _ = self.mailbox.wake.notified().now_or_never();
-        self.mailbox
+        let woken = self.mailbox.wake.notified().now_or_never().is_some();
+        let granted = self
+            .mailbox
             .grant
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
+            .take()
+            .is_some();
+        woken || granted
     }
 
     /// Completes at the next message for this waiter: `Some` with what it said, or `None` when

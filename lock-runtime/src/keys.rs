@@ -1,8 +1,9 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
-//! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters, its
-//! fencing counter, on a cluster the marker of its last release, and on each Redlock master its
-//! wake list, each named by a fixed word `s` (`line`, `fence`, `released`, `wake`). Two rules
+//! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters and the
+//! lease table of that line's renewed places, its fencing counter, on a cluster the marker of
+//! its last release, and on each Redlock master its wake list, each named by a fixed word `s`
+//! (`line`, `leases`, `fence`, `released`, `wake`). Two rules
 //! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
@@ -127,6 +128,13 @@ impl LockKeys {
     /// channel), oldest first.
     pub(crate) fn line(&self) -> String {
         self.helper("line")
+    }
+
+    /// The lease table of the line: a sorted set of the tokens whose places in line were
+    /// renewed, each scored by the lease deadline its last renewal gave (see
+    /// `scripts::LINE_PRELUDE`). Expires two leases after the last renewal, as the line does.
+    pub(crate) fn leases(&self) -> String {
+        self.helper("leases")
     }
 
     /// The fencing counter: never expires, so tokens keep increasing across lock lifetimes.
@@ -280,7 +288,9 @@ mod tests {
     const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
     /// The helper words of today and of the helpers to come.
-    const WORDS: [&str; 6] = ["waiters", "fence", "line", "claim", "wake", "released"];
+    const WORDS: [&str; 7] = [
+        "waiters", "fence", "line", "leases", "claim", "wake", "released",
+    ];
 
     /// Lock names with braces in every position: every sequence of three pieces (empty tags,
     /// nested braces, `}{`, the helper marker, control and non-ASCII characters), every word of
@@ -412,6 +422,7 @@ mod tests {
             }
             assert_eq!(keys.wake_list(), keys.helper("wake"));
             assert_eq!(keys.line(), keys.helper("line"));
+            assert_eq!(keys.leases(), keys.helper("leases"));
             assert_eq!(keys.fence(), keys.helper("fence"));
             assert_eq!(keys.released(), keys.helper("released"));
         }

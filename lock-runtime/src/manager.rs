@@ -281,8 +281,10 @@ impl LockManager {
                 Step::Attempt(request) => {
                     // Listen before asking: a message published while the attempt is in flight
                     // must still wake us; one from before is superseded by the attempt's answer.
-                    if let Some(listener) = listener.as_ref() {
-                        listener.clear();
+                    // A message cleared here may have been a hand-off to this place, whose claim
+                    // ran out unseen: the place is off the line, and its renewal looks for it.
+                    if listener.as_ref().is_some_and(GrantWaiter::clear) {
+                        self.inner.backend.place_may_be_gone(&keys.lock, &token);
                     }
                     // Named only while the channel is subscribed: a release counts who hears
                     // a hand-off, and takes a waiter nobody hears for dead. While the
@@ -399,7 +401,15 @@ impl LockManager {
                         Some(listener) => {
                             tokio::select! {
                                 () = tokio::time::sleep_until(until) => None,
-                                message = listener.next() => message,
+                                message = listener.next() => {
+                                    // A hand-off takes the place off the line, and a lost
+                                    // connection may have lost one: unless the lock turns out
+                                    // ours, the next renewal looks for the place.
+                                    if !matches!(message, Some(Grant::FenceFailed)) {
+                                        self.inner.backend.place_may_be_gone(&keys.lock, &token);
+                                    }
+                                    message
+                                }
                             }
                         }
                         None => {

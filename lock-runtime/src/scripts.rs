@@ -44,10 +44,14 @@ where
 
 /// Lua shared by the line scripts below (prepended to their text, never spliced with data).
 ///
-/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter. The
-/// line is a list of waiters, oldest first, each entry `"<token> <lease deadline ms> <ttl ms>
-/// <fencing 0|1> <grant channel>"`: everything a release needs to hand the lock over is in the
-/// entry it pops, so a hand-off costs no lookup besides the clock.
+/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter, and
+/// the lock's lease table as the last key (`KEYS[#KEYS]`). The line is a list of waiters, oldest
+/// first, each entry `"<token> <lease deadline ms> <ttl ms> <fencing 0|1> <grant channel>"`:
+/// everything a release needs to hand the lock over is in the entry it pops, so a hand-off costs
+/// no lookup besides the clock. The lease table is a sorted set of the tokens whose places were
+/// renewed, each scored by the lease deadline its last renewal gave (Redis time in ms): a
+/// renewal writes there, in O(log n), and leaves its entry as it was (see [`ACQUIRE`]). So a
+/// waiter's place lasts until the later of its entry's deadline and its score.
 ///
 /// `next_fence()`: the next fencing token, or `nil` and an error reply naming the counter. A
 /// counter that is not a number (or not a string) fails `INCR`; one that something else set below 0 would give a token that is not
@@ -65,7 +69,15 @@ where
 /// caller, and learns from the reply.
 ///
 /// Who is dead: a waiter whose lease has run out (it stopped renewing: its process died, or its
-/// network did). A lease that runs past `known` — Redis time in ms as the caller knows it from
+/// network did): its entry's deadline has passed, and so has its score in the lease table, which
+/// is read only then (a waiter that waited less than a renewal has none). A waiter skipped as
+/// unheard or whose fencing token failed has its score set to 0 (`forget_lease`, which never
+/// adds one), so that its next renewal looks for its place, finds none, and takes one at the
+/// end; a dead one's score has run out, which a renewal checks too. The lease table's commands
+/// run in `pcall`: refused by an ACL written before distlock used them, every renewal looks for
+/// its entry and rewrites its deadline there, as without a table.
+///
+/// A lease that runs past `known` — Redis time in ms as the caller knows it from
 /// its own last place in this line (see `Backend::redis_clock`) — has surely not run out, and
 /// costs no `TIME`; only one that does not (or without `known`) is judged against `TIME`, read
 /// once. So a `known` that is wrong (read off another server's clock, before a failover) never
@@ -86,8 +98,18 @@ where
 /// its token, its grant channel and the time now (read only when someone is in line); `nil` when
 /// nobody live waits.
 ///
-/// `find(token)`: the index and text of `token`'s entry in line, or `nil`.
+/// `lease_of(token, deadline, now)`: whether a place whose entry says `deadline` still runs at
+/// `now`, by its entry or else by its score in the lease table.
+///
+/// `find(token)`: the index and text of `token`'s entry in line, or `nil`: a scan of the line.
+///
+/// `place_of(token, entry)`: the index of `token`'s entry, looked up by its exact text `entry`
+/// with `LPOS` (a scan inside Redis, without copying the line into Lua); by `find` when that
+/// finds nothing (`entry` is not what the line holds: a re-sent renewal rewrote it) or `LPOS`
+/// is refused (an ACL written before distlock used it).
 const LINE_PRELUDE: &str = r"
+local LEASES = KEYS[#KEYS]
+
 local function next_fence()
   local fence = redis.pcall('INCR', KEYS[3])
   if type(fence) == 'table' and fence.err then
@@ -111,6 +133,18 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+local function lease_of(token, deadline, now)
+  if tonumber(deadline) >= now then
+    return true
+  end
+  local renewed = tonumber(redis.pcall('ZSCORE', LEASES, token))
+  return renewed ~= nil and renewed >= now
+end
+
+local function forget_lease(token)
+  redis.pcall('ZADD', LEASES, 'XX', 0, token)
+end
+
 local function hand_off(claim, except, quiet, popped, counted, known)
   local now = nil
   while true do
@@ -124,7 +158,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
     local live = waiter ~= nil and waiter ~= except
     if live and not (known and tonumber(deadline) >= known) then
       now = now or now_ms()
-      live = tonumber(deadline) >= now
+      live = lease_of(waiter, deadline, now)
     end
     if live then
       local fence, failed = 0, nil
@@ -132,6 +166,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
         fence, failed = next_fence()
       end
       if failed then
+        forget_lease(waiter)
         if channel ~= '' then
           redis.call('PUBLISH', channel, waiter .. ' !')
         end
@@ -145,6 +180,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
         if heard > 0 or not counted then
           return {waiter, fence, px}
         end
+        forget_lease(waiter)
         if fence > 0 then
           redis.call('SET', KEYS[3], fence - 1)
         end
@@ -161,7 +197,7 @@ local function first_live(except)
   local now = now_ms()
   for _, entry in ipairs(entries) do
     local token, deadline, channel = string.match(entry, '^(%S+) (%d+) %d+ [01] (.*)$')
-    if token and token ~= except and tonumber(deadline) >= now then
+    if token and token ~= except and lease_of(token, deadline, now) then
       return token, channel, now
     end
   end
@@ -177,6 +213,16 @@ local function find(token)
     end
   end
   return nil
+end
+
+local function place_of(token, entry)
+  if entry ~= '' then
+    local index = redis.pcall('LPOS', KEYS[2], entry)
+    if type(index) == 'number' then
+      return index
+    end
+  end
+  return find(token)
 end
 ";
 
@@ -199,7 +245,7 @@ pub(crate) fn line_entry(
 /// Take the lock, or wait in line for it: the contended path of an acquisition (its first try
 /// is a plain `SET NX PX`, see `backend/node.rs`), and every later look of a waiter.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`].
+/// - `KEYS` as in [`LINE_PRELUDE`]: the lock, its line, its fencing counter, its lease table.
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` `"1"` to issue a fencing token,
 ///   `ARGV[4]` the waiter's grant channel (empty: it is not subscribed, and finds its grant by
 ///   looking again), `ARGV[5]` the lease of a place in line in ms, `ARGV[6]` the claim: the
@@ -207,13 +253,19 @@ pub(crate) fn line_entry(
 ///   the lock is someone else's: `"first"` nothing (a first try, which takes no place in line
 ///   before it listens for hand-offs), `"join"` take a place at the end, `"renew"` renew the
 ///   caller's place (or take one at the end, when it lapsed), `ARGV[8]` `"1"` where receivers
-///   of a publish are counted (see `hand_off`).
+///   of a publish are counted (see `hand_off`); for `"renew"`, `ARGV[9]` the caller's entry
+///   exactly as it was written (empty: not known, the entry is looked for by token) and
+///   `ARGV[10]` the lease deadline its last renewal was given (empty: none since its entry was
+///   written, or its place may have been handed on or dropped meanwhile: look for it).
 /// - Returns `{1, fence, pttl}` when the caller holds the lock (`fence` 0 without fencing,
-///   `pttl` what is left of its ttl), `{0, pttl, deadline}` when it waits first in line behind
-///   a holder with `pttl` left (-1: no expiry), `pttl` -3 when it waits behind another waiter;
-///   `deadline` is when its place lapses (Redis time in ms), 0 for a first try, which takes no
-///   place. A caller may give that deadline to a place it takes in the same line within a
-///   renewal, without this script: see `Backend::try_lock`.
+///   `pttl` what is left of its ttl), `{0, pttl, deadline, written}` when it waits first in line
+///   behind a holder with `pttl` left (-1: no expiry), `pttl` -3 when it waits behind another
+///   waiter; `deadline` is when its place lapses (Redis time in ms), 0 for a first try, which
+///   takes no place. `written` says what became of the caller's entry: 0 left as it was (the
+///   renewal went to the lease table), 1 (re)written as `"<ARGV[1]> <deadline> <ARGV[2]>
+///   <ARGV[3]> <ARGV[4]>"` and its lease recorded in the table too, 2 written so but no lease
+///   recorded (a join, or a first try's nothing). A caller may give that deadline to a place it
+///   takes in the same line within a renewal, without this script: see `Backend::try_lock`.
 ///
 /// Only the first waiter is told the holder's ttl: it is the one to look when the holder dies
 /// without releasing, and its look hands the lock on. A waiter further back relies on the
@@ -228,9 +280,22 @@ pub(crate) fn line_entry(
 ///
 /// A waiter renews its place within its lease; one that does not (it died, or its network did)
 /// is skipped by the next hand-off, and one whose place lapsed joins again at the end. Every
-/// join and renewal sets the line to expire two leases later: so nothing outlives the last
-/// waiter, and a line that never empties (a busy fleet, whose waiters wait less than a renewal)
-/// does not expire under its waiters either.
+/// join and renewal sets the line to expire two leases later (a renewal, its lease table too):
+/// so nothing outlives the last waiter, and a line that never empties (a busy fleet, whose
+/// waiters wait less than a renewal) does not expire under its waiters either.
+///
+/// A renewal costs the same however long the line: it does not look for the caller's entry
+/// when the lease table still holds the very lease the caller's last renewal was given
+/// (`ZSCORE`), and that lease has not run out: its place is then where it was, since a place
+/// leaves the line only by a hand-off to it (whose message the caller heard, or it would not
+/// pass that lease), by its own leaving, by being skipped (dead: its lease ran out; unheard:
+/// its score is set to 0) or with the whole line (a `FLUSHALL`, a restart: the table goes
+/// too). It writes the new lease into the table (`ZADD`), takes out the scores that have run
+/// out (`ZREMRANGEBYSCORE`, each once) and reads the line's first entry (`LINDEX 0`) to know
+/// whether it is first. Otherwise — the first renewal after a join, a place that names no
+/// channel or another one than now, a place that may have been handed on — it looks for the
+/// entry by its exact text (`LPOS`, inside Redis) and rewrites it (`LSET`), or takes a place at
+/// the end when it is gone.
 ///
 /// A lock released within its `hold_at_least` while someone waited is still in its lock key,
 /// kept a claim past the hold, its value the releaser's token followed by `;hold=<hold's end>`
@@ -295,25 +360,52 @@ if not held then
   end
 end
 if ARGV[7] == 'first' then
-  return {0, remaining(), 0}
+  return {0, remaining(), 0, 2}
 end
 local lease = tonumber(ARGV[5])
-local deadline = now_ms() + lease
-local entry = ARGV[1] .. ' ' .. deadline .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
-local index = nil
+local now = now_ms()
+local deadline = now + lease
+local index, written = nil, 2
 if ARGV[7] == 'renew' then
-  index = find(ARGV[1])
+  local leased = tonumber(ARGV[10])
+  if leased and leased >= now and tonumber(redis.pcall('ZSCORE', LEASES, ARGV[1])) == leased then
+    local first = redis.pcall('LINDEX', KEYS[2], 0)
+    if type(first) == 'string' then
+      index = 1
+      if string.sub(first, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+        index = 0
+      end
+      written = 0
+    end
+  end
+  if not index then
+    index = place_of(ARGV[1], ARGV[9])
+  end
+  if ARGV[9] ~= '' or written == 0 then
+    redis.pcall('ZREMRANGEBYSCORE', LEASES, '-inf', '(' .. now)
+    if type(redis.pcall('ZADD', LEASES, deadline, ARGV[1])) == 'number' then
+      redis.call('PEXPIRE', LEASES, 2 * lease)
+      if written ~= 0 then
+        written = 1
+      end
+    elseif written == 0 then
+      index, written = place_of(ARGV[1], ARGV[9]), 2
+    end
+  end
 end
-if index then
-  redis.call('LSET', KEYS[2], index, entry)
-else
-  index = redis.call('RPUSH', KEYS[2], entry) - 1
+if written ~= 0 then
+  local entry = ARGV[1] .. ' ' .. deadline .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
+  if index then
+    redis.call('LSET', KEYS[2], index, entry)
+  else
+    index = redis.call('RPUSH', KEYS[2], entry) - 1
+  end
 end
 redis.call('PEXPIRE', KEYS[2], 2 * lease)
 if index > 0 then
-  return {0, -3, deadline}
+  return {0, -3, deadline, written}
 end
-return {0, remaining(), deadline}
+return {0, remaining(), deadline, written}
 ",
         ]
         .concat(),
@@ -322,13 +414,13 @@ return {0, remaining(), deadline}
 
 /// Release the lock if it is still ours, handing it to the first live waiter in line.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
+/// - `KEYS` as in [`LINE_PRELUDE`]: `KEYS[4]` the lock's `forced` mark, `KEYS[5]` the
+///   `released` marker below when given, and the lease table last; `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
 ///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it: a
 ///   waiter whose lease runs past it is live without a `TIME` (empty: none; see `hand_off`).
-/// - `KEYS[4]` the lock's `forced` mark (see [`FORCE_RELEASE`]), read only when the lock is
-///   not ours.
+/// - The `forced` mark (see [`FORCE_RELEASE`]) is read only when the lock is not ours.
 /// - Returns 1 when the lock was ours and is now free, 2 when it was ours and is now handed to
 ///   a waiter (so the key is contended: the caller's next acquisition of it can skip its
 ///   plain `SET NX`); when it was not ours, nothing of the lock touched, why (see
@@ -594,9 +686,10 @@ end
 /// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its line (the prelude's line helpers only: no fencing
-///   token is issued here, so `KEYS[3]` is free: the `forced` mark, see [`FORCE_RELEASE`]);
-///   `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at least 1), `ARGV[3]`
-///   the claim (see [`ACQUIRE`]).
+///   token is issued here, so `KEYS[3]` is free: the `forced` mark, see [`FORCE_RELEASE`]),
+///   `KEYS[4]` the `released` marker when given (see below), and last its lease table (see
+///   [`LINE_PRELUDE`]); `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at
+///   least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
 /// - Returns 1 when the lock was ours and is now kept until the hold ends; when it was not
 ///   ours, nothing touched, why, as [`RELEASE`] answers it.
 ///
@@ -674,7 +767,8 @@ return 1
 /// Break a lock for an operator (`LockManager::force_release`, `distlock release --force`):
 /// release it as its holder would, if its key still holds the value the operator saw.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`], `KEYS[4]` the lock's `forced` mark; `ARGV[1]` the value
+/// - `KEYS` as in [`LINE_PRELUDE`], `KEYS[4]` the lock's `forced` mark, `KEYS[5]` its lease
+///   table (last, as the prelude expects); `ARGV[1]` the value
 ///   seen, `ARGV[2]` the claim (see [`ACQUIRE`]), `ARGV[3]` `"1"` where receivers of a publish
 ///   are counted (see `hand_off`), `ARGV[4]` how long the mark is kept, in ms.
 /// - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
@@ -728,13 +822,13 @@ return 1
 
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`].
+/// - `KEYS` as in [`LINE_PRELUDE`]: the lock, its line, its fencing counter, its lease table.
 /// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
 ///   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
 ///   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
 ///   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
 ///   (0 once it is over and the line's next look is due) —, how many waiters in line still
-///   hold a live place, and the fencing counter's raw value (`false` when there is none).
+///   hold a live place (by their entry's deadline, or else their score in the lease table), and the fencing counter's raw value (`false` when there is none).
 ///
 /// A lock key of another type than a string is an error, as in [`ACQUIRE`]; so is a line that
 /// is not a list.
@@ -752,8 +846,9 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local waiters = 0
 for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  local deadline = string.match(entry, '^%S+ (%d+) ')
-  if deadline and tonumber(deadline) >= now then
+  local token, deadline = string.match(entry, '^(%S+) (%d+) ')
+  if deadline and (tonumber(deadline) >= now
+      or (tonumber(redis.pcall('ZSCORE', KEYS[4], token)) or 0) >= now) then
     waiters = waiters + 1
   end
 end

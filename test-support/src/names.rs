@@ -86,11 +86,13 @@ pub fn helper_owner(key: &str) -> Option<(&str, &str)> {
 /// - exactly the full keys that [`is_refused`] names are refused, with a `Config` error;
 /// - every other lock is free at first and gets fencing token 1 (its counter is its own);
 /// - with a contender waiting on each, Redis holds exactly three keys per lock (the lock, its
-///   fencing counter, its waiters key), each lock key still holds its own holder's token, and
-///   every helper key names a held lock (and, with `slot_of`, lies in that lock's slot);
+///   fencing counter, its waiters key) besides the lease tables of the lines whose contender
+///   has renewed its place (after a second), each lock key still holds its own holder's token,
+///   and every helper key names a held lock (and, with `slot_of`, lies in that lock's slot);
 /// - every release succeeds, every contender is then handed its lock with token 2, and only the
 ///   fencing counters stay — and on a cluster each lock's `released` marker, which holds the
-///   token of its last release (the contender's) for a few seconds.
+///   token of its last release (the contender's) for a few seconds — once the lease tables
+///   have expired (two leases, 6 s, after their last renewal).
 ///
 /// `all_keys` lists every key of the deployment (which nothing else may use meanwhile); `get`
 /// reads one; `slot_of`, given for a cluster and only there, gives a key's cluster slot as the
@@ -157,11 +159,31 @@ pub async fn no_two_locks_share_a_key(
     // Each contender waits in the lock's line (a waiters key on Redlock); a key shared with
     // another lock would keep the count below three per lock.
     let expected = 3 * holders.len();
+    let is_lease_table = |key: &String| matches!(helper_owner(key), Some(("leases", _)));
+    let all_but_lease_tables = || {
+        let (lease_tables, keys): (Vec<String>, Vec<String>) =
+            all_keys().into_iter().partition(is_lease_table);
+        (keys, lease_tables)
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut keys = all_keys();
+    let (mut keys, mut lease_tables) = all_but_lease_tables();
     while keys.len() != expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        keys = all_keys();
+        (keys, lease_tables) = all_but_lease_tables();
+    }
+    for key in &lease_tables {
+        let (_, lock) = helper_owner(key).expect("a helper key");
+        assert!(
+            locks.contains_key(lock),
+            "lease table {key:?} names {lock:?}, not a held lock"
+        );
+        if let Some(slot_of) = slot_of {
+            assert_eq!(
+                slot_of(key),
+                slot_of(lock),
+                "{key:?} is not in its lock's slot"
+            );
+        }
     }
     let mut helpers: BTreeMap<(String, String), String> = BTreeMap::new();
     for key in &keys {
@@ -234,6 +256,10 @@ pub async fn no_two_locks_share_a_key(
         );
         last_releases.insert(guard.key().to_owned(), guard.token().to_owned());
         guard.release().await.expect("release");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while all_keys().iter().any(is_lease_table) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let left = all_keys();
     let on_cluster = slot_of.is_some();

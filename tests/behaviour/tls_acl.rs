@@ -74,10 +74,10 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
         .await
         .expect("extend (GET, PEXPIRE)");
 
-    // A waiter that renews its place in line (after a second: LRANGE, LSET) and then gives up
-    // (LRANGE, LREM).
+    // A waiter that renews its place in line twice (after a second: LPOS, LSET and its lease,
+    // ZREMRANGEBYSCORE, ZADD; after two: ZSCORE, LINDEX) and then gives up (LRANGE, LREM).
     let impatient = waiter_manager
-        .acquire(name, &options.clone().timeout(Duration::from_millis(1500)))
+        .acquire(name, &options.clone().timeout(Duration::from_millis(2500)))
         .await;
     assert!(
         matches!(impatient, Err(LockError::Timeout { .. })),
@@ -228,6 +228,31 @@ async fn an_acl_user_without_rpushx_still_does_everything() {
     let url = server.add_acl_user("locker", "s3cret", &allowed);
     everything(&url, None, "without-rpushx").await;
     assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+}
+
+/// A user whose ACL was written before distlock kept a lease table beside each line (without
+/// `+lindex +lpos +zadd +zscore +zremrangebyscore`): renewals look for their place in the line
+/// instead, and everything still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_the_lease_table_still_does_everything() {
+    let server = RedisServer::start();
+    let lease_table = ["lindex", "lpos", "zadd", "zscore", "zremrangebyscore"];
+    let commands = documented_acl_commands();
+    assert!(lease_table
+        .iter()
+        .all(|command| commands.iter().any(|listed| listed == command)));
+    let allowed: Vec<&str> = commands
+        .iter()
+        .map(String::as_str)
+        .filter(|command| !lease_table.contains(command))
+        .collect();
+    let url = server.add_acl_user("locker", "s3cret", &allowed);
+    everything(&url, None, "without-leases").await;
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+    assert!(
+        server.keys("*:distlock:leases*").is_empty(),
+        "a lease table was written without ZADD"
+    );
 }
 
 /// The key patterns docs/tls-acl.md says the minimal ACL may be narrowed to: "(`~*` may be narrowed

@@ -9,5 +9,6 @@ mod fleet;
 mod hold_at_least;
 mod on_busy;
 mod redlock;
+mod renewals;
 mod sentinel;
 mod turns;

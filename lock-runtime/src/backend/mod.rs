@@ -43,6 +43,7 @@ use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
+use recent::Written;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.
@@ -325,11 +326,39 @@ impl Backend {
                     return Ok(pushed);
                 }
                 let sent = Instant::now();
-                let tried = node.try_lock(keys, token, ttl_millis, fencing, wait).await;
+                let entry = match &wait {
+                    Wait::InLine { renewing: true, .. } => self.contended.entry(&keys.lock, token),
+                    _ => None,
+                };
+                let channel = match &wait {
+                    Wait::InLine {
+                        channel: Some(channel),
+                        ..
+                    } => Some(Arc::clone(channel)),
+                    _ => None,
+                };
+                let tried = node
+                    .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
+                    .await;
                 let (attempt, place) = node.naming_the_key(keys, tried).await?;
                 if let Some(place) = place {
                     self.contended
                         .place_given(&keys.lock, place, sent, Instant::now());
+                    // What the look did with the waiter's entry: its next renewal passes the
+                    // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
+                    let text = (place.written != Written::Lease).then(|| {
+                        crate::scripts::line_entry(
+                            token,
+                            place.deadline,
+                            ttl_millis,
+                            fencing,
+                            channel.as_deref().unwrap_or(""),
+                        )
+                    });
+                    let lease = (place.written != Written::Entry).then_some(place.deadline);
+                    let token: Arc<str> = Arc::from(token);
+                    self.contended
+                        .entry_written(&keys.lock, &token, text, lease);
                 }
                 Ok(attempt)
             }
@@ -385,10 +414,16 @@ impl Backend {
         }
         let entry = crate::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
         match node.push_place(keys, &entry).await {
-            Ok(pushed) => Ok(pushed.then_some(Attempt::Held {
-                // Behind another waiter: as the acquire script's `{0, -3, deadline}`.
-                remaining: Some(LEASE),
-            })),
+            Ok(pushed) => {
+                if pushed {
+                    self.contended
+                        .entry_written(&keys.lock, &Arc::from(token), Some(entry), None);
+                }
+                Ok(pushed.then_some(Attempt::Held {
+                    // Behind another waiter: as the acquire script's `{0, -3, deadline, 2}`.
+                    remaining: Some(LEASE),
+                }))
+            }
             // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
             // at its cost, from now on.
             Err(error) if crate::classify::classify(&error) == Meaning::PermissionDenied => {
@@ -450,6 +485,15 @@ impl Backend {
             }
             Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
             Locks::Memory(memory) => Ok(memory.force_unlock(keys, value)),
+        }
+    }
+
+    /// `token`'s place in `key`'s line may have been handed on or dropped: a hand-off message
+    /// came for it (a place is taken off the line when it is handed over), or messages may
+    /// have been lost. Its next renewal looks for it rather than trusting its last lease.
+    pub(crate) fn place_may_be_gone(&self, key: &str, token: &str) {
+        if matches!(self.locks, Locks::Single(_)) {
+            self.contended.place_may_be_gone(key, token);
         }
     }
 

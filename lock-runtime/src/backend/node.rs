@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
 
+use super::recent::{Entry, Written};
 use super::{Attempt, Ownership, Place, Released, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
@@ -197,7 +198,8 @@ impl Node {
 
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
     /// which also takes or renews a place in line, as `wait` says. With the attempt, the place
-    /// it took or renewed, if it did.
+    /// it took or renewed, if it did. `entry`: the renewing waiter's entry in line as this
+    /// manager knows it, which lets the renewal skip looking for it (see `scripts::ACQUIRE`).
     pub(crate) async fn try_lock(
         &self,
         keys: &LockKeys,
@@ -205,6 +207,7 @@ impl Node {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
+        entry: Option<&Entry>,
     ) -> RedisResult<(Attempt, Option<Place>)> {
         let mut connection = self.connection().await?;
         let mut sent_again = false;
@@ -242,12 +245,35 @@ impl Node {
         };
         match self.protocol {
             Protocol::Line => {
-                let (line, fence) = (keys.line(), keys.fence());
+                let (line, fence, leases) = (keys.line(), keys.fence(), keys.leases());
+                let renewing = matches!(wait, Wait::InLine { renewing: true, .. });
+                let (entry_text, lease) = match entry.filter(|_| renewing) {
+                    // The lease only when the entry names the channel this look names: else
+                    // the entry is rewritten, and must be looked for. A place that names no
+                    // channel is handed the lock with no message, and is looked for each time.
+                    Some(entry) => (
+                        entry.text.as_str(),
+                        entry
+                            .lease
+                            .filter(|_| !channel.is_empty() && entry.channel() == channel)
+                            .map_or_else(String::new, |lease| lease.to_string()),
+                    ),
+                    None => ("", String::new()),
+                };
                 let mut cmd = scripts::evalsha(
                     &scripts::ACQUIRE,
-                    &[&keys.lock, &line, &fence],
-                    8,
-                    token.len() + 20 + 1 + channel.len() + 20 + 20 + 5 + 1,
+                    &[&keys.lock, &line, &fence, &leases],
+                    10,
+                    token.len()
+                        + 20
+                        + 1
+                        + channel.len()
+                        + 20
+                        + 20
+                        + 5
+                        + 1
+                        + entry_text.len()
+                        + lease.len(),
                 );
                 cmd.arg(token)
                     .arg(ttl_millis)
@@ -266,7 +292,9 @@ impl Node {
                         } if !self.resends_commands() => "join",
                         Wait::InLine { .. } => "renew",
                     })
-                    .arg(flag(counts_receivers(&connection)));
+                    .arg(flag(counts_receivers(&connection)))
+                    .arg(entry_text)
+                    .arg(lease);
                 let reply: Vec<i64> =
                     match scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await {
                         // A first try runs the same twice (a second run finds the lock its first
@@ -279,11 +307,20 @@ impl Node {
                         }
                         reply => reply?,
                     };
-                let place = |deadline: i64, first: bool| {
+                let place = |deadline: i64, first: bool, written: i64| {
+                    let written = match written {
+                        0 => Written::Lease,
+                        1 => Written::EntryAndLease,
+                        _ => Written::Entry,
+                    };
                     u64::try_from(deadline)
                         .ok()
                         .filter(|&at| at > 0)
-                        .map(|deadline| Place { deadline, first })
+                        .map(|deadline| Place {
+                            deadline,
+                            first,
+                            written,
+                        })
                 };
                 match reply.as_slice() {
                     // The script refuses a counter below 1 itself; should a token below 1 come
@@ -301,17 +338,17 @@ impl Node {
                     )),
                     // Behind another waiter: the holder's expiry is the first waiter's to watch;
                     // this one looks again at its renewal, or when its hand-off comes.
-                    [0, -3, deadline] => Ok((
+                    [0, -3, deadline, written] => Ok((
                         Attempt::Held {
                             remaining: Some(super::LEASE),
                         },
-                        place(*deadline, false),
+                        place(*deadline, false, *written),
                     )),
-                    [0, pttl, deadline] => Ok((
+                    [0, pttl, deadline, written] => Ok((
                         Attempt::Held {
                             remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                         },
-                        place(*deadline, true),
+                        place(*deadline, true, *written),
                     )),
                     other => Err(unexpected_reply("the acquire script", other)),
                 }
@@ -526,12 +563,13 @@ impl Node {
     ) -> RedisResult<Released> {
         let released: i64 = match self.protocol {
             Protocol::Line => {
-                let (line, fence, forced) = (keys.line(), keys.fence(), keys.forced());
+                let (line, fence, forced, leases) =
+                    (keys.line(), keys.fence(), keys.forced(), keys.leases());
                 // The `released` marker only where a command may be re-sent (see `RELEASE`).
                 let released = re_sent_within.map(|_| keys.released());
                 let keys_sent: &[&str] = match &released {
-                    Some(released) => &[&keys.lock, &line, &fence, &forced, released],
-                    None => &[&keys.lock, &line, &fence, &forced],
+                    Some(released) => &[&keys.lock, &line, &fence, &forced, released, &leases],
+                    None => &[&keys.lock, &line, &fence, &forced, &leases],
                 };
                 let mut cmd = scripts::evalsha(
                     &scripts::RELEASE,
@@ -612,10 +650,11 @@ impl Node {
             // and a second run after the hold ended would find the lock gone: mark it, see
             // `HOLD`.
             Protocol::Line if marked || matches!(connection, Connection::Cluster(_)) => {
-                let (line, forced, released) = (keys.line(), keys.forced(), keys.released());
+                let (line, forced, released, leases) =
+                    (keys.line(), keys.forced(), keys.released(), keys.leases());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &forced, &released],
+                    &[&keys.lock, &line, &forced, &released, &leases],
                     4,
                     token.len() + 20 + 20 + 20,
                 );
@@ -626,10 +665,10 @@ impl Node {
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
-                let (line, forced) = (keys.line(), keys.forced());
+                let (line, forced, leases) = (keys.line(), keys.forced(), keys.leases());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &forced],
+                    &[&keys.lock, &line, &forced, &leases],
                     3,
                     token.len() + 20 + 20,
                 );
@@ -693,10 +732,11 @@ impl Node {
 
     async fn force_unlock_once(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
         let mut connection = self.connection().await?;
-        let (line, fence, forced) = (keys.line(), keys.fence(), keys.forced());
+        let (line, fence, forced, leases) =
+            (keys.line(), keys.fence(), keys.forced(), keys.leases());
         let mut cmd = scripts::evalsha(
             &scripts::FORCE_RELEASE,
-            &[&keys.lock, &line, &fence, &forced],
+            &[&keys.lock, &line, &fence, &forced, &leases],
             4,
             value.len() + 20 + 1 + 20,
         );
@@ -711,8 +751,13 @@ impl Node {
     /// One look at the lock, as inspection shows it; `None` when it is free.
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
         let mut connection = self.connection().await?;
-        let (line, fence) = (keys.line(), keys.fence());
-        let cmd = scripts::evalsha(&scripts::INSPECT, &[&keys.lock, &line, &fence], 0, 0);
+        let (line, fence, leases) = (keys.line(), keys.fence(), keys.leases());
+        let cmd = scripts::evalsha(
+            &scripts::INSPECT,
+            &[&keys.lock, &line, &fence, &leases],
+            0,
+            0,
+        );
         let reply: Option<InspectReply> =
             scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
         Ok(reply.map(|(value, pttl, waiters, fence)| Look {

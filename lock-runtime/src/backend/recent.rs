@@ -8,6 +8,10 @@
 //!   waiters: a join within a renewal of it can take a place in one command
 //!   (`Backend::join_behind`), and its deadline dates Redis's clock for a release
 //!   ([`Contended::redis_clock`]).
+//! - The entry in the key's line of this manager's waiter (one at most: the tasks of a process
+//!   that want one key line up in the process, and only the first takes a place in Redis's
+//!   line), and the lease its last renewal was given: its next renewal passes both, and costs
+//!   Redis the same however long the line (see `scripts::ACQUIRE`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,6 +36,39 @@ pub(crate) struct Place {
     pub(crate) deadline: u64,
     /// Whether it was first in line, the line being empty before it.
     pub(crate) first: bool,
+    /// What became of the waiter's entry.
+    pub(crate) written: Written,
+}
+
+/// What a look in line did with the waiter's entry (see `scripts::ACQUIRE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Left as it was: the place's lease was renewed in the lease table.
+    Lease,
+    /// Written anew with the place's deadline and the channel the look named, and the lease
+    /// recorded in the lease table too.
+    EntryAndLease,
+    /// Written anew, no lease recorded: a join.
+    Entry,
+}
+
+/// This manager's waiter's entry in a lock's line, as it knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// The waiter's token.
+    pub(crate) token: Arc<str>,
+    /// The entry exactly as it was written.
+    pub(crate) text: String,
+    /// The lease deadline its last renewal was given (the score it left in the lease table);
+    /// `None`: none since the entry was written, or the place may have been handed on.
+    pub(crate) lease: Option<u64>,
+}
+
+impl Entry {
+    /// The grant channel the entry names (empty: none).
+    pub(crate) fn channel(&self) -> &str {
+        self.text.splitn(5, ' ').nth(4).unwrap_or("")
+    }
 }
 
 /// The latest place the acquire script gave one of this manager's waiters in a lock's line.
@@ -57,6 +94,7 @@ const CLOCK_READING_FOR: Duration = Duration::from_secs(60);
 pub(crate) struct Contended {
     keys: Mutex<HashMap<Arc<str>, Instant>>,
     places: Mutex<HashMap<Arc<str>, Given>>,
+    entries: Mutex<HashMap<Arc<str>, Entry>>,
 }
 
 impl Contended {
@@ -148,6 +186,66 @@ impl Contended {
         }
         let read = given.place.deadline.checked_sub(millis_of(LEASE))?;
         Some(read + millis_of(since))
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `token`'s entry in `key`'s line, as this manager last wrote or renewed it.
+    pub(crate) fn entry(&self, key: &str, token: &str) -> Option<Entry> {
+        self.entries()
+            .get(key)
+            .filter(|entry| &*entry.token == token)
+            .cloned()
+    }
+
+    /// `token`'s entry in `key`'s line is now `text` (`None`: unchanged), its lease `lease`.
+    /// At most [`CONTENDED_KEYS`] keys: beyond, another key's entry gives way, and that
+    /// waiter's next renewal looks for its place by its token.
+    pub(crate) fn entry_written(
+        &self,
+        key: &Arc<str>,
+        token: &Arc<str>,
+        text: Option<String>,
+        lease: Option<u64>,
+    ) {
+        let mut entries = self.entries();
+        match (entries.get_mut(&**key), text) {
+            (Some(entry), text) if entry.token == *token => {
+                if let Some(text) = text {
+                    entry.text = text;
+                }
+                entry.lease = lease;
+            }
+            (_, None) => {}
+            (_, Some(text)) => {
+                if entries.len() >= CONTENDED_KEYS && !entries.contains_key(&**key) {
+                    let other = entries.keys().next().map(Arc::clone);
+                    if let Some(other) = other {
+                        entries.remove(&other);
+                    }
+                }
+                entries.insert(
+                    Arc::clone(key),
+                    Entry {
+                        token: Arc::clone(token),
+                        text,
+                        lease,
+                    },
+                );
+            }
+        }
+    }
+
+    /// `token`'s place in `key`'s line may have been handed on or dropped (a hand-off message
+    /// came, or may have been lost): its next renewal looks for it.
+    pub(crate) fn place_may_be_gone(&self, key: &str, token: &str) {
+        if let Some(entry) = self.entries().get_mut(key) {
+            if &*entry.token == token {
+                entry.lease = None;
+            }
+        }
     }
 
     pub(crate) fn recently(&self, key: &str) -> bool {
