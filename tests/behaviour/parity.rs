@@ -40,6 +40,11 @@ macro_rules! parity_tests {
         async fn fencing_tokens_strictly_increase() {
             parity::fencing_tokens_strictly_increase($connect).await;
         }
+        #[tokio::test]
+        async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter() {
+            parity::fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter($connect)
+                .await;
+        }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn waiters_are_served_in_arrival_order_and_woken_by_the_release() {
             parity::waiters_are_served_in_arrival_order_and_woken_by_the_release($connect).await;
@@ -285,6 +290,43 @@ where
         .unwrap();
     assert_eq!(plain.fencing_token(), None, "no token unless asked for");
     plain.release().await.unwrap();
+}
+
+/// Redis keeps one fencing counter per key, so a key's tokens count its own fenced
+/// acquisitions, from 1, whatever other keys do; and inspection shows that counter, also while
+/// a holder that asked for no token holds the lock.
+pub(crate) async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter<F, Fut>(
+    connect: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let manager = connect().await;
+    let fenced = LockOptions::new().fencing(true);
+    let (a, b) = ("parity:fence-per-key:a", "parity:fence-per-key:b");
+    let mut tokens = Vec::new();
+    for name in [a, b, b, a, b] {
+        let guard = manager.acquire(name, &fenced).await.unwrap();
+        tokens.push(guard.fencing_token().expect("asked for one"));
+        guard.release().await.unwrap();
+    }
+    assert_eq!(tokens, [1, 1, 2, 2, 3], "each key counts its own tokens");
+
+    let plain = manager.acquire(a, &LockOptions::new()).await.unwrap();
+    let info = manager.inspect(a).await.unwrap().expect("held");
+    assert_eq!(info.fence, Some(2), "the key's last token, under an unfenced holder");
+    plain.release().await.unwrap();
+    let never = manager
+        .acquire("parity:fence-per-key:never", &LockOptions::new())
+        .await
+        .unwrap();
+    let info = manager
+        .inspect("parity:fence-per-key:never")
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(info.fence, None, "no token was ever issued for this key");
+    never.release().await.unwrap();
 }
 
 pub(crate) async fn waiters_are_served_in_arrival_order_and_woken_by_the_release<F, Fut>(connect: F)
