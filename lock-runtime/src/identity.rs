@@ -24,11 +24,10 @@ pub(crate) const MAX_HOST: usize = 255;
 /// The longest label recorded, in bytes: a function path and a key template fit easily.
 pub(crate) const MAX_LABEL: usize = 200;
 
-/// This process's host and pid, escaped once: `;h=<host>;p=<pid>;t=`.
-static PROCESS: Lazy<String> = Lazy::new(|| {
+/// This host, escaped once: `;h=<host>`.
+static HOST: Lazy<String> = Lazy::new(|| {
     let mut text = String::from(";h=");
     escape_into(&mut text, bounded(&host_name(), MAX_HOST));
-    let _ = write!(text, ";p={};t=", std::process::id());
     text
 });
 
@@ -50,10 +49,11 @@ pub(crate) fn new_value(label: Option<&str>) -> Arc<str> {
         .unwrap_or(Duration::ZERO)
         .as_millis();
     let label_len = label.map_or(0, |label| 3 + label.len());
-    let mut value = String::with_capacity(uuid.len() + PROCESS.len() + 13 + label_len);
+    // The pid asked each time, not kept: a process forked without exec is another holder.
+    let mut value = String::with_capacity(uuid.len() + HOST.len() + 30 + label_len);
     value.push_str(uuid);
-    value.push_str(&PROCESS);
-    let _ = write!(value, "{since}");
+    value.push_str(&HOST);
+    let _ = write!(value, ";p={};t={since}", std::process::id());
     if let Some(label) = label {
         value.push_str(";l=");
         value.push_str(label);

@@ -103,7 +103,7 @@ impl LockManager {
         key.push_str(self.key_prefix());
         key.push_str(name);
         let keys = LockKeys::new(key)?;
-        let look = self.backend().inspect(&keys).await?;
+        let look = self.backend()?.inspect(&keys).await?;
         Ok(look.map(|look| info(name, &keys, look)))
     }
 
@@ -202,7 +202,7 @@ impl LockManager {
                 info.key
             )));
         };
-        Ok(self.backend().unlock(&keys, value).await?)
+        Ok(self.backend()?.unlock(&keys, value).await?)
     }
 }
 
@@ -231,7 +231,7 @@ impl Walk {
                 key.push_str(self.manager.key_prefix());
                 key.push_str(&name);
                 let keys = LockKeys::new(key)?;
-                match self.manager.backend().inspect(&keys).await {
+                match self.manager.backend()?.inspect(&keys).await {
                     Ok(Some(look)) => return Ok(Some(info(&name, &keys, look))),
                     Ok(None) => {}
                     // Found as a string by the scan, another type by now: no lock, as a key
@@ -241,7 +241,7 @@ impl Walk {
                 }
             }
             if self.targets.is_none() {
-                let mut targets = self.manager.backend().scan_targets().await?;
+                let mut targets = self.manager.backend()?.scan_targets().await?;
                 targets.reverse();
                 self.targets = Some(targets);
             }
@@ -251,7 +251,7 @@ impl Walk {
             };
             let (cursor, keys) = self
                 .manager
-                .backend()
+                .backend()?
                 .scan(target, self.cursor, &self.glob)
                 .await?;
             self.cursor = cursor;

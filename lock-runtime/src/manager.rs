@@ -1,5 +1,6 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,11 +175,7 @@ impl LockManager {
     /// ```
     #[must_use]
     pub fn in_process() -> LockManager {
-        Self::from_parts(Shared::new(
-            Backend::in_process(),
-            "lock:".to_owned(),
-            "in-process (this process only)".to_owned(),
-        ))
+        Self::from_parts(in_process_shared())
     }
 
     /// The manager over `shared`, which the builder made.
@@ -224,7 +221,10 @@ impl LockManager {
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        let result = self.acquire_waiting(name, options).await;
+        let result = match self.here() {
+            Ok(here) => here.acquire_waiting(name, options).await,
+            Err(error) => Err(error),
+        };
         Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
         result
     }
@@ -480,7 +480,10 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         let started = Instant::now();
-        let result = self.try_acquire_once(name, options).await;
+        let result = match self.here() {
+            Ok(here) => here.try_acquire_once(name, options).await,
+            Err(error) => Err(error),
+        };
         Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
         result
     }
@@ -607,8 +610,23 @@ impl LockManager {
         guard
     }
 
-    pub(crate) fn backend(&self) -> &Backend {
-        &self.inner.backend
+    /// This process's backend (see [`LockManager::here`]).
+    pub(crate) fn backend(&self) -> Result<&Backend, LockError> {
+        Ok(&self.inner.current()?.backend)
+    }
+
+    /// This manager as it works in this process: itself, or in a process forked from the one
+    /// that made it, the manager made anew there from the same settings (see `shared`), so
+    /// that the child never waits on connections and tasks that only its parent drives.
+    fn here(&self) -> Result<Cow<'_, LockManager>, LockError> {
+        let current = self.inner.current()?;
+        Ok(if Arc::ptr_eq(current, &self.inner) {
+            Cow::Borrowed(self)
+        } else {
+            Cow::Owned(LockManager {
+                inner: Arc::clone(current),
+            })
+        })
     }
 
     /// One attempt to take the lock. If the caller stops waiting while the command is in
@@ -758,6 +776,16 @@ impl fmt::Debug for LockManager {
             .field("key_prefix", &self.inner.key_prefix)
             .finish_non_exhaustive()
     }
+}
+
+/// The inside of an in-process manager: the process's lock table, and queues of its own.
+fn in_process_shared() -> Shared {
+    Shared::new(
+        Backend::in_process(),
+        "lock:".to_owned(),
+        "in-process (this process only)".to_owned(),
+        Arc::new(|| Ok(in_process_shared())),
+    )
 }
 
 /// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock.

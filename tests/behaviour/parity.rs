@@ -314,7 +314,11 @@ pub(crate) async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_c
 
     let plain = manager.acquire(a, &LockOptions::new()).await.unwrap();
     let info = manager.inspect(a).await.unwrap().expect("held");
-    assert_eq!(info.fence, Some(2), "the key's last token, under an unfenced holder");
+    assert_eq!(
+        info.fence,
+        Some(2),
+        "the key's last token, under an unfenced holder"
+    );
     plain.release().await.unwrap();
     let never = manager
         .acquire("parity:fence-per-key:never", &LockOptions::new())

@@ -173,7 +173,11 @@ impl Memory {
         if slot.holder.is_none() {
             match self.hand_off(table, &keys.lock, now, None, Some(token)) {
                 None => {
-                    let fence = if fencing { table.next_fence(&keys.lock) } else { 0 };
+                    let fence = if fencing {
+                        table.next_fence(&keys.lock)
+                    } else {
+                        0
+                    };
                     let slot = table.slot(&keys.lock, now);
                     slot.holder = Some(Holder {
                         token: Arc::from(token),
@@ -302,7 +306,11 @@ impl Memory {
             if Some(&*place.token) == except {
                 continue;
             }
-            let fence = if place.fencing { table.next_fence(key) } else { 0 };
+            let fence = if place.fencing {
+                table.next_fence(key)
+            } else {
+                0
+            };
             let claim = place.ttl.min(CLAIM);
             table.slot(key, now).holder = Some(Holder {
                 token: Arc::clone(&place.token),
