@@ -87,14 +87,15 @@ impl Floor {
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let release = if distlock_release {
-            // What distlock sends on a standalone server: the lock key, its line and its
-            // fencing counter; the token, the claim (3 s), "not leaving a line", no `released`
+            // What distlock sends on a standalone server: the lock key, its line, its
+            // fencing counter and its `since` record; the token, the claim (3 s), "not leaving a line", no `released`
             // marker (nothing is re-sent), receivers counted, and no reading of Redis's clock
             // (a manager that never waited in this line has none).
             let mut release = self.distlock_release.key(&key);
             release
                 .key(format!("{{{key}}}:distlock:line"))
                 .key(format!("{{{key}}}:distlock:fence"))
+                .key(format!("{{{key}}}:distlock:since"))
                 .arg(&token)
                 .arg(3000)
                 .arg("0")

@@ -1,8 +1,9 @@
 //! Names of the Redis keys and channels that belong to one lock.
 //!
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters, its
-//! fencing counter, on a cluster the marker of its last release, and on each Redlock master its
-//! wake list, each named by a fixed word `s` (`line`, `fence`, `released`, `wake`). Two rules
+//! fencing counter, on a cluster the marker of its last release, when its holder got it (for a
+//! holder that waited), and on each Redlock master its wake list, each named by a fixed word `s`
+//! (`line`, `fence`, `released`, `since`, `wake`). Two rules
 //! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
@@ -138,6 +139,12 @@ impl LockKeys {
     /// that release again, so that a second run is known for what it is (see `RELEASE`).
     pub(crate) fn released(&self) -> String {
         self.helper("released")
+    }
+
+    /// When the lock's holder got it, for a holder that waited first (see `granted` in
+    /// `scripts.rs`): its UUID and the grant's Redis time in ms; lives as long as the lock.
+    pub(crate) fn since(&self) -> String {
+        self.helper("since")
     }
 
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.

@@ -44,7 +44,8 @@ where
 
 /// Lua shared by the line scripts below (prepended to their text, never spliced with data).
 ///
-/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter. The
+/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter,
+/// `KEYS[4]` its `since` record (see `granted` below; only scripts that hand over). The
 /// line is a list of waiters, oldest first, each entry `"<token> <lease deadline ms> <ttl ms>
 /// <fencing 0|1> <grant channel>"`: everything a release needs to hand the lock over is in the
 /// entry it pops, so a hand-off costs no lookup besides the clock.
@@ -82,6 +83,14 @@ where
 /// publish reaches every node but counts only the receivers on the lock's node: receivers
 /// cannot be counted there, and leases alone tell.
 ///
+/// `granted(holder, ttl, now)`: records in the lock's `since` key that `holder` got the lock now
+/// (Redis time in ms; `now` when the caller already read it): `"<holder's UUID> <ms>"`, for
+/// `ttl` ms, which every extension of the lock renews (see [`EXTEND`]). A holder whose value was
+/// written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
+/// show its wait as time held; inspection takes the record only while it names the lock's
+/// current holder (UUIDs are never reused). A first try writes no record: its value is made
+/// just before it, and its `SET NX` stays the only command of an uncontended acquisition.
+///
 /// `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
 /// its token, its grant channel and the time now (read only when someone is in line); `nil` when
 /// nobody live waits.
@@ -106,6 +115,10 @@ end
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+local function granted(holder, ttl, now)
+  redis.call('SET', KEYS[4], string.sub(holder, 1, 36) .. ' ' .. (now or now_ms()), 'PX', ttl)
 end
 
 local function hand_off(claim, except, quiet, popped, counted, known)
@@ -135,6 +148,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
+        granted(waiter, ttl, now)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
@@ -285,6 +299,9 @@ if not held then
       end
     end
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if ARGV[7] ~= 'first' then
+      granted(ARGV[1], ARGV[2])
+    end
     return {1, fence, tonumber(ARGV[2])}
   end
   if first[1] == ARGV[1] then
@@ -319,7 +336,7 @@ return {0, remaining(), deadline}
 
 /// Release the lock if it is still ours, handing it to the first live waiter in line.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`]; `ARGV[1]` the token, `ARGV[2]` the claim (see
+/// - `KEYS` as in [`LINE_PRELUDE`] (`KEYS[4]` always); `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
 ///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it: a
@@ -330,7 +347,8 @@ return {0, remaining(), deadline}
 ///   lock was touched.
 ///
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
-/// finds no line.
+/// finds no line; the `DEL` also takes the lock's `since` record (see `granted`), which a holder
+/// that waited has, so that nothing of the lock outlives it but its fencing counter.
 ///
 /// A waiter leaving while the lock is kept for the line past a hold (its value ends in
 /// `;hold=<end>`, see [`HOLD`]) and leaving nobody live in line behind it gives the lock back
@@ -341,7 +359,7 @@ return {0, remaining(), deadline}
 ///
 /// A connection that sends a command again after losing its reply (a cluster connection does)
 /// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
-/// a caller also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after
+/// a caller also passes `KEYS[5]`, the lock's `released` marker, and `ARGV[4]`, how long after
 /// its first run a command may still be re-sent; a release that frees the lock then leaves its
 /// token in the marker for that long, and a release that finds the lock not ours but its own
 /// token in the marker is that same release run again, and answers 1. Tokens are never reused,
@@ -367,11 +385,11 @@ local ours = held == ARGV[1]
 local waiter = nil
 if ours and ARGV[3] ~= '1' then
   if ARGV[4] ~= '' then
-    redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
   end
   waiter = redis.call('LPOP', KEYS[2])
   if not waiter then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], KEYS[4])
     return 1
   end
 end
@@ -401,16 +419,16 @@ if not ours and ARGV[3] == '1' and held then
   end
 end
 if not ours then
-  if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1] then
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[5]) == ARGV[1] then
     return 1
   end
   return 0
 end
 if ARGV[4] ~= '' and ARGV[3] == '1' then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
 end
 if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, ARGV[5] == '1', tonumber(ARGV[6])) then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return 1
 end
 return 2
@@ -421,9 +439,12 @@ return 2
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its wake list: a sorted set of waiters, each member
 ///   `"<channel> <token>"` (the pub/sub channel its process listens on, its token) scored by
-///   the deadline of its lease in ms (Redis time).
+///   the deadline of its lease in ms (Redis time); `KEYS[3]` its `since` record (see `granted`
+///   in [`LINE_PRELUDE`]).
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` the caller's member (empty: it is
-///   not subscribed, and takes no place), `ARGV[4]` the lease of a place in ms.
+///   not subscribed, and takes no place), `ARGV[4]` the lease of a place in ms, `ARGV[5]` `"1"`
+///   when the caller has waited (its value, made before its first try, is older than this
+///   grant, which is then recorded in `KEYS[3]`).
 /// - Returns `{1}` when acquired (or found already ours: a re-sent command), `{0, pttl,
 ///   holder}` when someone else holds it (`pttl` -1: no expiry; `holder` the value of the lock
 ///   key, so that the caller can tell one holder on several masters from a split).
@@ -441,6 +462,11 @@ pub(crate) static QUORUM_ACQUIRE: Lazy<Script> = Lazy::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then
     redis.call('ZREM', KEYS[2], ARGV[3])
+  end
+  if ARGV[5] == '1' then
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    redis.call('SET', KEYS[3], string.sub(ARGV[1], 1, 36) .. ' ' .. now, 'PX', ARGV[2])
   end
   return {1}
 end
@@ -469,7 +495,8 @@ return {0, pttl, held}
 
 /// Redlock's release on one master: delete the lock if it is still ours, and wake one waiter.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]), `KEYS[3]` its
+///   `since` record, deleted with the lock.
 /// - `ARGV[1]` the token, `ARGV[2]` the caller's own member, taken out of the wake list whether
 ///   or not the lock is ours (empty: none), `ARGV[3]` `"1"` to wake a waiter when the lock is
 ///   deleted: a release; `"0"` for a contender giving back the masters of an attempt that did
@@ -494,7 +521,7 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 if waiting and ARGV[3] == '1' then
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -519,12 +546,15 @@ return 1
 
 /// Set the lock's remaining ttl if it is still ours.
 ///
-/// - `KEYS[1]` the lock key; `ARGV[1]` the token, `ARGV[2]` the new ttl in milliseconds.
+/// - `KEYS[1]` the lock key, `KEYS[2]` its `since` record (see `granted` in [`LINE_PRELUDE`]),
+///   which lives as long as the lock (when there is one: expiring a missing key is a no-op);
+///   `ARGV[1]` the token, `ARGV[2]` the new ttl in milliseconds.
 /// - Returns 1 when extended, 0 when the lock was not ours (nothing touched).
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -604,7 +634,7 @@ return 1
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
 /// - `KEYS` as in [`LINE_PRELUDE`].
-/// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
+/// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence, since}`: the lock key's
 ///   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
 ///   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
 ///   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
@@ -639,7 +669,7 @@ if ends then
 else
   pttl = redis.call('PTTL', KEYS[1])
 end
-return {value, pttl, waiters, redis.call('GET', KEYS[3])}
+return {value, pttl, waiters, redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])}
 ",
     )
 });

@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 
@@ -44,6 +44,10 @@ macro_rules! parity_tests {
         async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter() {
             parity::fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter($connect)
                 .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn since_is_when_the_holder_got_the_lock_not_when_it_asked() {
+            parity::since_is_when_the_holder_got_the_lock_not_when_it_asked($connect).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn waiters_are_served_in_arrival_order_and_woken_by_the_release() {
@@ -331,6 +335,73 @@ pub(crate) async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_c
         .expect("held");
     assert_eq!(info.fence, None, "no token was ever issued for this key");
     never.release().await.unwrap();
+}
+
+/// `Holder::since` (`distlock list`'s HELD FOR) is when the holder got the lock: a waiter's
+/// value is made before it waits, and its wait must not show as time held — neither after a
+/// hand-off nor when its own look finds the lock free after the holder's ttl ran out.
+pub(crate) async fn since_is_when_the_holder_got_the_lock_not_when_it_asked<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    const NAME: &str = "parity:since";
+    // Both clocks count whole milliseconds at least.
+    let grain = Duration::from_millis(2);
+    let (first, second) = (connect().await, Arc::new(connect().await));
+    let waiting = || {
+        let second = Arc::clone(&second);
+        tokio::spawn(async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            second.acquire(NAME, &options).await.unwrap()
+        })
+    };
+    let since_now = |first: LockManager| async move {
+        let info = first.inspect(NAME).await.unwrap().expect("held");
+        info.holder.expect("a holder distlock wrote").since
+    };
+
+    // Handed over by the release.
+    let holder = first.acquire(NAME, &LockOptions::new()).await.unwrap();
+    let asked = SystemTime::now();
+    let waiter = waiting();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = SystemTime::now();
+    holder.release().await.unwrap();
+    let handed = waiter.await.unwrap();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= released,
+        "the wait counts as held: since {:?} before the release",
+        released.duration_since(since).unwrap_or_default()
+    );
+    assert!(since >= asked);
+    handed.release().await.unwrap();
+
+    // Found free by the waiter's look when the holder's ttl ran out (it never released).
+    let taken = SystemTime::now();
+    let stuck = first.acquire(NAME, &ttl(1500)).await.unwrap();
+    let waiter = waiting();
+    let got = waiter.await.unwrap();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= taken + Duration::from_millis(1500),
+        "the wait counts as held: since {:?} after the first holder took it",
+        since.duration_since(taken).unwrap_or_default()
+    );
+    got.release().await.unwrap();
+    drop(stuck);
+
+    // A first try shows the time of its `SET`.
+    let before = SystemTime::now();
+    let plain = first.acquire(NAME, &LockOptions::new()).await.unwrap();
+    let after = SystemTime::now();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= before && since <= after + grain,
+        "{since:?}"
+    );
+    plain.release().await.unwrap();
 }
 
 pub(crate) async fn waiters_are_served_in_arrival_order_and_woken_by_the_release<F, Fut>(connect: F)

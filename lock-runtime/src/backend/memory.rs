@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Attempt, Look, Wait, CLAIM, LEASE};
 use crate::grants::{Grant, GrantHub};
@@ -52,6 +52,9 @@ struct Holder {
     token: Arc<str>,
     expires: Instant,
     fence: u64,
+    /// When it got the lock, for a holder that waited first (as the `since` record on Redis):
+    /// its value was made before the wait.
+    granted: Option<SystemTime>,
 }
 
 /// A waiter's place in line: what a hand-off needs to give it the lock.
@@ -183,6 +186,7 @@ impl Memory {
                         token: Arc::from(token),
                         expires: now + ttl,
                         fence,
+                        granted: (*wait != Wait::FirstTry).then(SystemTime::now),
                     });
                     return Attempt::Acquired {
                         fence: fencing.then_some(fence),
@@ -316,6 +320,7 @@ impl Memory {
                 token: Arc::clone(&place.token),
                 expires: now + claim,
                 fence,
+                granted: Some(SystemTime::now()),
             });
             if place.listening && Some(&*place.token) != quiet {
                 self.hub.hand_over(&place.token, Grant::Granted { fence });
@@ -335,6 +340,7 @@ impl Memory {
             ttl_left: Some(holder.expires.saturating_duration_since(now)),
             waiters: u64::try_from(slot.line.len()).unwrap_or(u64::MAX),
             fence,
+            granted: holder.granted,
         });
         table.tidy(&keys.lock);
         look
