@@ -31,7 +31,10 @@ const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections, wake-up subscriptions and the
 /// in-process queue of each key. Usable from any tokio runtime: each runtime that uses it gets
-/// its own multiplexed connection, so one global manager serves every `#[tokio::test]`.
+/// its own multiplexed connection, so one global manager serves every `#[tokio::test]`. A
+/// process forked without exec can use its parent's managers too: at its first call each makes
+/// its connections, wake-up channel and queues anew in the child, from the same settings (the
+/// parent's are driven by threads the child does not have).
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), distlock::LockError> {

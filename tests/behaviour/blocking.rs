@@ -629,6 +629,17 @@ fn fork_worker() {
                 .acquire("blocking:fork:dropped", &ttl(30_000))
                 .await
                 .map_err(error("an async lock"))?;
+            // The lock names the child as its holder, not the parent.
+            let holder = manager
+                .as_async()
+                .inspect("blocking:fork:dropped")
+                .await
+                .map_err(error("its inspection"))?
+                .and_then(|info| info.holder)
+                .ok_or("the lock shows no holder")?;
+            if holder.pid != std::process::id() {
+                return Err(format!("the lock names pid {} as its holder", holder.pid));
+            }
             drop(guard);
             Ok::<(), String>(())
         })?;
