@@ -254,7 +254,7 @@ impl LockManager {
         };
         let fencing = options.fencing_enabled();
         let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
-        let mut token = new_token(options);
+        let mut token = new_token(options, self.inner.pid);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
@@ -359,7 +359,7 @@ impl LockManager {
                         // its token: go on under a new one, listening for that one.
                         place.give_up();
                         listener = None;
-                        token = new_token(options);
+                        token = new_token(options, self.inner.pid);
                     }
                     next
                 }
@@ -501,7 +501,7 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let token = new_token(options);
+        let token = new_token(options, self.inner.pid);
         let sent = Instant::now();
         match self
             .attempt(
@@ -791,9 +791,10 @@ fn in_process_shared() -> Shared {
     )
 }
 
-/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock.
-fn new_token(options: &LockOptions) -> Arc<str> {
-    crate::identity::new_value(options.encoded_label())
+/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock (process
+/// `pid`, the one the manager's inside was made in: this one).
+fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
+    crate::identity::new_value(options.encoded_label(), pid)
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {

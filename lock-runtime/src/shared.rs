@@ -30,8 +30,8 @@ pub(crate) struct Shared {
     pub(crate) queues: Arc<LocalQueues>,
     /// Where it connects, passwords hidden: for `Debug`.
     pub(crate) description: String,
-    /// The process it was made in.
-    pid: u32,
+    /// The process it was made in (and, through [`Shared::current`], the one using it).
+    pub(crate) pid: u32,
     remake: Remake,
     /// The inside made from the same settings in a process forked from this one (the first
     /// to ask, in each process: a grandchild finds its parent's here, and goes one further).
