@@ -84,7 +84,9 @@ where
 /// cannot be counted there, and leases alone tell.
 ///
 /// `granted(holder, ttl, now)`: records in the lock's `since` key that `holder` got the lock now
-/// (Redis time in ms; `now` when the caller already read it): `"<holder's UUID> <ms>"`, for
+/// (Redis time in ms: `now` when the caller knows it — a hand-off takes `known` rather than read
+/// the clock, as it does for leases; it is off only by what separates two servers' clocks after
+/// a failover, which a time shown to an operator can bear): `"<holder's UUID> <ms>"`, for
 /// `ttl` ms, which every extension of the lock renews (see [`EXTEND`]). A holder whose value was
 /// written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
 /// show its wait as time held; inspection takes the record only while it names the lock's
@@ -148,7 +150,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
-        granted(waiter, ttl, now)
+        granted(waiter, ttl, now or known)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)

@@ -502,7 +502,27 @@ async fn since_after_a_wait_survives_extensions(manager: &LockManager, other: Lo
         "held since {:?} before the release that granted it",
         released.duration_since(since).unwrap_or_default()
     );
+
+    // Handed on by a holder that waited in this line itself: its release takes Redis's time as
+    // its process knows it from that wait (no `TIME`), close to it but not to the millisecond.
+    let next = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            manager.acquire(NAME, &options).await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let released = SystemTime::now();
     got.release().await.unwrap();
+    let last = next.await.unwrap();
+    let since = inspect(manager, NAME).await.holder.unwrap().since;
+    assert!(
+        since + Duration::from_millis(200) >= released,
+        "held since {:?} before the release that granted it",
+        released.duration_since(since).unwrap_or_default()
+    );
+    last.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
