@@ -7,8 +7,8 @@
 //! keeps the parent's memory but none of its other threads: the runtime it inherits has no
 //! thread to drive its timers and sockets, so anything sent to it would wait for ever. Each
 //! process therefore has its own: the runtime is tagged with the id of the process that started
-//! it, and a process that finds another's starts a fresh one (the inherited one is left alone:
-//! dropping it would close sockets the parent still uses).
+//! it, and a process that finds another's starts a fresh one; the inherited one is never used
+//! again (its tasks, connections included, belong to the parent).
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};

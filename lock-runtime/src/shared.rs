@@ -7,9 +7,9 @@
 //! queues it inherits are driven by tasks that no longer run there, and its sockets are still
 //! the parent's. So every `Shared` remembers the process that made it, and in any other process
 //! the manager works on a fresh one made from the same settings ([`Shared::current`]): new
-//! connections, a wake-up channel of its own, empty queues. The inherited one is left as it is:
-//! closing its sockets would close nothing of the parent's, and using them would mix the two
-//! processes' replies.
+//! connections, a wake-up channel of its own, empty queues. The manager never uses the inherited
+//! one in the child: its sockets are shared with the parent, and using them would mix the two
+//! processes' replies; the guards that hold it are the parent's (see `LockGuard`'s drop).
 
 use std::sync::Arc;
 
