@@ -88,14 +88,15 @@ impl Floor {
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let release = if distlock_release {
             // What distlock sends on a standalone server: the lock key, its line, its fencing
-            // counter, its `forced` mark (read only by a release that is not the holder's) and
-            // its line's lease table; the token, the claim (3 s), "not leaving a line", no `released`
+            // counter, its `since` record, its `forced` mark (read only by a release that is not
+            // the holder's) and its line's lease table; the token, the claim (3 s), "not leaving a line", no `released`
             // marker (nothing is re-sent), receivers counted, and no reading of Redis's clock
             // (a manager that never waited in this line has none).
             let mut release = self.distlock_release.key(&key);
             release
                 .key(format!("{{{key}}}:distlock:line"))
                 .key(format!("{{{key}}}:distlock:fence"))
+                .key(format!("{{{key}}}:distlock:since"))
                 .key(format!("{{{key}}}:distlock:forced"))
                 .key(format!("{{{key}}}:distlock:leases"))
                 .arg(&token)

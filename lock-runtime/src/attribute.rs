@@ -43,7 +43,7 @@ pub fn span(key: &str, label: &str) -> tracing::Span {
 /// the current span (the call's [`span`]), as the one-attempt calls below do when they get it.
 ///
 /// # Errors
-/// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`].
+/// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`] (or [`LockError::InitFailed`]).
 pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
     let guard = global()?.acquire(key, options).await?;
@@ -68,7 +68,7 @@ fn record_held(started: std::time::Instant, fence: Option<u64>) {
 /// which is recorded as a `tracing` debug event.
 ///
 /// # Errors
-/// As [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
+/// As [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`] (or [`LockError::InitFailed`]).
 pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
     let started = std::time::Instant::now();
     let manager = global()?;
@@ -85,7 +85,7 @@ pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<Lock
 ///
 /// # Errors
 /// [`LockError::Busy`] when someone else holds it; otherwise as
-/// [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`].
+/// [`crate::LockManager::try_acquire`], plus [`LockError::NotInitialized`] (or [`LockError::InitFailed`]).
 pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
     let manager = global()?;
@@ -155,7 +155,10 @@ fn warn_release(key: &str, error: &LockError) {
 /// `return`, `?` or a panic.
 ///
 /// # Errors
-/// As [`crate::blocking::LockManager::acquire`], plus [`LockError::NotInitialized`].
+/// As [`crate::blocking::LockManager::acquire`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]). Refused on a runtime's thread with the location of the locked
+/// call in the caller's code.
+#[track_caller]
 pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld, LockError> {
     let started = std::time::Instant::now();
     let guard = crate::blocking::global()?.acquire(key, options)?;

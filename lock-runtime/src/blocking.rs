@@ -7,10 +7,16 @@
 //! finishes, while what runs between calls (auto-extension, wake-up subscriptions) keeps running
 //! on that thread. Many threads may call it at once.
 //!
-//! Calling it on a thread that runs an async runtime (inside a tokio task, or in
-//! `spawn_blocking` there) returns [`LockError::Config`] at once instead of blocking: a blocked
-//! runtime thread cannot run the tasks that would release the lock, which can deadlock. Use the
-//! async API there.
+//! Calling it on a thread where a tokio runtime is current (inside a task, or in
+//! `spawn_blocking` there) returns [`LockError::InsideAsyncRuntime`] at once, naming the call
+//! and where it was made, instead of blocking: a blocked runtime thread cannot run the tasks
+//! that would release the lock, which can deadlock. Use the async API there.
+//!
+//! A process forked without exec (a pre-fork server, a job runner) may go on using the
+//! managers, guards and global manager of its parent: the first call in the child starts a
+//! runtime and connections of the child's own, since the parent's threads did not come along.
+//! Guards the child inherited stay the parent's: dropping one in the child leaves the lock to
+//! the parent.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), distlock::LockError> {
@@ -26,6 +32,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use once_cell::sync::OnceCell;
@@ -45,25 +52,25 @@ fn thread_exiting() -> bool {
 }
 
 /// The error of a blocking call made on a thread of an async runtime.
-fn inside_runtime(what: &str) -> LockError {
-    LockError::config(format!(
-        "distlock::blocking::{what} was called on a thread of an async runtime (a tokio task, or \
-         spawn_blocking inside one): blocking there can deadlock the tasks that would release \
-         the lock; in async code use distlock::LockManager and `.await` it (or call the \
-         synchronous code from a std::thread)"
-    ))
+fn inside_runtime(call: &'static str, location: &'static Location<'static>) -> LockError {
+    LockError::InsideAsyncRuntime { call, location }
 }
 
-/// Runs `future` to completion on the blocking runtime, from a thread outside any runtime.
-fn block_on<F: Future>(what: &str, future: F) -> Result<F::Output, LockError> {
+/// Runs `future` to completion on the blocking runtime, from a thread outside any runtime;
+/// `call` made at `location` names it in errors.
+fn block_on<F: Future>(
+    call: &'static str,
+    location: &'static Location<'static>,
+    future: F,
+) -> Result<F::Output, LockError> {
     if in_async_runtime() {
-        return Err(inside_runtime(what));
+        return Err(inside_runtime(call, location));
     }
     if thread_exiting() {
         return Err(LockError::config(format!(
-            "distlock::blocking::{what} was called while its thread was exiting (from the drop \
-             of a thread-local), when no runtime can be entered any more; keep locks out of \
-             thread-locals, or release them before the thread ends"
+            "distlock::blocking::{call} was called at {location} while its thread was exiting \
+             (from the drop of a thread-local), when no runtime can be entered any more; keep \
+             locks out of thread-locals, or release them before the thread ends"
         )));
     }
     // The background runtime's thread drives timers and sockets all the time, so the future can
@@ -105,13 +112,14 @@ impl LockManager {
     /// answers (see [`crate::LockManager::connect`]).
     ///
     /// # Errors
-    /// As [`crate::LockManagerBuilder::connect`]; [`LockError::Config`] on a thread of an async
-    /// runtime.
+    /// As [`crate::LockManagerBuilder::connect`]; [`LockError::InsideAsyncRuntime`] on a thread
+    /// of an async runtime.
     ///
     /// ```no_run
     /// let manager = distlock::blocking::LockManager::connect("redis://127.0.0.1:6379")?;
     /// # Ok::<(), distlock::LockError>(())
     /// ```
+    #[track_caller]
     pub fn connect(url: &str) -> Result<LockManager, LockError> {
         Self::builder(url).connect()
     }
@@ -159,8 +167,8 @@ impl LockManager {
     /// (see [`crate::LockManager::acquire`]).
     ///
     /// # Errors
-    /// As [`crate::LockManager::acquire`]; [`LockError::Config`] on a thread of an async
-    /// runtime.
+    /// As [`crate::LockManager::acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
+    /// of an async runtime.
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -169,8 +177,13 @@ impl LockManager {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
-        let guard = block_on("LockManager::acquire", self.inner.acquire(name, options))??;
+        let guard = block_on(
+            "LockManager::acquire",
+            Location::caller(),
+            self.inner.acquire(name, options),
+        )??;
         Ok(LockGuard::new(guard))
     }
 
@@ -178,8 +191,8 @@ impl LockManager {
     /// [`crate::LockManager::try_acquire`]).
     ///
     /// # Errors
-    /// As [`crate::LockManager::try_acquire`]; [`LockError::Config`] on a thread of an async
-    /// runtime.
+    /// As [`crate::LockManager::try_acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
+    /// of an async runtime.
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -189,6 +202,7 @@ impl LockManager {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_acquire(
         &self,
         name: &str,
@@ -196,6 +210,7 @@ impl LockManager {
     ) -> Result<Option<LockGuard>, LockError> {
         let guard = block_on(
             "LockManager::try_acquire",
+            Location::caller(),
             self.inner.try_acquire(name, options),
         )??;
         Ok(guard.map(LockGuard::new))
@@ -284,15 +299,20 @@ impl LockManagerBuilder {
     /// Connects, blocking until Redis answers (see [`crate::LockManagerBuilder::connect`]).
     ///
     /// # Errors
-    /// As [`crate::LockManagerBuilder::connect`]; [`LockError::Config`] on a thread of an
-    /// async runtime.
+    /// As [`crate::LockManagerBuilder::connect`]; [`LockError::InsideAsyncRuntime`] on a
+    /// thread of an async runtime.
     ///
     /// ```no_run
     /// let manager = distlock::blocking::LockManager::builder("redis://127.0.0.1:6379").connect()?;
     /// # Ok::<(), distlock::LockError>(())
     /// ```
+    #[track_caller]
     pub fn connect(self) -> Result<LockManager, LockError> {
-        let inner = block_on("LockManagerBuilder::connect", self.inner.connect())??;
+        let inner = block_on(
+            "LockManagerBuilder::connect",
+            Location::caller(),
+            self.inner.connect(),
+        )??;
         Ok(LockManager { inner })
     }
 }
@@ -379,7 +399,8 @@ impl LockGuard {
     /// Sets the lock's remaining time to live to `ttl`, if it is still ours.
     ///
     /// # Errors
-    /// As [`crate::LockGuard::extend`]; [`LockError::Config`] on a thread of an async runtime.
+    /// As [`crate::LockGuard::extend`]; [`LockError::InsideAsyncRuntime`] on a thread of an async
+    /// runtime.
     ///
     /// ```no_run
     /// # fn example(guard: distlock::blocking::LockGuard) -> Result<(), distlock::LockError> {
@@ -387,14 +408,20 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        block_on("LockGuard::extend", self.held().extend(ttl))?
+        block_on(
+            "LockGuard::extend",
+            Location::caller(),
+            self.held().extend(ttl),
+        )?
     }
 
     /// Asks Redis whether the lock is still ours.
     ///
     /// # Errors
-    /// As [`crate::LockGuard::is_held`]; [`LockError::Config`] on a thread of an async runtime.
+    /// As [`crate::LockGuard::is_held`]; [`LockError::InsideAsyncRuntime`] on a thread of an async
+    /// runtime.
     ///
     /// ```no_run
     /// # fn example(guard: distlock::blocking::LockGuard) -> Result<(), distlock::LockError> {
@@ -402,8 +429,13 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn is_held(&self) -> Result<bool, LockError> {
-        block_on("LockGuard::is_held", self.held().is_held())?
+        block_on(
+            "LockGuard::is_held",
+            Location::caller(),
+            self.held().is_held(),
+        )?
     }
 
     /// Whether the guard already knows the lock is lost (no Redis call): the auto-extension
@@ -435,8 +467,9 @@ impl LockGuard {
     /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.
     ///
     /// # Errors
-    /// As [`crate::LockGuard::release`]; [`LockError::Config`] on a thread of an async runtime,
-    /// or on a thread that is exiting (the lock is then released in the background).
+    /// As [`crate::LockGuard::release`]; [`LockError::InsideAsyncRuntime`] on a thread of an
+    /// async runtime, [`LockError::Config`] on a thread that is exiting (the lock is then
+    /// released in the background either way).
     ///
     /// ```no_run
     /// # fn example(guard: distlock::blocking::LockGuard) -> Result<(), distlock::LockError> {
@@ -444,6 +477,7 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn release(mut self) -> Result<(), LockError> {
         // Only `release` and `drop` take the guard, and each runs once.
         let Some(guard) = self.inner.take() else {
@@ -452,9 +486,9 @@ impl LockGuard {
         if in_async_runtime() {
             // Dropping the async guard releases in the background.
             drop(guard);
-            return Err(inside_runtime("LockGuard::release"));
+            return Err(inside_runtime("LockGuard::release", Location::caller()));
         }
-        block_on("LockGuard::release", guard.release())?
+        block_on("LockGuard::release", Location::caller(), guard.release())?
     }
 }
 
@@ -463,14 +497,14 @@ impl Drop for LockGuard {
         let Some(guard) = self.inner.take() else {
             return;
         };
-        if in_async_runtime() || thread_exiting() {
+        if in_async_runtime() || thread_exiting() || guard.is_inherited() {
             // Dropping the async guard releases in the background, which needs nothing from
-            // this thread.
+            // this thread (and leaves a guard inherited by a forked process to its parent).
             return;
         }
         let key = guard.shared_key();
         // A lock lost meanwhile is the holder's business, as with the async guard's drop.
-        if let Ok(Err(error)) = block_on("LockGuard::drop", guard.release()) {
+        if let Ok(Err(error)) = block_on("LockGuard::drop", Location::caller(), guard.release()) {
             if !matches!(error, LockError::Lost { .. }) {
                 tracing::warn!(target: "distlock", key = %key, %error, "release on drop failed; the lock expires at the end of its ttl");
             }
@@ -494,7 +528,8 @@ static GLOBAL: OnceCell<LockManager> = OnceCell::new();
 ///
 /// # Errors
 /// [`LockError::AlreadyInitialized`] if a global blocking manager is already installed; as
-/// [`LockManager::connect`] otherwise.
+/// [`LockManager::connect`] otherwise. A failure is remembered: until an `init` succeeds,
+/// locked calls fail with [`LockError::InitFailed`] and its cause.
 ///
 /// ```no_run
 /// fn main() -> Result<(), distlock::LockError> {
@@ -502,11 +537,16 @@ static GLOBAL: OnceCell<LockManager> = OnceCell::new();
 ///     Ok(())
 /// }
 /// ```
+#[track_caller]
 pub fn init(url: &str) -> Result<(), LockError> {
     if GLOBAL.get().is_some() {
         return Err(LockError::AlreadyInitialized);
     }
-    init_with(LockManager::connect(url)?)
+    let result = LockManager::connect(url).and_then(init_with);
+    if let Err(error) = &result {
+        crate::global::remember_failure("distlock::blocking::init", error);
+    }
+    result
 }
 
 /// Installs a manager built by hand as the global blocking manager.
@@ -529,7 +569,8 @@ pub fn init_with(manager: LockManager) -> Result<(), LockError> {
 /// function initializes once.
 ///
 /// # Errors
-/// [`LockError::NotInitialized`] when neither is installed.
+/// [`LockError::NotInitialized`] when neither is installed; [`LockError::InitFailed`], with
+/// its cause, when an `init` failed and none succeeded since.
 ///
 /// ```no_run
 /// let manager = distlock::blocking::global()?;

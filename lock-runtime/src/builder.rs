@@ -2,6 +2,7 @@
 //! how to talk to it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Backend;
@@ -170,6 +171,16 @@ impl LockManagerBuilder {
     /// Checks the settings, connects, and checks that Redis answers: what
     /// [`LockManagerBuilder::connect`] does, up to the manager it wraps around the result.
     pub(crate) async fn connect_shared(self) -> Result<Shared, LockError> {
+        let probe = probe_keys(&self.key_prefix)?;
+        let shared = self.build()?;
+        shared.backend.ping(&probe).await?;
+        Ok(shared)
+    }
+
+    /// Checks the settings and makes a manager's inside from them, without a Redis call (each
+    /// connection is made by its first use); with a copy of the settings, so that a process
+    /// forked from this one can make its own.
+    fn build(&self) -> Result<Shared, LockError> {
         for (name, value) in [
             ("connect_timeout", self.timeouts.connect),
             ("response_timeout", self.timeouts.response),
@@ -243,10 +254,13 @@ impl LockManagerBuilder {
                 Backend::sentinel(sentinels, self.timeouts)
             }
         };
-        let probe = probe_keys(&self.key_prefix)?;
-        let shared = Shared::new(backend, self.key_prefix, describe(&self.topology));
-        shared.backend.ping(&probe).await?;
-        Ok(shared)
+        let settings = self.clone();
+        Ok(Shared::new(
+            backend,
+            self.key_prefix.clone(),
+            describe(&self.topology),
+            Arc::new(move || settings.build()),
+        ))
     }
 }
 

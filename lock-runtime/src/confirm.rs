@@ -45,14 +45,16 @@ struct State {
     pending: Vec<(Instant, Arc<Held>, Option<Handle>)>,
     /// Until when the task sleeps (`None`: until woken).
     sleeps_until: Option<Instant>,
-    started: bool,
+    /// The process whose background runtime runs the task, once started: a process forked
+    /// from it has no such task (nor that runtime's thread), and starts its own.
+    started_in: Option<u32>,
 }
 
 static CONFIRMATIONS: Lazy<Confirmations> = Lazy::new(|| Confirmations {
     state: Mutex::new(State {
         pending: Vec::new(),
         sleeps_until: None,
-        started: false,
+        started_in: None,
     }),
     wake: Notify::new(),
 });
@@ -69,12 +71,17 @@ pub(crate) fn schedule(held: Arc<Held>) {
     let confirmations = &*CONFIRMATIONS;
     let wake = {
         let mut state = confirmations.state();
-        state.pending.push((due, held, caller));
-        let start = !state.started;
-        state.started = true;
-        if start {
+        let pid = std::process::id();
+        if state.started_in != Some(pid) {
+            if state.started_in.is_some() {
+                // Forked: the locks pending are the parent's, which confirms them.
+                state.pending.clear();
+                state.sleeps_until = None;
+            }
+            state.started_in = Some(pid);
             crate::background::spawn(run(confirmations));
         }
+        state.pending.push((due, held, caller));
         let wake = state.sleeps_until.is_none_or(|until| due < until);
         if wake {
             state.sleeps_until = Some(due);

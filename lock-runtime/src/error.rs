@@ -80,6 +80,40 @@ pub enum LockError {
     /// refused (empty, or reserved for distlock's helper keys).
     #[error("invalid distlock configuration: {0}")]
     Config(String),
+
+    /// A `distlock::blocking` call (or a `#[distributed_lock]` plain `fn`) was made on a thread
+    /// where a tokio runtime is current: inside a task, or in `spawn_blocking`. Blocking a
+    /// runtime's worker thread can keep the very tasks that would release the lock from
+    /// running, and tokio offers no way to tell a worker thread from a `spawn_blocking` one, so
+    /// both are refused, at once.
+    #[error(
+        "distlock::blocking::{call} was called at {location} on a thread where a tokio runtime \
+         is current (inside a task, or in `spawn_blocking`, which distlock cannot tell apart), \
+         where blocking can keep the tasks that would release the lock from running; in async \
+         code use the async API (`distlock::LockManager`, or `.as_async()` of the blocking \
+         manager) and `.await` it; in `spawn_blocking`, run the async API with \
+         `tokio::runtime::Handle::current().block_on(..)`, or move the synchronous code to a \
+         `std::thread`"
+    )]
+    InsideAsyncRuntime {
+        /// The blocking call, as `LockManager::acquire`.
+        call: &'static str,
+        /// Where in the caller's code it was made.
+        location: &'static std::panic::Location<'static>,
+    },
+
+    /// A locked function ran without a global manager because the program's `init` failed
+    /// earlier (and the program went on): the cause of that failure.
+    #[error(
+        "{call} failed earlier, so there is no global lock manager: {cause}; fix that and call \
+         `{call}` again (stop at startup when it fails, rather than running on without locks)"
+    )]
+    InitFailed {
+        /// The call that failed: `distlock::init` or `distlock::blocking::init`.
+        call: &'static str,
+        /// Its error's message.
+        cause: String,
+    },
 }
 
 /// Why a holder lost its lock: the [`LockError::Lost`] it is told carries one.
@@ -161,6 +195,8 @@ impl From<LockError> for std::io::Error {
             LockError::Timeout { .. } => ErrorKind::TimedOut,
             LockError::Busy { .. } => ErrorKind::WouldBlock,
             LockError::Config(_) => ErrorKind::InvalidInput,
+            // Not a bad value: the call cannot be made where it was.
+            LockError::InsideAsyncRuntime { .. } => ErrorKind::Unsupported,
             LockError::Redis(redis) if redis.is_timeout() => ErrorKind::TimedOut,
             LockError::Redis(redis) if redis.is_connection_refusal() => {
                 ErrorKind::ConnectionRefused

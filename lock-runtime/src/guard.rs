@@ -277,6 +277,12 @@ impl LockGuard {
         result
     }
 
+    /// Whether this guard was taken by another process, which this one was forked from: a copy
+    /// of that process's guard, whose drop here leaves the lock to it.
+    pub(crate) fn is_inherited(&self) -> bool {
+        self.held.shared.is_inherited()
+    }
+
     /// Stops what runs in the background for the lock: it is being released. (An extension
     /// already sent travels ahead of the release on the same connection; a confirmation not
     /// sent yet is not sent, see `Held::unlock`.)
@@ -292,6 +298,11 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_watchdog();
         if self.released {
+            return;
+        }
+        if self.is_inherited() {
+            // A copy of the parent's guard in a process forked without exec: the lock is the
+            // parent's, which releases it; the child must not take it from under it.
             return;
         }
         let held = Arc::clone(&self.held);

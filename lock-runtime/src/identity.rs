@@ -24,11 +24,10 @@ pub(crate) const MAX_HOST: usize = 255;
 /// The longest label recorded, in bytes: a function path and a key template fit easily.
 pub(crate) const MAX_LABEL: usize = 200;
 
-/// This process's host and pid, escaped once: `;h=<host>;p=<pid>;t=`.
-static PROCESS: Lazy<String> = Lazy::new(|| {
+/// This host, escaped once: `;h=<host>`.
+static HOST: Lazy<String> = Lazy::new(|| {
     let mut text = String::from(";h=");
     escape_into(&mut text, bounded(&host_name(), MAX_HOST));
-    let _ = write!(text, ";p={};t=", std::process::id());
     text
 });
 
@@ -40,9 +39,10 @@ pub(crate) fn encode_label(label: &str) -> Arc<str> {
     Arc::from(text)
 }
 
-/// A fresh lock value: a new UUID v4, this process, the time now, and `label` (escaped, from
-/// [`encode_label`]) when there is one.
-pub(crate) fn new_value(label: Option<&str>) -> Arc<str> {
+/// A fresh lock value: a new UUID v4, this host, process `pid` (the caller's: it knows it, and
+/// a process forked without exec is another holder than its parent), the time now, and `label`
+/// (escaped, from [`encode_label`]) when there is one.
+pub(crate) fn new_value(label: Option<&str>, pid: u32) -> Arc<str> {
     let mut buffer = uuid::Uuid::encode_buffer();
     let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
     let since = SystemTime::now()
@@ -50,10 +50,10 @@ pub(crate) fn new_value(label: Option<&str>) -> Arc<str> {
         .unwrap_or(Duration::ZERO)
         .as_millis();
     let label_len = label.map_or(0, |label| 3 + label.len());
-    let mut value = String::with_capacity(uuid.len() + PROCESS.len() + 13 + label_len);
+    let mut value = String::with_capacity(uuid.len() + HOST.len() + 30 + label_len);
     value.push_str(uuid);
-    value.push_str(&PROCESS);
-    let _ = write!(value, "{since}");
+    value.push_str(&HOST);
+    let _ = write!(value, ";p={pid};t={since}");
     if let Some(label) = label {
         value.push_str(";l=");
         value.push_str(label);
@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn a_value_reads_back_its_holder() {
         let label = encode_label("my_app::jobs::process_trace trace:{trace_id}");
-        let value = new_value(Some(&label));
+        let value = new_value(Some(&label), std::process::id());
         let identity = parse(value.as_bytes()).expect("a value distlock wrote");
         assert_eq!(
             identity.label.as_deref(),
@@ -172,7 +172,10 @@ mod tests {
         assert_eq!(identity.host, bounded(&host_name(), MAX_HOST));
         let age = SystemTime::now().duration_since(identity.since).unwrap();
         assert!(age < Duration::from_secs(60), "{age:?}");
-        assert!(parse(new_value(None).as_bytes()).unwrap().label.is_none());
+        assert!(parse(new_value(None, std::process::id()).as_bytes())
+            .unwrap()
+            .label
+            .is_none());
     }
 
     /// A lock kept for the line after a release within `hold_at_least` carries `;hold=<end>`
@@ -183,13 +186,13 @@ mod tests {
         for label in ["nightly report", "a;hold=1", "50%;l=x"] {
             let value = format!(
                 "{};hold=1764610000000",
-                new_value(Some(&encode_label(label)))
+                new_value(Some(&encode_label(label)), std::process::id())
             );
             let identity = parse(value.as_bytes()).expect("a value distlock wrote");
             assert_eq!(identity.label.as_deref(), Some(label), "{value}");
             assert_eq!(identity.pid, std::process::id());
         }
-        let value = format!("{};hold=1764610000000", new_value(None));
+        let value = format!("{};hold=1764610000000", new_value(None, std::process::id()));
         assert!(parse(value.as_bytes()).unwrap().label.is_none());
     }
 
@@ -203,7 +206,7 @@ mod tests {
             "%zz%4",
         ];
         for label in hostile {
-            let value = new_value(Some(&encode_label(label)));
+            let value = new_value(Some(&encode_label(label)), std::process::id());
             assert!(
                 value.bytes().all(|byte| byte.is_ascii_graphic()),
                 "{value:?} has whitespace or non-ASCII"
@@ -218,7 +221,7 @@ mod tests {
     #[test]
     fn huge_labels_are_cut_at_a_character_boundary() {
         let huge = "é".repeat(1 << 16);
-        let value = new_value(Some(&encode_label(&huge)));
+        let value = new_value(Some(&encode_label(&huge)), std::process::id());
         assert!(
             value.len() < 36 + MAX_HOST * 3 + MAX_LABEL * 3 + 64,
             "{}",
@@ -230,7 +233,10 @@ mod tests {
 
     #[test]
     fn values_are_fresh_uuids_first() {
-        let (a, b) = (new_value(None), new_value(None));
+        let (a, b) = (
+            new_value(None, std::process::id()),
+            new_value(None, std::process::id()),
+        );
         assert_ne!(a, b);
         let uuid = uuid::Uuid::try_parse(&a[..36]).unwrap();
         assert_eq!(uuid.get_version_num(), 4);

@@ -3,8 +3,10 @@
 //!
 //! Everything shown comes from what acquisitions write anyway — the lock's value names its
 //! holder (see [`LockGuard::token`](crate::LockGuard::token)), the line holds its waiters, the
-//! fencing counter its last token — so inspection adds nothing to the cost of a lock. It only
-//! reads: one script per lock, and `SCAN` (never `KEYS`, which blocks a server) to find locks.
+//! fencing counter its last token, and the script that grants a lock to a holder that waited
+//! records when (the value, made before the wait, cannot say) — so inspection adds no command
+//! to a lock. It only reads: one script per lock, and `SCAN` (never `KEYS`, which blocks a
+//! server) to find locks.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -73,8 +75,12 @@ pub struct Holder {
     /// Its [`LockOptions::label`](crate::LockOptions::label) (`#[distributed_lock]`: the
     /// function's path and key template); the lock's name when none was set.
     pub label: String,
-    /// When the holder asked for the lock, by its own clock. For a lock handed over after a
-    /// wait this includes the wait: the value is written once, before the first try.
+    /// When the holder got the lock, so that `now - since` is how long it has held it, never
+    /// counting its wait. A lock taken by its first try shows the time its value was made, just
+    /// before that `SET`, by the holder's clock; a lock that a holder got after waiting (handed
+    /// over by the previous holder's release, or found free by a later look) shows the time of
+    /// that grant, recorded by the script that made it, by the Redis server's clock (on
+    /// Redlock, the earliest among the masters that hold it; in-process, this process's).
     pub since: SystemTime,
 }
 
@@ -103,7 +109,7 @@ impl LockManager {
         key.push_str(self.key_prefix());
         key.push_str(name);
         let keys = LockKeys::new(key)?;
-        let look = self.backend().inspect(&keys).await?;
+        let look = self.backend()?.inspect(&keys).await?;
         Ok(look.map(|look| info(name, &keys, look)))
     }
 
@@ -207,7 +213,7 @@ impl LockManager {
                 info.key
             )));
         };
-        Ok(self.backend().force_unlock(&keys, value).await?)
+        Ok(self.backend()?.force_unlock(&keys, value).await?)
     }
 }
 
@@ -236,7 +242,7 @@ impl Walk {
                 key.push_str(self.manager.key_prefix());
                 key.push_str(&name);
                 let keys = LockKeys::new(key)?;
-                match self.manager.backend().inspect(&keys).await {
+                match self.manager.backend()?.inspect(&keys).await {
                     Ok(Some(look)) => return Ok(Some(info(&name, &keys, look))),
                     Ok(None) => {}
                     // Found as a string by the scan, another type by now: no lock, as a key
@@ -246,7 +252,7 @@ impl Walk {
                 }
             }
             if self.targets.is_none() {
-                let mut targets = self.manager.backend().scan_targets().await?;
+                let mut targets = self.manager.backend()?.scan_targets().await?;
                 targets.reverse();
                 self.targets = Some(targets);
             }
@@ -256,7 +262,7 @@ impl Walk {
             };
             let (cursor, keys) = self
                 .manager
-                .backend()
+                .backend()?
                 .scan(target, self.cursor, &self.glob)
                 .await?;
             self.cursor = cursor;
@@ -292,7 +298,8 @@ fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
         host: identity.host,
         pid: identity.pid,
         label: identity.label.unwrap_or_else(|| name.to_owned()),
-        since: identity.since,
+        // A holder that waited wrote its value before the wait: the grant's record tells.
+        since: look.granted.unwrap_or(identity.since),
     });
     LockInfo {
         name: name.to_owned(),

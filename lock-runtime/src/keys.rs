@@ -2,8 +2,9 @@
 //!
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters and the
 //! lease table of that line's renewed places, its fencing counter, on a cluster the marker of
-//! its last release, and on each Redlock master its wake list, each named by a fixed word `s`
-//! (`line`, `leases`, `fence`, `released`, `wake`). Two rules
+//! its last release, when its holder got it (for a holder that waited), the token of a holder
+//! an operator force-released, and on each Redlock master its wake list, each named by a fixed
+//! word `s` (`line`, `leases`, `fence`, `released`, `since`, `forced`, `wake`). Two rules
 //! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
@@ -153,6 +154,12 @@ impl LockKeys {
     /// lock is no longer its.
     pub(crate) fn forced(&self) -> String {
         self.helper("forced")
+    }
+
+    /// When the lock's holder got it, for a holder that waited first (see `granted` in
+    /// `scripts.rs`): its UUID and the grant's Redis time in ms; lives as long as the lock.
+    pub(crate) fn since(&self) -> String {
+        self.helper("since")
     }
 
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.

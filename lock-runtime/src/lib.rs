@@ -50,7 +50,7 @@
 //! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
 //! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
 //! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
-//! | `background` | the process-wide runtime for clean-up that outlives its caller |
+//! | `background` | the process-wide runtime for clean-up that outlives its caller (one per process, also after a fork) |
 //! | `sentinel` | which server is a Sentinel service's master now |
 //! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
@@ -59,7 +59,7 @@
 //! | `backend` | the seam: one endpoint (`node`) or Redlock's majority (`quorum`) |
 //! | `queue` | the in-process first-come-first-served line per key |
 //! | `acquire` | the waiting protocol as a state machine, without I/O |
-//! | `shared` | the inside of a manager: backend, key prefix, queues |
+//! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
 //! | `held` | what a held lock's guard and watchdog share |
 //! | `watchdog` | auto-extension |
 //! | `confirm` | the lazy confirmation of a lock handed over on its claim |

@@ -1,5 +1,6 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,10 @@ const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections, wake-up subscriptions and the
 /// in-process queue of each key. Usable from any tokio runtime: each runtime that uses it gets
-/// its own multiplexed connection, so one global manager serves every `#[tokio::test]`.
+/// its own multiplexed connection, so one global manager serves every `#[tokio::test]`. A
+/// process forked without exec can use its parent's managers too: at its first call each makes
+/// its connections, wake-up channel and queues anew in the child, from the same settings (the
+/// parent's are driven by threads the child does not have).
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), distlock::LockError> {
@@ -174,11 +178,7 @@ impl LockManager {
     /// ```
     #[must_use]
     pub fn in_process() -> LockManager {
-        Self::from_parts(Shared::new(
-            Backend::in_process(),
-            "lock:".to_owned(),
-            "in-process (this process only)".to_owned(),
-        ))
+        Self::from_parts(in_process_shared())
     }
 
     /// The manager over `shared`, which the builder made.
@@ -224,7 +224,10 @@ impl LockManager {
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        let result = self.acquire_waiting(name, options).await;
+        let result = match self.here() {
+            Ok(here) => here.acquire_waiting(name, options).await,
+            Err(error) => Err(error),
+        };
         Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
         result
     }
@@ -251,7 +254,7 @@ impl LockManager {
         };
         let fencing = options.fencing_enabled();
         let mut machine = Acquisition::new(deadline, Some(crate::backend::RENEW));
-        let mut token = new_token(options);
+        let mut token = new_token(options, self.inner.pid);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
@@ -358,7 +361,7 @@ impl LockManager {
                         // its token: go on under a new one, listening for that one.
                         place.give_up();
                         listener = None;
-                        token = new_token(options);
+                        token = new_token(options, self.inner.pid);
                     }
                     next
                 }
@@ -490,7 +493,10 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         let started = Instant::now();
-        let result = self.try_acquire_once(name, options).await;
+        let result = match self.here() {
+            Ok(here) => here.try_acquire_once(name, options).await,
+            Err(error) => Err(error),
+        };
         Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
         result
     }
@@ -505,7 +511,7 @@ impl LockManager {
         let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
             return Ok(None);
         };
-        let token = new_token(options);
+        let token = new_token(options, self.inner.pid);
         let sent = Instant::now();
         match self
             .attempt(
@@ -617,8 +623,23 @@ impl LockManager {
         guard
     }
 
-    pub(crate) fn backend(&self) -> &Backend {
-        &self.inner.backend
+    /// This process's backend (see [`LockManager::here`]).
+    pub(crate) fn backend(&self) -> Result<&Backend, LockError> {
+        Ok(&self.inner.current()?.backend)
+    }
+
+    /// This manager as it works in this process: itself, or in a process forked from the one
+    /// that made it, the manager made anew there from the same settings (see `shared`), so
+    /// that the child never waits on connections and tasks that only its parent drives.
+    fn here(&self) -> Result<Cow<'_, LockManager>, LockError> {
+        let current = self.inner.current()?;
+        Ok(if Arc::ptr_eq(current, &self.inner) {
+            Cow::Borrowed(self)
+        } else {
+            Cow::Owned(LockManager {
+                inner: Arc::clone(current),
+            })
+        })
     }
 
     /// One attempt to take the lock. If the caller stops waiting while the command is in
@@ -770,9 +791,20 @@ impl fmt::Debug for LockManager {
     }
 }
 
-/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock.
-fn new_token(options: &LockOptions) -> Arc<str> {
-    crate::identity::new_value(options.encoded_label())
+/// The inside of an in-process manager: the process's lock table, and queues of its own.
+fn in_process_shared() -> Shared {
+    Shared::new(
+        Backend::in_process(),
+        "lock:".to_owned(),
+        "in-process (this process only)".to_owned(),
+        Arc::new(|| Ok(in_process_shared())),
+    )
+}
+
+/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock (process
+/// `pid`, the one the manager's inside was made in: this one).
+fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
+    crate::identity::new_value(options.encoded_label(), pid)
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {

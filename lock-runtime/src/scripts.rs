@@ -44,14 +44,15 @@ where
 
 /// Lua shared by the line scripts below (prepended to their text, never spliced with data).
 ///
-/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter, and
-/// the lock's lease table as the last key (`KEYS[#KEYS]`). The line is a list of waiters, oldest
-/// first, each entry `"<token> <lease deadline ms> <ttl ms> <fencing 0|1> <grant channel>"`:
-/// everything a release needs to hand the lock over is in the entry it pops, so a hand-off costs
-/// no lookup besides the clock. The lease table is a sorted set of the tokens whose places were
-/// renewed, each scored by the lease deadline its last renewal gave (Redis time in ms): a
-/// renewal writes there, in O(log n), and leaves its entry as it was (see [`ACQUIRE`]). So a
-/// waiter's place lasts until the later of its entry's deadline and its score.
+/// They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter,
+/// `KEYS[4]` its `since` record (see `granted` below; written only by scripts that hand over),
+/// and the lock's lease table as the last key (`KEYS[#KEYS]`). The line is a list of waiters,
+/// oldest first, each entry `"<token> <lease deadline ms> <ttl ms> <fencing 0|1> <grant
+/// channel>"`: everything a release needs to hand the lock over is in the entry it pops, so a
+/// hand-off costs no lookup besides the clock. The lease table is a sorted set of the tokens
+/// whose places were renewed, each scored by the lease deadline its last renewal gave (Redis
+/// time in ms): a renewal writes there, in O(log n), and leaves its entry as it was (see
+/// [`ACQUIRE`]). So a waiter's place lasts until the later of its entry's deadline and its score.
 ///
 /// `next_fence()`: the next fencing token, or `nil` and an error reply naming the counter. A
 /// counter that is not a number (or not a string) fails `INCR`; one that something else set below 0 would give a token that is not
@@ -93,6 +94,16 @@ where
 /// its next look. On a cluster a
 /// publish reaches every node but counts only the receivers on the lock's node: receivers
 /// cannot be counted there, and leases alone tell.
+///
+/// `granted(holder, ttl, now)`: records in the lock's `since` key that `holder` got the lock now
+/// (Redis time in ms: `now` when the caller knows it — a hand-off takes `known` rather than read
+/// the clock, as it does for leases; it is off only by what separates two servers' clocks after
+/// a failover, which a time shown to an operator can bear): `"<holder's UUID> <ms>"`, for
+/// `ttl` ms, which every extension of the lock renews (see [`EXTEND`]). A holder whose value was
+/// written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
+/// show its wait as time held; inspection takes the record only while it names the lock's
+/// current holder (UUIDs are never reused). A first try writes no record: its value is made
+/// just before it, and its `SET NX` stays the only command of an uncontended acquisition.
 ///
 /// `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
 /// its token, its grant channel and the time now (read only when someone is in line); `nil` when
@@ -145,6 +156,10 @@ local function forget_lease(token)
   redis.pcall('ZADD', LEASES, 'XX', 0, token)
 end
 
+local function granted(holder, ttl, now)
+  redis.call('SET', KEYS[4], string.sub(holder, 1, 36) .. ' ' .. (now or now_ms()), 'PX', ttl)
+end
+
 local function hand_off(claim, except, quiet, popped, counted, known)
   local now = nil
   while true do
@@ -173,6 +188,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
+        granted(waiter, ttl, now or known)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
@@ -353,6 +369,9 @@ if not held then
       end
     end
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if ARGV[7] ~= 'first' then
+      granted(ARGV[1], ARGV[2])
+    end
     return {1, fence, tonumber(ARGV[2])}
   end
   if first[1] == ARGV[1] then
@@ -414,8 +433,9 @@ return {0, remaining(), deadline, written}
 
 /// Release the lock if it is still ours, handing it to the first live waiter in line.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`]: `KEYS[4]` the lock's `forced` mark, `KEYS[5]` the
-///   `released` marker below when given, and the lease table last; `ARGV[1]` the token, `ARGV[2]` the claim (see
+/// - `KEYS` as in [`LINE_PRELUDE`]: `KEYS[4]` the `since` record, `KEYS[5]` the lock's
+///   `forced` mark, `KEYS[6]` the `released` marker below when given, and the lease table last;
+///   `ARGV[1]` the token, `ARGV[2]` the claim (see
 ///   [`ACQUIRE`]), `ARGV[3]` `"1"` to also leave the line: a waiter that gives up, whose lock may
 ///   have been handed to it meanwhile; `ARGV[4]` see below (empty: none); `ARGV[5]` `"1"` where
 ///   receivers of a publish are counted, `ARGV[6]` Redis time in ms as the caller knows it: a
@@ -431,7 +451,8 @@ return {0, remaining(), deadline, written}
 /// line.
 ///
 /// With nobody in line this is the compare-and-delete of any Redis lock, plus one `LPOP` that
-/// finds no line.
+/// finds no line; the `DEL` also takes the lock's `since` record (see `granted`), which a holder
+/// that waited has, so that nothing of the lock outlives it but its fencing counter.
 ///
 /// A waiter leaving while the lock is kept for the line past a hold (its value ends in
 /// `;hold=<end>`, see [`HOLD`]) and leaving nobody live in line behind it gives the lock back
@@ -442,7 +463,7 @@ return {0, remaining(), deadline, written}
 ///
 /// A connection that sends a command again after losing its reply (a cluster connection does)
 /// can run a release twice, and the second run finds the lock gone: a false "not ours". So such
-/// a caller also passes `KEYS[5]`, the lock's `released` marker, and `ARGV[4]`, how long after
+/// a caller also passes `KEYS[6]`, the lock's `released` marker, and `ARGV[4]`, how long after
 /// its first run a command may still be re-sent; a release that frees the lock then leaves its
 /// token in the marker for that long, and a release that finds the lock not ours but its own
 /// token in the marker is that same release run again, and answers 1 — unless the `forced`
@@ -476,11 +497,11 @@ local ours = held == ARGV[1]
 local waiter = nil
 if ours and ARGV[3] ~= '1' then
   if ARGV[4] ~= '' then
-    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
+    redis.call('SET', KEYS[6], ARGV[1], 'PX', ARGV[4])
   end
   waiter = redis.pcall('LPOP', KEYS[2])
   if not waiter then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], KEYS[4])
     return 1
   end
 end
@@ -516,17 +537,17 @@ if not ours and ARGV[3] == '1' and held then
   end
 end
 if not ours then
-  local why = not_ours(held, KEYS[4], ARGV[1])
-  if why ~= -2 and ARGV[4] ~= '' and redis.call('GET', KEYS[5]) == ARGV[1] then
+  local why = not_ours(held, KEYS[5], ARGV[1])
+  if why ~= -2 and ARGV[4] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
     return 1
   end
   return why
 end
 if ARGV[4] ~= '' and ARGV[3] == '1' then
-  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[6], ARGV[1], 'PX', ARGV[4])
 end
 if not hand_off(tonumber(ARGV[2]), ARGV[1], nil, waiter, ARGV[5] == '1', tonumber(ARGV[6])) then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return 1
 end
 return 2
@@ -537,9 +558,12 @@ return 2
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its wake list: a sorted set of waiters, each member
 ///   `"<channel> <token>"` (the pub/sub channel its process listens on, its token) scored by
-///   the deadline of its lease in ms (Redis time).
+///   the deadline of its lease in ms (Redis time); `KEYS[3]` its `since` record (see `granted`
+///   in [`LINE_PRELUDE`]).
 /// - `ARGV[1]` the token, `ARGV[2]` the ttl in ms, `ARGV[3]` the caller's member (empty: it is
-///   not subscribed, and takes no place), `ARGV[4]` the lease of a place in ms.
+///   not subscribed, and takes no place), `ARGV[4]` the lease of a place in ms, `ARGV[5]` `"1"`
+///   when the caller has waited (its value, made before its first try, is older than this
+///   grant, which is then recorded in `KEYS[3]`).
 /// - Returns `{1}` when acquired (or found already ours: a re-sent command), `{0, pttl,
 ///   holder}` when someone else holds it (`pttl` -1: no expiry; `holder` the value of the lock
 ///   key, so that the caller can tell one holder on several masters from a split).
@@ -557,6 +581,11 @@ pub(crate) static QUORUM_ACQUIRE: Lazy<Script> = Lazy::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then
     redis.call('ZREM', KEYS[2], ARGV[3])
+  end
+  if ARGV[5] == '1' then
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    redis.call('SET', KEYS[3], string.sub(ARGV[1], 1, 36) .. ' ' .. now, 'PX', ARGV[2])
   end
   return {1}
 end
@@ -585,7 +614,8 @@ return {0, pttl, held}
 
 /// Redlock's release on one master: delete the lock if it is still ours, and wake one waiter.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]), `KEYS[3]` its
+///   `since` record, deleted with the lock.
 /// - `ARGV[1]` the token, `ARGV[2]` the caller's own member, taken out of the wake list whether
 ///   or not the lock is ours (empty: none), `ARGV[3]` `"1"` to wake a waiter when the lock is
 ///   deleted: a release; `"0"` for a contender giving back the masters of an attempt that did
@@ -610,7 +640,7 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 if waiting and ARGV[3] == '1' then
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -635,8 +665,10 @@ return 1
 
 /// Set the lock's remaining ttl if it is still ours.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its `forced` mark (see [`FORCE_RELEASE`]); `ARGV[1]`
-///   the token, `ARGV[2]` the new ttl in milliseconds.
+/// - `KEYS[1]` the lock key, `KEYS[2]` its `forced` mark (see [`FORCE_RELEASE`]), `KEYS[3]` its
+///   `since` record (see `granted` in [`LINE_PRELUDE`]), which lives as long as the lock (when
+///   there is one: expiring a missing key is a no-op); `ARGV[1]` the token, `ARGV[2]` the new
+///   ttl in milliseconds.
 /// - Returns 1 when extended; when the lock was not ours (nothing touched), why: -2 an
 ///   operator force-released it (the mark holds the token), -1 another holder has it, 0 nobody
 ///   does. The mark is read only then, so an extension costs what it did.
@@ -647,6 +679,7 @@ pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
             r"
 local held = redis.pcall('GET', KEYS[1])
 if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return not_ours(held, KEYS[2], ARGV[1])
@@ -767,8 +800,8 @@ return 1
 /// Break a lock for an operator (`LockManager::force_release`, `distlock release --force`):
 /// release it as its holder would, if its key still holds the value the operator saw.
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`], `KEYS[4]` the lock's `forced` mark, `KEYS[5]` its lease
-///   table (last, as the prelude expects); `ARGV[1]` the value
+/// - `KEYS` as in [`LINE_PRELUDE`]: `KEYS[4]` the `since` record, `KEYS[5]` the lock's
+///   `forced` mark, `KEYS[6]` its lease table (last, as the prelude expects); `ARGV[1]` the value
 ///   seen, `ARGV[2]` the claim (see [`ACQUIRE`]), `ARGV[3]` `"1"` where receivers of a publish
 ///   are counted (see `hand_off`), `ARGV[4]` how long the mark is kept, in ms.
 /// - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
@@ -797,12 +830,12 @@ if held ~= ARGV[1] then
     return redis.error_reply('WRONGTYPE distlock: the lock key ' .. KEYS[1] ..
       ' holds a value of another type, not a lock')
   end
-  if redis.pcall('GET', KEYS[4]) == holder then
+  if redis.pcall('GET', KEYS[5]) == holder then
     return 1
   end
   return 0
 end
-redis.call('SET', KEYS[4], holder, 'PX', ARGV[4])
+redis.call('SET', KEYS[5], holder, 'PX', ARGV[4])
 local read, first = pcall(hand_off, tonumber(ARGV[2]), holder, nil, nil, ARGV[3] == '1', nil)
 if not read then
   redis.call('DEL', KEYS[1])
@@ -822,8 +855,9 @@ return 1
 
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
-/// - `KEYS` as in [`LINE_PRELUDE`]: the lock, its line, its fencing counter, its lease table.
-/// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence}`: the lock key's
+/// - `KEYS` as in [`LINE_PRELUDE`]: the lock, its line, its fencing counter, its `since`
+///   record, its lease table.
+/// - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence, since}`: the lock key's
 ///   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
 ///   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
 ///   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
@@ -848,7 +882,7 @@ local waiters = 0
 for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
   local token, deadline = string.match(entry, '^(%S+) (%d+) ')
   if deadline and (tonumber(deadline) >= now
-      or (tonumber(redis.pcall('ZSCORE', KEYS[4], token)) or 0) >= now) then
+      or (tonumber(redis.pcall('ZSCORE', KEYS[5], token)) or 0) >= now) then
     waiters = waiters + 1
   end
 end
@@ -859,7 +893,7 @@ if ends then
 else
   pttl = redis.call('PTTL', KEYS[1])
 end
-return {value, pttl, waiters, redis.call('GET', KEYS[3])}
+return {value, pttl, waiters, redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])}
 ",
     )
 });

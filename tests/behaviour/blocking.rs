@@ -204,27 +204,122 @@ fn auto_extend_runs_between_calls() {
     guard.release().unwrap();
 }
 
+/// Asserts that `error` refuses `call` made on the line `line` of this file, and says what to
+/// use instead.
+fn assert_refused_inside_runtime(error: &LockError, call: &str, line: u32) {
+    match error {
+        LockError::InsideAsyncRuntime {
+            call: refused,
+            location,
+        } => {
+            assert_eq!(*refused, call, "{error}");
+            assert!(location.file().ends_with("blocking.rs"), "{location}");
+            assert_eq!(location.line(), line, "the caller's line: {error}");
+        }
+        other => panic!("expected InsideAsyncRuntime, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("distlock::blocking::{call} was called at "))
+            && message.contains("distlock::LockManager")
+            && message.contains("spawn_blocking")
+            && !message.contains("configuration"),
+        "{message}"
+    );
+    let io = std::io::Error::from(LockError::InsideAsyncRuntime {
+        call: "LockManager::acquire",
+        location: std::panic::Location::caller(),
+    });
+    assert_eq!(io.kind(), std::io::ErrorKind::Unsupported);
+}
+
 #[tokio::test]
 async fn inside_an_async_runtime_it_is_an_error_not_a_deadlock() {
     let url = shared_server().url();
     let started = Instant::now();
-    let error = LockManager::connect(&url).expect_err("refused inside a runtime");
-    assert!(matches!(error, LockError::Config(_)), "{error:?}");
-    let message = error.to_string();
-    assert!(
-        message.contains("async runtime") && message.contains("distlock::LockManager"),
-        "{message}"
-    );
+    let line = line!() + 1;
+    let error = LockManager::connect(&url).expect_err("refused");
+    assert_refused_inside_runtime(&error, "LockManagerBuilder::connect", line);
 
     // A manager made outside, used inside: the same.
     let manager = std::thread::spawn(move || LockManager::connect(&url).unwrap())
         .join()
         .unwrap();
+    let options = LockOptions::new();
+    let line = line!() + 2;
     let error = manager
-        .acquire("blocking:inside", &LockOptions::new())
-        .expect_err("refused inside a runtime");
-    assert!(matches!(error, LockError::Config(_)), "{error:?}");
+        .acquire("blocking:inside", &options)
+        .expect_err("refused");
+    assert_refused_inside_runtime(&error, "LockManager::acquire", line);
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// `spawn_blocking` runs on a thread where the runtime is still current, and tokio offers no
+/// way to tell it from a worker thread: refused with the same error, which names the caller's
+/// line and says how to run the lock there instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inside_spawn_blocking_it_is_an_error_that_says_what_to_do() {
+    let url = shared_server().url();
+    let manager = std::thread::spawn(move || LockManager::connect(&url).unwrap())
+        .join()
+        .unwrap();
+    let in_task = manager.clone();
+    let (result, line) = tokio::task::spawn_blocking(move || {
+        let (options, line) = (LockOptions::new(), line!() + 1);
+        let result = in_task.try_acquire("blocking:spawn-blocking", &options);
+        (result, line)
+    })
+    .await
+    .unwrap();
+    assert_refused_inside_runtime(
+        &result.expect_err("refused in spawn_blocking"),
+        "LockManager::try_acquire",
+        line,
+    );
+    // What the message says works there: the async API through the current runtime.
+    let guard = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Handle::current().block_on(
+            manager
+                .as_async()
+                .acquire("blocking:spawn-blocking", &LockOptions::new()),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(shared_server().exists("lock:blocking:spawn-blocking"));
+    guard.release().await.unwrap();
+}
+
+/// A failed `blocking::init` that the program only logged: later calls say why there is no
+/// global manager, not just that there is none; an `init` that then succeeds is used.
+#[test]
+fn after_a_failed_init_calls_say_its_cause() {
+    if !test_support::in_own_process(module_path!(), "after_a_failed_init_calls_say_its_cause") {
+        return;
+    }
+    // Nothing listens on port 1: refused at once.
+    let failed = blocking::init("redis://127.0.0.1:1").expect_err("nothing listens there");
+    for error in [
+        blocking::global().expect_err("no global manager"),
+        gives_up_quickly().expect_err("no global manager"),
+    ] {
+        match &error {
+            LockError::InitFailed { call, cause } => {
+                assert_eq!(*call, "distlock::blocking::init");
+                assert_eq!(*cause, failed.to_string());
+            }
+            other => panic!("expected InitFailed, got {other:?}"),
+        }
+        let message = error.to_string();
+        assert!(
+            message.starts_with("distlock::blocking::init failed earlier")
+                && message.contains(&failed.to_string()),
+            "{message}"
+        );
+    }
+    blocking::init(&shared_server().url()).unwrap();
+    gives_up_quickly().unwrap();
 }
 
 #[test]
@@ -339,7 +434,12 @@ fn the_attribute_on_a_plain_fn_releases_on_panic_times_out_and_survives_a_loss()
 async fn the_attribute_on_a_plain_fn_inside_a_runtime_is_an_error() {
     std::thread::spawn(install_global).join().unwrap();
     let error = gives_up_quickly().expect_err("refused inside a runtime");
-    assert!(matches!(error, LockError::Config(_)), "{error:?}");
+    let LockError::InsideAsyncRuntime { call, location } = &error else {
+        panic!("expected InsideAsyncRuntime, got {error:?}");
+    };
+    assert_eq!(*call, "LockManager::acquire");
+    // The locked function's own code, not distlock's.
+    assert!(location.file().ends_with("blocking.rs"), "{location}");
 }
 
 /// A guard kept in a `thread_local!` is dropped while its thread exits, after tokio's own
@@ -420,4 +520,162 @@ fn the_attribute_on_a_plain_fn_releases_after_the_bodys_temporaries() {
         "the body's last temporary was dropped after the lock was released (1) or never (0)"
     );
     assert!(!shared_server().exists("lock:blocking:attr:tail"));
+}
+
+/// Forks this process without exec, and waits up to `limit` for the child, which runs `child`
+/// and exits with 0 when it returns `Ok`, 1 (after printing why) when it returns an error.
+/// Panics when the child is still running at `limit` (it is killed first).
+///
+/// `fork` has no safe wrapper: only the calling thread goes on in the child, and that is the
+/// very situation under test. It runs in a worker process of its own (`spawn_self`), so the
+/// test harness's other threads are not forked with it, and the child leaves by `_exit`,
+/// running nothing the parent's other threads may have left half done.
+#[allow(unsafe_code)]
+fn fork_and_wait(limit: Duration, child: impl FnOnce() -> Result<(), String>) -> ExitCode {
+    // SAFETY: see above; the child touches no lock another thread may hold but distlock's own,
+    // which is what the test checks.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = match child() {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("the forked child failed: {error}");
+                1
+            }
+        };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: `pid` is our own child; `status` is a valid place to write to.
+        let done = unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) };
+        if done == pid {
+            return ExitCode(libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)));
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: as above; SIGKILL ends it even while it hangs.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &raw mut status, 0);
+            }
+            panic!("the forked child was still blocked after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How a forked child ended: its exit code, `None` when a signal ended it.
+#[derive(Debug, PartialEq, Eq)]
+struct ExitCode(Option<i32>);
+
+/// The worker of the fork test: does nothing unless started by `spawn_self`.
+#[test]
+fn fork_worker() {
+    let Ok(url) = std::env::var("DISTLOCK_FORK_WORKER_URL") else {
+        return;
+    };
+    let manager = LockManager::connect(&url).unwrap();
+    blocking::init_with(manager.clone()).unwrap();
+    let options = LockOptions::new().timeout(Duration::from_secs(10));
+    // The parent uses the blocking API before it forks: the background runtime, its
+    // connection and the wake-up subscription (a wait, then a hand-off) exist from now on.
+    let holder = manager.acquire("blocking:fork:warm", &options).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        holder.release().unwrap();
+    });
+    manager
+        .acquire("blocking:fork:warm", &options)
+        .unwrap()
+        .release()
+        .unwrap();
+    releaser.join().unwrap();
+    // Held by the parent across the fork: the child waits for it.
+    let held = manager.acquire("blocking:fork:held", &ttl(30_000)).unwrap();
+    let release_later = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        held.release().unwrap();
+    });
+
+    let child = || -> Result<(), String> {
+        let quick = LockOptions::new().timeout(Duration::from_secs(2));
+        let error = |what: &'static str| move |error: LockError| format!("{what}: {error}");
+        let guard = manager
+            .acquire("blocking:fork:free", &quick)
+            .map_err(error("a free lock"))?;
+        guard.release().map_err(error("its release"))?;
+        let guard = blocking::global()
+            .and_then(|global| global.acquire("blocking:fork:global", &quick))
+            .map_err(error("a lock through the global manager"))?;
+        // Released by the drop.
+        drop(guard);
+        // Handed over by the parent's release.
+        let guard = manager
+            .acquire("blocking:fork:held", &options)
+            .map_err(error("the lock the parent held"))?;
+        guard.release().map_err(error("its release"))?;
+        // An async guard dropped on a runtime of the child's own is released on the
+        // background runtime.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| error.to_string())?;
+        runtime.block_on(async {
+            let guard = manager
+                .as_async()
+                .acquire("blocking:fork:dropped", &ttl(30_000))
+                .await
+                .map_err(error("an async lock"))?;
+            // The lock names the child as its holder, not the parent.
+            let holder = manager
+                .as_async()
+                .inspect("blocking:fork:dropped")
+                .await
+                .map_err(error("its inspection"))?
+                .and_then(|info| info.holder)
+                .ok_or("the lock shows no holder")?;
+            if holder.pid != std::process::id() {
+                return Err(format!("the lock names pid {} as its holder", holder.pid));
+            }
+            drop(guard);
+            Ok::<(), String>(())
+        })?;
+        drop(runtime);
+        let again = manager
+            .acquire("blocking:fork:dropped", &quick)
+            .map_err(error("the lock the dropped async guard held"))?;
+        again.release().map_err(error("its release"))
+    };
+    let ended = fork_and_wait(Duration::from_secs(30), child);
+    release_later.join().unwrap();
+    assert_eq!(ended, ExitCode(Some(0)), "the forked child failed");
+    assert!(
+        manager
+            .try_acquire("blocking:fork:held", &LockOptions::new())
+            .unwrap()
+            .is_some(),
+        "the parent still works after the fork"
+    );
+}
+
+/// A process forked without exec (a pre-fork server, a job runner) uses the blocking API that
+/// its parent used before: every call works in the child, on a runtime and connections of its
+/// own, rather than waiting for ever on the parent's, whose thread the child does not have.
+#[test]
+fn a_forked_child_uses_the_blocking_api_of_its_parent() {
+    let server = shared_server();
+    let worker = spawn_self(
+        "blocking::fork_worker",
+        &[("DISTLOCK_FORK_WORKER_URL", server.url())],
+    );
+    for status in wait_all(vec![worker], Duration::from_secs(90)) {
+        assert!(status.success(), "the fork worker failed: {status}");
+    }
+    assert!(
+        !server.exists("lock:blocking:fork:dropped"),
+        "released in the child"
+    );
 }

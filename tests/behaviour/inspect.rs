@@ -475,3 +475,67 @@ async fn force_release_refuses_a_value_that_is_not_text_in_plain_words() {
     assert!(!text.contains("  "), "a run of blanks in: {text:?}");
     assert_eq!(server.keys("lock:binary").len(), 1, "left as it was");
 }
+
+/// A holder that waited shows as held since the grant — the moment the release handed the lock
+/// over (Redlock: woke it to take it) — not since it asked; and extensions that keep the lock
+/// past the ttl it was granted with keep that record.
+async fn since_after_a_wait_survives_extensions(manager: &LockManager, other: LockManager) {
+    const NAME: &str = "since:waited";
+    let holder = manager.acquire(NAME, &LockOptions::new()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let options = LockOptions::new()
+            .ttl(Duration::from_millis(1500))
+            .timeout(Duration::from_secs(20));
+        other.acquire(NAME, &options).await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let released = SystemTime::now();
+    holder.release().await.unwrap();
+    let got = waiter.await.unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        got.extend(Duration::from_millis(1500)).await.unwrap();
+    }
+    let since = inspect(manager, NAME).await.holder.unwrap().since;
+    assert!(
+        since + Duration::from_millis(2) >= released,
+        "held since {:?} before the release that granted it",
+        released.duration_since(since).unwrap_or_default()
+    );
+
+    // Handed on by a holder that waited in this line itself: its release takes Redis's time as
+    // its process knows it from that wait (no `TIME`), close to it but not to the millisecond.
+    let next = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            manager.acquire(NAME, &options).await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let released = SystemTime::now();
+    got.release().await.unwrap();
+    let last = next.await.unwrap();
+    let since = inspect(manager, NAME).await.holder.unwrap().since;
+    assert!(
+        since + Duration::from_millis(200) >= released,
+        "held since {:?} before the release that granted it",
+        released.duration_since(since).unwrap_or_default()
+    );
+    last.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn since_after_a_wait_is_the_grant_on_a_server_and_on_redlock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    since_after_a_wait_survives_extensions(
+        &LockManager::connect(&url).await.unwrap(),
+        LockManager::connect(&url).await.unwrap(),
+    )
+    .await;
+    let servers = RedisServers::start(3);
+    let redlock = || LockManager::redlock_builder(&servers.urls()).connect();
+    since_after_a_wait_survives_extensions(&redlock().await.unwrap(), redlock().await.unwrap())
+        .await;
+}

@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions, LostCause};
 
@@ -43,6 +43,15 @@ macro_rules! parity_tests {
         #[tokio::test]
         async fn fencing_tokens_strictly_increase() {
             parity::fencing_tokens_strictly_increase($connect).await;
+        }
+        #[tokio::test]
+        async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter() {
+            parity::fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter($connect)
+                .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn since_is_when_the_holder_got_the_lock_not_when_it_asked() {
+            parity::since_is_when_the_holder_got_the_lock_not_when_it_asked($connect).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn waiters_are_served_in_arrival_order_and_woken_by_the_release() {
@@ -323,6 +332,114 @@ where
         .await
         .unwrap();
     assert_eq!(plain.fencing_token(), None, "no token unless asked for");
+    plain.release().await.unwrap();
+}
+
+/// Redis keeps one fencing counter per key, so a key's tokens count its own fenced
+/// acquisitions, from 1, whatever other keys do; and inspection shows that counter, also while
+/// a holder that asked for no token holds the lock.
+pub(crate) async fn fencing_tokens_count_per_key_and_inspection_shows_the_keys_counter<F, Fut>(
+    connect: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let manager = connect().await;
+    let fenced = LockOptions::new().fencing(true);
+    let (a, b) = ("parity:fence-per-key:a", "parity:fence-per-key:b");
+    let mut tokens = Vec::new();
+    for name in [a, b, b, a, b] {
+        let guard = manager.acquire(name, &fenced).await.unwrap();
+        tokens.push(guard.fencing_token().expect("asked for one"));
+        guard.release().await.unwrap();
+    }
+    assert_eq!(tokens, [1, 1, 2, 2, 3], "each key counts its own tokens");
+
+    let plain = manager.acquire(a, &LockOptions::new()).await.unwrap();
+    let info = manager.inspect(a).await.unwrap().expect("held");
+    assert_eq!(
+        info.fence,
+        Some(2),
+        "the key's last token, under an unfenced holder"
+    );
+    plain.release().await.unwrap();
+    let never = manager
+        .acquire("parity:fence-per-key:never", &LockOptions::new())
+        .await
+        .unwrap();
+    let info = manager
+        .inspect("parity:fence-per-key:never")
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(info.fence, None, "no token was ever issued for this key");
+    never.release().await.unwrap();
+}
+
+/// `Holder::since` (`distlock list`'s HELD FOR) is when the holder got the lock: a waiter's
+/// value is made before it waits, and its wait must not show as time held — neither after a
+/// hand-off nor when its own look finds the lock free after the holder's ttl ran out.
+pub(crate) async fn since_is_when_the_holder_got_the_lock_not_when_it_asked<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    const NAME: &str = "parity:since";
+    // Both clocks count whole milliseconds at least.
+    let grain = Duration::from_millis(2);
+    let (first, second) = (connect().await, Arc::new(connect().await));
+    let waiting = || {
+        let second = Arc::clone(&second);
+        tokio::spawn(async move {
+            let options = LockOptions::new().timeout(Duration::from_secs(20));
+            second.acquire(NAME, &options).await.unwrap()
+        })
+    };
+    let since_now = |first: LockManager| async move {
+        let info = first.inspect(NAME).await.unwrap().expect("held");
+        info.holder.expect("a holder distlock wrote").since
+    };
+
+    // Handed over by the release.
+    let holder = first.acquire(NAME, &LockOptions::new()).await.unwrap();
+    let asked = SystemTime::now();
+    let waiter = waiting();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = SystemTime::now();
+    holder.release().await.unwrap();
+    let handed = waiter.await.unwrap();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= released,
+        "the wait counts as held: since {:?} before the release",
+        released.duration_since(since).unwrap_or_default()
+    );
+    assert!(since >= asked);
+    handed.release().await.unwrap();
+
+    // Found free by the waiter's look when the holder's ttl ran out (it never released).
+    let taken = SystemTime::now();
+    let stuck = first.acquire(NAME, &ttl(1500)).await.unwrap();
+    let waiter = waiting();
+    let got = waiter.await.unwrap();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= taken + Duration::from_millis(1500),
+        "the wait counts as held: since {:?} after the first holder took it",
+        since.duration_since(taken).unwrap_or_default()
+    );
+    got.release().await.unwrap();
+    drop(stuck);
+
+    // A first try shows the time of its `SET`.
+    let before = SystemTime::now();
+    let plain = first.acquire(NAME, &LockOptions::new()).await.unwrap();
+    let after = SystemTime::now();
+    let since = since_now(first.clone()).await;
+    assert!(
+        since + grain >= before && since <= after + grain,
+        "{since:?}"
+    );
     plain.release().await.unwrap();
 }
 

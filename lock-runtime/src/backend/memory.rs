@@ -4,7 +4,7 @@
 //! `scripts.rs`), step for step, so that a manager on it behaves as one on Redis: a lock is a
 //! token with an expiry; a release frees it only for the token that holds it and hands it to the
 //! first live waiter in line (for at most the claim, which the new holder confirms); waiters
-//! renew their place within the lease; fencing tokens come from one counter. The only
+//! renew their place within the lease; fencing tokens come from one counter per key. The only
 //! difference is the transport: a hand-off is delivered to the waiter's mailbox directly.
 //!
 //! There is one table per process, shared by every in-process manager — as every client of a
@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Attempt, Look, Ownership, Wait, CLAIM, LEASE};
 use crate::grants::{Grant, GrantHub};
@@ -35,10 +35,12 @@ pub(crate) struct Memory {
 #[derive(Default)]
 struct Table {
     locks: HashMap<Arc<str>, Slot>,
-    /// The last fencing token issued. One counter for every key: strictly increasing per key
-    /// follows, and no counter is kept per key (Redis keeps one forever; here it would grow
-    /// with every distinct name).
-    fence: u64,
+    /// The last fencing token issued for each key that ever had one: one counter per key, as
+    /// Redis keeps (and, like Redis, never forgets), so that a key's tokens count its own
+    /// acquisitions and inspection shows its counter under any holder. Only fenced
+    /// acquisitions add one, so this grows with the names locked with fencing, not with every
+    /// name.
+    fences: HashMap<Arc<str>, u64>,
     /// Number of slots after the last sweep of expired ones: the next sweep runs at twice it.
     swept_at: usize,
     /// The `forced` marks: per key, the token of the holder an operator force-released last,
@@ -57,6 +59,9 @@ struct Holder {
     token: Arc<str>,
     expires: Instant,
     fence: u64,
+    /// When it got the lock, for a holder that waited first (as the `since` record on Redis):
+    /// its value was made before the wait.
+    granted: Option<SystemTime>,
 }
 
 /// A waiter's place in line: what a hand-off needs to give it the lock.
@@ -117,9 +122,16 @@ impl Table {
         }
     }
 
-    fn next_fence(&mut self) -> u64 {
-        self.fence += 1;
-        self.fence
+    /// The next fencing token of `key`.
+    fn next_fence(&mut self, key: &Arc<str>) -> u64 {
+        let fence = self.fences.entry(Arc::clone(key)).or_default();
+        *fence += 1;
+        *fence
+    }
+
+    /// The last fencing token issued for `key`, if any ever was.
+    fn last_fence(&self, key: &str) -> Option<u64> {
+        self.fences.get(key).copied()
     }
 
     /// The slot of `key`, with what has expired forgotten.
@@ -188,12 +200,17 @@ impl Memory {
         if slot.holder.is_none() {
             match self.hand_off(table, &keys.lock, now, None, Some(token)) {
                 None => {
-                    let fence = if fencing { table.next_fence() } else { 0 };
+                    let fence = if fencing {
+                        table.next_fence(&keys.lock)
+                    } else {
+                        0
+                    };
                     let slot = table.slot(&keys.lock, now);
                     slot.holder = Some(Holder {
                         token: Arc::from(token),
                         expires: now + ttl,
                         fence,
+                        granted: (*wait != Wait::FirstTry).then(SystemTime::now),
                     });
                     return Attempt::Acquired {
                         fence: fencing.then_some(fence),
@@ -338,12 +355,17 @@ impl Memory {
             if Some(&*place.token) == except {
                 continue;
             }
-            let fence = if place.fencing { table.next_fence() } else { 0 };
+            let fence = if place.fencing {
+                table.next_fence(key)
+            } else {
+                0
+            };
             let claim = place.ttl.min(CLAIM);
             table.slot(key, now).holder = Some(Holder {
                 token: Arc::clone(&place.token),
                 expires: now + claim,
                 fence,
+                granted: Some(SystemTime::now()),
             });
             if place.listening && Some(&*place.token) != quiet {
                 self.hub.hand_over(&place.token, Grant::Granted { fence });
@@ -356,13 +378,14 @@ impl Memory {
     pub(crate) fn inspect(&self, keys: &LockKeys) -> Option<Look> {
         let now = Instant::now();
         let mut table = self.table();
+        let fence = table.last_fence(&keys.lock);
         let slot = table.slot(&keys.lock, now);
         let look = slot.holder.as_ref().map(|holder| Look {
             value: holder.token.as_bytes().to_vec(),
             ttl_left: Some(holder.expires.saturating_duration_since(now)),
             waiters: u64::try_from(slot.line.len()).unwrap_or(u64::MAX),
-            // One counter serves every key here: the holder's own token is what it issued.
-            fence: (holder.fence > 0).then_some(holder.fence),
+            fence,
+            granted: holder.granted,
         });
         table.tidy(&keys.lock);
         look

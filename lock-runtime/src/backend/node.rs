@@ -245,7 +245,8 @@ impl Node {
         };
         match self.protocol {
             Protocol::Line => {
-                let (line, fence, leases) = (keys.line(), keys.fence(), keys.leases());
+                let (line, fence, since, leases) =
+                    (keys.line(), keys.fence(), keys.since(), keys.leases());
                 let renewing = matches!(wait, Wait::InLine { renewing: true, .. });
                 let (entry_text, lease) = match entry.filter(|_| renewing) {
                     // The lease only when the entry names the channel this look names: else
@@ -262,7 +263,7 @@ impl Node {
                 };
                 let mut cmd = scripts::evalsha(
                     &scripts::ACQUIRE,
-                    &[&keys.lock, &line, &fence, &leases],
+                    &[&keys.lock, &line, &fence, &since, &leases],
                     10,
                     token.len()
                         + 20
@@ -386,36 +387,42 @@ impl Node {
                 // Sent once more, as the script below (taking no place in the wake list),
                 // which finds the lock ours if the `SET` ran after all.
                 Err(error) if self.sends_once_more(&error) => {
-                    return self.vote_by_script(keys, token, ttl_millis, None).await;
+                    return self
+                        .vote_by_script(keys, token, ttl_millis, None, false)
+                        .await;
                 }
                 Err(error) => return Err(error),
             }
         }
-        self.once_more_if_dropped(|| self.vote_by_script(keys, token, ttl_millis, member))
+        self.once_more_if_dropped(|| self.vote_by_script(keys, token, ttl_millis, member, true))
             .await
     }
 
     /// A vote by the quorum acquire script, which takes the place `member` in the wake list
-    /// when the lock is held (`None`: none). Runs the same twice.
+    /// when the lock is held (`None`: none), and records the grant's time when the caller
+    /// `waited` (see `QUORUM_ACQUIRE`). Runs the same twice.
     async fn vote_by_script(
         &self,
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
         member: Option<&str>,
+        waited: bool,
     ) -> RedisResult<Vote> {
         let mut connection = self.connection().await?;
-        let (wake_list, member) = (keys.wake_list(), member.unwrap_or(""));
+        let (wake_list, since) = (keys.wake_list(), keys.since());
+        let member = member.unwrap_or("");
         let mut cmd = scripts::evalsha(
             &scripts::QUORUM_ACQUIRE,
-            &[&keys.lock, &wake_list],
-            4,
-            token.len() + 20 + member.len() + 20,
+            &[&keys.lock, &wake_list, &since],
+            5,
+            token.len() + 20 + member.len() + 20 + 1,
         );
         cmd.arg(token)
             .arg(ttl_millis)
             .arg(member)
-            .arg(millis(super::LEASE));
+            .arg(millis(super::LEASE))
+            .arg(flag(waited));
         let reply: Vec<Value> =
             scripts::invoke(&scripts::QUORUM_ACQUIRE, &cmd, &mut connection).await?;
         match reply.as_slice() {
@@ -456,10 +463,10 @@ impl Node {
         member: Option<&str>,
         wake: bool,
     ) -> RedisResult<bool> {
-        let (wake_list, member) = (keys.wake_list(), member.unwrap_or(""));
+        let (wake_list, since, member) = (keys.wake_list(), keys.since(), member.unwrap_or(""));
         let mut cmd = scripts::evalsha(
             &scripts::QUORUM_RELEASE,
-            &[&keys.lock, &wake_list],
+            &[&keys.lock, &wake_list, &since],
             3,
             token.len() + member.len() + 1,
         );
@@ -563,13 +570,20 @@ impl Node {
     ) -> RedisResult<Released> {
         let released: i64 = match self.protocol {
             Protocol::Line => {
-                let (line, fence, forced, leases) =
-                    (keys.line(), keys.fence(), keys.forced(), keys.leases());
+                let (line, fence, since, forced, leases) = (
+                    keys.line(),
+                    keys.fence(),
+                    keys.since(),
+                    keys.forced(),
+                    keys.leases(),
+                );
                 // The `released` marker only where a command may be re-sent (see `RELEASE`).
                 let released = re_sent_within.map(|_| keys.released());
                 let keys_sent: &[&str] = match &released {
-                    Some(released) => &[&keys.lock, &line, &fence, &forced, released, &leases],
-                    None => &[&keys.lock, &line, &fence, &forced, &leases],
+                    Some(released) => &[
+                        &keys.lock, &line, &fence, &since, &forced, released, &leases,
+                    ],
+                    None => &[&keys.lock, &line, &fence, &since, &forced, &leases],
                 };
                 let mut cmd = scripts::evalsha(
                     &scripts::RELEASE,
@@ -709,10 +723,10 @@ impl Node {
         ttl_millis: u64,
     ) -> RedisResult<Ownership> {
         let mut connection = self.connection().await?;
-        let forced = keys.forced();
+        let (forced, since) = (keys.forced(), keys.since());
         let mut cmd = scripts::evalsha(
             &scripts::EXTEND,
-            &[&keys.lock, &forced],
+            &[&keys.lock, &forced, &since],
             2,
             token.len() + 20,
         );
@@ -734,9 +748,10 @@ impl Node {
         let mut connection = self.connection().await?;
         let (line, fence, forced, leases) =
             (keys.line(), keys.fence(), keys.forced(), keys.leases());
+        let since = keys.since();
         let mut cmd = scripts::evalsha(
             &scripts::FORCE_RELEASE,
-            &[&keys.lock, &line, &fence, &forced, &leases],
+            &[&keys.lock, &line, &fence, &since, &forced, &leases],
             4,
             value.len() + 20 + 1 + 20,
         );
@@ -751,20 +766,24 @@ impl Node {
     /// One look at the lock, as inspection shows it; `None` when it is free.
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
         let mut connection = self.connection().await?;
-        let (line, fence, leases) = (keys.line(), keys.fence(), keys.leases());
+        let (line, fence, since, leases) = (keys.line(), keys.fence(), keys.since(), keys.leases());
         let cmd = scripts::evalsha(
             &scripts::INSPECT,
-            &[&keys.lock, &line, &fence, &leases],
+            &[&keys.lock, &line, &fence, &since, &leases],
             0,
             0,
         );
         let reply: Option<InspectReply> =
             scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
-        Ok(reply.map(|(value, pttl, waiters, fence)| Look {
-            value,
-            ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
-            waiters,
-            fence: fence.and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok()),
+        Ok(reply.map(|(value, pttl, waiters, fence, since)| {
+            let granted = since.and_then(|record| granted_at(&record, &value));
+            Look {
+                value,
+                ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
+                waiters,
+                fence: fence.and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok()),
+                granted,
+            }
         }))
     }
 
@@ -850,8 +869,20 @@ impl Node {
 /// keyspace takes few round trips, small enough that no step blocks the server for long.
 const SCAN_COUNT: u64 = 1000;
 
-/// The inspect script's reply for a held lock: value, pttl, waiters, fencing counter.
-type InspectReply = (Vec<u8>, i64, u64, Option<Vec<u8>>);
+/// The inspect script's reply for a held lock: value, pttl, waiters, fencing counter, `since`
+/// record.
+type InspectReply = (Vec<u8>, i64, u64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The grant time in a `since` record (`"<UUID> <Redis time in ms>"`, see `granted` in
+/// `scripts.rs`), if it names the holder of `value` (whose value starts with its UUID): a record
+/// left by an earlier holder names another UUID.
+fn granted_at(record: &[u8], value: &[u8]) -> Option<std::time::SystemTime> {
+    let (uuid, millis) = std::str::from_utf8(record).ok()?.split_once(' ')?;
+    if uuid.len() != 36 || value.get(..36) != Some(uuid.as_bytes()) {
+        return None;
+    }
+    std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis.parse().ok()?))
+}
 
 /// What one look at a lock found (see `scripts::INSPECT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -862,6 +893,9 @@ pub(crate) struct Look {
     pub(crate) ttl_left: Option<Duration>,
     pub(crate) waiters: u64,
     pub(crate) fence: Option<u64>,
+    /// When its holder got it, for a holder that waited first (whose value was made before
+    /// its wait); `None` when the value's own time is right.
+    pub(crate) granted: Option<std::time::SystemTime>,
 }
 
 /// One server to scan for lock keys.

@@ -257,6 +257,8 @@ impl Quorum {
                     ttl_left: agreeing.iter().filter_map(|look| look.ttl_left).min(),
                     waiters: 0,
                     fence: None,
+                    // Each master recorded its own grant, by its own clock: the earliest.
+                    granted: agreeing.iter().filter_map(|look| look.granted).min(),
                 }));
             }
         }
