@@ -16,7 +16,8 @@
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions, LostCause};
-use test_support::RedisServer;
+use test_support::proxy::Unstall;
+use test_support::{FaultProxy, RedisServer};
 use tokio::time::Instant;
 
 /// How long a connection must sit unused before distlock marks a release (and so before a
@@ -257,6 +258,78 @@ async fn a_force_released_holder_is_told_so_and_never_that_it_released_its_lock(
         ),
         "{error:?}"
     );
+}
+
+/// A release within `hold_at_least` leaves the lock key in place until the hold ends (its value
+/// the holder's token, with nobody in line), and an operator may break that key: the holder has
+/// released its lock all the same. When the reply to that release is lost with its connection
+/// and the release is sent once more (a marked release, after an idle second), the second run
+/// finds the holder's token in the `released` marker and the `forced` mark both: it must answer
+/// `Ok`, as the first run did, not that an operator broke a lock the holder still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_sent_hold_release_is_ok_after_an_operator_broke_the_kept_lock() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let _unstall = Unstall(&proxy);
+    let holders = LockManager::builder(proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let operator = LockManager::connect(&server.url()).await.unwrap();
+    let name = "kept-then-forced";
+    let key = format!("lock:{name}");
+    assert!(operator.inspect(name).await.unwrap().is_none());
+
+    let options = ttl_ms(30_000).hold_at_least(Duration::from_secs(20));
+    // Redis knows the hold script already: the reply lost is the run's, not a `NOSCRIPT`.
+    holders
+        .acquire("kept-warm-up", &options)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let guard = holders.acquire(name, &options).await.unwrap();
+    let token = guard.token().to_owned();
+    // Idle long enough that the release is marked and sent once more when its connection drops.
+    tokio::time::sleep(IDLE).await;
+    // Every byte through the proxy is held a while: the second run cannot reach the server
+    // before the proxy is stalled, once the first run's reply is seen lost.
+    proxy.set_delay(Duration::from_millis(400));
+    proxy.lose_next_reply_to(&key);
+    let releasing = tokio::spawn(guard.release());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy.replies_lost() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the hold release never reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    proxy.stall();
+    // The first run kept the key for the hold, so the operator sees the holder's token.
+    let info = operator
+        .inspect(name)
+        .await
+        .unwrap()
+        .expect("kept for the hold");
+    assert_eq!(server.get(&key).as_deref(), Some(token.as_str()));
+    assert!(
+        operator.force_release(&info).await.unwrap(),
+        "broke the kept lock"
+    );
+    proxy.unstall();
+    proxy.set_delay(Duration::ZERO);
+
+    let released = releasing.await.unwrap();
+    assert_eq!(proxy.replies_lost(), 1);
+    assert!(
+        released.is_ok(),
+        "the holder released its lock itself before the operator broke the kept key: \
+         {released:?}"
+    );
+    assert!(!server.exists(&key), "the forced release freed the key");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
