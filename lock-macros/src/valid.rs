@@ -159,7 +159,8 @@ const GUARD_METHODS: [&str; 8] = [
 /// that compiles: every appearance of the name other than as the receiver of a guard method
 /// (`let lock`, `|lock|`, `Some(lock)`, `use a::lock`, `lock(..)`, `{ lock: .. }`) counts as
 /// a binding, and a parameter of that name binds it too. A field or method of that name
-/// (`self.lock`, `mutex.lock()`) is another thing and is skipped.
+/// (`self.lock`, `mutex.lock()`), or an item reached by a path (`config::lock`), is another
+/// thing and is skipped.
 fn undeclared_guard(args: &Args, function: &ItemFn) -> Option<Ident> {
     if args.guard.is_some() {
         return None;
@@ -222,6 +223,12 @@ impl GuardScan {
                         && !tokens.get(at + 2).is_some_and(is_dot)
                         && matches!(tokens.get(at + 2), Some(TokenTree::Ident(method))
                             if GUARD_METHODS.iter().any(|guard_method| method == guard_method));
+                    let in_path = at >= 2 && is_colon(&tokens[at - 1]) && is_colon(&tokens[at - 2]);
+                    if method_call && in_path {
+                        // An item reached by a path, `config::lock.key()`: never the guard,
+                        // which is a local. (`use a::lock` binds the name: counted below.)
+                        continue;
+                    }
                     if method_call {
                         self.first_use.get_or_insert_with(|| ident.clone());
                     } else {
@@ -236,6 +243,10 @@ impl GuardScan {
 
 fn is_dot(token: &TokenTree) -> bool {
     matches!(token, TokenTree::Punct(punct) if punct.as_char() == '.')
+}
+
+fn is_colon(token: &TokenTree) -> bool {
+    matches!(token, TokenTree::Punct(punct) if punct.as_char() == ':')
 }
 
 /// The rules on the options alone.
@@ -939,6 +950,12 @@ mod tests {
             "self.lock.key(); m.lock().unwrap(); Ok(())",
             "lock.read(); Ok(())",
             "Ok(lock)",
+            // An item reached by a path (a `static` or `const` of another module or type) is
+            // not the guard, whatever its methods: the body compiles without `guard = ...`.
+            "Ok(crate::config::lock.key().len())",
+            "Self::guard.release(); Ok(())",
+            "super::lock.token(); Ok(())",
+            "<T>::lock.key(); Ok(())",
         ] {
             let function = format!("async fn f(id: u32) -> Result<(), E> {{ {body} }}");
             assert_eq!(undeclared(quote!(key = "k"), &function), None, "{body}");
