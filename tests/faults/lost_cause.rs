@@ -388,6 +388,62 @@ async fn a_string_at_the_line_key_neither_keeps_the_lock_held_nor_blames_the_loc
     holder.release().await.unwrap();
 }
 
+/// A held lock whose line or fencing counter something else wrote (another type) is still
+/// held: `list` must not pass it over as it passes over a key that is no lock, but say which
+/// helper key is broken, as `inspect` does. A lock key of another type is no lock, and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_does_not_hide_a_held_lock_whose_helper_key_is_of_another_type() {
+    use futures_util::StreamExt;
+
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let rpush = |key: &str| {
+        let () = redis::cmd("RPUSH")
+            .arg(key)
+            .arg("x")
+            .query(&mut server.conn())
+            .unwrap();
+    };
+    rpush("lock:not-a-lock");
+    for broken in [
+        "{lock:listed}:distlock:line",
+        "{lock:listed}:distlock:fence",
+    ] {
+        let guard = manager.acquire("listed", &ttl_ms(30_000)).await.unwrap();
+        if broken.ends_with(":line") {
+            server.set(broken, "written by something else");
+        } else {
+            rpush(broken);
+        }
+        let error = manager
+            .inspect("listed")
+            .await
+            .map(drop)
+            .expect_err("inspect names the broken key");
+        assert!(error.to_string().contains(broken), "{error}");
+        let listed: Vec<Result<String, LockError>> = manager
+            .list("*")
+            .map(|info| info.map(|info| info.name))
+            .collect()
+            .await;
+        assert!(
+            listed.iter().any(|item| match item {
+                Ok(name) => name == "listed",
+                Err(error) => error.to_string().contains(broken),
+            }),
+            "{broken}: the held lock is neither listed nor its broken key named: {listed:?}"
+        );
+        server.del(broken);
+        guard.release().await.unwrap();
+    }
+    let listed: Vec<Result<String, LockError>> = manager
+        .list("*")
+        .map(|info| info.map(|info| info.name))
+        .collect()
+        .await;
+    assert!(listed.is_empty(), "a list is no lock: {listed:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fencing_counter_or_release_marker_of_another_type_is_named() {
     let server = RedisServer::start();
