@@ -673,26 +673,33 @@ impl Params {
     }
 }
 
-/// Collects the identifiers a pattern binds.
+/// Collects the names a pattern binds.
 fn bound_names(pattern: &Pat, names: &mut Vec<String>) {
+    let mut idents = Vec::new();
+    bound_idents(pattern, &mut idents);
+    names.extend(idents.iter().map(ToString::to_string));
+}
+
+/// Collects the identifiers a pattern binds.
+pub(crate) fn bound_idents<'p>(pattern: &'p Pat, idents: &mut Vec<&'p Ident>) {
     match pattern {
         Pat::Ident(ident) => {
-            names.push(ident.ident.to_string());
+            idents.push(&ident.ident);
             if let Some((_, sub)) = &ident.subpat {
-                bound_names(sub, names);
+                bound_idents(sub, idents);
             }
         }
-        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_idents(p, idents)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_idents(p, idents)),
         Pat::Struct(strukt) => strukt
             .fields
             .iter()
-            .for_each(|field| bound_names(&field.pat, names)),
-        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::Reference(reference) => bound_names(&reference.pat, names),
-        Pat::Paren(paren) => bound_names(&paren.pat, names),
-        Pat::Type(typed) => bound_names(&typed.pat, names),
-        Pat::Or(or) => or.cases.iter().for_each(|p| bound_names(p, names)),
+            .for_each(|field| bound_idents(&field.pat, idents)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_idents(p, idents)),
+        Pat::Reference(reference) => bound_idents(&reference.pat, idents),
+        Pat::Paren(paren) => bound_idents(&paren.pat, idents),
+        Pat::Type(typed) => bound_idents(&typed.pat, idents),
+        Pat::Or(or) => or.cases.iter().for_each(|p| bound_idents(p, idents)),
         _ => {}
     }
 }
