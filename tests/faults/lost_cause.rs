@@ -101,6 +101,45 @@ async fn a_body_cut_off_by_a_killed_server_is_told_redis_was_unreachable() {
     cut_off_by("SIGKILL", RedisServer::kill).await;
 }
 
+/// An operator breaks the lock of a `#[distributed_lock]` body kept by the watchdog: the body
+/// is cancelled within a renewal, and the call returns `Lost` with the cause "force-released".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_whose_lock_an_operator_broke_is_cancelled_and_told_so() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "a_body_whose_lock_an_operator_broke_is_cancelled_and_told_so",
+    ) {
+        return;
+    }
+    let server = RedisServer::start();
+    distlock::init_with(LockManager::connect(&server.url()).await.unwrap()).unwrap();
+    let operator = LockManager::connect(&server.url()).await.unwrap();
+    let work = tokio::spawn(work_until_cut_off("forced"));
+    let info = loop {
+        if let Some(info) = operator.inspect("cut:forced").await.unwrap() {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(operator.force_release(&info).await.unwrap(), "broke it");
+    let result = tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the body was not cancelled within 10 s")
+        .expect("no panic");
+    let error = result.expect_err("the body cannot finish in time: the lock was broken");
+    assert!(
+        matches!(
+            &error,
+            LockError::Lost { key, cause: LostCause::ForceReleased, .. } if key == "lock:cut:forced"
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("distlock release --force"),
+        "{error}"
+    );
+}
+
 fn ttl_ms(millis: u64) -> LockOptions {
     LockOptions::new()
         .ttl(Duration::from_millis(millis))
