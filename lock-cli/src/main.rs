@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::{LockError, LockInfo, LockManager, LockManagerBuilder};
 use futures_util::StreamExt;
 
@@ -38,12 +38,14 @@ use futures_util::StreamExt;
 struct Cli {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://...` for TLS). With
     /// `--cluster`, any nodes of the cluster; with `--redlock`, every Redlock master; with
-    /// `--sentinel`, some of the sentinels (repeat the option, or separate with commas).
+    /// `--sentinel`, some of the sentinels (repeat the option, or separate with commas: a comma
+    /// followed by the next URL's scheme, so that a password may hold one).
+    // Not clap's `value_delimiter`: a password may hold a comma, and a URL cut there would
+    // be printed with the part of the password before it (see `split_urls`).
     #[arg(
         long,
         env = "REDIS_URL",
         hide_env_values = true,
-        value_delimiter = ',',
         default_value = "redis://127.0.0.1:6379",
         global = true
     )]
@@ -133,6 +135,15 @@ impl From<LockError> for Failure {
 }
 
 impl Cli {
+    /// The command line as parsed by clap, its URLs separated (see [`split_urls`]) and their
+    /// source recorded.
+    fn from_matches(matches: &ArgMatches) -> Result<Cli, clap::Error> {
+        let mut cli = Cli::from_arg_matches(matches)?;
+        cli.url = split_urls(&cli.url);
+        cli.url_source = matches.value_source("url");
+        Ok(cli)
+    }
+
     /// Whether `--url` is the default, which nobody chose and may be someone else's server.
     fn url_defaulted(&self) -> bool {
         !matches!(
@@ -163,8 +174,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
-    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
-    cli.url_source = matches.value_source("url");
+    let cli = Cli::from_matches(&matches).unwrap_or_else(|error| error.exit());
     if let Some(message) = cli.topology_conflict() {
         // As clap reports its own conflicts: the usage error's status and format.
         Cli::command()
@@ -354,6 +364,37 @@ fn is_tls_url(url: &str) -> bool {
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
+/// The URLs given, each value cut at every comma that the next URL's scheme follows
+/// (`redis://a:6379,redis://b:6379`). A password may hold a comma (URLs allow it unencoded):
+/// a URL cut there would not connect, and its first part, with no `@` to tell that it has a
+/// password, would be printed whole in the error.
+fn split_urls(values: &[String]) -> Vec<String> {
+    let mut urls = Vec::with_capacity(values.len());
+    for value in values {
+        let mut start = 0;
+        for (comma, _) in value.match_indices(',') {
+            if comma >= start && starts_with_scheme(&value[comma + 1..]) {
+                urls.push(value[start..comma].to_owned());
+                start = comma + 1;
+            }
+        }
+        urls.push(value[start..].to_owned());
+    }
+    urls
+}
+
+/// Whether `text` starts with a URL scheme and `://` (a letter, then letters, digits, `+`,
+/// `-` or `.`).
+fn starts_with_scheme(text: &str) -> bool {
+    let Some((scheme, _)) = text.split_once("://") else {
+        return false;
+    };
+    scheme.starts_with(|first: char| first.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
 /// The URL as distlock's own errors show it: every password hidden.
 fn redact(url: &str) -> String {
     distlock::__private::redact_url(url)
@@ -492,9 +533,35 @@ mod tests {
 
     fn parsed(args: &[&str]) -> Cli {
         let matches = Cli::command().try_get_matches_from(args).unwrap();
-        let mut cli = Cli::from_arg_matches(&matches).unwrap();
-        cli.url_source = matches.value_source("url");
-        cli
+        Cli::from_matches(&matches).unwrap()
+    }
+
+    /// A comma separates URLs only where the next one starts with its scheme: a comma in a
+    /// password (or anywhere else in a URL) keeps the URL whole.
+    #[test]
+    fn urls_are_separated_where_the_next_one_starts() {
+        let split = |values: &[&str]| {
+            split_urls(
+                &values
+                    .iter()
+                    .map(|&value| value.to_owned())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            split(&["redis://a:1,redis://b:2,rediss://c:3", "redis+unix:///s"]),
+            [
+                "redis://a:1",
+                "redis://b:2",
+                "rediss://c:3",
+                "redis+unix:///s"
+            ]
+        );
+        assert_eq!(
+            split(&["redis://u:s3,cret@a:1,redis://u:p,w@b:2"]),
+            ["redis://u:s3,cret@a:1", "redis://u:p,w@b:2"]
+        );
+        assert_eq!(split(&["redis://:a,b,c@h:1"]), ["redis://:a,b,c@h:1"]);
     }
 
     /// The server nobody chose is named as such, with how to read another.

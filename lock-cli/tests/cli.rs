@@ -322,6 +322,36 @@ fn list_names_the_server_it_read_without_the_password() {
     );
 }
 
+/// A comma is a character a password may hold (URLs allow it unencoded): `--url` and
+/// `REDIS_URL` separate URLs at a comma only where the next URL starts, so a URL with such a
+/// password is one URL, it connects, and no part of the password is ever printed — also when
+/// several such URLs are given, separated by commas.
+#[test]
+fn a_password_with_a_comma_is_one_url_and_never_printed() {
+    let server = RedisServer::start_with(&["--requirepass", "s3,cret"]);
+    let port = server.port();
+    let url = format!("redis://default:s3,cret@127.0.0.1:{port}");
+    let (out, err) = expect(&url, &["list"], 0);
+    assert_eq!(
+        out.lines().next().unwrap_or_default(),
+        format!("Redis at redis://default:***@127.0.0.1:{port} (from --url)"),
+        "{out}"
+    );
+    assert!(!out.contains("s3") && !err.contains("s3"), "{out}{err}");
+
+    let urls: Vec<String> = (0..3)
+        .map(|_| format!("redis://app:s3,cret@127.0.0.1:{}", free_port()))
+        .collect();
+    let urls = urls.join(",");
+    let (out, err) = expect_args(&["--url", &urls, "--redlock", "list"], 2);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("redis://app:***@127.0.0.1:"), "{err}");
+    assert!(
+        !err.contains("s3") && !err.contains("cret"),
+        "the password was printed: {err}"
+    );
+}
+
 /// A misspelled option gets clap's "did you mean", not only its "to pass it as a value" tip.
 #[test]
 fn a_misspelled_option_gets_a_suggestion() {

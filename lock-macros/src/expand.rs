@@ -228,13 +228,24 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
 
 /// The function as written, for an attribute that was refused: emitted next to the errors so
 /// that the rest of the crate (and the IDE) still sees it, with nothing added to them. Its
-/// parameters may be used only in the key, so `unused_variables` is allowed. (A guard the body
-/// uses is no further error: rustc reports no unresolved name once a macro has failed.)
+/// parameters may be used only in the key, so the body first borrows each of them
+/// (`let _ = &order;`): no `unused variable` warning, and no `#[allow(..)]`, which a crate's
+/// `#![forbid(unused_variables)]` (or `forbid(warnings)`) would refuse with an error of its
+/// own. (A guard the body uses is no further error: rustc reports no unresolved name once a
+/// macro has failed.)
 pub(crate) fn rejected(function: &ItemFn) -> TokenStream {
     let mut function = function.clone();
-    function
-        .attrs
-        .push(syn::parse_quote!(#[allow(unused_variables)]));
+    let mut idents = Vec::new();
+    for input in &function.sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            valid::bound_idents(&typed.pat, &mut idents);
+        }
+    }
+    let uses: Vec<syn::Stmt> = idents
+        .iter()
+        .map(|ident| syn::parse_quote!(let _ = &#ident;))
+        .collect();
+    function.block.stmts.splice(0..0, uses);
     function.into_token_stream()
 }
 

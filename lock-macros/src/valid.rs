@@ -159,7 +159,8 @@ const GUARD_METHODS: [&str; 8] = [
 /// that compiles: every appearance of the name other than as the receiver of a guard method
 /// (`let lock`, `|lock|`, `Some(lock)`, `use a::lock`, `lock(..)`, `{ lock: .. }`) counts as
 /// a binding, and a parameter of that name binds it too. A field or method of that name
-/// (`self.lock`, `mutex.lock()`) is another thing and is skipped.
+/// (`self.lock`, `mutex.lock()`), or an item reached by a path (`config::lock`), is another
+/// thing and is skipped.
 fn undeclared_guard(args: &Args, function: &ItemFn) -> Option<Ident> {
     if args.guard.is_some() {
         return None;
@@ -222,6 +223,12 @@ impl GuardScan {
                         && !tokens.get(at + 2).is_some_and(is_dot)
                         && matches!(tokens.get(at + 2), Some(TokenTree::Ident(method))
                             if GUARD_METHODS.iter().any(|guard_method| method == guard_method));
+                    let in_path = at >= 2 && is_colon(&tokens[at - 1]) && is_colon(&tokens[at - 2]);
+                    if method_call && in_path {
+                        // An item reached by a path, `config::lock.key()`: never the guard,
+                        // which is a local. (`use a::lock` binds the name: counted below.)
+                        continue;
+                    }
                     if method_call {
                         self.first_use.get_or_insert_with(|| ident.clone());
                     } else {
@@ -236,6 +243,10 @@ impl GuardScan {
 
 fn is_dot(token: &TokenTree) -> bool {
     matches!(token, TokenTree::Punct(punct) if punct.as_char() == '.')
+}
+
+fn is_colon(token: &TokenTree) -> bool {
+    matches!(token, TokenTree::Punct(punct) if punct.as_char() == ':')
 }
 
 /// The rules on the options alone.
@@ -662,26 +673,33 @@ impl Params {
     }
 }
 
-/// Collects the identifiers a pattern binds.
+/// Collects the names a pattern binds.
 fn bound_names(pattern: &Pat, names: &mut Vec<String>) {
+    let mut idents = Vec::new();
+    bound_idents(pattern, &mut idents);
+    names.extend(idents.iter().map(ToString::to_string));
+}
+
+/// Collects the identifiers a pattern binds.
+pub(crate) fn bound_idents<'p>(pattern: &'p Pat, idents: &mut Vec<&'p Ident>) {
     match pattern {
         Pat::Ident(ident) => {
-            names.push(ident.ident.to_string());
+            idents.push(&ident.ident);
             if let Some((_, sub)) = &ident.subpat {
-                bound_names(sub, names);
+                bound_idents(sub, idents);
             }
         }
-        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bound_idents(p, idents)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bound_idents(p, idents)),
         Pat::Struct(strukt) => strukt
             .fields
             .iter()
-            .for_each(|field| bound_names(&field.pat, names)),
-        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_names(p, names)),
-        Pat::Reference(reference) => bound_names(&reference.pat, names),
-        Pat::Paren(paren) => bound_names(&paren.pat, names),
-        Pat::Type(typed) => bound_names(&typed.pat, names),
-        Pat::Or(or) => or.cases.iter().for_each(|p| bound_names(p, names)),
+            .for_each(|field| bound_idents(&field.pat, idents)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bound_idents(p, idents)),
+        Pat::Reference(reference) => bound_idents(&reference.pat, idents),
+        Pat::Paren(paren) => bound_idents(&paren.pat, idents),
+        Pat::Type(typed) => bound_idents(&typed.pat, idents),
+        Pat::Or(or) => or.cases.iter().for_each(|p| bound_idents(p, idents)),
         _ => {}
     }
 }
@@ -939,6 +957,12 @@ mod tests {
             "self.lock.key(); m.lock().unwrap(); Ok(())",
             "lock.read(); Ok(())",
             "Ok(lock)",
+            // An item reached by a path (a `static` or `const` of another module or type) is
+            // not the guard, whatever its methods: the body compiles without `guard = ...`.
+            "Ok(crate::config::lock.key().len())",
+            "Self::guard.release(); Ok(())",
+            "super::lock.token(); Ok(())",
+            "<T>::lock.key(); Ok(())",
         ] {
             let function = format!("async fn f(id: u32) -> Result<(), E> {{ {body} }}");
             assert_eq!(undeclared(quote!(key = "k"), &function), None, "{body}");

@@ -123,7 +123,9 @@ impl LockManager {
     /// a key twice, Redlock's masters share their locks and a cluster slot may move to a
     /// master not yet scanned: the names found are kept until the walk ends. A lock found by
     /// the scan and free by the time it is looked at, or by then holding another type than a
-    /// string, is skipped. With an empty key prefix every string key that matches is taken for
+    /// string, is skipped; a lock whose line or fencing counter holds another type is not
+    /// (it may be held): the walk ends with the error that names that key, as
+    /// [`LockManager::inspect`] answers. With an empty key prefix every string key that matches is taken for
     /// a lock (distlock cannot tell them apart); its holder is `None`.
     ///
     /// The stream ends after its first error.
@@ -246,8 +248,12 @@ impl Walk {
                     Ok(Some(look)) => return Ok(Some(info(&name, &keys, look))),
                     Ok(None) => {}
                     // Found as a string by the scan, another type by now: no lock, as a key
-                    // of another type is not one when the scan meets it.
-                    Err(error) if error.code() == Some("WRONGTYPE") => {}
+                    // of another type is not one when the scan meets it. A helper key of
+                    // another type is no reason to hide a lock that is held: its error,
+                    // naming that key, is the operator's to act on.
+                    Err(error)
+                        if error.code() == Some("WRONGTYPE")
+                            && !crate::backend::names_a_helper(&error) => {}
                     Err(error) => return Err(error.into()),
                 }
             }

@@ -466,10 +466,11 @@ return {0, remaining(), deadline, written}
 /// a caller also passes `KEYS[6]`, the lock's `released` marker, and `ARGV[4]`, how long after
 /// its first run a command may still be re-sent; a release that frees the lock then leaves its
 /// token in the marker for that long, and a release that finds the lock not ours but its own
-/// token in the marker is that same release run again, and answers 1 — unless the `forced`
-/// mark holds the token too: an operator broke the lock, whose holder never released it.
-/// Tokens are never reused, and a forced release leaves no marker, so the marker vouches for
-/// no other release; a marker that expired before a late re-send, or
+/// token in the marker is that same release run again, and answers 1 — even when the `forced`
+/// mark holds the token too: only a run that found the lock the caller's writes the marker,
+/// so the holder did release it, and an operator broke only what that release left (a key
+/// kept for a hold, see [`HOLD`]). Tokens are never reused, and a forced release leaves no
+/// marker, so the marker vouches for no other release; a marker that expired before a late re-send, or
 /// that a later holder's release of the same lock overwrote, only brings back the "not ours",
 /// never a false "released". A standalone server's caller passes them only for a release it may
 /// send once more after a dropped connection: one whose connection has gone unused for a second
@@ -538,7 +539,7 @@ if not ours and ARGV[3] == '1' and held then
 end
 if not ours then
   local why = not_ours(held, KEYS[5], ARGV[1])
-  if why ~= -2 and ARGV[4] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
     return 1
   end
   return why
@@ -749,7 +750,8 @@ end
 /// also passes `KEYS[4]`, the lock's `released` marker, and `ARGV[4]`, how long after the first
 /// run it may be re-sent, as for [`RELEASE`]; the first run leaves its
 /// token there, and a run that finds the lock not ours but its own token in the marker
-/// answers 1. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
+/// answers 1, whatever the `forced` mark holds: the first run kept the key for the hold, with
+/// the holder's token in it, and an operator who broke that key broke a lock already released. A run that finds the value its own token with a `;hold=` suffix is a re-send too:
 /// it answers 1 and changes nothing.
 pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
     Script::new(
@@ -764,7 +766,7 @@ if value ~= ARGV[1] then
     return 1
   end
   local why = not_ours(value, KEYS[3], ARGV[1])
-  if why ~= -2 and ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  if ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
     return 1
   end
   return why
@@ -812,7 +814,8 @@ return 1
 /// [`EXTEND`], [`RELEASE`] or [`HOLD`] finds it and answers "force-released" rather than a
 /// cause the holder could not act on. The `released` marker is left alone: a holder's token
 /// there would tell the holder's own marked release that it had released the lock itself.
-/// The mark also recognises this script run twice (a cluster connection re-sends a command
+/// (A key kept for a hold was released by its holder already: that holder's marker, not this
+/// mark, answers its re-sent release.) The mark also recognises this script run twice (a cluster connection re-sends a command
 /// whose reply it lost): a run that finds the lock not the value's but the mark the
 /// holder's answers 1.
 ///

@@ -16,7 +16,8 @@
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions, LostCause};
-use test_support::RedisServer;
+use test_support::proxy::Unstall;
+use test_support::{FaultProxy, RedisServer};
 use tokio::time::Instant;
 
 /// How long a connection must sit unused before distlock marks a release (and so before a
@@ -98,6 +99,45 @@ async fn a_body_cut_off_by_a_killed_server_is_told_redis_was_unreachable() {
         return;
     }
     cut_off_by("SIGKILL", RedisServer::kill).await;
+}
+
+/// An operator breaks the lock of a `#[distributed_lock]` body kept by the watchdog: the body
+/// is cancelled within a renewal, and the call returns `Lost` with the cause "force-released".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_whose_lock_an_operator_broke_is_cancelled_and_told_so() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "a_body_whose_lock_an_operator_broke_is_cancelled_and_told_so",
+    ) {
+        return;
+    }
+    let server = RedisServer::start();
+    distlock::init_with(LockManager::connect(&server.url()).await.unwrap()).unwrap();
+    let operator = LockManager::connect(&server.url()).await.unwrap();
+    let work = tokio::spawn(work_until_cut_off("forced"));
+    let info = loop {
+        if let Some(info) = operator.inspect("cut:forced").await.unwrap() {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(operator.force_release(&info).await.unwrap(), "broke it");
+    let result = tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the body was not cancelled within 10 s")
+        .expect("no panic");
+    let error = result.expect_err("the body cannot finish in time: the lock was broken");
+    assert!(
+        matches!(
+            &error,
+            LockError::Lost { key, cause: LostCause::ForceReleased, .. } if key == "lock:cut:forced"
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("distlock release --force"),
+        "{error}"
+    );
 }
 
 fn ttl_ms(millis: u64) -> LockOptions {
@@ -259,6 +299,78 @@ async fn a_force_released_holder_is_told_so_and_never_that_it_released_its_lock(
     );
 }
 
+/// A release within `hold_at_least` leaves the lock key in place until the hold ends (its value
+/// the holder's token, with nobody in line), and an operator may break that key: the holder has
+/// released its lock all the same. When the reply to that release is lost with its connection
+/// and the release is sent once more (a marked release, after an idle second), the second run
+/// finds the holder's token in the `released` marker and the `forced` mark both: it must answer
+/// `Ok`, as the first run did, not that an operator broke a lock the holder still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_sent_hold_release_is_ok_after_an_operator_broke_the_kept_lock() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let _unstall = Unstall(&proxy);
+    let holders = LockManager::builder(proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let operator = LockManager::connect(&server.url()).await.unwrap();
+    let name = "kept-then-forced";
+    let key = format!("lock:{name}");
+    assert!(operator.inspect(name).await.unwrap().is_none());
+
+    let options = ttl_ms(30_000).hold_at_least(Duration::from_secs(20));
+    // Redis knows the hold script already: the reply lost is the run's, not a `NOSCRIPT`.
+    holders
+        .acquire("kept-warm-up", &options)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let guard = holders.acquire(name, &options).await.unwrap();
+    let token = guard.token().to_owned();
+    // Idle long enough that the release is marked and sent once more when its connection drops.
+    tokio::time::sleep(IDLE).await;
+    // Every byte through the proxy is held a while: the second run cannot reach the server
+    // before the proxy is stalled, once the first run's reply is seen lost.
+    proxy.set_delay(Duration::from_millis(400));
+    proxy.lose_next_reply_to(&key);
+    let releasing = tokio::spawn(guard.release());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy.replies_lost() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the hold release never reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    proxy.stall();
+    // The first run kept the key for the hold, so the operator sees the holder's token.
+    let info = operator
+        .inspect(name)
+        .await
+        .unwrap()
+        .expect("kept for the hold");
+    assert_eq!(server.get(&key).as_deref(), Some(token.as_str()));
+    assert!(
+        operator.force_release(&info).await.unwrap(),
+        "broke the kept lock"
+    );
+    proxy.unstall();
+    proxy.set_delay(Duration::ZERO);
+
+    let released = releasing.await.unwrap();
+    assert_eq!(proxy.replies_lost(), 1);
+    assert!(
+        released.is_ok(),
+        "the holder released its lock itself before the operator broke the kept key: \
+         {released:?}"
+    );
+    assert!(!server.exists(&key), "the forced release freed the key");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_string_at_the_line_key_neither_keeps_the_lock_held_nor_blames_the_lock_key() {
     let server = RedisServer::start();
@@ -313,6 +425,62 @@ async fn a_string_at_the_line_key_neither_keeps_the_lock_held_nor_blames_the_loc
     assert!(error.to_string().contains(line), "{error}");
     server.del(line);
     holder.release().await.unwrap();
+}
+
+/// A held lock whose line or fencing counter something else wrote (another type) is still
+/// held: `list` must not pass it over as it passes over a key that is no lock, but say which
+/// helper key is broken, as `inspect` does. A lock key of another type is no lock, and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_does_not_hide_a_held_lock_whose_helper_key_is_of_another_type() {
+    use futures_util::StreamExt;
+
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let rpush = |key: &str| {
+        let () = redis::cmd("RPUSH")
+            .arg(key)
+            .arg("x")
+            .query(&mut server.conn())
+            .unwrap();
+    };
+    rpush("lock:not-a-lock");
+    for broken in [
+        "{lock:listed}:distlock:line",
+        "{lock:listed}:distlock:fence",
+    ] {
+        let guard = manager.acquire("listed", &ttl_ms(30_000)).await.unwrap();
+        if broken.ends_with(":line") {
+            server.set(broken, "written by something else");
+        } else {
+            rpush(broken);
+        }
+        let error = manager
+            .inspect("listed")
+            .await
+            .map(drop)
+            .expect_err("inspect names the broken key");
+        assert!(error.to_string().contains(broken), "{error}");
+        let listed: Vec<Result<String, LockError>> = manager
+            .list("*")
+            .map(|info| info.map(|info| info.name))
+            .collect()
+            .await;
+        assert!(
+            listed.iter().any(|item| match item {
+                Ok(name) => name == "listed",
+                Err(error) => error.to_string().contains(broken),
+            }),
+            "{broken}: the held lock is neither listed nor its broken key named: {listed:?}"
+        );
+        server.del(broken);
+        guard.release().await.unwrap();
+    }
+    let listed: Vec<Result<String, LockError>> = manager
+        .list("*")
+        .map(|info| info.map(|info| info.name))
+        .collect()
+        .await;
+    assert!(listed.is_empty(), "a list is no lock: {listed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -890,9 +890,11 @@ async fn a_force_released_holder_on_a_cluster_is_told_so_and_never_that_it_relea
     let long = LockOptions::new()
         .ttl(Duration::from_secs(30))
         .timeout(Duration::from_secs(5));
-    for name in ["forced:release", "forced:hold", "forced:extend"] {
+    // The `forced` mark shares its lock's slot whatever tag the lock's key gives its helpers:
+    // the key itself, the key's own hash tag, or a tag of the slot's for a `}` with no tag.
+    for name in ["forced:release", "forced:{hold}", "forced:a}b{extend"] {
         let key = format!("lock:{name}");
-        let options = if name == "forced:hold" {
+        let options = if name == "forced:{hold}" {
             long.clone().hold_at_least(Duration::from_secs(20))
         } else {
             long.clone()
@@ -900,8 +902,22 @@ async fn a_force_released_holder_on_a_cluster_is_told_so_and_never_that_it_relea
         let stuck = holder.acquire(name, &options).await.unwrap();
         let info = operator.inspect(name).await.unwrap().expect("held");
         assert!(operator.force_release(&info).await.unwrap(), "broke {name}");
+        let marks: Vec<String> = cluster
+            .keys("*:distlock:forced*")
+            .into_iter()
+            .filter(|mark| {
+                test_support::names::helper_owner(mark) == Some(("forced", key.as_str()))
+            })
+            .collect();
+        assert_eq!(
+            marks.len(),
+            1,
+            "{name}: one forced mark, named for its lock"
+        );
+        assert_eq!(cluster.slot_of(&marks[0]), cluster.slot_of(&key), "{name}");
+        assert_eq!(cluster.get(&marks[0]).as_deref(), Some(stuck.token()));
         let successor = next.acquire(name, &long).await.unwrap();
-        let told = if name == "forced:extend" {
+        let told = if name == "forced:a}b{extend" {
             stuck.extend(Duration::from_secs(30)).await
         } else {
             stuck.release().await

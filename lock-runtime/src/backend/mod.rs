@@ -38,7 +38,7 @@ use crate::options::Timeouts;
 use crate::sentinel::Sentinels;
 use crate::LostCause;
 use memory::Memory;
-pub(crate) use node::Look;
+pub(crate) use node::{names_a_helper, Look};
 use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 use recent::Contended;

@@ -170,8 +170,8 @@ impl Node {
                     "distlock: the lock key {key} holds a value of another type, not a lock"
                 ),
                 Some(role) => format!(
-                    "distlock: the {role} {key} of the lock {lock} holds a value of another \
-                     type: something other than distlock wrote that key; delete it",
+                    "distlock: the {role} {key} of the lock {lock} {HELPER_OF_ANOTHER_TYPE}; \
+                     delete it",
                     lock = keys.lock
                 ),
             };
@@ -934,6 +934,21 @@ async fn set_nx(
         ))),
     }
 }
+
+/// Whether `error` is one that [`Node::naming_the_key`] made to name a helper key of the
+/// lock (its line, fencing counter or a marker) that holds another type: the lock itself may
+/// be held all the same.
+pub(crate) fn names_a_helper(error: &redis::RedisError) -> bool {
+    error.code() == Some("WRONGTYPE")
+        && error
+            .detail()
+            .is_some_and(|detail| detail.contains(HELPER_OF_ANOTHER_TYPE))
+}
+
+/// What [`Node::naming_the_key`] says of a helper key of another type (and what
+/// [`Node::names_a_helper`] looks for).
+const HELPER_OF_ANOTHER_TYPE: &str =
+    "holds a value of another type: something other than distlock wrote that key";
 
 /// How long a force-released holder's token is kept in the lock's `forced` mark: a stuck holder
 /// that comes back within it is told its lock was force-released. Past it, it is told the lock

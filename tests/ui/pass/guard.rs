@@ -88,6 +88,17 @@ mod own_names {
         Ok(*shared.lock.lock().unwrap())
     }
 
+    mod config {
+        #[allow(non_upper_case_globals)]
+        pub(crate) static lock: super::Ticket = super::Ticket;
+    }
+
+    // A `lock` reached by a path is that item, not the guard.
+    #[distributed_lock(key = "own-path")]
+    pub(crate) fn path() -> Result<usize, LockError> {
+        Ok(config::lock.key().len())
+    }
+
     #[distributed_lock(key = "own-param:{lock}")]
     pub(crate) fn param(lock: &str) -> Result<usize, LockError> {
         Ok(lock.len())
