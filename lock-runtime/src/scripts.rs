@@ -99,7 +99,9 @@ where
 /// (Redis time in ms: `now` when the caller knows it — a hand-off takes `known` rather than read
 /// the clock, as it does for leases; it is off only by what separates two servers' clocks after
 /// a failover, which a time shown to an operator can bear): `"<holder's UUID> <ms>"`, for
-/// `ttl` ms, which every extension of the lock renews (see [`EXTEND`]). A holder whose value was
+/// `ttl` ms — the ttl the lock key was just given, a hand-off's claim included, so that the
+/// record of a holder that dies before confirming its full ttl expires with its lock — which
+/// every extension of the lock renews (see [`EXTEND`]). A holder whose value was
 /// written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
 /// show its wait as time held; inspection takes the record only while it names the lock's
 /// current holder (UUIDs are never reused). A first try writes no record: its value is made
@@ -188,7 +190,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
-        granted(waiter, ttl, now or known)
+        granted(waiter, px, now or known)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)

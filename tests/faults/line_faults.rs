@@ -646,3 +646,46 @@ fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
     }
     assert!(doubles.is_empty(), "two holders: {doubles:#?}");
 }
+
+/// A waiter handed the lock that dies before it confirms its full ttl (its process is gone,
+/// here one that never was: a place written by hand, with no channel, so the hand-off is
+/// taken as heard): the lock expires at the end of the claim, and so must the record of when
+/// that waiter got it. Nothing of a lock but its fencing counter outlives it.
+#[test]
+fn the_since_record_of_an_unconfirmed_hand_off_expires_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-claim";
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    let manager = runtime.block_on(test_support::connect(&server));
+    let guard = runtime.block_on(manager.acquire(name, &options)).unwrap();
+    let waiter = "00000000-0000-4000-8000-000000000000;h=gone;p=1;t=0";
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(line_key(name))
+        .arg(format!("{waiter} 99999999999999 30000 0 "))
+        .query(&mut server.conn())
+        .unwrap();
+    runtime.block_on(guard.release()).unwrap();
+    let mut conn = server.conn();
+    let held: Option<String> = redis::cmd("GET")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(held.as_deref(), Some(waiter), "handed to the waiter");
+    let lock_left: i64 = redis::cmd("PTTL")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    let since_left: i64 = redis::cmd("PTTL")
+        .arg(format!("{{lock:{name}}}:distlock:since"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        since_left <= lock_left,
+        "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
+    );
+}
