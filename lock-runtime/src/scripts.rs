@@ -722,8 +722,9 @@ end
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its line (the prelude's line helpers only: no fencing
 ///   token is issued here, so `KEYS[3]` is free: the `forced` mark, see [`FORCE_RELEASE`]),
-///   `KEYS[4]` the `released` marker when given (see below), and last its lease table (see
-///   [`LINE_PRELUDE`]); `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at
+///   `KEYS[4]` its `since` record (see `granted` in [`LINE_PRELUDE`]), set to expire with the
+///   lock so that it does not outlive it, `KEYS[5]` the `released` marker when given (see
+///   below), and last its lease table (see [`LINE_PRELUDE`]); `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at
 ///   least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
 /// - Returns 1 when the lock was ours and is now kept until the hold ends; when it was not
 ///   ours, nothing touched, why, as [`RELEASE`] answers it.
@@ -766,17 +767,18 @@ if value ~= ARGV[1] then
     return 1
   end
   local why = not_ours(value, KEYS[3], ARGV[1])
-  if why ~= -2 and ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  if why ~= -2 and ARGV[4] and redis.call('GET', KEYS[5]) == ARGV[1] then
     return 1
   end
   return why
 end
 if ARGV[4] then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
 end
 local read, waiter, channel, now = pcall(first_live, ARGV[1])
 if not read then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released to ' ..
     'expire when its hold ends, but its line ' .. KEYS[2] .. ' holds a value of another ' ..
     'type, so nobody in it could be told: something other than distlock wrote that key; ' ..
@@ -786,12 +788,14 @@ if waiter then
   local keep = tonumber(ARGV[2])
   local claim = tonumber(ARGV[3])
   redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
+  redis.call('PEXPIRE', KEYS[4], keep + claim)
   if channel ~= '' then
     redis.call('PUBLISH', channel, waiter .. ' ?')
   end
   return 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
 return 1
 ",
         ]
@@ -905,8 +909,9 @@ return {value, pttl, waiters, redis.call('GET', KEYS[3]), redis.call('GET', KEYS
 /// sleeps until that expiry rather than until the ttl it last saw. The waiter keeps its place:
 /// nothing is handed over, and it takes the lock by its own attempt when the hold ends.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]); `ARGV[1]` the
-///   token, `ARGV[2]` the milliseconds the lock is to live from now (at least 1).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]), `KEYS[3]` its
+///   `since` record, set to expire with the lock; `ARGV[1]` the token, `ARGV[2]` the
+///   milliseconds the lock is to live from now (at least 1).
 /// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
 ///   touched).
 pub(crate) static QUORUM_HOLD: Lazy<Script> = Lazy::new(|| {
@@ -916,6 +921,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf', 'LIMIT', 0, 1)[1]

@@ -689,3 +689,57 @@ fn the_since_record_of_an_unconfirmed_hand_off_expires_with_the_lock() {
         "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
     );
 }
+
+/// A holder that waited (so its grant is recorded) released within its `hold_at_least`: the
+/// lock is left to expire when the hold ends, and the record of when it got the lock must not
+/// outlive it (nothing of a lock but its fencing counter does).
+#[test]
+fn the_since_record_of_a_held_release_expires_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-hold";
+    let (first, second) = runtime.block_on(async {
+        (
+            test_support::connect(&server).await,
+            test_support::connect(&server).await,
+        )
+    });
+    let held = runtime
+        .block_on(first.acquire(name, &LockOptions::new()))
+        .unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .hold_at_least(Duration::from_secs(4));
+    let waiting = {
+        let (second, options) = (second.clone(), options.clone());
+        runtime.spawn(async move { second.acquire(name, &options).await.unwrap() })
+    };
+    test_support::wait_until(Duration::from_secs(5), "a waiter in line", || {
+        line(&server, name).len() == 1
+    });
+    runtime.block_on(held.release()).unwrap();
+    let guard = runtime.block_on(waiting).unwrap();
+    // Its full ttl confirmed (a third into the claim), then released within the hold.
+    runtime
+        .block_on(guard.extend(Duration::from_secs(30)))
+        .unwrap();
+    runtime.block_on(guard.release()).unwrap();
+    let mut conn = server.conn();
+    let lock_left: i64 = redis::cmd("PTTL")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    let since_left: i64 = redis::cmd("PTTL")
+        .arg(format!("{{lock:{name}}}:distlock:since"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(lock_left > 0, "kept until the hold ends");
+    assert!(
+        since_left <= lock_left,
+        "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
+    );
+}
