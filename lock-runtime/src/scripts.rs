@@ -513,7 +513,7 @@ end
 /// that is not ours, or a waiter leaving the line.
 const RELEASE_CONTENDED: &str = r"
 if type(waiter) == 'table' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
     'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
     'handed the lock: something other than distlock wrote that key; delete it')
@@ -813,6 +813,8 @@ return 1
 /// - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
 ///   holds something else now (nothing touched).
 ///
+/// A lock deleted here takes its `since` record with it, as a release's does.
+///
 /// The holder is not told, and goes on believing it holds the lock: so the holder's token
 /// (the value without a `;hold=` suffix) is left in the `forced` mark, where its next
 /// [`EXTEND`], [`RELEASE`] or [`HOLD`] finds it and answers "force-released" rather than a
@@ -844,13 +846,13 @@ end
 redis.call('SET', KEYS[5], holder, 'PX', ARGV[4])
 local read, first = pcall(hand_off, tonumber(ARGV[2]), holder, nil, nil, ARGV[3] == '1', nil)
 if not read then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
     'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
     'handed the lock: something other than distlock wrote that key; delete it')
 end
 if not first then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
 end
 return 1
 ",

@@ -743,3 +743,50 @@ fn the_since_record_of_a_held_release_expires_with_the_lock() {
         "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
     );
 }
+
+/// An operator force-releases a holder that waited (its grant is recorded) with nobody in
+/// line: the lock is deleted, and the record of when that holder got it with it.
+#[test]
+fn a_force_release_takes_the_since_record_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-forced";
+    let (first, second) = runtime.block_on(async {
+        (
+            test_support::connect(&server).await,
+            test_support::connect(&server).await,
+        )
+    });
+    let held = runtime
+        .block_on(first.acquire(name, &LockOptions::new()))
+        .unwrap();
+    let waiting = {
+        let second = second.clone();
+        runtime.spawn(async move { second.acquire(name, &LockOptions::new()).await.unwrap() })
+    };
+    test_support::wait_until(Duration::from_secs(5), "a waiter in line", || {
+        line(&server, name).len() == 1
+    });
+    runtime.block_on(held.release()).unwrap();
+    let guard = runtime.block_on(waiting).unwrap();
+    let since_key = format!("{{lock:{name}}}:distlock:since");
+    assert!(
+        server.exists(&since_key),
+        "the grant of a holder that waited is recorded"
+    );
+    let info = runtime
+        .block_on(first.inspect(name))
+        .unwrap()
+        .expect("held");
+    assert!(runtime.block_on(first.force_release(&info)).unwrap());
+    assert!(!server.exists(&format!("lock:{name}")), "force-released");
+    assert!(
+        !server.exists(&since_key),
+        "the since record outlives the force-released lock"
+    );
+    drop(guard);
+}
