@@ -76,8 +76,9 @@ pub enum LockError {
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(#[from] redis::RedisError),
 
-    /// A setting is out of range or malformed (URL, ttl, timeout, ...), or a lock key is
-    /// refused (empty, or reserved for distlock's helper keys).
+    /// A setting is out of range or malformed (URL, ttl, timeout, ...), a lock key is
+    /// refused (empty, or reserved for distlock's helper keys), or a guard was used in a
+    /// process forked from the one that took its lock (only that process holds it).
     #[error("invalid distlock configuration: {0}")]
     Config(String),
 

@@ -136,7 +136,8 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`LockError::Lost`] if the lock expired or belongs to someone else now (nothing is
-    /// touched then), [`LockError::Config`] for a ttl outside 1 ms ..= 365 days,
+    /// touched then), [`LockError::Config`] for a ttl outside 1 ms ..= 365 days or a guard
+    /// its process inherited from the one it was forked from (which holds the lock),
     /// [`LockError::Redis`] if Redis could not be asked.
     ///
     /// ```no_run
@@ -154,7 +155,8 @@ impl LockGuard {
     /// Asks Redis whether the lock is still ours.
     ///
     /// # Errors
-    /// [`LockError::Redis`] if Redis could not be asked.
+    /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] for a guard its
+    /// process inherited from the one it was forked from.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {
@@ -165,6 +167,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn is_held(&self) -> Result<bool, LockError> {
+        self.held.not_inherited()?;
         Ok(self
             .held
             .shared
@@ -246,7 +249,8 @@ impl LockGuard {
     /// # Errors
     /// [`LockError::Lost`] if the lock was no longer ours (it expired, and maybe someone else
     /// holds it now — their lock is left untouched); [`LockError::Redis`] if Redis could not be
-    /// reached, in which case the lock expires at the end of its ttl.
+    /// reached, in which case the lock expires at the end of its ttl; [`LockError::Config`] for
+    /// a guard its process inherited from the one it was forked from, whose lock is left to it.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {

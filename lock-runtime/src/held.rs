@@ -138,6 +138,7 @@ impl Held {
 
     /// [`Held::set_ttl`] once the caller has its turn.
     async fn apply_ttl(&self, ttl: Duration, finder: Finder) -> Result<(), LockError> {
+        self.not_inherited()?;
         let ttl_millis = crate::options::ttl_millis(ttl)?;
         let sent = Instant::now();
         self.update_expiry(|expiry| {
@@ -160,9 +161,27 @@ impl Held {
         Ok(())
     }
 
+    /// An error unless this process took the lock. A process forked without exec has a copy
+    /// of its parent's guards, whose token is the parent's: a release or a ttl change sent
+    /// from the child would pass Redis's compare with that token and take the lock from under
+    /// the parent, which goes on believing it holds it. Only the parent holds it; the child
+    /// waits for it as any other process does.
+    pub(crate) fn not_inherited(&self) -> Result<(), LockError> {
+        if !self.shared.is_inherited() {
+            return Ok(());
+        }
+        Err(LockError::config(format!(
+            "lock `{}` was taken by process {}, which this process was forked from: the lock is \
+             that process's, so this copy of its guard cannot release, extend or ask about it; \
+             let the parent release it, and acquire the lock in this process to hold it here",
+            self.keys.lock, self.shared.pid
+        )))
+    }
+
     /// Deletes the lock if it is still ours — or, before its `hold_at_least` is over, leaves
     /// it to expire when the hold ends.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
+        self.not_inherited()?;
         // A confirmation runs on the background runtime's connection, not the caller's: one in
         // flight could reach Redis after the release and lengthen a lock that a
         // `hold_at_least` release has just shortened. None is sent once the guard is closed,

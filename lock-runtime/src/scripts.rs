@@ -99,7 +99,9 @@ where
 /// (Redis time in ms: `now` when the caller knows it — a hand-off takes `known` rather than read
 /// the clock, as it does for leases; it is off only by what separates two servers' clocks after
 /// a failover, which a time shown to an operator can bear): `"<holder's UUID> <ms>"`, for
-/// `ttl` ms, which every extension of the lock renews (see [`EXTEND`]). A holder whose value was
+/// `ttl` ms — the ttl the lock key was just given, a hand-off's claim included, so that the
+/// record of a holder that dies before confirming its full ttl expires with its lock — which
+/// every extension of the lock renews (see [`EXTEND`]). A holder whose value was
 /// written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
 /// show its wait as time held; inspection takes the record only while it names the lock's
 /// current holder (UUIDs are never reused). A first try writes no record: its value is made
@@ -188,7 +190,7 @@ local function hand_off(claim, except, quiet, popped, counted, known)
       else
         local px = math.min(tonumber(ttl), claim)
         redis.call('SET', KEYS[1], waiter, 'PX', px)
-        granted(waiter, ttl, now or known)
+        granted(waiter, px, now or known)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
@@ -512,7 +514,7 @@ end
 /// that is not ours, or a waiter leaving the line.
 const RELEASE_CONTENDED: &str = r"
 if type(waiter) == 'table' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
     'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
     'handed the lock: something other than distlock wrote that key; delete it')
@@ -721,8 +723,9 @@ end
 ///
 /// - `KEYS[1]` the lock key, `KEYS[2]` its line (the prelude's line helpers only: no fencing
 ///   token is issued here, so `KEYS[3]` is free: the `forced` mark, see [`FORCE_RELEASE`]),
-///   `KEYS[4]` the `released` marker when given (see below), and last its lease table (see
-///   [`LINE_PRELUDE`]); `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at
+///   `KEYS[4]` its `since` record (see `granted` in [`LINE_PRELUDE`]), set to expire with the
+///   lock so that it does not outlive it, `KEYS[5]` the `released` marker when given (see
+///   below), and last its lease table (see [`LINE_PRELUDE`]); `ARGV[1]` the token, `ARGV[2]` the milliseconds the hold has left (at
 ///   least 1), `ARGV[3]` the claim (see [`ACQUIRE`]).
 /// - Returns 1 when the lock was ours and is now kept until the hold ends; when it was not
 ///   ours, nothing touched, why, as [`RELEASE`] answers it.
@@ -766,17 +769,18 @@ if value ~= ARGV[1] then
     return 1
   end
   local why = not_ours(value, KEYS[3], ARGV[1])
-  if ARGV[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  if ARGV[4] and redis.call('GET', KEYS[5]) == ARGV[1] then
     return 1
   end
   return why
 end
 if ARGV[4] then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[4])
 end
 local read, waiter, channel, now = pcall(first_live, ARGV[1])
 if not read then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released to ' ..
     'expire when its hold ends, but its line ' .. KEYS[2] .. ' holds a value of another ' ..
     'type, so nobody in it could be told: something other than distlock wrote that key; ' ..
@@ -786,12 +790,14 @@ if waiter then
   local keep = tonumber(ARGV[2])
   local claim = tonumber(ARGV[3])
   redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
+  redis.call('PEXPIRE', KEYS[4], keep + claim)
   if channel ~= '' then
     redis.call('PUBLISH', channel, waiter .. ' ?')
   end
   return 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
 return 1
 ",
         ]
@@ -808,6 +814,8 @@ return 1
 ///   are counted (see `hand_off`), `ARGV[4]` how long the mark is kept, in ms.
 /// - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
 ///   holds something else now (nothing touched).
+///
+/// A lock deleted here takes its `since` record with it, as a release's does.
 ///
 /// The holder is not told, and goes on believing it holds the lock: so the holder's token
 /// (the value without a `;hold=` suffix) is left in the `forced` mark, where its next
@@ -841,13 +849,13 @@ end
 redis.call('SET', KEYS[5], holder, 'PX', ARGV[4])
 local read, first = pcall(hand_off, tonumber(ARGV[2]), holder, nil, nil, ARGV[3] == '1', nil)
 if not read then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
     'but its line ' .. KEYS[2] .. ' holds a value of another type, so nobody in it could be ' ..
     'handed the lock: something other than distlock wrote that key; delete it')
 end
 if not first then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
 end
 return 1
 ",
@@ -906,8 +914,9 @@ return {value, pttl, waiters, redis.call('GET', KEYS[3]), redis.call('GET', KEYS
 /// sleeps until that expiry rather than until the ttl it last saw. The waiter keeps its place:
 /// nothing is handed over, and it takes the lock by its own attempt when the hold ends.
 ///
-/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]); `ARGV[1]` the
-///   token, `ARGV[2]` the milliseconds the lock is to live from now (at least 1).
+/// - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]), `KEYS[3]` its
+///   `since` record, set to expire with the lock; `ARGV[1]` the token, `ARGV[2]` the
+///   milliseconds the lock is to live from now (at least 1).
 /// - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
 ///   touched).
 pub(crate) static QUORUM_HOLD: Lazy<Script> = Lazy::new(|| {
@@ -917,6 +926,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf', 'LIMIT', 0, 1)[1]

@@ -24,7 +24,8 @@ pub fn free_port() -> u16 {
 ///
 /// Goes through the shell's `kill` builtin because the tests may use std only (no libc), and
 /// `sh` exists wherever `redis-server` does. Panics if the signal could not be delivered, e.g.
-/// because the process is gone: a test that signals a process expects it to be there.
+/// because the process is gone: a test that signals a process expects it to be there. A
+/// `"STOP"` returns once every thread of the process is stopped (see `wait_stopped`).
 pub fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("sh")
         .args(["-c", "kill -s \"$1\" \"$2\"", "send_signal"])
@@ -37,6 +38,43 @@ pub fn send_signal(pid: u32, signal: &str) {
         status.success(),
         "`kill -s {signal} {pid}` failed ({status})"
     );
+    if signal == "STOP" {
+        wait_stopped(pid);
+    }
+}
+
+/// Waits until every thread of process `pid` is stopped (up to 10 s; panics past it).
+///
+/// `kill` returns once the signal is queued, not once the process stops: the kernel wakes one
+/// thread to take a `SIGSTOP`, and only when that thread gets a CPU does it stop the others.
+/// On a loaded machine the process's other threads run meanwhile — they can read a reply, take
+/// a lock handed to them — so a test that acts "after the stop" must wait for it. Read from
+/// `/proc/<pid>/task/*/stat` (state `T`); where there is no `/proc`, this returns at once.
+fn wait_stopped(pid: u32) {
+    let tasks = format!("/proc/{pid}/task");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let Ok(entries) = std::fs::read_dir(&tasks) else {
+            return;
+        };
+        let running = entries.flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // `<tid> (<comm>) <state> ...`: the name may hold spaces and parentheses.
+                let state = stat
+                    .rfind(')')
+                    .and_then(|end| stat[end + 1..].split_whitespace().next());
+                !matches!(state, Some("T" | "t" | "Z" | "X"))
+            })
+        });
+        if !running {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} has threads still running 10 s after SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Runs the current test binary again as a child process that executes only `test_name`.

@@ -679,3 +679,82 @@ fn a_forked_child_uses_the_blocking_api_of_its_parent() {
         "released in the child"
     );
 }
+
+/// The worker of the test below: does nothing unless started by `spawn_self`.
+#[test]
+fn fork_inherited_guard_worker() {
+    let Ok(url) = std::env::var("DISTLOCK_FORK_INHERITED_URL") else {
+        return;
+    };
+    let manager = LockManager::connect(&url).unwrap();
+    let guard = manager
+        .acquire("blocking:fork:inherited", &ttl(30_000))
+        .unwrap();
+    let token = guard.token().to_owned();
+    // The child takes the guard out; the parent's stays here.
+    let slot = std::cell::RefCell::new(Some(guard));
+    let child = || -> Result<(), String> {
+        let guard = slot.borrow_mut().take().ok_or("no guard")?;
+        let mut redis = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection())
+            .map_err(|error| error.to_string())?;
+        let mut value = || -> Result<Option<String>, String> {
+            redis::cmd("GET")
+                .arg("lock:blocking:fork:inherited")
+                .query(&mut redis)
+                .map_err(|error| error.to_string())
+        };
+        if guard.extend(Duration::from_secs(1)).is_ok() {
+            return Err("the child extended its parent's lock".into());
+        }
+        if guard.release().is_ok() {
+            return Err("the child released its parent's lock".into());
+        }
+        match value()? {
+            Some(held) if held == token => {}
+            other => return Err(format!("the parent's lock now holds {other:?}")),
+        }
+        // The child waits for the lock like anyone else: the parent holds it.
+        match manager.acquire(
+            "blocking:fork:inherited",
+            &LockOptions::new().timeout(Duration::from_millis(500)),
+        ) {
+            Err(LockError::Timeout { .. }) => Ok(()),
+            Ok(_) => Err("the child acquired the lock its parent holds".into()),
+            Err(error) => Err(format!("the child's acquire failed: {error}")),
+        }
+    };
+    let ended = fork_and_wait(Duration::from_secs(30), child);
+    assert_eq!(ended, ExitCode(Some(0)), "the forked child failed");
+    let remaining: i64 = redis::cmd("PTTL")
+        .arg("lock:blocking:fork:inherited")
+        .query(
+            &mut redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(
+        remaining > 5_000,
+        "the child shortened its parent's lock: {remaining} ms left"
+    );
+    let guard = slot.into_inner().expect("the parent's guard");
+    assert!(guard.is_held().unwrap(), "the parent still holds it");
+    guard.release().unwrap();
+}
+
+/// A guard copied into a process forked without exec is its parent's lock: the child cannot
+/// release, shorten or lengthen it (each is an error that says so), and waits for the lock as
+/// any other process does; the parent keeps it, untouched.
+#[test]
+fn a_forked_child_cannot_release_or_extend_its_parents_guard() {
+    let server = shared_server();
+    let worker = spawn_self(
+        "blocking::fork_inherited_guard_worker",
+        &[("DISTLOCK_FORK_INHERITED_URL", server.url())],
+    );
+    for status in wait_all(vec![worker], Duration::from_secs(90)) {
+        assert!(status.success(), "the fork worker failed: {status}");
+    }
+}

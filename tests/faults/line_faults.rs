@@ -646,3 +646,147 @@ fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
     }
     assert!(doubles.is_empty(), "two holders: {doubles:#?}");
 }
+
+/// A waiter handed the lock that dies before it confirms its full ttl (its process is gone,
+/// here one that never was: a place written by hand, with no channel, so the hand-off is
+/// taken as heard): the lock expires at the end of the claim, and so must the record of when
+/// that waiter got it. Nothing of a lock but its fencing counter outlives it.
+#[test]
+fn the_since_record_of_an_unconfirmed_hand_off_expires_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-claim";
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    let manager = runtime.block_on(test_support::connect(&server));
+    let guard = runtime.block_on(manager.acquire(name, &options)).unwrap();
+    let waiter = "00000000-0000-4000-8000-000000000000;h=gone;p=1;t=0";
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(line_key(name))
+        .arg(format!("{waiter} 99999999999999 30000 0 "))
+        .query(&mut server.conn())
+        .unwrap();
+    runtime.block_on(guard.release()).unwrap();
+    let mut conn = server.conn();
+    let held: Option<String> = redis::cmd("GET")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(held.as_deref(), Some(waiter), "handed to the waiter");
+    let lock_left: i64 = redis::cmd("PTTL")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    let since_left: i64 = redis::cmd("PTTL")
+        .arg(format!("{{lock:{name}}}:distlock:since"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        since_left <= lock_left,
+        "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
+    );
+}
+
+/// A holder that waited (so its grant is recorded) released within its `hold_at_least`: the
+/// lock is left to expire when the hold ends, and the record of when it got the lock must not
+/// outlive it (nothing of a lock but its fencing counter does).
+#[test]
+fn the_since_record_of_a_held_release_expires_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-hold";
+    let (first, second) = runtime.block_on(async {
+        (
+            test_support::connect(&server).await,
+            test_support::connect(&server).await,
+        )
+    });
+    let held = runtime
+        .block_on(first.acquire(name, &LockOptions::new()))
+        .unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .hold_at_least(Duration::from_secs(4));
+    let waiting = {
+        let (second, options) = (second.clone(), options.clone());
+        runtime.spawn(async move { second.acquire(name, &options).await.unwrap() })
+    };
+    test_support::wait_until(Duration::from_secs(5), "a waiter in line", || {
+        line(&server, name).len() == 1
+    });
+    runtime.block_on(held.release()).unwrap();
+    let guard = runtime.block_on(waiting).unwrap();
+    // Its full ttl confirmed (a third into the claim), then released within the hold.
+    runtime
+        .block_on(guard.extend(Duration::from_secs(30)))
+        .unwrap();
+    runtime.block_on(guard.release()).unwrap();
+    let mut conn = server.conn();
+    let lock_left: i64 = redis::cmd("PTTL")
+        .arg(format!("lock:{name}"))
+        .query(&mut conn)
+        .unwrap();
+    let since_left: i64 = redis::cmd("PTTL")
+        .arg(format!("{{lock:{name}}}:distlock:since"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(lock_left > 0, "kept until the hold ends");
+    assert!(
+        since_left <= lock_left,
+        "the since record ({since_left} ms left) outlives the lock ({lock_left} ms left)"
+    );
+}
+
+/// An operator force-releases a holder that waited (its grant is recorded) with nobody in
+/// line: the lock is deleted, and the record of when that holder got it with it.
+#[test]
+fn a_force_release_takes_the_since_record_with_the_lock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = "line-faults:since-forced";
+    let (first, second) = runtime.block_on(async {
+        (
+            test_support::connect(&server).await,
+            test_support::connect(&server).await,
+        )
+    });
+    let held = runtime
+        .block_on(first.acquire(name, &LockOptions::new()))
+        .unwrap();
+    let waiting = {
+        let second = second.clone();
+        runtime.spawn(async move { second.acquire(name, &LockOptions::new()).await.unwrap() })
+    };
+    test_support::wait_until(Duration::from_secs(5), "a waiter in line", || {
+        line(&server, name).len() == 1
+    });
+    runtime.block_on(held.release()).unwrap();
+    let guard = runtime.block_on(waiting).unwrap();
+    let since_key = format!("{{lock:{name}}}:distlock:since");
+    assert!(
+        server.exists(&since_key),
+        "the grant of a holder that waited is recorded"
+    );
+    let info = runtime
+        .block_on(first.inspect(name))
+        .unwrap()
+        .expect("held");
+    assert!(runtime.block_on(first.force_release(&info)).unwrap());
+    assert!(!server.exists(&format!("lock:{name}")), "force-released");
+    assert!(
+        !server.exists(&since_key),
+        "the since record outlives the force-released lock"
+    );
+    drop(guard);
+}

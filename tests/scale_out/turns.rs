@@ -107,11 +107,12 @@ async fn a_process_that_asks_again_joins_the_line_with_one_command() {
     let dan_holds = dan_waiting.await.unwrap().expect("handed over");
     assert_eq!(dan_holds.token(), token_of(&dan_entry));
     let expected: BTreeMap<String, u64> = [
-        // The release with its hand-off: one script.
+        // The release with its hand-off: one script, which sets the lock to `dan`'s token and
+        // records when `dan` got it (its `since` record: its value was made before it waited).
         ("evalsha", 1),
         ("get", 1),
         ("lpop", 1),
-        ("set", 1),
+        ("set", 2),
         ("publish", 1),
         // `ann` asking again: behind `eve`, with the lease deadline its place got a moment ago.
         ("rpushx", 1),

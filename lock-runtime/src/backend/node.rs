@@ -664,11 +664,16 @@ impl Node {
             // and a second run after the hold ended would find the lock gone: mark it, see
             // `HOLD`.
             Protocol::Line if marked || matches!(connection, Connection::Cluster(_)) => {
-                let (line, forced, released, leases) =
-                    (keys.line(), keys.forced(), keys.released(), keys.leases());
+                let (line, forced, since, released, leases) = (
+                    keys.line(),
+                    keys.forced(),
+                    keys.since(),
+                    keys.released(),
+                    keys.leases(),
+                );
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &forced, &released, &leases],
+                    &[&keys.lock, &line, &forced, &since, &released, &leases],
                     4,
                     token.len() + 20 + 20 + 20,
                 );
@@ -679,10 +684,11 @@ impl Node {
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Line => {
-                let (line, forced, leases) = (keys.line(), keys.forced(), keys.leases());
+                let (line, forced, since, leases) =
+                    (keys.line(), keys.forced(), keys.since(), keys.leases());
                 let mut cmd = scripts::evalsha(
                     &scripts::HOLD,
-                    &[&keys.lock, &line, &forced, &leases],
+                    &[&keys.lock, &line, &forced, &since, &leases],
                     3,
                     token.len() + 20 + 20,
                 );
@@ -690,10 +696,10 @@ impl Node {
                 (&*scripts::HOLD, cmd)
             }
             Protocol::Wake => {
-                let wake_list = keys.wake_list();
+                let (wake_list, since) = (keys.wake_list(), keys.since());
                 let mut cmd = scripts::evalsha(
                     &scripts::QUORUM_HOLD,
-                    &[&keys.lock, &wake_list],
+                    &[&keys.lock, &wake_list, &since],
                     2,
                     token.len() + 20,
                 );
