@@ -248,14 +248,15 @@ mod valid;
 /// # Synchronous functions
 ///
 /// On a plain `fn` the attribute takes the lock through `distlock::blocking` (install it with
-/// `distlock::blocking::init(url)`, or `distlock::init`), with the same options and rules. The
+/// `distlock::blocking::init(url)`, or `distlock::init`), with the same options and rules, except
+/// that `on_busy` is `"wait"` (`"skip"` and `"fail"` are compile errors there). The
 /// body is kept as written after a local that holds the lock and releases it when dropped: on
 /// return, on `?`, and while a panic unwinds, before the function returns. `guard = name` binds
 /// `&distlock::blocking::LockGuard`. A synchronous body cannot be interrupted, so with
 /// `auto_extend` the watchdog keeps the lock alive while it runs, but a lock lost anyway does not
 /// stop it: the release logs a warning, and a body with a guard can check `guard.is_lost()`.
-/// Called on a thread of an async runtime it returns `E::from(LockError::Config(..))` at once
-/// rather than block that thread.
+/// Called on a thread where a tokio runtime is current it returns
+/// `E::from(LockError::InsideAsyncRuntime { .. })` at once rather than block that thread.
 ///
 /// ```no_run
 /// # use distlock::distributed_lock;

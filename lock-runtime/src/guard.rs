@@ -216,6 +216,15 @@ impl LockGuard {
     /// The [`LockError::Lost`] that says why the lock was lost, once the guard knows it is;
     /// `None` while it is not known lost. For a holder racing its work against
     /// [`lost`](Self::lost).
+    ///
+    /// ```no_run
+    /// # fn example(guard: &distlock::LockGuard) -> Result<(), distlock::LockError> {
+    /// if let Some(error) = guard.lost_error() {
+    ///     return Err(error); // "lock `lock:report` was lost: ..." with the cause's advice
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn lost_error(&self) -> Option<LockError> {
         self.held.is_lost().then(|| self.held.lost_error())
@@ -244,7 +253,8 @@ impl LockGuard {
         self.held.is_lost()
     }
 
-    /// Releases the lock with an atomic compare-and-delete and wakes the next waiter.
+    /// Releases the lock with an atomic compare-and-delete that hands it to the next waiter in
+    /// the lock's line, if any.
     ///
     /// # Errors
     /// [`LockError::Lost`] if the lock was no longer ours (it expired, and maybe someone else

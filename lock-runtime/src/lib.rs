@@ -23,10 +23,12 @@
 //!    the same key (`queue`), then lets the state machine of `acquire` decide each step: a first
 //!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
 //!    master's wake list), sleeping until a hand-off message or a wake-up (`grants`), the
-//!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out. Every Redis operation
-//!    goes through the one seam, `backend`. A Redis error is retried with backoff (`retry`)
-//!    unless `classify` says retrying cannot cure it.
-//! 2. **Body.** The caller gets a [`LockGuard`]. With auto-extension, a `watchdog` task extends
+//!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out.
+//!    Every Redis operation goes through the one seam, `backend`. A Redis error is retried with
+//!    backoff (`retry`) unless `classify` says retrying cannot cure it.
+//! 2. **Body.** The caller gets a [`LockGuard`]. A lock handed over holds on a short claim
+//!    until its full ttl is confirmed, a third into the claim, on the background runtime
+//!    (`confirm`). With auto-extension, a `watchdog` task extends
 //!    the lock every ttl/3, sharing what it knows (`held`) with the guard; `attribute::run` races
 //!    the body against the watchdog and cancels the body when the lock is lost.
 //! 3. **Release.** [`LockGuard::release`] runs the release script (`scripts`): compare-and-delete
@@ -37,7 +39,8 @@
 //!
 //! # The modules, from the bottom up
 //!
-//! Each module uses only modules listed before it: there are no loops. A held lock keeps the
+//! Each module's code uses only modules listed before it (its documentation may link ahead):
+//! there are no loops. A held lock keeps the
 //! manager's inside (`shared`), not the manager, so `held`, `watchdog` and `guard` lie below
 //! `manager`; `builder` makes the inside that `manager` wraps.
 //!
@@ -56,7 +59,7 @@
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
 //! | `finish` | finishing a Redis call whose caller stopped waiting |
 //! | `grants` | messages to one waiter: a hand-off, or a wake-up on Redlock |
-//! | `backend` | the seam: one endpoint (`node`) or Redlock's majority (`quorum`) |
+//! | `backend` | the seam: one endpoint, a server or a cluster (`node`); Redlock's majority (`quorum`); the in-process table (`memory`); what a manager recently learned of a key (`recent`) |
 //! | `queue` | the in-process first-come-first-served line per key |
 //! | `acquire` | the waiting protocol as a state machine, without I/O |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
@@ -71,8 +74,8 @@
 //! | `blocking` | the same API for synchronous code |
 //! | `attribute` | what the attribute's code calls |
 //!
-//! The long-form documents (the waiting protocol, reliability, backends, keys) are in the
-//! repository's `docs/` directory.
+//! The long-form documents (the API by type, the waiting protocol with its diagrams,
+//! reliability, backends, keys) are in the repository's `docs/` directory.
 
 // Nothing in this crate needs `unsafe`, so no change may bring it in unnoticed.
 #![forbid(unsafe_code)]

@@ -203,10 +203,12 @@ impl LockManager {
     /// Takes the lock `name` (Redis key `key_prefix + name`), waiting up to
     /// `options.timeout` while someone else holds it.
     ///
-    /// Waiting costs no polling: a waiter is woken by the holder's release, or retries when the
-    /// holder's ttl runs out. Tasks of this process that wait for the same lock are served first
-    /// come, first served. Cancel-safe: if this future is dropped, nothing is left held — not
-    /// even a lock that Redis granted just as the caller gave up.
+    /// Waiting costs no polling: the holder's release hands the lock to the first waiter in the
+    /// lock's line in Redis, and a waiter also looks again when the holder's ttl runs out (a
+    /// holder that died releases nothing). Waiters are served first come, first served across
+    /// every process that uses the lock (on Redlock, whose masters keep no shared line, among
+    /// the tasks of this process only). Cancel-safe: if this future is dropped, nothing is left
+    /// held — not even a lock that Redis granted just as the caller gave up.
     ///
     /// # Errors
     /// [`LockError::Timeout`] if the lock was still held when the timeout ran out,
