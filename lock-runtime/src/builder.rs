@@ -539,6 +539,25 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_for_replicas_that_cannot_work_is_refused_with_the_fix() {
+        let redlock = Topology::Redlock(vec!["redis://a".into(), "redis://b".into(), "redis://c".into()]);
+        let standalone = Topology::Standalone("redis://127.0.0.1".into());
+        let ms = Duration::from_millis;
+        for (topology, n, timeout, says) in [
+            (redlock, 1, ms(100), "not for Redlock"),
+            (standalone.clone(), 0, ms(100), "ask for 1 or more"),
+            (standalone.clone(), 1, ms(0), "below `response_timeout`"),
+            (standalone, 1, ms(1000), "raise `response_timeout`"),
+        ] {
+            let builder = LockManagerBuilder::new(topology).wait_for_replicas(n, timeout);
+            let Err(LockError::Config(message)) = builder.build() else {
+                panic!("wait_for_replicas({n}, {timeout:?}) was accepted");
+            };
+            assert!(message.contains(says), "{message}");
+        }
+    }
+
+    #[test]
     fn the_probe_works_under_every_prefix_but_those_that_reserve_every_key() {
         const PIECES: [&str; 8] = ["", "{", "}", "x", ":", ":dist", "lock:", ":distlock:"];
         let mut refused = 0;
