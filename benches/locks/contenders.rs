@@ -90,7 +90,10 @@ impl Floor {
             .await
             .expect("floor: SET + WAIT failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
-        assert_eq!(acknowledged, 1, "floor: the replica did not acknowledge {key}");
+        assert_eq!(
+            acknowledged, 1,
+            "floor: the replica did not acknowledge {key}"
+        );
         let deleted: i64 = self
             .release
             .key(&key)

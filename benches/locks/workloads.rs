@@ -592,7 +592,10 @@ pub(crate) fn replicas(bench: &mut Bench, config: &Config, results: &mut Results
     );
     drop(cyclers);
     let left = keys_without_expiry(&mut master.conn());
-    assert_eq!(left, 0, "replicas: {left} lock keys were left without expiry");
+    assert_eq!(
+        left, 0,
+        "replicas: {left} lock keys were left without expiry"
+    );
     eprintln!(
         "replicas done after {:.1} s ({:.1} s for this workload)",
         started.elapsed().as_secs_f64(),

@@ -540,7 +540,11 @@ mod tests {
 
     #[test]
     fn a_wait_for_replicas_that_cannot_work_is_refused_with_the_fix() {
-        let redlock = Topology::Redlock(vec!["redis://a".into(), "redis://b".into(), "redis://c".into()]);
+        let redlock = Topology::Redlock(vec![
+            "redis://a".into(),
+            "redis://b".into(),
+            "redis://c".into(),
+        ]);
         let standalone = Topology::Standalone("redis://127.0.0.1".into());
         let ms = Duration::from_millis;
         for (topology, n, timeout, says) in [

@@ -500,14 +500,13 @@ impl LockManager {
                 }
                 Step::TimedOut => {
                     place.give_up();
-                    return Err(unreplicated
-                        .map_or_else(|| timeout(&keys, started), LockError::from));
+                    return Err(
+                        unreplicated.map_or_else(|| timeout(&keys, started), LockError::from)
+                    );
                 }
                 Step::Failed => {
                     place.give_up();
-                    return Err(
-                        last_error.map_or_else(|| timeout(&keys, started), LockError::from)
-                    );
+                    return Err(last_error.map_or_else(|| timeout(&keys, started), LockError::from));
                 }
             };
         }

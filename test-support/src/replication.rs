@@ -58,7 +58,10 @@ impl Replicated {
             self.replica
                 .info("replication")
                 .contains("master_link_status:up")
-                && self.master.info("replication").contains("connected_slaves:1")
+                && self
+                    .master
+                    .info("replication")
+                    .contains("connected_slaves:1")
         });
     }
 

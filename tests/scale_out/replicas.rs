@@ -70,7 +70,10 @@ async fn no_lock_is_taken_while_the_only_replica_is_stopped() {
     pair.replica().resume();
 
     let guard = manager.acquire("plain", &quick).await.unwrap();
-    assert_eq!(pair.replica().get("lock:plain").as_deref(), Some(guard.token()));
+    assert_eq!(
+        pair.replica().get("lock:plain").as_deref(),
+        Some(guard.token())
+    );
     guard.release().await.unwrap();
 }
 
@@ -130,7 +133,10 @@ async fn the_replica_holds_the_token_the_moment_acquire_returns() {
     .await;
     holder.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
-    assert_eq!(pair.replica().get("lock:shared").as_deref(), Some(next.token()));
+    assert_eq!(
+        pair.replica().get("lock:shared").as_deref(),
+        Some(next.token())
+    );
     next.release().await.unwrap();
 
     // The contrast: the same delay, no `wait_for_replicas`.
@@ -249,7 +255,11 @@ async fn a_master_killed_with_replication_held_back_gives_no_held_lock_to_a_seco
         "without wait_for_replicas: the first client's guard says held = {:?}, and a second \
          client {} the same lock",
         unsafe_guard.is_held().await,
-        if taken_again.is_ok() { "took" } else { "did not take" }
+        if taken_again.is_ok() {
+            "took"
+        } else {
+            "did not take"
+        }
     );
     std::mem::forget(unsafe_guard);
 }
@@ -277,7 +287,10 @@ async fn a_server_that_refuses_wait_is_a_config_error_at_connect() {
     let LockError::Config(message) = &error else {
         panic!("expected a Config error, got {error:?}");
     };
-    assert!(message.contains("WAIT") && message.contains("+wait"), "{message}");
+    assert!(
+        message.contains("WAIT") && message.contains("+wait"),
+        "{message}"
+    );
     assert!(!message.contains("s3cret"), "{message}");
     // The same user locks without it.
     LockManager::builder(&url).connect().await.unwrap();

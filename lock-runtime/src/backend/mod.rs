@@ -44,8 +44,8 @@ use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
-pub(crate) use replicas::{as_not_replicated, Replicas};
 use recent::Written;
+pub(crate) use replicas::{as_not_replicated, Replicas};
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.

@@ -248,14 +248,16 @@ impl Node {
         if !fencing && wait == Wait::FirstTry {
             let set = match self.replicas {
                 None => set_nx(&mut connection, keys, token, ttl_millis).await,
-                Some(replicas) => match set_nx_acked(&mut connection, keys, token, ttl_millis, replicas).await {
-                    Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
-                        return Err(self
-                            .not_acknowledged(keys, token, acknowledged, replicas)
-                            .await)
+                Some(replicas) => {
+                    match set_nx_acked(&mut connection, keys, token, ttl_millis, replicas).await {
+                        Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
+                            return Err(self
+                                .not_acknowledged(keys, token, acknowledged, replicas)
+                                .await)
+                        }
+                        set => set.map(|(taken, _)| taken),
                     }
-                    set => set.map(|(taken, _)| taken),
-                },
+                }
             };
             match set {
                 Ok(taken) => {
@@ -344,16 +346,21 @@ impl Node {
                 // A first try's own write is what `WAIT` counts: sent with it. A look in line
                 // may find the lock handed over by another connection's write, which this
                 // connection's `WAIT` would not count: confirmed below instead.
-                let acked = self.replicas.filter(|_| wait == Wait::FirstTry);
+                let acked = self
+                    .replicas
+                    .filter(|_| wait == Wait::FirstTry && !sent_again);
                 let (reply, acknowledged): (Vec<i64>, Option<u32>) =
                     match acquire_script(acked, &cmd, &mut connection).await {
                         // A first try runs the same twice (a second run finds the lock its first
                         // took, and the fencing token issued then): sent once more on the
                         // connection made anew. A place in line is kept by the waiter instead (see
                         // `Backend::keeps_place_through`).
+                        // The second run may find the lock the first took on the connection
+                        // that dropped, whose write this one's `WAIT` does not count: with no
+                        // `WAIT` here, it is confirmed below as a lock found handed over is.
                         Err(error) if may_send_again && self.sends_once_more(&error) => {
                             let mut connection = self.connection().await?;
-                            acquire_script(acked, &cmd, &mut connection).await?
+                            acquire_script(None, &cmd, &mut connection).await?
                         }
                         reply => reply?,
                     };
@@ -385,9 +392,13 @@ impl Node {
                         if let Some(replicas) = self.replicas {
                             let acknowledged = match acknowledged {
                                 Some(acknowledged) => acknowledged,
-                                // Found handed over: a write of this connection's own (the
-                                // full ttl) and its `WAIT` carry the hand-off's write too.
-                                None => match self.extend_acked(keys, token, ttl_millis, replicas).await? {
+                                // Found handed over (or taken by a run on a connection that
+                                // dropped): a write of this connection's own (the full ttl) and
+                                // its `WAIT` carry that write too.
+                                None => match self
+                                    .extend_acked(keys, token, ttl_millis, replicas)
+                                    .await?
+                                {
                                     (Ownership::Ours, acknowledged) => {
                                         expires_in = Duration::from_millis(ttl_millis);
                                         acknowledged

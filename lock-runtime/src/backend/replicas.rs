@@ -80,14 +80,12 @@ impl Replicas {
         match probe.query_async::<redis::Value>(connection).await {
             Ok(_) => Ok(()),
             // An answer of the server's (`ERR unknown command`, `NOPERM`), not a lost connection.
-            Err(error) if error.code().is_some() => {
-                Err(crate::LockError::config(format!(
-                    "`wait_for_replicas` needs the WAIT command, which the server refused \
+            Err(error) if error.code().is_some() => Err(crate::LockError::config(format!(
+                "`wait_for_replicas` needs the WAIT command, which the server refused \
                      ({error}); allow it (`+wait` for the ACL user, no `rename-command WAIT`), \
                      or leave `wait_for_replicas` out where the service does not offer WAIT \
                      (some managed services replicate on their own terms and refuse it)"
-                )))
-            }
+            ))),
             Err(error) => Err(error.into()),
         }
     }
@@ -121,7 +119,10 @@ mod tests {
     #[test]
     fn the_error_carries_the_key_and_the_counts() {
         let error = not_replicated("lock:a b", 0, 2);
-        assert_eq!(as_not_replicated(&error), Some(("lock:a b".to_owned(), 0, 2)));
+        assert_eq!(
+            as_not_replicated(&error),
+            Some(("lock:a b".to_owned(), 0, 2))
+        );
         assert_eq!(
             as_not_replicated(&redis::make_extension_error("OTHER".into(), None)),
             None
