@@ -295,3 +295,28 @@ async fn a_server_that_refuses_wait_is_a_config_error_at_connect() {
     // The same user locks without it.
     LockManager::builder(&url).connect().await.unwrap();
 }
+
+/// What `wait_for_replicas` adds to an uncontended cycle: one `WAIT`, pipelined with the
+/// acquisition's `SET`; the release sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_adds_one_wait_to_the_acquisition_and_none_to_the_release() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    // Loads the release script, as any first release does.
+    let guard = manager.acquire("warm", &LockOptions::new()).await.unwrap();
+    guard.release().await.unwrap();
+
+    pair.master().reset_stats();
+    let guard = manager.acquire("job", &LockOptions::new()).await.unwrap();
+    let after_acquire = pair.master().command_counts();
+    guard.release().await.unwrap();
+    let after_release = pair.master().command_counts();
+    let count = |counts: &std::collections::BTreeMap<String, u64>, name: &str| {
+        counts.get(name).copied().unwrap_or(0)
+    };
+    assert_eq!(count(&after_acquire, "set"), 1, "{after_acquire:?}");
+    assert_eq!(count(&after_acquire, "wait"), 1, "{after_acquire:?}");
+    assert_eq!(count(&after_acquire, "evalsha"), 0, "{after_acquire:?}");
+    assert_eq!(count(&after_release, "wait"), 1, "{after_release:?}");
+    assert_eq!(count(&after_release, "evalsha"), 1, "{after_release:?}");
+}
