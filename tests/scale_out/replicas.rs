@@ -320,3 +320,34 @@ async fn an_uncontended_cycle_adds_one_wait_to_the_acquisition_and_none_to_the_r
     assert_eq!(count(&after_release, "wait"), 1, "{after_release:?}");
     assert_eq!(count(&after_release, "evalsha"), 1, "{after_release:?}");
 }
+
+/// On a cluster, `WAIT` goes with the lock's command to the master that owns its slot and counts
+/// that master's replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_replica_of_the_locks_master_acknowledges() {
+    let cluster = test_support::RedisCluster::start(3, 1);
+    let manager = LockManager::cluster_builder(&cluster.urls())
+        .wait_for_replicas(1, ACK)
+        .connect()
+        .await
+        .unwrap();
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .timeout(Duration::from_millis(1500));
+    let replica = cluster.replicas_of(cluster.node_for_key("lock:job"))[0];
+    let read_on_replica = |key: &str| -> Option<String> {
+        let mut conn = replica.conn();
+        let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
+        redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+    };
+
+    let guard = manager.acquire("job", &fenced).await.unwrap();
+    assert_eq!(read_on_replica("lock:job").as_deref(), Some(guard.token()));
+    guard.release().await.unwrap();
+
+    replica.pause();
+    let error = manager.acquire("job", &fenced).await.unwrap_err();
+    replica.resume();
+    assert_not_replicated(&error, "lock:job");
+    assert!(!cluster.exists("lock:job"));
+}
