@@ -351,3 +351,23 @@ async fn on_a_cluster_the_replica_of_the_locks_master_acknowledges() {
     assert_not_replicated(&error, "lock:job");
     assert!(!cluster.exists("lock:job"));
 }
+
+/// `auto_extend` takes a renewal the replica did not acknowledge for a failed one: the lock is
+/// given up (and the holder told) before it would expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extend_gives_up_a_lock_whose_renewals_the_replica_does_not_acknowledge() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_millis(1500))
+        .auto_extend(true);
+    let guard = manager.acquire("job", &options).await.unwrap();
+    pair.replica().pause();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+    pair.replica().resume();
+    assert!(
+        lost.is_ok(),
+        "the watchdog kept a lock no renewal of which was acknowledged"
+    );
+    assert_eq!(guard.lost_cause(), Some(distlock::LostCause::Unreachable));
+}
