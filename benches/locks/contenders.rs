@@ -71,6 +71,39 @@ impl Floor {
         self.cycle_releasing_with(n, true).await;
     }
 
+    /// `SET key token NX PX 30000` and `WAIT 1 500` in one round trip, then the
+    /// compare-and-delete script by SHA: a lock that counts once one replica has it, by hand.
+    pub(crate) async fn cycle_waiting_for_a_replica(&mut self, n: u64) {
+        let key = format!("{PREFIX}bench:{n}");
+        let token = Self::token(n);
+        let (set, acknowledged): (redis::Value, i64) = redis::pipe()
+            .cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(500)
+            .query_async(&mut self.connection)
+            .await
+            .expect("floor: SET + WAIT failed");
+        assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
+        assert_eq!(
+            acknowledged, 1,
+            "floor: the replica did not acknowledge {key}"
+        );
+        let deleted: i64 = self
+            .release
+            .key(&key)
+            .arg(&token)
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor: release failed");
+        assert_eq!(deleted, 1, "floor: {key} was not ours at release");
+    }
+
     /// `SET NX PX`, then the floor's release script, or distlock's (which also names the lock's
     /// waiters key).
     pub(crate) async fn cycle_releasing_with(&mut self, n: u64, distlock_release: bool) {
@@ -140,6 +173,8 @@ pub(crate) async fn rslock_cycle(manager: &Rslock, n: u64) {
 pub(crate) enum Cycler {
     Floor(Floor),
     FloorScripts(Floor),
+    /// The floor with `WAIT 1` pipelined after its `SET` (workload 8).
+    FloorWait(Floor),
     Manual(LockManager, LockOptions),
     Attribute,
     Rslock(Rslock),
@@ -157,6 +192,11 @@ impl Cycler {
             Cycler::FloorScripts(floor) => {
                 for i in keys {
                     floor.cycle_with_distlock_commands(i).await;
+                }
+            }
+            Cycler::FloorWait(floor) => {
+                for i in keys {
+                    floor.cycle_waiting_for_a_replica(i).await;
                 }
             }
             Cycler::Manual(manager, options) => {

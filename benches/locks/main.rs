@@ -7,7 +7,7 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends, fleet, renewals)
+//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
 //! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
@@ -91,6 +91,14 @@
 //!    with 1 000 waiters on one lock, each a manager of its own (see `renewals`); one run, its
 //!    row printed after the others.
 //!
+//! 8. **replicas** (row label `8 replicas`) — workload 1's cycle (one task, `N5` cycles per
+//!    round, the `current_thread` runtime, idle spinners) against a master with one replica the
+//!    bench starts: `floor` (its `SET NX PX` and compare-and-delete), `floor + WAIT 1` (the same
+//!    with `WAIT 1 500` pipelined after the `SET`: the acknowledgement itself, by hand),
+//!    `distlock, no wait` and `distlock wait_for_replicas(1)` (`manager.acquire` +
+//!    `guard.release()`); rows: time per cycle, and the paired ratios `wait_for_replicas` vs the
+//!    floor with `WAIT` and vs no wait. Skipped under `REDIS_URL`.
+//!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
 //! of them alike. In workload 1 (and so 4), whose contenders are within a few percent of each
@@ -158,6 +166,11 @@ const CLUSTER: &str = "distlock cluster (3 masters)";
 const REDLOCK: &str = "distlock redlock (5 masters)";
 /// Workload 5's row label (`DISTLOCK_BENCH_ONLY=backends` selects it).
 const BACKENDS: &str = "5 backends";
+/// Workload 8's row label and contenders (`DISTLOCK_BENCH_ONLY=replicas` selects it).
+const REPLICAS: &str = "8 replicas";
+const FLOOR_WAIT: &str = "floor + WAIT 1";
+const REPLICAS_NO_WAIT: &str = "distlock, no wait";
+const REPLICAS_WAIT: &str = "distlock wait_for_replicas(1)";
 
 /// Counts of one run.
 #[derive(Debug, Clone)]
@@ -255,6 +268,9 @@ fn main() {
     }
     if config.runs("backends") {
         workloads::backends(&mut bench, &config, &mut results);
+    }
+    if config.runs("replicas") {
+        workloads::replicas(&mut bench, &config, &mut results);
     }
     if config.runs("fleet") {
         results.fleet = Some(workloads::fleet(&bench, &config));

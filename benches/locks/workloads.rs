@@ -16,8 +16,9 @@ use crate::report::{push_cycle_rows, push_rows, Results, Row};
 use crate::rslock::Rslock;
 use crate::statistics::{analyse, interleaved_rounds, micros, rounds, PickContend, Summary};
 use crate::{
-    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, FLOOR_SCRIPTS, IN_PROCESS, MANUAL,
-    REDLOCK, RESPONSE_TIMEOUT, RSLOCK, RSLOCK_DEFAULT, RSLOCK_TUNED, STANDALONE, TTL, WORKERS,
+    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, FLOOR_SCRIPTS, FLOOR_WAIT, IN_PROCESS,
+    MANUAL, REDLOCK, REPLICAS, REPLICAS_NO_WAIT, REPLICAS_WAIT, RESPONSE_TIMEOUT, RSLOCK,
+    RSLOCK_DEFAULT, RSLOCK_TUNED, STANDALONE, TTL, WORKERS,
 };
 
 /// What every workload runs against: the Redis server and a client of it, the two runtimes, the
@@ -52,6 +53,8 @@ pub(crate) struct Bench {
     /// managers' connections (like `server`).
     backend_cluster: Option<test_support::RedisCluster>,
     backend_masters: Option<test_support::RedisServers>,
+    /// Workload 8's master and replica, kept up as workload 5's servers are.
+    replicated: Option<[test_support::RedisServer; 2]>,
 }
 
 impl Bench {
@@ -144,6 +147,7 @@ impl Bench {
             nproc,
             backend_cluster: None,
             backend_masters: None,
+            replicated: None,
         }
     }
 
@@ -154,6 +158,7 @@ impl Bench {
             multi,
             backend_cluster,
             backend_masters,
+            replicated,
             server,
             ..
         } = self;
@@ -161,6 +166,7 @@ impl Bench {
         drop(single);
         drop(backend_cluster);
         drop(backend_masters);
+        drop(replicated);
         drop(server);
     }
 }
@@ -473,6 +479,133 @@ pub(crate) fn backends(bench: &mut Bench, config: &Config, results: &mut Results
         backends_started.elapsed().as_secs_f64()
     );
 }
+
+/// Workload 8, replicas: workload 1's manual cycle against a master with one replica, without
+/// and with `wait_for_replicas(1, ..)`, next to the floor (`SET NX PX` and the compare-and-delete
+/// script by hand) and the floor with `WAIT 1` pipelined after its `SET`: what acknowledged
+/// locks cost over the replica's acknowledgement itself. Skipped under `REDIS_URL`.
+pub(crate) fn replicas(bench: &mut Bench, config: &Config, results: &mut Results) {
+    let Bench {
+        started,
+        server,
+        single,
+        spin,
+        nproc,
+        replicated,
+        ..
+    } = bench;
+    if server.is_none() {
+        println!("{REPLICAS} skipped: REDIS_URL is set, and this workload starts a master and a replica of its own");
+        return;
+    }
+    let workload_started = Instant::now();
+    let master = test_support::RedisServer::start();
+    let replica = test_support::RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &master.port().to_string(),
+    ]);
+    test_support::wait_until(Duration::from_secs(30), "the replica to sync", || {
+        master.info("replication").contains("connected_slaves:1")
+            && replica
+                .info("replication")
+                .contains("master_link_status:up")
+    });
+    let client = master.client();
+    let url = master.url();
+    let [master, _] = &*replicated.insert([master, replica]);
+    let connect = |builder: LockManagerBuilder| {
+        single.block_on(async {
+            builder
+                .response_timeout(RESPONSE_TIMEOUT)
+                .connect()
+                .await
+                .expect("replicas: cannot connect")
+        })
+    };
+    let plain = connect(LockManager::builder(url.as_str()));
+    let waiting = connect(LockManager::builder(url.as_str()).wait_for_replicas(1, REPLICA_ACK));
+    let floor = single.block_on(Floor::connect(&client));
+    let options = LockOptions::new().ttl(TTL);
+    let mut cyclers: Vec<(&'static str, Cycler)> = vec![
+        (FLOOR, Cycler::Floor(floor.clone())),
+        (FLOOR_WAIT, Cycler::FloorWait(floor)),
+        (REPLICAS_NO_WAIT, Cycler::Manual(plain, options.clone())),
+        (REPLICAS_WAIT, Cycler::Manual(waiting, options)),
+    ];
+    cyclers.retain(|(name, _)| config.includes(name));
+    eprintln!(
+        "replicas: master, replica and managers up in {:.1} s",
+        workload_started.elapsed().as_secs_f64()
+    );
+    let spinners = spin.then(|| IdleSpinners::start(*nproc));
+    results.spinners_running = results
+        .spinners_running
+        .max(spinners.as_ref().map_or(0, IdleSpinners::running));
+    let n = config.backends_n;
+    let rounds = interleaved_rounds(cyclers.len(), config.rounds, n, |contender, count| {
+        let first = next_keys(count);
+        let cycler = &mut cyclers[contender].1;
+        let elapsed = single.block_on(async {
+            let start = Instant::now();
+            cycler.run(first..first + count).await;
+            start.elapsed()
+        });
+        (micros(elapsed) / count as f64, None, None)
+    });
+    drop(spinners);
+    let names: Vec<_> = cyclers.iter().map(|(name, _)| *name).collect();
+    // Paired ratios, each round's time per cycle over the base's in the same round.
+    let times: Vec<Vec<f64>> = rounds
+        .iter()
+        .map(|rounds| rounds.iter().map(|round| round.0).collect())
+        .collect();
+    let position = |name: &str| names.iter().position(|candidate| *candidate == name);
+    for (contender, base, metric) in [
+        (REPLICAS_WAIT, FLOOR_WAIT, "vs floor + WAIT"),
+        (REPLICAS_WAIT, REPLICAS_NO_WAIT, "vs no wait"),
+        (FLOOR_WAIT, FLOOR, "vs floor"),
+    ] {
+        if let (Some(index), Some(base)) = (position(contender), position(base)) {
+            let ratios = times[index]
+                .iter()
+                .zip(&times[base])
+                .map(|(time, base)| time / base)
+                .collect();
+            results.rows.push(Row {
+                workload: REPLICAS,
+                contender,
+                metric,
+                unit: "x",
+                summary: Summary::new(ratios),
+                vs_floor: None,
+                vs_rslock: None,
+            });
+        }
+    }
+    push_cycle_rows(
+        &mut results.rows,
+        (REPLICAS, "time per cycle", "us"),
+        &names,
+        &rounds,
+        RSLOCK,
+    );
+    drop(cyclers);
+    let left = keys_without_expiry(&mut master.conn());
+    assert_eq!(
+        left, 0,
+        "replicas: {left} lock keys were left without expiry"
+    );
+    eprintln!(
+        "replicas done after {:.1} s ({:.1} s for this workload)",
+        started.elapsed().as_secs_f64(),
+        workload_started.elapsed().as_secs_f64()
+    );
+}
+
+/// How long workload 8's `WAIT` waits for the replica: far above its acknowledgement on one
+/// machine, so a `WAIT` that runs out is a fault, not a figure.
+const REPLICA_ACK: Duration = Duration::from_millis(500);
 
 /// Workload 6, fleet: one key contended by several OS processes (see `fleet`).
 pub(crate) fn fleet(bench: &Bench, config: &Config) -> FleetReport {

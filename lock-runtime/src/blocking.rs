@@ -296,6 +296,18 @@ impl LockManagerBuilder {
         }
     }
 
+    /// See [`crate::LockManagerBuilder::wait_for_replicas`].
+    ///
+    /// ```
+    /// let builder = distlock::blocking::LockManager::builder("redis://127.0.0.1")
+    ///     .wait_for_replicas(1, std::time::Duration::from_millis(100));
+    /// ```
+    pub fn wait_for_replicas(self, n: u32, timeout: Duration) -> Self {
+        LockManagerBuilder {
+            inner: self.inner.wait_for_replicas(n, timeout),
+        }
+    }
+
     /// Connects, blocking until Redis answers (see [`crate::LockManagerBuilder::connect`]).
     ///
     /// # Errors

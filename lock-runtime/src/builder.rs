@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Replicas};
 use crate::connection::Endpoint;
 use crate::keys::LockKeys;
 use crate::options::{Timeouts, MAX_DURATION};
@@ -53,6 +53,8 @@ pub struct LockManagerBuilder {
     key_prefix: String,
     timeouts: Timeouts,
     node_timeout: Duration,
+    /// How many replicas must acknowledge each lock write (`wait_for_replicas`).
+    replicas: Option<Replicas>,
     /// Sentinel only: the master's user name and password.
     master_login: Option<crate::sentinel::Login>,
     /// PEM of the certificate authority that signed the servers' certificates, for `rediss://`
@@ -82,6 +84,7 @@ impl LockManagerBuilder {
                 response: Duration::from_secs(1),
             },
             node_timeout: Duration::from_millis(100),
+            replicas: None,
             master_login: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
@@ -141,6 +144,32 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Counts an acquisition, an extension (also an `auto_extend` renewal), a hand-off and a
+    /// fencing token only once `n` replicas acknowledged the write, waiting up to `timeout` for
+    /// them (Redis's `WAIT n timeout`, sent in the same round trip as the lock's command): a
+    /// failover that promotes one of those replicas keeps the lock, and fencing tokens never go
+    /// back. For a standalone master with replicas, a Sentinel service, or a Redis Cluster (each
+    /// master's own replicas). Not for Redlock, whose majority of independent masters is its
+    /// durability: `connect` refuses it there.
+    ///
+    /// A write that fewer than `n` replicas acknowledged in time is never a weaker lock: an
+    /// acquisition gives the lock back and tries again until its `timeout`, then fails with
+    /// [`LockError::NotReplicated`]; an extension fails with it (the watchdog of `auto_extend`
+    /// takes it for a failed renewal). Releases wait for no replica. `timeout` must be below
+    /// `response_timeout` (1 s by default), which bounds the round trip it is part of; `n` at
+    /// least 1. `connect` checks that the server accepts `WAIT` (some managed services, an ACL
+    /// without `+wait`, a `rename-command` refuse it) and fails with [`LockError::Config`] when
+    /// it does not. What it guarantees and does not: docs/backends.md.
+    ///
+    /// ```
+    /// let builder = distlock::LockManager::sentinel_builder(&["redis://10.0.0.1:26379"], "locks")
+    ///     .wait_for_replicas(1, std::time::Duration::from_millis(100));
+    /// ```
+    pub fn wait_for_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count: n, timeout });
+        self
+    }
+
     /// Sentinel only: log in to the master (and, after a failover, the replica promoted in its
     /// place) as `user` with `password`; an empty `user` is the default user (`requirepass`).
     /// The sentinels' own logins, if any, go in their URLs. Never shown in `Debug` output or
@@ -174,6 +203,7 @@ impl LockManagerBuilder {
         let probe = probe_keys(&self.key_prefix)?;
         let shared = self.build()?;
         shared.backend.ping(&probe).await?;
+        shared.backend.check_wait().await?;
         Ok(shared)
     }
 
@@ -192,7 +222,10 @@ impl LockManagerBuilder {
                 )));
             }
         }
-        let backend = match &self.topology {
+        if let Some(replicas) = self.replicas {
+            self.check_replicas(replicas)?;
+        }
+        let mut backend = match &self.topology {
             Topology::Standalone(url) => Backend::standalone(self.open(url)?, self.timeouts),
             Topology::Cluster(urls) => {
                 if urls.is_empty() {
@@ -254,6 +287,9 @@ impl LockManagerBuilder {
                 Backend::sentinel(sentinels, self.timeouts)
             }
         };
+        if let Some(replicas) = self.replicas {
+            backend.wait_for_replicas(replicas);
+        }
         let settings = self.clone();
         Ok(Shared::new(
             backend,
@@ -265,6 +301,34 @@ impl LockManagerBuilder {
 }
 
 impl LockManagerBuilder {
+    /// Refuses a `wait_for_replicas` that cannot work: on Redlock, for no replica, or with a
+    /// timeout the response timeout would cut short.
+    fn check_replicas(&self, replicas: Replicas) -> Result<(), LockError> {
+        if matches!(self.topology, Topology::Redlock(_)) {
+            return Err(LockError::config(
+                "`wait_for_replicas` is not for Redlock: a lock there is held by a majority of \
+                 independent masters, which is its durability (a replica promoted on one master \
+                 costs one vote, not the lock); leave it out, or use a Sentinel service or a \
+                 master with replicas (`LockManager::sentinel_builder`, `LockManager::builder`)",
+            ));
+        }
+        if replicas.count == 0 {
+            return Err(LockError::config(
+                "`wait_for_replicas(0, ..)` waits for no replica; ask for 1 or more, or leave \
+                 `wait_for_replicas` out",
+            ));
+        }
+        if replicas.timeout.is_zero() || replicas.timeout >= self.timeouts.response {
+            return Err(LockError::config(format!(
+                "the timeout of `wait_for_replicas` ({:?}) must be above zero and below \
+                 `response_timeout` ({:?}), which bounds the round trip `WAIT` is part of; \
+                 lower it, or raise `response_timeout`",
+                replicas.timeout, self.timeouts.response
+            )));
+        }
+        Ok(())
+    }
+
     /// A client for `url`, or a `Config` error that shows the expected form (password hidden).
     fn open(&self, url: &str) -> Result<redis::Client, LockError> {
         let tls_url = url
@@ -472,6 +536,29 @@ mod tests {
         );
         assert!(!message.contains("not a Redis URL"), "{message}");
         assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn a_wait_for_replicas_that_cannot_work_is_refused_with_the_fix() {
+        let redlock = Topology::Redlock(vec![
+            "redis://a".into(),
+            "redis://b".into(),
+            "redis://c".into(),
+        ]);
+        let standalone = Topology::Standalone("redis://127.0.0.1".into());
+        let ms = Duration::from_millis;
+        for (topology, n, timeout, says) in [
+            (redlock, 1, ms(100), "not for Redlock"),
+            (standalone.clone(), 0, ms(100), "ask for 1 or more"),
+            (standalone.clone(), 1, ms(0), "below `response_timeout`"),
+            (standalone, 1, ms(1000), "raise `response_timeout`"),
+        ] {
+            let builder = LockManagerBuilder::new(topology).wait_for_replicas(n, timeout);
+            let Err(LockError::Config(message)) = builder.build() else {
+                panic!("wait_for_replicas({n}, {timeout:?}) was accepted");
+            };
+            assert!(message.contains(says), "{message}");
+        }
     }
 
     #[test]

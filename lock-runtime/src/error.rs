@@ -74,7 +74,29 @@ pub enum LockError {
 
     /// Redis could not be reached or answered with an error.
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
-    Redis(#[from] redis::RedisError),
+    Redis(#[source] redis::RedisError),
+
+    /// Fewer replicas than `wait_for_replicas` asks for acknowledged a lock write in time, so
+    /// the write does not count: an acquisition gave the lock back and tried again until its
+    /// `timeout`; an extension (or an `auto_extend` renewal) could not make sure the lock
+    /// survives a failover.
+    ///
+    /// Match it with `LockError::NotReplicated { key, .. }`: more fields may come.
+    #[error(
+        "lock `{key}`: {acknowledged} of the {wanted} replicas that `wait_for_replicas` asks \
+         for acknowledged the write in time, so it does not count (a failover could lose it); \
+         check that the replicas run and keep up (`INFO replication` on the master: \
+         `connected_slaves`, each replica's `lag`), raise the timeout of `wait_for_replicas`, \
+         or ask for fewer replicas"
+    )]
+    NotReplicated {
+        /// The full Redis key of the lock.
+        key: String,
+        /// How many replicas acknowledged the write.
+        acknowledged: u32,
+        /// How many `wait_for_replicas` asks for.
+        wanted: u32,
+    },
 
     /// A setting is out of range or malformed (URL, ttl, timeout, ...), a lock key is
     /// refused (empty, or reserved for distlock's helper keys), or a guard was used in a
@@ -205,6 +227,21 @@ impl From<LockError> for std::io::Error {
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, error)
+    }
+}
+
+// By hand, not derived: a write too few replicas acknowledged travels through the backend as a
+// `RedisError` of its own code, and becomes the typed error here.
+impl From<redis::RedisError> for LockError {
+    fn from(error: redis::RedisError) -> Self {
+        match crate::backend::as_not_replicated(&error) {
+            Some((key, acknowledged, wanted)) => LockError::NotReplicated {
+                key,
+                acknowledged,
+                wanted,
+            },
+            None => LockError::Redis(error),
+        }
     }
 }
 

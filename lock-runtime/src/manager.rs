@@ -269,6 +269,9 @@ impl LockManager {
         // Redis is asked instead.
         let mut placed_at: Option<Instant> = None;
         let mut last_error = None;
+        // The last attempt's lock, when too few replicas acknowledged it (`wait_for_replicas`):
+        // an acquisition that times out after it says so, not that someone held the lock.
+        let mut unreplicated: Option<redis::RedisError> = None;
         // A key handed over a moment ago is most likely held: join the line at once. Not for
         // a single attempt (a zero timeout), which must never take a place in line; nor while
         // subscribing fails, as the join waits for a subscription first, and the next attempt
@@ -322,6 +325,7 @@ impl LockManager {
                             Outcome::Acquired
                         }
                         Ok(Attempt::Held { remaining }) => {
+                            unreplicated = None;
                             if request == Request::FirstTry {
                                 tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
                             }
@@ -332,6 +336,9 @@ impl LockManager {
                             Outcome::Held { remaining }
                         }
                         Err(error) => {
+                            unreplicated = crate::backend::as_not_replicated(&error)
+                                .is_some()
+                                .then(|| error.clone());
                             let permanent = crate::classify::is_permanent(&error);
                             if !permanent {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
@@ -434,7 +441,9 @@ impl LockManager {
                         .filter(|placed_at| Instant::now() + GRANT_MARGIN < *placed_at + claim);
                     match (woken, trusted_since) {
                         // Handed over. The guard confirms the full ttl.
-                        (Some(Grant::Granted { fence }), Some(placed_at)) => {
+                        (Some(Grant::Granted { fence }), Some(placed_at))
+                            if !self.inner.backend.waits_for_replicas() =>
+                        {
                             place.vacate();
                             self.inner.backend.handed_over(&keys.lock);
                             tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over)");
@@ -442,6 +451,41 @@ impl LockManager {
                             return Ok(
                                 self.guard(keys, token, fence, turn, options, placed_at, claim)
                             );
+                        }
+                        // With `wait_for_replicas`: the hand-off was another connection's write,
+                        // counted once this waiter's own confirmation of the full ttl is
+                        // acknowledged (see `Backend::confirm_replicated`).
+                        (Some(Grant::Granted { fence }), Some(_)) => {
+                            let sent = Instant::now();
+                            match self
+                                .inner
+                                .backend
+                                .confirm_replicated(&keys, &token, ttl_millis)
+                                .await
+                            {
+                                Ok(true) => {
+                                    place.vacate();
+                                    self.inner.backend.handed_over(&keys.lock);
+                                    tracing::debug!(target: "distlock", key = %keys.lock, waited_us = micros(started.elapsed()), fence, "acquired (handed over, replicated)");
+                                    let fence = fencing.then_some(fence);
+                                    let ttl = options.ttl_duration();
+                                    return Ok(
+                                        self.guard(keys, token, fence, turn, options, sent, ttl)
+                                    );
+                                }
+                                // Not ours after all: Redis is asked, as after any doubt.
+                                Ok(false) => {}
+                                Err(error) => {
+                                    // Given back, place and all: the next look takes a new
+                                    // place at the end of the line.
+                                    self.inner.backend.place_may_be_gone(&keys.lock, &token);
+                                    unreplicated = crate::backend::as_not_replicated(&error)
+                                        .is_some()
+                                        .then(|| error.clone());
+                                    last_error = Some(error);
+                                }
+                            }
+                            machine.woke()
                         }
                         (Some(Grant::FenceFailed), _) => {
                             place.give_up();
@@ -458,13 +502,13 @@ impl LockManager {
                 }
                 Step::TimedOut => {
                     place.give_up();
-                    return Err(timeout(&keys, started));
+                    return Err(
+                        unreplicated.map_or_else(|| timeout(&keys, started), LockError::from)
+                    );
                 }
                 Step::Failed => {
                     place.give_up();
-                    return Err(
-                        last_error.map_or_else(|| timeout(&keys, started), LockError::Redis)
-                    );
+                    return Err(last_error.map_or_else(|| timeout(&keys, started), LockError::from));
                 }
             };
         }

@@ -10,5 +10,6 @@ mod hold_at_least;
 mod on_busy;
 mod redlock;
 mod renewals;
+mod replicas;
 mod sentinel;
 mod turns;

@@ -22,6 +22,7 @@ mod memory;
 mod node;
 mod quorum;
 mod recent;
+mod replicas;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,7 @@ use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
 use recent::Written;
+pub(crate) use replicas::{as_not_replicated, Replicas};
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.
@@ -256,6 +258,50 @@ impl Backend {
             grants,
             contended: Contended::default(),
             join_refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts a lock, an extension, a hand-off and a fencing token only once `replicas`
+    /// acknowledged it (`wait_for_replicas`); on a single endpoint (standalone, Sentinel,
+    /// cluster), the only kind whose builder accepts it.
+    pub(crate) fn wait_for_replicas(&mut self, replicas: Replicas) {
+        if let Locks::Single(node) = &mut self.locks {
+            node.wait_for_replicas(replicas);
+        }
+    }
+
+    /// With `wait_for_replicas`, checks that the server runs `WAIT`: a `Config` error that
+    /// names the fix when it does not.
+    pub(crate) async fn check_wait(&self) -> Result<(), crate::LockError> {
+        match &self.locks {
+            Locks::Single(node) => node.check_wait().await,
+            Locks::Quorum(_) | Locks::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Whether locks count only once replicas acknowledged them (`wait_for_replicas`).
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        matches!(&self.locks, Locks::Single(node) if node.waits_for_replicas())
+    }
+
+    /// Confirms a lock handed over to `token` with its full ttl, counted once the replicas
+    /// `wait_for_replicas` asks for acknowledged it: `true` then, `false` when it is not
+    /// `token`'s. When too few did, gives it back (and `token`'s place in line) and fails with
+    /// the error that says so.
+    ///
+    /// The hand-off was the releasing holder's write, on another connection, which a `WAIT`
+    /// on this one does not count; this write of its own does, and a replica's stream is one
+    /// ordered log, so the replica that acknowledged it also has the hand-off and its fencing
+    /// token.
+    pub(crate) async fn confirm_replicated(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+    ) -> RedisResult<bool> {
+        match &self.locks {
+            Locks::Single(node) => node.confirm_replicated(keys, token, ttl_millis).await,
+            Locks::Quorum(_) | Locks::Memory(_) => Ok(true),
         }
     }
 

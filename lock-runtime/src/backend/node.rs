@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::{Cmd, RedisResult, Value};
 
 use super::recent::{Entry, Written};
+use super::replicas::{not_replicated, Replicas};
 use super::{Attempt, Ownership, Place, Released, Wait};
 use crate::connection::{Connection, Connections};
 use crate::keys::LockKeys;
@@ -17,6 +18,8 @@ use crate::LostCause;
 pub(crate) struct Node {
     connections: Arc<Connections>,
     protocol: Protocol,
+    /// How many replicas must acknowledge a lock or an extension (`wait_for_replicas`).
+    replicas: Option<Replicas>,
 }
 
 /// How waiters wait on an endpoint.
@@ -50,7 +53,13 @@ impl Node {
         Node {
             connections,
             protocol,
+            replicas: None,
         }
+    }
+
+    /// Counts a lock or an extension only once `replicas` acknowledged it.
+    pub(crate) fn wait_for_replicas(&mut self, replicas: Replicas) {
+        self.replicas = Some(replicas);
     }
 
     async fn connection(&self) -> RedisResult<Connection> {
@@ -196,6 +205,31 @@ impl Node {
             .map(drop)
     }
 
+    /// With `wait_for_replicas`, checks that the server runs `WAIT` (see `Replicas::check`).
+    pub(crate) async fn check_wait(&self) -> Result<(), crate::LockError> {
+        match &self.replicas {
+            Some(replicas) => replicas.check(&mut self.connection().await?).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Gives back a lock that too few replicas acknowledged (and the place in line of its
+    /// token, if any): the error that says so. Should the give-back fail, the lock expires at
+    /// the end of its ttl.
+    async fn not_acknowledged(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        acknowledged: u32,
+        replicas: Replicas,
+    ) -> redis::RedisError {
+        if let Err(error) = self.unlock(keys, token, true, None).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not give back a lock too few replicas acknowledged; it expires with its ttl");
+        }
+        tracing::debug!(target: "distlock", key = %keys.lock, acknowledged, wanted = replicas.count, "too few replicas acknowledged the lock; given back");
+        not_replicated(&keys.lock, acknowledged, replicas.count)
+    }
+
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
     /// which also takes or renews a place in line, as `wait` says. With the attempt, the place
     /// it took or renewed, if it did. `entry`: the renewing waiter's entry in line as this
@@ -212,7 +246,20 @@ impl Node {
         let mut connection = self.connection().await?;
         let mut sent_again = false;
         if !fencing && wait == Wait::FirstTry {
-            match set_nx(&mut connection, keys, token, ttl_millis).await {
+            let set = match self.replicas {
+                None => set_nx(&mut connection, keys, token, ttl_millis).await,
+                Some(replicas) => {
+                    match set_nx_acked(&mut connection, keys, token, ttl_millis, replicas).await {
+                        Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
+                            return Err(self
+                                .not_acknowledged(keys, token, acknowledged, replicas)
+                                .await)
+                        }
+                        set => set.map(|(taken, _)| taken),
+                    }
+                }
+            };
+            match set {
                 Ok(taken) => {
                     return Ok((
                         if taken {
@@ -296,15 +343,24 @@ impl Node {
                     .arg(flag(counts_receivers(&connection)))
                     .arg(entry_text)
                     .arg(lease);
-                let reply: Vec<i64> =
-                    match scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await {
+                // A first try's own write is what `WAIT` counts: sent with it. A look in line
+                // may find the lock handed over by another connection's write, which this
+                // connection's `WAIT` would not count: confirmed below instead.
+                let acked = self
+                    .replicas
+                    .filter(|_| wait == Wait::FirstTry && !sent_again);
+                let (reply, acknowledged): (Vec<i64>, Option<u32>) =
+                    match acquire_script(acked, &cmd, &mut connection).await {
                         // A first try runs the same twice (a second run finds the lock its first
                         // took, and the fencing token issued then): sent once more on the
                         // connection made anew. A place in line is kept by the waiter instead (see
                         // `Backend::keeps_place_through`).
+                        // The second run may find the lock the first took on the connection
+                        // that dropped, whose write this one's `WAIT` does not count: with no
+                        // `WAIT` here, it is confirmed below as a lock found handed over is.
                         Err(error) if may_send_again && self.sends_once_more(&error) => {
                             let mut connection = self.connection().await?;
-                            scripts::invoke(&scripts::ACQUIRE, &cmd, &mut connection).await?
+                            acquire_script(None, &cmd, &mut connection).await?
                         }
                         reply => reply?,
                     };
@@ -330,13 +386,42 @@ impl Node {
                         let _ = self.unlock(keys, token, true, None).await;
                         Err(bad_fence(&keys.fence(), *fence))
                     }
-                    [1, fence, pttl] => Ok((
-                        Attempt::Acquired {
-                            fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
-                            expires_in: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
-                        },
-                        None,
-                    )),
+                    [1, fence, pttl] => {
+                        let mut expires_in =
+                            Duration::from_millis(u64::try_from(*pttl).unwrap_or(0));
+                        if let Some(replicas) = self.replicas {
+                            let acknowledged = match acknowledged {
+                                Some(acknowledged) => acknowledged,
+                                // Found handed over (or taken by a run on a connection that
+                                // dropped): a write of this connection's own (the full ttl) and
+                                // its `WAIT` carry that write too.
+                                None => match self
+                                    .extend_acked(keys, token, ttl_millis, replicas)
+                                    .await?
+                                {
+                                    (Ownership::Ours, acknowledged) => {
+                                        expires_in = Duration::from_millis(ttl_millis);
+                                        acknowledged
+                                    }
+                                    (Ownership::Lost(_), _) => {
+                                        return Ok((Attempt::Held { remaining: None }, None))
+                                    }
+                                },
+                            };
+                            if !replicas.enough(acknowledged) {
+                                return Err(self
+                                    .not_acknowledged(keys, token, acknowledged, replicas)
+                                    .await);
+                            }
+                        }
+                        Ok((
+                            Attempt::Acquired {
+                                fence: fencing.then(|| u64::try_from(*fence).unwrap_or(0)),
+                                expires_in,
+                            },
+                            None,
+                        ))
+                    }
                     // Behind another waiter: the holder's expiry is the first waiter's to watch;
                     // this one looks again at its renewal, or when its hand-off comes.
                     [0, -3, deadline, written] => Ok((
@@ -737,9 +822,71 @@ impl Node {
             token.len() + 20,
         );
         cmd.arg(token).arg(ttl_millis);
-        let extended: i64 = scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?;
+        let extended: i64 = match self.replicas {
+            None => scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?,
+            Some(replicas) => {
+                let (extended, acknowledged) = replicas
+                    .run(Some(&scripts::EXTEND), &cmd, &mut connection)
+                    .await?;
+                // Not given back: the holder still holds it on the master, and says so by
+                // the error; its watchdog tries again, and gives it up by its expiry.
+                if extended == 1 && !replicas.enough(acknowledged) {
+                    return Err(not_replicated(&keys.lock, acknowledged, replicas.count));
+                }
+                extended
+            }
+        };
         Ownership::from_reply(extended)
             .ok_or_else(|| unexpected_reply("the extend script", &[extended]))
+    }
+
+    /// Whether locks count only once replicas acknowledged them.
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        self.replicas.is_some()
+    }
+
+    /// See `Backend::confirm_replicated`.
+    pub(crate) async fn confirm_replicated(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+    ) -> RedisResult<bool> {
+        let Some(replicas) = self.replicas else {
+            return Ok(true);
+        };
+        match self.extend_acked(keys, token, ttl_millis, replicas).await? {
+            (Ownership::Ours, acknowledged) if !replicas.enough(acknowledged) => Err(self
+                .not_acknowledged(keys, token, acknowledged, replicas)
+                .await),
+            (ours, _) => Ok(ours.is_ours()),
+        }
+    }
+
+    /// Sets the lock's ttl if it is still ours, followed by `WAIT` in the same round trip:
+    /// whether it was ours, and how many replicas acknowledged.
+    async fn extend_acked(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        replicas: Replicas,
+    ) -> RedisResult<(Ownership, u32)> {
+        let mut connection = self.connection().await?;
+        let (forced, since) = (keys.forced(), keys.since());
+        let mut cmd = scripts::evalsha(
+            &scripts::EXTEND,
+            &[&keys.lock, &forced, &since],
+            2,
+            token.len() + 20,
+        );
+        cmd.arg(token).arg(ttl_millis);
+        let (extended, acknowledged): (i64, u32) = replicas
+            .run(Some(&scripts::EXTEND), &cmd, &mut connection)
+            .await?;
+        let ours = Ownership::from_reply(extended)
+            .ok_or_else(|| unexpected_reply("the extend script", &[extended]))?;
+        Ok((ours, acknowledged))
     }
 
     /// Breaks the lock for an operator if its key still holds `value` (see
@@ -938,6 +1085,43 @@ async fn set_nx(
             "SET NX PX answered neither OK nor nil",
             format!("{other:?}"),
         ))),
+    }
+}
+
+/// `SET NX PX` and `WAIT` in one round trip: whether it was set, and how many replicas
+/// acknowledged.
+async fn set_nx_acked(
+    connection: &mut Connection,
+    keys: &LockKeys,
+    token: &str,
+    ttl_millis: u64,
+    replicas: Replicas,
+) -> RedisResult<(bool, u32)> {
+    let mut set = redis::cmd("SET");
+    set.arg(&*keys.lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_millis);
+    let (set, acknowledged): (Value, u32) = replicas.run(None, &set, connection).await?;
+    Ok((set == Value::Okay, acknowledged))
+}
+
+/// The acquire script, and — when `replicas` is given — `WAIT` in the same round trip, whose
+/// count comes with the reply.
+async fn acquire_script(
+    replicas: Option<Replicas>,
+    cmd: &Cmd,
+    connection: &mut Connection,
+) -> RedisResult<(Vec<i64>, Option<u32>)> {
+    match replicas {
+        None => scripts::invoke(&scripts::ACQUIRE, cmd, connection)
+            .await
+            .map(|reply| (reply, None)),
+        Some(replicas) => replicas
+            .run(Some(&scripts::ACQUIRE), cmd, connection)
+            .await
+            .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
     }
 }
 

@@ -1,0 +1,131 @@
+//! `wait_for_replicas`: a lock write counts only once enough replicas acknowledged it.
+//!
+//! Redis replicates asynchronously: a master that grants a lock and dies before its replicas
+//! received the write leaves a promoted replica that never heard of the lock, and a second
+//! client takes it while the first still works. `WAIT n timeout` answers how many replicas
+//! acknowledged every write this connection made so far; sent in the same pipeline as the
+//! lock's command, it costs the replicas' acknowledgement, not another round trip.
+//!
+//! `WAIT` counts the writes of the connection it is sent on. A replica stream is one ordered
+//! log, so a write acknowledged by a replica carries every write the master made before it —
+//! also another connection's, such as the release that handed this lock over. That is why a
+//! lock found handed over is confirmed by a write of this connection's own (setting its ttl)
+//! before `WAIT`: a `WAIT` after a command that wrote nothing would count an older write.
+
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script};
+
+use crate::connection::Connection;
+
+/// The error code of a write that too few replicas acknowledged in time (see
+/// [`not_replicated`]); `LockError`'s conversion turns it into `LockError::NotReplicated`.
+pub(crate) const NOT_REPLICATED: &str = "DISTLOCK_NOT_REPLICATED";
+
+/// How many replicas must acknowledge a lock write, and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// `WAIT count timeout_ms`.
+    fn wait(&self) -> Cmd {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.count)
+            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
+        wait
+    }
+
+    /// Runs `cmd` — by `script`'s SHA when `script` is given, loaded and sent again if Redis
+    /// does not know it — followed by `WAIT` in the same round trip: its reply, and how many
+    /// replicas acknowledged the connection's writes up to it.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        script: Option<&Script>,
+        cmd: &Cmd,
+        connection: &mut Connection,
+    ) -> RedisResult<(T, u32)> {
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(cmd.clone()).add_command(self.wait());
+        let replied: RedisResult<(T, i64)> = match pipeline.query_async(connection).await {
+            Err(error)
+                if script.is_some()
+                    && error.kind()
+                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                if let Some(script) = script {
+                    script.load_async(connection).await?;
+                }
+                pipeline.query_async(connection).await
+            }
+            other => other,
+        };
+        let (reply, acknowledged) = replied?;
+        Ok((reply, u32::try_from(acknowledged).unwrap_or(0)))
+    }
+
+    /// Whether `acknowledged` replicas are enough.
+    pub(crate) fn enough(&self, acknowledged: u32) -> bool {
+        acknowledged >= self.count
+    }
+
+    /// Checks at connect that the server runs `WAIT` (some managed services refuse it, an ACL
+    /// may not allow it, a configuration may rename it away): a `Config` message naming the
+    /// fix when it does not. `WAIT 0 1` returns at once, whatever the replicas do.
+    pub(crate) async fn check(&self, connection: &mut Connection) -> Result<(), crate::LockError> {
+        let mut probe = redis::cmd("WAIT");
+        probe.arg(0).arg(1);
+        match probe.query_async::<redis::Value>(connection).await {
+            Ok(_) => Ok(()),
+            // An answer of the server's (`ERR unknown command`, `NOPERM`), not a lost connection.
+            Err(error) if error.code().is_some() => Err(crate::LockError::config(format!(
+                "`wait_for_replicas` needs the WAIT command, which the server refused \
+                     ({error}); allow it (`+wait` for the ACL user, no `rename-command WAIT`), \
+                     or leave `wait_for_replicas` out where the service does not offer WAIT \
+                     (some managed services replicate on their own terms and refuse it)"
+            ))),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// The error for a lock write on `key` that `acknowledged` of the `wanted` replicas
+/// acknowledged in time.
+pub(crate) fn not_replicated(key: &str, acknowledged: u32, wanted: u32) -> RedisError {
+    redis::make_extension_error(
+        NOT_REPLICATED.to_owned(),
+        Some(format!("{acknowledged} {wanted} {key}")),
+    )
+}
+
+/// What [`not_replicated`] put in `error`: the key, and how many replicas acknowledged of how
+/// many wanted.
+pub(crate) fn as_not_replicated(error: &RedisError) -> Option<(String, u32, u32)> {
+    if error.code() != Some(NOT_REPLICATED) {
+        return None;
+    }
+    let mut parts = error.detail()?.splitn(3, ' ');
+    let acknowledged = parts.next()?.parse().ok()?;
+    let wanted = parts.next()?.parse().ok()?;
+    Some((parts.next()?.to_owned(), acknowledged, wanted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_carries_the_key_and_the_counts() {
+        let error = not_replicated("lock:a b", 0, 2);
+        assert_eq!(
+            as_not_replicated(&error),
+            Some(("lock:a b".to_owned(), 0, 2))
+        );
+        assert_eq!(
+            as_not_replicated(&redis::make_extension_error("OTHER".into(), None)),
+            None
+        );
+    }
+}
