@@ -42,7 +42,7 @@ pub(crate) struct Sentinels {
     /// Signalled at every switch, for the hand-off subscription to move too.
     pub(crate) switched: Notify,
     /// How to reach each sentinel: address, TLS trust and login, from its URL.
-    sentinels: Vec<ConnectionInfo>,
+    nodes: Vec<ConnectionInfo>,
     service: String,
     /// How to log in to the master (the sentinels' own logins are in their URLs).
     master_login: SentinelNodeConnectionInfo,
@@ -69,7 +69,7 @@ pub(crate) type Login = (String, String);
 impl Sentinels {
     /// Checks the sentinels and the service name without connecting.
     pub(crate) fn new(
-        sentinels: Vec<ConnectionInfo>,
+        nodes: Vec<ConnectionInfo>,
         service: String,
         master_login: Option<&Login>,
         tls: Option<MasterTls>,
@@ -86,7 +86,7 @@ impl Sentinels {
         let sentinels = Sentinels {
             switches: AtomicU64::new(0),
             switched: Notify::new(),
-            sentinels,
+            nodes,
             service,
             master_login: master,
             login: master_login.cloned(),
@@ -103,7 +103,7 @@ impl Sentinels {
     fn client(&self) -> RedisResult<SentinelClient> {
         match &self.tls {
             None => SentinelClient::build(
-                self.sentinels.clone(),
+                self.nodes.clone(),
                 self.service.clone(),
                 Some(self.master_login.clone()),
                 SentinelServerType::Master,
@@ -117,7 +117,7 @@ impl Sentinels {
     /// that log in differently are refused.
     fn tls_client(&self, tls: &MasterTls) -> RedisResult<SentinelClient> {
         let logins: Vec<(Option<&str>, Option<&str>)> = self
-            .sentinels
+            .nodes
             .iter()
             .map(|info| {
                 let settings = info.redis_settings();
@@ -132,7 +132,7 @@ impl Sentinels {
             )));
         }
         let mut builder = SentinelClientBuilder::new(
-            self.sentinels.iter().map(|info| info.addr().clone()),
+            self.nodes.iter().map(|info| info.addr().clone()),
             &self.service,
             SentinelServerType::Master,
         )?
@@ -198,7 +198,7 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
             let Some(sentinels) = sentinels.upgrade() else {
                 return;
             };
-            let sentinel = sentinels.sentinels[next % sentinels.sentinels.len()].clone();
+            let sentinel = sentinels.nodes[next % sentinels.nodes.len()].clone();
             next = next.wrapping_add(1);
             (
                 Client::open(sentinel),

@@ -115,7 +115,11 @@ impl SentinelSet {
 
     /// `redis://127.0.0.1:P/` of each sentinel (`rediss://` for a [TLS set](Self::start_tls)).
     pub fn sentinel_urls(&self) -> Vec<String> {
-        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         self.sentinels
             .iter()
             .map(|sentinel| format!("{scheme}://127.0.0.1:{}/", sentinel.port))
@@ -360,13 +364,13 @@ impl Sentinel {
             // since they also talk TLS to the servers (`tls-replication`).
             let listen = match tls {
                 None => format!("port {port}\n"),
-                Some(files) => {
-                    let mut lines = "port 0\ntls-replication yes\n".to_owned();
-                    for (name, value) in files.tls_only_settings(port) {
-                        lines.push_str(&format!("{name} {value}\n"));
-                    }
-                    lines
-                }
+                Some(files) => files
+                    .tls_only_settings(port)
+                    .into_iter()
+                    .map(|(name, value)| format!("{name} {value}\n"))
+                    .fold("port 0\ntls-replication yes\n".to_owned(), |lines, line| {
+                        lines + &line
+                    }),
             };
             std::fs::write(
                 &config,
