@@ -129,7 +129,7 @@ impl LockManager {
     ///
     /// With the `tls` feature, `rediss://` sentinels mean TLS everywhere: to the sentinels, to
     /// the master and to whichever replica takes its place, all trusting the system's roots or
-    /// [`LockManagerBuilder::tls_root_certificate`]. The master's certificate must be valid
+    /// `LockManagerBuilder::tls_root_certificate`. The master's certificate must be valid
     /// for the address the sentinels announce (usually an IP address). Every sentinel URL takes
     /// the same scheme, else `connect` fails with [`LockError::Config`](crate::LockError::Config);
     /// TLS sentinels with logins in their URLs share one.
