@@ -318,16 +318,6 @@ async fn connect(cli: &Cli) -> Result<LockManager, Failure> {
 /// connecting, so that a wrong option or file is named as such rather than surfacing as a
 /// refused handshake.
 fn trust(builder: LockManagerBuilder, cli: &Cli) -> Result<LockManagerBuilder, Failure> {
-    if let (Some(path), Some(service)) = (&cli.tls_ca_cert, &cli.sentinel) {
-        // The library reaches a Sentinel service's master over plain TCP and takes no CA for
-        // it: a CA given here would be silently unused.
-        return Err(Failure::Error(format!(
-            "--tls-ca-cert {} (or DISTLOCK_TLS_CA_CERT) cannot be used with --sentinel \
-             {service}: distlock reaches a Sentinel service's master over plain TCP; leave the \
-             CA out",
-            path.display()
-        )));
-    }
     let Some(path) = &cli.tls_ca_cert else {
         #[cfg(not(feature = "tls"))]
         if let Some(url) = cli.url.iter().find(|url| is_tls_url(url)) {

@@ -814,7 +814,8 @@ fn several_urls_without_a_topology_name_the_options() {
         "{err}"
     );
     assert!(!err.contains("LockManager"), "library advice: {err}");
-    // The library takes no CA for a Sentinel service: a CA given would go unused.
+    // A Sentinel service takes the CA too (for TLS sentinels and their master): the file is
+    // read, not refused for the topology.
     let (_, err) = expect_args(
         &[
             "--sentinel",
@@ -828,9 +829,10 @@ fn several_urls_without_a_topology_name_the_options() {
         2,
     );
     assert!(
-        err.contains("cannot be used with --sentinel locks"),
+        err.contains("--tls-ca-cert") && err.contains("/no/such/ca.pem"),
         "{err}"
     );
+    assert!(!err.contains("cannot be used with --sentinel"), "{err}");
 }
 
 #[test]
@@ -875,7 +877,10 @@ mod tls {
     use std::time::{Duration, Instant};
 
     use distlock::LockManager;
-    use test_support::{free_port, skip_without, unique_temp_dir, Feature, RedisServer, TlsFiles};
+    use test_support::sentinel::SERVICE;
+    use test_support::{
+        free_port, skip_without, unique_temp_dir, Feature, RedisServer, SentinelSet, TlsFiles,
+    };
 
     use super::{expect, expect_args, labelled, text};
 
@@ -993,6 +998,53 @@ mod tls {
         let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(json["holder"]["label"], "billing::charge");
         guard.release().await.unwrap();
+    }
+
+    /// `--sentinel` with `rediss://` sentinels and `--tls-ca-cert`: the sentinels and the
+    /// master they name are read over TLS, trusting the CA.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sentinel_over_tls_lists_a_lock_with_the_ca() {
+        if skip_without(Feature::Tls, "sentinel_over_tls_lists_a_lock_with_the_ca") {
+            return;
+        }
+        let set = SentinelSet::start_tls();
+        let dir = unique_temp_dir("cli-sentinel-ca");
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, set.ca_pem()).unwrap();
+        let ca = ca.to_str().unwrap().to_owned();
+        let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+            .tls_root_certificate(set.ca_pem())
+            .connect()
+            .await
+            .unwrap();
+        let guard = manager
+            .acquire("s:job", &labelled("sentinel tls job"))
+            .await
+            .unwrap();
+        let joined = set.sentinel_urls().join(",");
+        let (out, _) = tokio::task::spawn_blocking(move || {
+            expect_args(
+                &[
+                    "--sentinel",
+                    SERVICE,
+                    "--url",
+                    &joined,
+                    "--tls-ca-cert",
+                    &ca,
+                    "list",
+                ],
+                0,
+            )
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.lines()
+                .any(|line| line.starts_with("s:job ") && line.contains("sentinel tls job")),
+            "{out}"
+        );
+        guard.release().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `--tls-ca-cert` reaches every Redlock master: each test server has its own CA, so the

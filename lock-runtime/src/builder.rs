@@ -9,7 +9,7 @@ use crate::backend::{Backend, Replicas};
 use crate::connection::Endpoint;
 use crate::keys::LockKeys;
 use crate::options::{Timeouts, MAX_DURATION};
-use crate::sentinel::Sentinels;
+use crate::sentinel::{MasterTls, Sentinels};
 use crate::shared::Shared;
 use crate::LockError;
 
@@ -272,13 +272,28 @@ impl LockManagerBuilder {
                          configuration)",
                     ));
                 }
-                for url in sentinels {
-                    self.open(url)?;
-                }
+                let sentinels: Vec<redis::ConnectionInfo> = sentinels
+                    .iter()
+                    .map(|url| Ok(self.open(url)?.get_connection_info().clone()))
+                    .collect::<Result<_, LockError>>()?;
+                let tls = crate::sentinel::master_tls_mode(&sentinels)
+                    .map_err(|mixed| {
+                        LockError::config(format!(
+                            "{mixed}: write every sentinel URL with the same scheme, \
+                             `rediss://` when the sentinels and the master require TLS, \
+                             `redis://` when none does"
+                        ))
+                    })?
+                    .map(|mode| MasterTls {
+                        mode,
+                        #[cfg(feature = "tls")]
+                        certificates: self.tls_certificates(),
+                    });
                 let sentinels = Sentinels::new(
-                    sentinels.clone(),
+                    sentinels,
                     service.clone(),
                     self.master_login.as_ref(),
+                    tls,
                     self.timeouts,
                 )
                 .map_err(|error| {

@@ -125,8 +125,14 @@ impl LockManager {
     /// again whenever the master dies, refuses connections or turns read-only, and at once
     /// when a sentinel announces `+switch-master` for the service: a failover is followed,
     /// with the same waiting, hand-offs and fencing as on a standalone server. A master with a
-    /// password takes [`LockManagerBuilder::master_login`]; the master is reached over plain
-    /// TCP (no TLS).
+    /// password takes [`LockManagerBuilder::master_login`].
+    ///
+    /// With the `tls` feature, `rediss://` sentinels mean TLS everywhere: to the sentinels, to
+    /// the master and to whichever replica takes its place, all trusting the system's roots or
+    /// `LockManagerBuilder::tls_root_certificate`. The master's certificate must be valid
+    /// for the address the sentinels announce (usually an IP address). Every sentinel URL takes
+    /// the same scheme, else `connect` fails with [`LockError::Config`](crate::LockError::Config);
+    /// TLS sentinels with logins in their URLs share one.
     ///
     /// Replication is asynchronous, so a failover can forget the last writes of the old
     /// master: a lock granted (or released, or a fencing token issued) just before it may be

@@ -12,14 +12,23 @@
 //! waited for an error would write there meanwhile, where nobody will read: two holders of one
 //! lock, one on each master. So a task also listens to the sentinels' `+switch-master` events,
 //! and every connection made before the last switch of our service counts as stale at once.
+//!
+//! Over TLS (`rediss://` sentinels) the master and every replica it may become are reached over
+//! TLS too, trusting the same certificates as the sentinels: a deployment whose sentinels
+//! require TLS has data servers that do, and the sentinels name only a host and port.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Client, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
+use redis::{
+    Client, ConnectionAddr, ConnectionInfo, ErrorKind, RedisConnectionInfo, RedisError,
+    RedisResult, TlsMode,
+};
 use tokio::sync::Notify;
 
 use crate::classify::{classify, Meaning};
@@ -32,22 +41,38 @@ pub(crate) struct Sentinels {
     switches: AtomicU64,
     /// Signalled at every switch, for the hand-off subscription to move too.
     pub(crate) switched: Notify,
-    urls: Vec<String>,
+    /// How to reach each sentinel: address, TLS trust and login, from its URL.
+    nodes: Vec<ConnectionInfo>,
     service: String,
     /// How to log in to the master (the sentinels' own logins are in their URLs).
     master_login: SentinelNodeConnectionInfo,
+    /// The master's login as given, for a TLS lookup, which takes it in pieces.
+    login: Option<Login>,
+    /// `Some` when the sentinels speak TLS, and so the master does: whether its certificate is
+    /// checked, and against which roots.
+    tls: Option<MasterTls>,
     timeouts: Timeouts,
+}
+
+/// How to reach the master over TLS.
+pub(crate) struct MasterTls {
+    /// `Secure`, or `Insecure` when every sentinel URL opts out of the check (`#insecure`).
+    pub(crate) mode: TlsMode,
+    /// The roots the builder was told to trust, if any (else the system's).
+    #[cfg(feature = "tls")]
+    pub(crate) certificates: Option<redis::TlsCertificates>,
 }
 
 /// A user name (empty: the default user) and password for the master.
 pub(crate) type Login = (String, String);
 
 impl Sentinels {
-    /// Checks the URLs and the service name without connecting.
+    /// Checks the sentinels and the service name without connecting.
     pub(crate) fn new(
-        urls: Vec<String>,
+        nodes: Vec<ConnectionInfo>,
         service: String,
         master_login: Option<&Login>,
+        tls: Option<MasterTls>,
         timeouts: Timeouts,
     ) -> RedisResult<Self> {
         let mut master = SentinelNodeConnectionInfo::default();
@@ -61,9 +86,11 @@ impl Sentinels {
         let sentinels = Sentinels {
             switches: AtomicU64::new(0),
             switched: Notify::new(),
-            urls,
+            nodes,
             service,
             master_login: master,
+            login: master_login.cloned(),
+            tls,
             timeouts,
         };
         sentinels.client().map(drop)?;
@@ -74,12 +101,61 @@ impl Sentinels {
     /// to the sentinels would be driven by the runtime of the lookup that made them, and a
     /// global manager outlives runtimes. Lookups are rare (a connect, a failover).
     fn client(&self) -> RedisResult<SentinelClient> {
-        SentinelClient::build(
-            self.urls.clone(),
-            self.service.clone(),
-            Some(self.master_login.clone()),
+        match &self.tls {
+            None => SentinelClient::build(
+                self.nodes.clone(),
+                self.service.clone(),
+                Some(self.master_login.clone()),
+                SentinelServerType::Master,
+            ),
+            Some(tls) => self.tls_client(tls),
+        }
+    }
+
+    /// A client of TLS sentinels whose master speaks TLS. Only redis-rs' builder passes
+    /// certificates on to the master; it takes one login for every sentinel, so sentinels
+    /// that log in differently are refused.
+    fn tls_client(&self, tls: &MasterTls) -> RedisResult<SentinelClient> {
+        let logins: Vec<(Option<&str>, Option<&str>)> = self
+            .nodes
+            .iter()
+            .map(|info| {
+                let settings = info.redis_settings();
+                (settings.username(), settings.password())
+            })
+            .collect();
+        if logins.windows(2).any(|pair| pair[0] != pair[1]) {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "sentinels over TLS must share one login",
+                "give every `rediss://` sentinel URL the same user and password".to_owned(),
+            )));
+        }
+        let mut builder = SentinelClientBuilder::new(
+            self.nodes.iter().map(|info| info.addr().clone()),
+            &self.service,
             SentinelServerType::Master,
-        )
+        )?
+        .set_client_to_redis_tls_mode(tls.mode);
+        if let Some((user, password)) = logins.first().copied() {
+            if let Some(user) = user {
+                builder = builder.set_client_to_sentinel_username(user);
+            }
+            if let Some(password) = password {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        if let Some((user, password)) = &self.login {
+            builder = builder.set_client_to_redis_password(password);
+            if !user.is_empty() {
+                builder = builder.set_client_to_redis_username(user);
+            }
+        }
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = &tls.certificates {
+            builder = builder.set_client_to_redis_certificates(certificates.clone());
+        }
+        builder.build()
     }
 
     /// A client for the service's master now: the first sentinel that answers names it, and the
@@ -122,10 +198,10 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
             let Some(sentinels) = sentinels.upgrade() else {
                 return;
             };
-            let url = sentinels.urls[next % sentinels.urls.len()].clone();
+            let sentinel = sentinels.nodes[next % sentinels.nodes.len()].clone();
             next = next.wrapping_add(1);
             (
-                Client::open(url),
+                Client::open(sentinel),
                 sentinels.service.clone(),
                 sentinels.timeouts,
             )
@@ -172,6 +248,32 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
     }
+}
+
+/// How the master is reached given the sentinels' addresses: over TLS when they are, in the
+/// mode they ask for. `Err` names the two kinds of address when the sentinels mix TLS with
+/// plain connections, which cannot say how to reach the one master.
+pub(crate) fn master_tls_mode(sentinels: &[ConnectionInfo]) -> Result<Option<TlsMode>, String> {
+    let kind = |info: &ConnectionInfo| match info.addr() {
+        ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+        _ => None,
+    };
+    let tls: Vec<bool> = sentinels.iter().filter_map(kind).collect();
+    if tls.is_empty() {
+        return Ok(None);
+    }
+    if tls.len() != sentinels.len() {
+        return Err(format!(
+            "{} of the {} sentinel URLs are `rediss://` (TLS) and the others are not",
+            tls.len(),
+            sentinels.len()
+        ));
+    }
+    Ok(Some(if tls.iter().all(|&insecure| insecure) {
+        TlsMode::Insecure
+    } else {
+        TlsMode::Secure
+    }))
 }
 
 /// Whether `error` says that a command did not run because the master is not where it was, or

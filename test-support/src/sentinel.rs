@@ -1,6 +1,7 @@
 //! [`SentinelSet`]: a Redis Sentinel deployment of its own for one test — a master, one
 //! replica and three `redis-server --sentinel` processes, all on free ports — with the failovers
-//! tests need: `SENTINEL FAILOVER`, and a killed master.
+//! tests need: `SENTINEL FAILOVER`, and a killed master. [`SentinelSet::start_tls`] makes one
+//! where every process speaks only TLS.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::process::free_port;
 use super::server::{kill_and_reap, spawn_watchdog};
+use super::tls::{require_redis_cli, run_bounded, TlsFiles};
 use super::RedisServer;
 
 /// How long a new deployment gets to be ready: the replica in sync, and every sentinel knowing
@@ -29,6 +31,8 @@ pub struct SentinelSet {
     sentinels: Vec<Sentinel>,
     /// The data servers' `requirepass`, if any.
     password: Option<String>,
+    /// The certificates every process of a TLS set uses; their directory goes with the set.
+    tls: Option<TlsFiles>,
 }
 
 /// One `redis-server <config> --sentinel` process.
@@ -37,6 +41,8 @@ struct Sentinel {
     dir: PathBuf,
     child: Child,
     watchdog: Option<Child>,
+    /// The certificates when it speaks only TLS.
+    tls: Option<TlsFiles>,
 }
 
 impl SentinelSet {
@@ -59,23 +65,79 @@ impl SentinelSet {
         replica_args.extend(&auth);
         let replica = RedisServer::start_with(&replica_args);
         let sentinels = (0..3)
-            .map(|_| Sentinel::start(master.port(), password))
+            .map(|_| Sentinel::start(master.port(), password, None))
             .collect();
         let set = SentinelSet {
             servers: [master, replica],
             sentinels,
             password: password.map(str::to_owned),
+            tls: None,
         };
         set.wait_ready();
         set
     }
 
-    /// `redis://127.0.0.1:P/` of each sentinel.
+    /// [`start`](Self::start), with every process speaking only TLS (`--port 0`), all with one
+    /// certificate of a fresh CA ([`ca_pem`](Self::ca_pem)) for `127.0.0.1`: the replica
+    /// replicates over TLS (`tls-replication yes`), and so do the sentinels talk to the data
+    /// servers and to each other. [`sentinel_urls`](Self::sentinel_urls) are `rediss://`.
+    /// The data servers' redis-rs helpers (`get`, `keys`, ...) speak plain text and fail: use
+    /// [`RedisServer::tls_cli`].
+    ///
+    /// Panics with install hints if `openssl` or `redis-cli` is missing.
+    pub fn start_tls() -> Self {
+        require_redis_cli();
+        let files = TlsFiles::generate(&crate::unique_temp_dir("sentinel-tls"));
+        let master = RedisServer::start_tls_using(&files, &["--tls-replication", "yes"]);
+        let master_port = master.port().to_string();
+        let replica = RedisServer::start_tls_using(
+            &files,
+            &[
+                "--tls-replication",
+                "yes",
+                "--replicaof",
+                "127.0.0.1",
+                &master_port,
+            ],
+        );
+        let sentinels = (0..3)
+            .map(|_| Sentinel::start(master.port(), None, Some(&files)))
+            .collect();
+        let set = SentinelSet {
+            servers: [master, replica],
+            sentinels,
+            password: None,
+            tls: Some(files),
+        };
+        set.wait_ready();
+        set
+    }
+
+    /// `redis://127.0.0.1:P/` of each sentinel (`rediss://` for a [TLS set](Self::start_tls)).
     pub fn sentinel_urls(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         self.sentinels
             .iter()
-            .map(|sentinel| format!("redis://127.0.0.1:{}/", sentinel.port))
+            .map(|sentinel| format!("{scheme}://127.0.0.1:{}/", sentinel.port))
             .collect()
+    }
+
+    /// Whether every process speaks only TLS ([`start_tls`](Self::start_tls)).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The PEM of the CA that signed every certificate of a [TLS set](Self::start_tls).
+    /// Panics for a plain set.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        self.tls
+            .as_ref()
+            .expect("ca_pem: this SentinelSet was not started with start_tls")
+            .ca_pem()
     }
 
     /// The data server the sentinels name as the master now (asking each in turn).
@@ -123,8 +185,7 @@ impl SentinelSet {
     fn fail_over_from(&self, old: u16) -> &RedisServer {
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         loop {
-            let asked: redis::RedisResult<()> =
-                self.sentinels[0].command(redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE));
+            let asked = self.sentinels[0].failover();
             match asked {
                 Ok(()) => break,
                 // The replica was not seen as good yet, or a failover is in progress.
@@ -193,13 +254,8 @@ impl SentinelSet {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let replica_up = self
-                .data_conn(&self.servers[1])
-                .and_then(|mut c| {
-                    redis::cmd("INFO")
-                        .arg("replication")
-                        .query::<String>(&mut c)
-                })
-                .is_ok_and(|info| info.contains("master_link_status:up"));
+                .data_query(&self.servers[1], &["INFO", "replication"])
+                .is_some_and(|info| info.contains("master_link_status:up"));
             let views: Vec<Option<(u64, u64)>> = self
                 .sentinels
                 .iter()
@@ -244,20 +300,59 @@ impl SentinelSet {
         Ok(connection)
     }
 
+    /// The text of a data server's answer to `args` (over TLS for a TLS set), or `None` if it
+    /// does not answer.
+    fn data_query(&self, server: &RedisServer, args: &[&str]) -> Option<String> {
+        if let Some(files) = &self.tls {
+            return tls_query(server.port(), files, args).ok();
+        }
+        let mut connection = self.data_conn(server).ok()?;
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        let reply: redis::Value = cmd.query(&mut connection).ok()?;
+        let text = match reply {
+            redis::Value::Array(items) => items
+                .iter()
+                .map(|item| redis::from_redis_value_ref::<String>(item).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            other => redis::from_redis_value::<String>(other).ok()?,
+        };
+        Some(text)
+    }
+
     /// What `ROLE` says the server is (`master`, `slave`), or `None` if it does not answer.
     fn role(&self, server: &RedisServer) -> Option<String> {
-        let mut connection = self.data_conn(server).ok()?;
-        let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut connection).ok()?;
-        match reply.first()? {
-            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            redis::Value::SimpleString(text) => Some(text.clone()),
-            _ => None,
-        }
+        let reply = self.data_query(server, &["ROLE"])?;
+        reply.lines().next().map(str::to_owned)
+    }
+}
+
+/// `redis-cli --tls` on `port` with `args`, bounded: its output, or why it failed (redis-cli
+/// shows error replies as their text, with a success status).
+fn tls_query(port: u16, files: &TlsFiles, args: &[&str]) -> Result<String, String> {
+    let mut command = Command::new("redis-cli");
+    command
+        .arg("--tls")
+        .arg("--cacert")
+        .arg(&files.ca_cert)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args);
+    match run_bounded(&mut command, HELPER_TIMEOUT) {
+        Ok(output) if output.status.success() => Ok(String::from_utf8_lossy(&output.stdout)
+            .trim_end_matches(['\r', '\n'])
+            .to_owned()),
+        Ok(output) => Err(format!(
+            "redis-cli {args:?} on port {port} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )),
+        Err(error) => Err(format!("redis-cli {args:?} on port {port}: {error}")),
     }
 }
 
 impl Sentinel {
-    fn start(master_port: u16, password: Option<&str>) -> Self {
+    fn start(master_port: u16, password: Option<&str>, tls: Option<&TlsFiles>) -> Self {
         let auth = password
             .map(|password| format!("sentinel auth-pass {SERVICE} {password}\n"))
             .unwrap_or_default();
@@ -265,10 +360,22 @@ impl Sentinel {
             let port = free_port();
             let dir = super::unique_temp_dir("sentinel");
             let config = dir.join("sentinel.conf");
+            // Over TLS the one port is the TLS port, which the sentinels announce to each other
+            // since they also talk TLS to the servers (`tls-replication`).
+            let listen = match tls {
+                None => format!("port {port}\n"),
+                Some(files) => files
+                    .tls_only_settings(port)
+                    .into_iter()
+                    .map(|(name, value)| format!("{name} {value}\n"))
+                    .fold("port 0\ntls-replication yes\n".to_owned(), |lines, line| {
+                        lines + &line
+                    }),
+            };
             std::fs::write(
                 &config,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                    "{listen}bind 127.0.0.1\ndaemonize no\ndir {dir}\n\
                      sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
                      sentinel down-after-milliseconds {SERVICE} 1000\n\
                      sentinel failover-timeout {SERVICE} 10000\n\
@@ -292,10 +399,11 @@ impl Sentinel {
                 dir,
                 child,
                 watchdog,
+                tls: tls.cloned(),
             };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
-                if sentinel.command::<String>(&redis::cmd("PING")).is_ok() {
+                if sentinel.query(&["PING"]).is_ok_and(|reply| reply == "PONG") {
                     return sentinel;
                 }
                 if sentinel.child.try_wait().ok().flatten().is_some() {
@@ -313,6 +421,26 @@ impl Sentinel {
         panic!("could not start a sentinel: every free port tried was taken");
     }
 
+    /// The answer to `args` as text, one line per element of an array (over TLS for a TLS
+    /// sentinel).
+    fn query(&self, args: &[&str]) -> Result<String, String> {
+        if let Some(files) = &self.tls {
+            return tls_query(self.port, files, args);
+        }
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        let reply: redis::Value = self.command(&cmd).map_err(|error| error.to_string())?;
+        match reply {
+            redis::Value::Array(items) => Ok(items
+                .iter()
+                .map(|item| redis::from_redis_value_ref::<String>(item).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n")),
+            redis::Value::ServerError(error) => Err(format!("{error:?}")),
+            other => redis::from_redis_value::<String>(other).map_err(|error| error.to_string()),
+        }
+    }
+
     fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
         let mut connection = client.get_connection_with_timeout(HELPER_TIMEOUT)?;
@@ -321,19 +449,27 @@ impl Sentinel {
         cmd.query(&mut connection)
     }
 
-    fn master_port(&self) -> redis::RedisResult<u16> {
-        let (_, port): (String, u16) = self.command(
-            redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(SERVICE),
-        )?;
-        Ok(port)
+    /// `SENTINEL FAILOVER` of the service: `Err` with the refusal.
+    fn failover(&self) -> Result<(), String> {
+        match self.query(&["SENTINEL", "FAILOVER", SERVICE])? {
+            reply if reply == "OK" => Ok(()),
+            refusal => Err(refusal),
+        }
+    }
+
+    fn master_port(&self) -> Result<u16, String> {
+        let reply = self.query(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])?;
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+            .ok_or(reply)
     }
 
     /// How many replicas and other sentinels this sentinel knows of the service.
-    fn known_replicas_and_sentinels(&self) -> redis::RedisResult<(u64, u64)> {
-        let fields: Vec<String> =
-            self.command(redis::cmd("SENTINEL").arg("MASTER").arg(SERVICE))?;
+    fn known_replicas_and_sentinels(&self) -> Result<(u64, u64), String> {
+        let reply = self.query(&["SENTINEL", "MASTER", SERVICE])?;
+        let fields: Vec<&str> = reply.lines().collect();
         let field = |name: &str| {
             fields
                 .chunks(2)
@@ -352,5 +488,13 @@ impl Drop for Sentinel {
             kill_and_reap(watchdog);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        if let Some(files) = &self.tls {
+            let _ = std::fs::remove_dir_all(&files.dir);
+        }
     }
 }

@@ -143,6 +143,20 @@ impl TlsFiles {
         files
     }
 
+    /// The settings (name, value) of a server whose `port` speaks only TLS with these
+    /// certificates, not asking clients for certificates of their own: for the command line
+    /// (`--name value`) or a configuration file (`name value`).
+    pub fn tls_only_settings(&self, port: u16) -> Vec<(&'static str, String)> {
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        vec![
+            ("tls-port", port.to_string()),
+            ("tls-cert-file", path(&self.server_cert)),
+            ("tls-key-file", path(&self.server_key)),
+            ("tls-ca-cert-file", path(&self.ca_cert)),
+            ("tls-auth-clients", "no".to_owned()),
+        ]
+    }
+
     /// The CA certificate, PEM-encoded (what a rustls client adds to its root store).
     pub fn ca_pem(&self) -> Vec<u8> {
         read_pem(&self.ca_cert)
@@ -192,12 +206,19 @@ impl RedisServer {
         require_redis_cli();
         let dir = crate::unique_temp_dir("redis-tls");
         let files = TlsFiles::generate(&dir.join("tls"));
-        let path = |p: &Path| p.to_string_lossy().into_owned();
-        let (cert, key, ca) = (
-            path(&files.server_cert),
-            path(&files.server_key),
-            path(&files.ca_cert),
-        );
+        Self::start_tls_in(dir, &files, extra_args)
+    }
+
+    /// [`start_tls_with`](Self::start_tls_with) with certificates made by the caller, which
+    /// several servers may share (a replica must trust its master's certificate): the files
+    /// must outlive the server, which does not remove them.
+    pub fn start_tls_using(files: &TlsFiles, extra_args: &[&str]) -> Self {
+        require_redis_cli();
+        Self::start_tls_in(crate::unique_temp_dir("redis-tls"), files, extra_args)
+    }
+
+    fn start_tls_in(dir: PathBuf, files: &TlsFiles, extra_args: &[&str]) -> Self {
+        let files = files.clone();
         let extra: Vec<String> = extra_args
             .iter()
             .map(std::string::ToString::to_string)
@@ -207,23 +228,13 @@ impl RedisServer {
         };
         RedisServer::start_custom(dir, readiness, move |port| {
             // `--port 0` comes after the harness's `--port P`, and the last one wins.
-            let mut args: Vec<String> = [
-                "--port",
-                "0",
-                "--tls-port",
-                &port.to_string(),
-                "--tls-cert-file",
-                &cert,
-                "--tls-key-file",
-                &key,
-                "--tls-ca-cert-file",
-                &ca,
-                "--tls-auth-clients",
-                "no",
-            ]
-            .iter()
-            .map(std::string::ToString::to_string)
-            .collect();
+            let mut args = vec!["--port".to_owned(), "0".to_owned()];
+            args.extend(
+                files
+                    .tls_only_settings(port)
+                    .into_iter()
+                    .flat_map(|(name, value)| [format!("--{name}"), value]),
+            );
             args.extend(extra.iter().cloned());
             args
         })

@@ -1,5 +1,5 @@
 //! distlock beyond one server and one process: Redis Cluster, Redlock over independent masters,
-//! Redis Sentinel through failovers, and a fleet of worker processes waiting in one line.
+//! Redis Sentinel through failovers (also over TLS), and a fleet of worker processes waiting in one line.
 //!
 //! The tests that install the global manager run in a process of their own
 //! (`test_support::in_own_process`): a process has one.
@@ -12,4 +12,5 @@ mod redlock;
 mod renewals;
 mod replicas;
 mod sentinel;
+mod sentinel_tls;
 mod turns;

@@ -12,8 +12,16 @@ use test_support::sentinel::SERVICE;
 use test_support::SentinelSet;
 use tokio::time::Instant;
 
-async fn connect(set: &SentinelSet) -> LockManager {
-    LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+/// A manager on the set's master; trusting the set's CA when its sentinels speak TLS.
+pub(crate) async fn connect(set: &SentinelSet) -> LockManager {
+    let builder = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE);
+    #[cfg(feature = "tls")]
+    let builder = if set.is_tls() {
+        builder.tls_root_certificate(set.ca_pem())
+    } else {
+        builder
+    };
+    builder
         .connect()
         .await
         .unwrap_or_else(|error| panic!("cannot connect through the sentinels: {error}"))
@@ -115,7 +123,7 @@ struct Tally {
 /// writing — what the documentation asks of users where a failover may forget a lock. Every
 /// write must count: a section that overlapped another would lose an update. Prints the longest
 /// time without a section around the failover.
-async fn run_through_failover(
+pub(crate) async fn run_through_failover(
     set: &SentinelSet,
     what: &str,
     fail_over: impl for<'a> FnOnce(&'a SentinelSet) -> &'a test_support::RedisServer + Send,
