@@ -120,7 +120,10 @@ pub(crate) async fn run(cli: &Cli, deployment: &str, json: bool) -> Result<(), F
                 text.push_str(&format!("    fix: {}\n", format::cell(fix)));
             }
         }
-        let unknown = checks.iter().filter(|c| c.status == Status::Unknown).count();
+        let unknown = checks
+            .iter()
+            .filter(|c| c.status == Status::Unknown)
+            .count();
         text.push_str(&format!(
             "{} checks: {failed} ✗, {unknown} ?\n",
             checks.len()
@@ -167,7 +170,11 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                 .collect());
         }
         checks.push(unreachable(
-            cli.url.iter().map(|url| redact(url)).collect::<Vec<_>>().join(", "),
+            cli.url
+                .iter()
+                .map(|url| redact(url))
+                .collect::<Vec<_>>()
+                .join(", "),
             Role::ClusterMaster,
         ));
         return Ok(Vec::new());
@@ -224,7 +231,11 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
             return Ok(servers);
         }
         checks.push(unreachable(
-            cli.url.iter().map(|url| redact(url)).collect::<Vec<_>>().join(", "),
+            cli.url
+                .iter()
+                .map(|url| redact(url))
+                .collect::<Vec<_>>()
+                .join(", "),
             Role::SentinelMaster,
         ));
         return Ok(Vec::new());
@@ -280,7 +291,10 @@ fn at(seed: &Client, host: String, port: u16) -> Client {
     let info = seed.get_connection_info().clone();
     let mut addr = info.addr().clone();
     match &mut addr {
-        ConnectionAddr::Tcp(h, p) | ConnectionAddr::TcpTls { host: h, port: p, .. } => {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => {
             *h = host;
             *p = port;
         }
@@ -481,7 +495,10 @@ fn version_check(version: Option<&str>, valkey: Option<String>) -> Outcome {
         return (
             Status::Unknown,
             "INFO server names no redis_version".into(),
-            Some("check the server's version by hand: distlock needs Redis 6.2 or newer, or Valkey".into()),
+            Some(
+                "check the server's version by hand: distlock needs Redis 6.2 or newer, or Valkey"
+                    .into(),
+            ),
         );
     };
     let shown = match valkey {
@@ -491,7 +508,9 @@ fn version_check(version: Option<&str>, valkey: Option<String>) -> Outcome {
     match major_minor(version) {
         Some(found) if found >= OLDEST => (
             Status::Ok,
-            format!("{shown}; distlock needs 6.2 or newer (tested: Redis 6.2.14, 7.0.15, Valkey 8.1.8)"),
+            format!(
+                "{shown}; distlock needs 6.2 or newer (tested: Redis 6.2.14, 7.0.15, Valkey 8.1.8)"
+            ),
             None,
         ),
         Some(_) => (
@@ -543,9 +562,7 @@ fn persistence_check(role: Role, settings: Result<Vec<(String, String)>, String>
             return (
                 Status::Unknown,
                 format!("CONFIG GET was refused ({error})"),
-                Some(
-                    "check by hand with `redis-cli CONFIG GET append*` as an admin user".into(),
-                ),
+                Some("check by hand with `redis-cli CONFIG GET append*` as an admin user".into()),
             )
         }
     };
@@ -665,7 +682,11 @@ async fn acl_check(
             Some(by_hand.into()),
         );
     }
-    let user: String = match redis::cmd("ACL").arg("WHOAMI").query_async(connection).await {
+    let user: String = match redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(connection)
+        .await
+    {
         Ok(user) => user,
         Err(error) => {
             return (
@@ -682,7 +703,12 @@ async fn acl_check(
     let wake = format!("{{{key}}}:distlock:wake");
     let channel = "distlock:grants:doctor";
     let mut commands: Vec<Vec<&str>> = vec![
-        vec!["evalsha", "0000000000000000000000000000000000000000", "1", &key],
+        vec![
+            "evalsha",
+            "0000000000000000000000000000000000000000",
+            "1",
+            &key,
+        ],
         vec!["eval", "return 1", "1", &key],
         vec!["script", "load", "return 1"],
         vec!["get", &key],
@@ -725,13 +751,18 @@ async fn acl_check(
             Ok(Value::SimpleString(text)) if text == "OK" => {}
             Ok(other) => {
                 let why: String = redis::from_redis_value(other).unwrap_or_default();
-                denied.push(format!("{} ({why})", command[..command.len().min(2)].join(" ")));
+                denied.push(format!(
+                    "{} ({why})",
+                    command[..command.len().min(2)].join(" ")
+                ));
             }
             Err(error) => {
                 return (
                     Status::Unknown,
                     format!("ACL DRYRUN was refused ({error})"),
-                    Some(format!("run `distlock doctor` as an admin user, or {by_hand}")),
+                    Some(format!(
+                        "run `distlock doctor` as an admin user, or {by_hand}"
+                    )),
                 )
             }
         }
