@@ -5,6 +5,7 @@
 //! timeout): a standalone server, every Redlock master, every master of a cluster, a Sentinel
 //! service's master and its replicas (which a failover may promote). Nothing is written.
 
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use distlock::diagnose::{Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
@@ -108,26 +109,24 @@ pub(crate) async fn run(cli: &Cli, deployment: &str, json: bool) -> Result<(), F
     } else {
         let mut text = format!("{deployment}\n");
         for c in &checks {
-            text.push_str(&format!(
-                "{} {} ({}) {}: {}\n",
+            let _ = writeln!(
+                text,
+                "{} {} ({}) {}: {}",
                 c.status.mark(),
                 format::cell(&c.server),
                 c.role.name(),
                 c.name,
                 format::cell(&c.detail)
-            ));
+            );
             if let Some(fix) = &c.fix {
-                text.push_str(&format!("    fix: {}\n", format::cell(fix)));
+                let _ = writeln!(text, "    fix: {}", format::cell(fix));
             }
         }
         let unknown = checks
             .iter()
             .filter(|c| c.status == Status::Unknown)
             .count();
-        text.push_str(&format!(
-            "{} checks: {failed} ✗, {unknown} ?\n",
-            checks.len()
-        ));
+        let _ = writeln!(text, "{} checks: {failed} ✗, {unknown} ?", checks.len());
         text
     };
     crate::keep_going(write_out(&mut std::io::stdout().lock(), &text))?;
@@ -402,7 +401,7 @@ async fn check_server(role: Role, client: &Client, prefix: &str, checks: &mut Ve
         let (status, detail, fix) = replicas_check(
             role,
             &replication,
-            config(&mut connection, "min-replicas-to-write").await,
+            &config(&mut connection, "min-replicas-to-write").await,
         );
         add("replicas", status, detail, fix);
         let major = version.as_deref().and_then(major_minor).map(|(m, _)| m);
@@ -612,7 +611,7 @@ fn persistence_check(role: Role, settings: Result<Vec<(String, String)>, String>
 fn replicas_check(
     role: Role,
     replication: &str,
-    settings: Result<Vec<(String, String)>, String>,
+    settings: &Result<Vec<(String, String)>, String>,
 ) -> Outcome {
     let server_role = field(replication, "role").unwrap_or_default();
     if server_role == "slave" {
@@ -639,7 +638,7 @@ fn replicas_check(
             ),
         };
     }
-    let min = match &settings {
+    let min = match settings {
         Ok(pairs) => setting(pairs, "min-replicas-to-write").and_then(|v| v.parse::<u32>().ok()),
         Err(_) => None,
     };

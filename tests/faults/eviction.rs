@@ -2,6 +2,7 @@
 //! warning (target `distlock`) with the policy, what it does to locks and the fix; none for a
 //! server that keeps them; and a server that refuses `CONFIG` is said to be unchecked.
 
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use distlock::LockManager;
@@ -40,7 +41,7 @@ impl tracing::field::Visit for Text {
         if field.name() == "message" {
             self.0.insert_str(0, &format!("{value:?}"));
         } else {
-            self.0.push_str(&format!(" {}={value:?}", field.name()));
+            let _ = write!(self.0, " {}={value:?}", field.name());
         }
     }
 }
