@@ -1,7 +1,8 @@
 //! The `distlock` command run as a user runs it — the built binary against real servers — with
 //! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
 //! release --force, a server that cannot be reached and one that refuses a command, a server
-//! that requires TLS, and every topology: a cluster, a Redlock set, a Sentinel service.
+//! that requires TLS, and every topology: a cluster, a Redlock set, a Sentinel service; and
+//! `doctor`'s checks of each.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -1227,4 +1228,43 @@ fn doctor_checks_every_master_of_a_cluster() {
         let address = format!("127.0.0.1:{} (cluster master) eviction:", master.port());
         assert!(out.contains(&address), "{address} in\n{out}");
     }
+}
+
+/// Redlock masters without an append-only file fail the persistence check (a restarted master
+/// votes for its locks again); every master is checked.
+#[test]
+fn doctor_fails_redlock_masters_that_forget_their_locks() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls().join(",");
+    let (out, _) = expect_args(&["--redlock", "--url", &urls, "doctor"], 1);
+    for url in servers.urls() {
+        let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
+        let line = out
+            .lines()
+            .find(|line| line.contains(&format!("127.0.0.1:{port} (Redlock master) persistence:")))
+            .unwrap_or_else(|| panic!("no persistence line for {port}:\n{out}"));
+        assert!(
+            line.starts_with('✗') && line.contains("appendonly no"),
+            "{out}"
+        );
+    }
+    assert!(out.contains("fix: set `appendonly yes`"), "{out}");
+}
+
+/// On Sentinel, the service's master and its replica are both checked.
+#[test]
+fn doctor_checks_the_sentinel_master_and_its_replica() {
+    let set = SentinelSet::start();
+    let urls = set.sentinel_urls().join(",");
+    let (out, _) = expect_args(&["--sentinel", SERVICE, "--url", &urls, "doctor"], 0);
+    let master = format!(
+        "127.0.0.1:{} (Sentinel master) eviction:",
+        set.master().port()
+    );
+    let replica = format!(
+        "127.0.0.1:{} (Sentinel replica) eviction:",
+        set.replica().port()
+    );
+    assert!(out.contains(&master), "{master} in\n{out}");
+    assert!(out.contains(&replica), "{replica} in\n{out}");
 }

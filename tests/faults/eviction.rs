@@ -1,12 +1,15 @@
 //! A server that may evict lock keys under memory pressure is named at connect: one `tracing`
 //! warning (target `distlock`) with the policy, what it does to locks and the fix; none for a
-//! server that keeps them; and a server that refuses `CONFIG` is said to be unchecked.
+//! server that keeps them; a server that refuses `CONFIG` is said to be unchecked. Every
+//! master of a cluster is checked, and a Sentinel service's new master after a failover.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use distlock::LockManager;
-use test_support::{RedisCluster, RedisServer};
+use test_support::sentinel::SERVICE;
+use test_support::{RedisCluster, RedisServer, SentinelSet};
 
 /// One event: its level and its message with its fields.
 #[derive(Debug, Clone)]
@@ -210,4 +213,59 @@ fn every_master_of_a_cluster_is_checked() {
         assert_eq!(named, 1, "{address}: {:#?}", captured.events());
     }
     assert_eq!(warnings.len(), evicting.len(), "{warnings:#?}");
+}
+
+/// A Sentinel failover to a server that may evict lock keys is warned about when the manager
+/// follows it: the new master is checked at the first connection made to it.
+#[test]
+fn a_sentinel_failover_to_an_evicting_master_is_warned_about() {
+    let set = SentinelSet::start();
+    let replica = set.replica();
+    for (name, value) in [("maxmemory", "10mb"), ("maxmemory-policy", "allkeys-lru")] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut replica.conn())
+            .unwrap();
+    }
+    let promoted = format!("127.0.0.1:{}", replica.port());
+    let captured = Captured::default();
+    let _default = tracing::subscriber::set_default(captured.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let manager = runtime.block_on(async {
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+            .connect()
+            .await
+            .unwrap()
+    });
+    assert!(
+        captured.find(tracing::Level::WARN, "may evict").is_empty(),
+        "the master keeps lock keys: {:?}",
+        captured.events()
+    );
+    let new = set.failover();
+    assert_eq!(new.port(), replica.port());
+    runtime.block_on(async {
+        let options = distlock::LockOptions::new().timeout(Duration::from_secs(20));
+        let guard = manager.acquire("after-failover", &options).await.unwrap();
+        guard.release().await.unwrap();
+        // Checked once the acquire had its connection: it did not wait for the check.
+        for _ in 0..100 {
+            if !captured.find(tracing::Level::WARN, "may evict").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let warnings = captured.find(tracing::Level::WARN, "may evict lock keys");
+    assert_eq!(warnings.len(), 1, "{:?}", captured.events());
+    assert!(
+        warnings[0].contains(&format!("Redis at {promoted} ")),
+        "{}",
+        warnings[0]
+    );
 }
