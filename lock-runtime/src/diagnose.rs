@@ -4,9 +4,9 @@
 //! A server with a memory limit and any eviction policy but `noeviction` deletes keys when
 //! memory runs out. `allkeys-*` policies may pick any key; `volatile-*` policies pick keys with
 //! an expiry — and every lock key has one. A held lock deleted that way is free for a second
-//! holder while the first still works, and a lock's fencing counter (a plain key) can be
-//! deleted with it, so the next fencing token starts again at 1, below the tokens already
-//! handed out.
+//! holder while the first still works; under an `allkeys-*` policy a lock's fencing counter (a
+//! key without an expiry) can be deleted too, so the next fencing token starts again at 1,
+//! below the tokens already handed out.
 //!
 //! ```
 //! use distlock::diagnose::Eviction;
@@ -19,8 +19,8 @@
 
 /// What a held lock suffers on a server that may evict it.
 pub const EVICTION_RISK: &str = "a held lock can be deleted to free memory and taken by a second \
-holder while the first still works, and its fencing counter can be deleted too, so fencing \
-tokens start again at 1";
+holder while the first still works; under an `allkeys-*` policy a lock's fencing counter (a key \
+without an expiry) can be deleted too, so its fencing tokens start again at 1";
 
 /// How to make a server safe for locks.
 pub const EVICTION_FIX: &str = "set `maxmemory-policy noeviction` (`CONFIG SET maxmemory-policy \
