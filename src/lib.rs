@@ -61,6 +61,7 @@
 
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::blocking;
+pub use lock_runtime::diagnose;
 pub use lock_runtime::{
     global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
     LockManagerBuilder, LockOptions, LostCause,

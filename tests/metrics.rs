@@ -173,14 +173,26 @@ async fn a_scripted_workload_gives_exact_counts_per_label_and_outcome() {
         );
     }
     assert_eq!(get(&seen, "distlock_hold_seconds", &[("label", HOLDER)]), 1);
+    // The server keeps lock keys (no memory limit), as the check at connect found.
+    let address = format!("127.0.0.1:{}", server.port());
+    let risk = [("server", address.as_str())];
+    assert!(
+        seen.contains_key(&(
+            "distlock_eviction_risk".to_owned(),
+            vec![("server".to_owned(), address.clone())]
+        )),
+        "{seen:#?}"
+    );
+    assert_eq!(get(&seen, "distlock_eviction_risk", &risk), 0, "{seen:#?}");
 
-    // Every label is a label or an outcome: never a rendered key.
+    // Every label is a label, an outcome or a server's address: never a rendered key.
     for (name, labels) in seen.keys() {
         assert!(name.starts_with("distlock_"), "{name}");
         for (key, value) in labels {
             let allowed = match key.as_str() {
                 "label" => [LABEL, HOLDER, "unlabelled"].contains(&value.as_str()),
                 "outcome" => ["acquired", "busy", "timeout", "error"].contains(&value.as_str()),
+                "server" => name == "distlock_eviction_risk" && *value == address,
                 _ => false,
             };
             assert!(allowed, "{name} has the label {key}={value:?}");
@@ -193,6 +205,20 @@ async fn a_scripted_workload_gives_exact_counts_per_label_and_outcome() {
     assert_eq!(get(&read(&snapshotter), "distlock_held", &label), 1);
     guard.release().await.unwrap();
     assert_eq!(get(&read(&snapshotter), "distlock_held", &label), -1);
+
+    // A server that may evict lock keys: its gauge is 1 once connected.
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "volatile-lru"]);
+    let _evicting_manager = LockManager::connect(&evicting.url()).await.unwrap();
+    let address = format!("127.0.0.1:{}", evicting.port());
+    assert_eq!(
+        get(
+            &read(&snapshotter),
+            "distlock_eviction_risk",
+            &[("server", address.as_str())]
+        ),
+        1
+    );
 }
 
 /// A label longer than the lock's value keeps (a label built from data, by mistake) is cut in

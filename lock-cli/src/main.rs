@@ -6,15 +6,18 @@
 //! distlock show trace:abc
 //! distlock watch                     # acquisitions, hand-offs, releases, expiries
 //! distlock release trace:abc --force # asks first; --yes to skip the question
+//! distlock doctor                    # what in the deployment breaks locks, and the fixes
 //! distlock list --url rediss://redis.internal:6380 --tls-ca-cert ca.pem  # over TLS
 //! distlock --cluster --url redis://10.0.0.1:7000,redis://10.0.0.2:7000 list
 //! distlock --redlock --url redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 list
 //! distlock --sentinel locks --url redis://10.0.0.1:26379,redis://10.0.0.2:26379 list
 //! ```
 //!
-//! Exit status: 0 done, 1 when the lock asked for is not held or a release was not done, 2 for
+//! Exit status: 0 done, 1 when the lock asked for is not held, a release was not done or a
+//! `doctor` check failed (✗), 2 for
 //! a usage error or when Redis cannot be reached or refuses a command.
 
+mod doctor;
 mod format;
 #[cfg(feature = "tls")]
 mod tls;
@@ -103,6 +106,14 @@ enum Command {
         /// Stop after this many looks (default: until interrupted).
         #[arg(long)]
         looks: Option<u64>,
+    },
+    /// Check the deployment for what breaks locks — eviction policy, persistence, replicas,
+    /// ACL, server version, latency — on every server of it; one line per check (✓ / ✗ / ?)
+    /// with the fix for each ✗ and ?. Exit status 1 when any check is ✗.
+    Doctor {
+        /// One JSON object (`deployment`, `ok`, `checks`), for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// Break a lock whose holder is stuck; prints whose it was. It goes to the next waiter in
     /// line, as if its holder had released it.
@@ -212,6 +223,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .into(),
         ));
     }
+    if let Command::Doctor { json } = cli.command {
+        // The TLS options are checked as for the other subcommands (a CA with a plain URL, a
+        // CA with --sentinel, a file that holds no certificate); the builder itself is unused:
+        // `doctor` asks each server directly, without a lock manager.
+        let _unused = trust(LockManager::builder(""), &cli)?;
+        return doctor::run(&cli, &server(&cli), json).await;
+    }
     let manager = connect(&cli).await?;
     let (server, defaulted) = (server(&cli), cli.url_defaulted());
     match cli.command {
@@ -232,6 +250,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch::run(&manager, &pattern, interval, looks).await
         }
         Command::Release { name, yes, .. } => release(&manager, &name, yes).await,
+        Command::Doctor { .. } => unreachable!("answered before connecting"),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The `distlock` command run as a user runs it — the built binary against real servers — with
 //! its output checked: list (table and JSON), show, watch (plain lines when not a terminal),
 //! release --force, a server that cannot be reached and one that refuses a command, a server
-//! that requires TLS, and every topology: a cluster, a Redlock set, a Sentinel service.
+//! that requires TLS, and every topology: a cluster, a Redlock set, a Sentinel service; and
+//! `doctor`'s checks of each.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -1164,4 +1165,158 @@ mod tls {
         );
         assert!(!err.contains("s3cret"), "the password was printed: {err}");
     }
+}
+
+/// `doctor` on a server that may evict lock keys: ✗ naming `maxmemory-policy` and its fix,
+/// exit status 1.
+#[test]
+fn doctor_fails_a_server_that_may_evict_locks() {
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let server =
+            RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", policy]);
+        let (out, _) = expect(&server.url(), &["doctor"], 1);
+        let line = out
+            .lines()
+            .find(|line| line.contains("eviction:"))
+            .unwrap_or_else(|| panic!("no eviction line:\n{out}"));
+        assert!(line.starts_with('✗'), "{out}");
+        assert!(
+            line.contains(&format!("maxmemory-policy {policy}")),
+            "{out}"
+        );
+        assert!(
+            out.contains("fix: set `maxmemory-policy noeviction`"),
+            "{out}"
+        );
+    }
+}
+
+/// A single server with `noeviction` and otherwise default settings passes: its persistence
+/// is advice (`?`), not a failure.
+#[test]
+fn doctor_passes_a_well_configured_single_server() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]);
+    let (out, _) = expect(&server.url(), &["doctor"], 0);
+    let mark = |check: &str| {
+        out.lines()
+            .find(|line| line.contains(&format!(") {check}:")))
+            .unwrap_or_else(|| panic!("no {check} line:\n{out}"))
+            .chars()
+            .next()
+            .unwrap()
+    };
+    assert_eq!(mark("eviction"), '✓', "{out}");
+    assert_eq!(mark("persistence"), '?', "{out}");
+    assert_eq!(mark("version"), '✓', "{out}");
+    assert_eq!(mark("latency"), '✓', "{out}");
+    assert!(!out.lines().any(|line| line.starts_with('✗')), "{out}");
+    assert!(out.ends_with("checks: 0 ✗, 1 ?\n"), "{out}");
+}
+
+/// `--json`: one object whose checks a script can read, the failed one among them.
+#[test]
+fn doctor_json_lists_the_checks() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let (out, _) = expect(&server.url(), &["doctor", "--json"], 1);
+    let report: serde_json::Value = serde_json::from_str(&out).expect("doctor --json is JSON");
+    assert_eq!(report["ok"], false, "{report}");
+    let checks = report["checks"].as_array().expect("checks");
+    let names: Vec<&str> = checks.iter().filter_map(|c| c["check"].as_str()).collect();
+    for name in [
+        "version",
+        "eviction",
+        "persistence",
+        "replicas",
+        "acl",
+        "latency",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let eviction = checks.iter().find(|c| c["check"] == "eviction").unwrap();
+    assert_eq!(eviction["status"], "fail", "{eviction}");
+    assert!(eviction["fix"].as_str().unwrap().contains("noeviction"));
+}
+
+/// A user who may not run `CONFIG` or `RPUSHX`: the eviction policy is unknown (`?`, with how
+/// to check by hand), the missing permission a ✗ that names it; the password never shows.
+#[test]
+fn doctor_names_missing_permissions_without_the_password() {
+    let server = RedisServer::start();
+    let () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all", "-config", "-rpushx",
+            ][..],
+        )
+        .query(&mut server.conn())
+        .unwrap();
+    let url = format!("redis://app:s3cret@127.0.0.1:{}", server.port());
+    let (out, err) = expect(&url, &["doctor"], 1);
+    let line = |check: &str| {
+        out.lines()
+            .find(|line| line.contains(&format!(") {check}:")))
+            .unwrap_or_else(|| panic!("no {check} line:\n{out}"))
+            .to_owned()
+    };
+    assert!(line("eviction").starts_with('?'), "{out}");
+    assert!(out.contains("CONFIG GET maxmemory*"), "{out}");
+    let acl = line("acl");
+    assert!(acl.starts_with('✗') && acl.contains("rpushx"), "{out}");
+    assert!(
+        !out.contains("s3cret") && !err.contains("s3cret"),
+        "{out}{err}"
+    );
+}
+
+/// On a cluster, every master is checked.
+#[test]
+fn doctor_checks_every_master_of_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let urls = cluster.urls();
+    let (out, _) = expect_args(&["--cluster", "--url", &urls.join(","), "doctor"], 0);
+    for master in cluster.masters() {
+        let address = format!("127.0.0.1:{} (cluster master) eviction:", master.port());
+        assert!(out.contains(&address), "{address} in\n{out}");
+    }
+}
+
+/// Redlock masters without an append-only file fail the persistence check (a restarted master
+/// votes for its locks again); every master is checked.
+#[test]
+fn doctor_fails_redlock_masters_that_forget_their_locks() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls().join(",");
+    let (out, _) = expect_args(&["--redlock", "--url", &urls, "doctor"], 1);
+    for url in servers.urls() {
+        let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
+        let line = out
+            .lines()
+            .find(|line| line.contains(&format!("127.0.0.1:{port} (Redlock master) persistence:")))
+            .unwrap_or_else(|| panic!("no persistence line for {port}:\n{out}"));
+        assert!(
+            line.starts_with('✗') && line.contains("appendonly no"),
+            "{out}"
+        );
+    }
+    assert!(out.contains("fix: set `appendonly yes`"), "{out}");
+}
+
+/// On Sentinel, the service's master and its replica are both checked.
+#[test]
+fn doctor_checks_the_sentinel_master_and_its_replica() {
+    let set = SentinelSet::start();
+    let urls = set.sentinel_urls().join(",");
+    let (out, _) = expect_args(&["--sentinel", SERVICE, "--url", &urls, "doctor"], 0);
+    let master = format!(
+        "127.0.0.1:{} (Sentinel master) eviction:",
+        set.master().port()
+    );
+    let replica = format!(
+        "127.0.0.1:{} (Sentinel replica) eviction:",
+        set.replica().port()
+    );
+    assert!(out.contains(&master), "{master} in\n{out}");
+    assert!(out.contains(&replica), "{replica} in\n{out}");
 }

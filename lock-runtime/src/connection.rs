@@ -17,6 +17,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::eviction::Checked;
 use crate::options::Timeouts;
 use crate::sentinel::Sentinels;
 use tokio::runtime::{Handle, Id};
@@ -57,6 +58,8 @@ pub(crate) struct MasterConnection {
     sentinels: Arc<Sentinels>,
     /// The sentinels' count of master switches when it was made.
     switches: u64,
+    /// The master's address (`host:port`), for the eviction check.
+    address: Arc<str>,
 }
 
 impl MasterConnection {
@@ -164,11 +167,13 @@ impl Endpoint {
                 // connection stale rather than go unnoticed.
                 let switches = sentinels.switches();
                 let master = sentinels.master().await?;
+                let address = Arc::from(master.get_connection_info().addr().to_string());
                 Ok(Connection::Sentinel(MasterConnection {
                     connection: Self::manager(master, timeouts).await?,
                     stale: Arc::new(AtomicBool::new(false)),
                     sentinels: Arc::clone(sentinels),
                     switches,
+                    address,
                 }))
             }
             Endpoint::Cluster(client) => {
@@ -198,6 +203,8 @@ pub(crate) struct Connections {
     endpoint: Endpoint,
     timeouts: Timeouts,
     slots: Mutex<Vec<Slot>>,
+    /// The servers whose eviction policy was checked.
+    checked: Checked,
 }
 
 /// What one runtime has of the endpoint: a connection, or the one connect in flight.
@@ -227,6 +234,7 @@ impl Connections {
             endpoint,
             timeouts,
             slots: Mutex::new(Vec::new()),
+            checked: Checked::default(),
         })
     }
 
@@ -289,15 +297,49 @@ impl Connections {
                 connected: false,
             };
             drop(runtime.spawn(async move {
-                let connected = end
-                    .connections
-                    .endpoint
-                    .connect(end.connections.timeouts)
-                    .await;
-                let _ = result.send(end.finish(connected));
+                let connections = Arc::clone(&end.connections);
+                let connected = connections.endpoint.connect(connections.timeouts).await;
+                let connected = end.finish(connected);
+                let mut checking = connected.as_ref().ok().cloned();
+                // The endpoint's first connection — the one `connect` makes — is checked before
+                // its caller gets it, so that the warning comes before `connect` returns and no
+                // command of the check reaches Redis after it. Any later one (a new runtime, a
+                // new Sentinel master after a failover) is checked after its caller has it:
+                // that caller may be an acquire, which must not wait for the check.
+                if connections.checked.is_empty() {
+                    if let Some(connection) = checking.take() {
+                        connections.check_eviction(connection).await;
+                    }
+                }
+                let _ = result.send(connected);
+                if let Some(connection) = checking {
+                    connections.check_eviction(connection).await;
+                }
             }));
         }
         attempt.await
+    }
+
+    /// Checks whether the server(s) behind `connection` may evict lock keys (see
+    /// [`crate::eviction`]): those not checked before by this endpoint.
+    async fn check_eviction(&self, connection: Connection) {
+        let timeout = self.timeouts.response;
+        match (connection, &self.endpoint) {
+            (Connection::Standalone(mut connection), Endpoint::Standalone(client)) => {
+                let server = client.get_connection_info().addr().to_string();
+                self.checked.server(&mut connection, &server, timeout).await;
+            }
+            (Connection::Sentinel(master), _) => {
+                let mut connection = master.connection;
+                self.checked
+                    .server(&mut connection, &master.address, timeout)
+                    .await;
+            }
+            (Connection::Cluster(mut connection), _) => {
+                self.checked.cluster(&mut connection, timeout).await;
+            }
+            (Connection::Standalone(_), _) => {}
+        }
     }
 
     /// How long ago the current runtime last took its connection for a request (zero when it

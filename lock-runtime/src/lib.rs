@@ -55,6 +55,8 @@
 //! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
 //! | `background` | the process-wide runtime for clean-up that outlives its caller (one per process, also after a fork) |
 //! | `sentinel` | which server is a Sentinel service's master now |
+//! | `diagnose` | which server settings can break locks (eviction), and their fix |
+//! | `eviction` | the eviction check after a connect: one warning per server |
 //! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
 //! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
 //! | `finish` | finishing a Redis call whose caller stopped waiting |
@@ -90,7 +92,9 @@ mod builder;
 mod classify;
 mod confirm;
 mod connection;
+pub mod diagnose;
 mod error;
+mod eviction;
 mod finish;
 mod global;
 mod grants;

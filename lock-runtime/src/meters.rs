@@ -10,10 +10,12 @@
 //! | `distlock_lost_total` | counter | `label` | locks found lost while held: expired, or taken over |
 //! | `distlock_release_failures_total` | counter | `label` | releases Redis did not answer or refused: the lock is left to its ttl |
 //! | `distlock_held` | gauge | `label` | locks this process holds now |
+//! | `distlock_eviction_risk` | gauge | `server` | 1 when the server (`host:port`, checked at connect) may evict lock keys under memory pressure, 0 when it keeps them (see [`diagnose`](crate::diagnose)) |
 //!
 //! `label` is [`LockOptions::label`](crate::LockOptions::label) — for the attribute, the
 //! function's path and key template — or `unlabelled`; never the rendered key: a time series
-//! per trace id would swamp any metrics store.
+//! per trace id would swamp any metrics store. `server` is an address, of which a deployment
+//! has a handful.
 
 #[cfg(feature = "metrics")]
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +27,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::{LockError, LockOptions};
+
+/// Records whether `server` may evict lock keys, as the check at connect found.
+pub(crate) fn eviction_risk(server: &str, evicts: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("distlock_eviction_risk", "server" => server.to_owned()).set(if evicts {
+        1.0
+    } else {
+        0.0
+    });
+    #[cfg(not(feature = "metrics"))]
+    let _ = (server, evicts);
+}
 
 /// The label of a lock without one.
 #[cfg(feature = "metrics")]

@@ -7,6 +7,7 @@
 mod bad_input;
 mod cancellation;
 mod dropped_connections;
+mod eviction;
 mod holder_killed;
 mod line_faults;
 mod lost_cause;
