@@ -77,6 +77,9 @@ impl Report {
     }
 }
 
+/// An accepted write: (its place in the store's order, token, value written, value read).
+type Accepted = (u64, u64, u64, Option<u64>);
+
 /// One section, put together from its events.
 #[derive(Debug, Default)]
 struct Section {
@@ -86,7 +89,8 @@ struct Section {
     token: Option<u64>,
     acquired: Option<u64>,
     releasing: Option<u64>,
-    read: Option<Option<u64>>,
+    /// The value read; `None` when the read was refused or never made.
+    read: Option<u64>,
     writing: Option<(u64, u64)>,
     wrote: Option<(u64, Option<u64>)>,
     outcome: Option<Outcome>,
@@ -99,7 +103,13 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
         sections: sections.len() as u64,
         ..Report::default()
     };
-    let row_of = |from: u64, to: u64| blame(input.faults, input.settle, from, to);
+    let row_of = |from: u64, to: u64| blame(input.faults, input.settle, None, from, to);
+    // A killed worker's section ended when its worker died: before its next life's first event.
+    let mut lives: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    for event in input.events {
+        let first = lives.entry((event.worker, event.life)).or_insert(event.t);
+        *first = (*first).min(event.t);
+    }
     for kind in FaultKind::ALL {
         report.costs.entry(Some(kind)).or_default();
     }
@@ -109,7 +119,7 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
     }
 
     // Every section's fate, put down to the fault it ran into, if any.
-    for section in sections.values() {
+    for (&(worker, life, _), section) in &sections {
         let accepted = matches!(section.wrote, Some((_, Some(_))));
         if accepted {
             report.accepted += 1;
@@ -118,10 +128,22 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
         if section.writing.is_some() && section.wrote.is_none() {
             report.unknown_writes += 1;
         }
-        let cost = report
-            .costs
-            .entry(row_of(section.first, section.last))
-            .or_default();
+        let until = if section.outcome.is_none() {
+            lives
+                .get(&(worker, life + 1))
+                .copied()
+                .unwrap_or(input.ended)
+        } else {
+            section.last
+        };
+        let row = blame(
+            input.faults,
+            input.settle,
+            Some(worker),
+            section.first,
+            until,
+        );
+        let cost = report.costs.entry(row).or_default();
         cost.lost += 1;
         match section.outcome {
             Some(Outcome::Timeout) => cost.timed_out += 1,
@@ -132,11 +154,11 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
     }
 
     // The store's order of each record's accepted writes, as the histories tell it.
-    let mut writes: BTreeMap<&str, Vec<(u64, u64, u64, Option<u64>)>> = BTreeMap::new();
+    let mut writes: BTreeMap<&str, Vec<Accepted>> = BTreeMap::new();
     for section in sections.values() {
         if let (Some((_, Some(seq))), Some(token)) = (section.wrote, section.token) {
             let (_, value) = section.writing.unwrap_or_default();
-            let read = section.read.flatten();
+            let read = section.read;
             writes
                 .entry(section.key.as_str())
                 .or_default()
@@ -171,7 +193,9 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
         let record = input.finals.get(*key).copied().unwrap_or_default();
         let logged = list.len() as u64;
         let unknown = unknown_by_key.get(key).copied().unwrap_or(0);
-        if record.value != record.writes || record.writes < logged || record.writes > logged + unknown
+        if record.value != record.writes
+            || record.writes < logged
+            || record.writes > logged + unknown
         {
             report.final_mismatches += 1;
         }
@@ -258,7 +282,7 @@ fn sections(events: &[Event]) -> BTreeMap<(u32, u32, u64), Section> {
                 section.token = Some(*token);
                 section.acquired = Some(event.t);
             }
-            What::Read { value } => section.read = Some(*value),
+            What::Read { value } => section.read = *value,
             What::Writing { value } => section.writing = Some((event.t, *value)),
             What::Wrote { seq } => section.wrote = Some((event.t, *seq)),
             What::Releasing => section.releasing = Some(event.t),
@@ -270,11 +294,23 @@ fn sections(events: &[Event]) -> BTreeMap<(u32, u32, u64), Section> {
 
 /// The row a span of time `from..=to` is put down to: the kind of the latest fault that began
 /// before `to` and whose effects (`start..=end + settle`) reach into the span; `None` if none.
-fn blame(faults: &[Fault], settle: u64, from: u64, to: u64) -> Option<FaultKind> {
-    faults
-        .iter()
-        .filter(|fault| fault.start <= to && fault.end + settle >= from)
+/// For a span of one `worker`'s, a fault aimed at that worker comes first.
+fn blame(
+    faults: &[Fault],
+    settle: u64,
+    worker: Option<u32>,
+    from: u64,
+    to: u64,
+) -> Option<FaultKind> {
+    let reaching = || {
+        faults
+            .iter()
+            .filter(move |fault| fault.start <= to && fault.end + settle >= from)
+    };
+    reaching()
+        .filter(|fault| worker.is_some() && fault.worker == worker)
         .max_by_key(|fault| fault.start)
+        .or_else(|| reaching().max_by_key(|fault| fault.start))
         .map(|fault| fault.kind)
 }
 
@@ -283,7 +319,6 @@ mod tests {
     use super::*;
 
     /// The events of one section of worker 0, life 0, at times from `t` on.
-    #[allow(clippy::too_many_arguments)]
     fn section(
         id: u64,
         t: u64,
@@ -352,7 +387,10 @@ mod tests {
         assert_eq!(report.accepted, 3);
         assert_eq!(report.total.lost, 0);
         assert_eq!(report.total.overlaps, 0);
-        assert_eq!(report.total.longest_stall, 696, "from the last write at 304 to 1000");
+        assert_eq!(
+            report.total.longest_stall, 696,
+            "from the last write at 304 to 1000"
+        );
     }
 
     #[test]

@@ -382,6 +382,9 @@ fn nemesis(
                 Some(slot)
             }
             FaultKind::Stop => {
+                // Aimed at a holder: a worker frozen while it waits in line costs a stall, one
+                // frozen between its read and its write is what fencing is for.
+                wait_holding(&history_path(&fleet.dir, slot), Duration::from_secs(1));
                 let pid = fleet.pid(slot);
                 send_signal(pid, "STOP");
                 let frozen = args.ttl + Duration::from_millis(fastrand::u64(500..1500));
@@ -422,6 +425,30 @@ fn nemesis(
     }
 }
 
+/// Waits until the last line of the history at `path` is a successful read (the worker holds a
+/// lock and is about to write), or until `timeout`.
+fn wait_holding(path: &Path, timeout: Duration) {
+    use std::io::{Read, Seek, SeekFrom};
+    let deadline = now_micros() + micros(timeout);
+    while now_micros() < deadline {
+        if let Ok(mut file) = std::fs::File::open(path) {
+            let length = file.metadata().map_or(0, |meta| meta.len());
+            let mut tail = String::new();
+            if file
+                .seek(SeekFrom::Start(length.saturating_sub(256)))
+                .is_ok()
+                && file.read_to_string(&mut tail).is_ok()
+            {
+                let last = tail.trim_end().rsplit('\n').next().unwrap_or("");
+                if last.contains("\"ev\":\"read\"") && !last.contains("null") {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Every record's final value and number of accepted writes, read from the store.
 fn finals(store: &RedisServer, keys: u32) -> redis::RedisResult<BTreeMap<String, FinalRecord>> {
     let mut connection = store.try_conn()?;
@@ -448,7 +475,13 @@ fn print_report(report: &Report, finals: &BTreeMap<String, FinalRecord>, failed_
     println!();
     println!(
         "{:<10} {:>8} {:>13} {:>9} {:>6} {:>9} {:>8} {:>13}",
-        "fault", "injected", "sections lost", "timed out", "stale", "cut short", "overlaps",
+        "fault",
+        "injected",
+        "sections lost",
+        "timed out",
+        "stale",
+        "cut short",
+        "overlaps",
         "longest stall"
     );
     let row = |name: &str, cost: &checker::Cost| {
@@ -465,11 +498,14 @@ fn print_report(report: &Report, finals: &BTreeMap<String, FinalRecord>, failed_
         );
     };
     for (kind, cost) in &report.costs {
-        match kind {
-            Some(kind) if cost.injected > 0 => row(kind.name(), cost),
-            Some(_) => {}
-            None => row("(none)", cost),
+        if let Some(kind) = kind {
+            if cost.injected > 0 {
+                row(kind.name(), cost);
+            }
         }
+    }
+    if let Some(cost) = report.costs.get(&None) {
+        row("no fault", cost);
     }
     row("total", &report.total);
     println!();
