@@ -41,7 +41,7 @@ pub(crate) struct Cost {
     pub(crate) stale: u64,
     /// ... of which never ended (their worker was killed).
     pub(crate) cut_short: u64,
-    /// Holds that began while a hold with a lower token of the same lock had not ended.
+    /// Holds overtaken: not ended yet when a hold with a higher token of the same lock began.
     pub(crate) overlaps: u64,
     /// The longest time without an accepted write anywhere, in microseconds.
     pub(crate) longest_stall: u64,
@@ -209,7 +209,9 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
         }
     }
 
-    // Overlapping holds: in token order, a hold that began before a lower token's hold ended.
+    // Overtaken holds: a hold that had not ended when a hold with a higher token of the same
+    // lock began (its lock expired under it). Walked from the highest token down, keeping the
+    // earliest start of the holds above.
     let mut holds: BTreeMap<&str, Vec<(u64, u64, u64)>> = BTreeMap::new();
     for section in sections.values() {
         if let (Some(token), Some(acquired)) = (section.token, section.acquired) {
@@ -222,16 +224,16 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
     }
     for list in holds.values_mut() {
         list.sort_unstable();
-        let mut latest_end: Option<(u64, u64)> = None;
-        for &(_, acquired, until) in list.iter() {
-            if let Some((end, began)) = latest_end {
-                if acquired < end {
-                    report.costs.entry(row_of(began, end)).or_default().overlaps += 1;
-                }
+        let mut earliest_above: Option<u64> = None;
+        for &(_, acquired, until) in list.iter().rev() {
+            if earliest_above.is_some_and(|next| next < until) {
+                report
+                    .costs
+                    .entry(row_of(acquired, until))
+                    .or_default()
+                    .overlaps += 1;
             }
-            if latest_end.is_none_or(|(end, _)| until > end) {
-                latest_end = Some((until, acquired));
-            }
+            earliest_above = Some(earliest_above.map_or(acquired, |next| next.min(acquired)));
         }
     }
 

@@ -474,19 +474,19 @@ fn finals(store: &RedisServer, keys: u32) -> redis::RedisResult<BTreeMap<String,
 fn print_report(report: &Report, finals: &BTreeMap<String, FinalRecord>, failed_workers: u32) {
     println!();
     println!(
-        "{:<10} {:>8} {:>13} {:>9} {:>6} {:>9} {:>8} {:>13}",
+        "{:<10} {:>8} {:>13} {:>9} {:>6} {:>9} {:>9} {:>13}",
         "fault",
         "injected",
         "sections lost",
         "timed out",
         "stale",
         "cut short",
-        "overlaps",
+        "overtaken",
         "longest stall"
     );
     let row = |name: &str, cost: &checker::Cost| {
         println!(
-            "{:<10} {:>8} {:>13} {:>9} {:>6} {:>9} {:>8} {:>11.1} s",
+            "{:<10} {:>8} {:>13} {:>9} {:>6} {:>9} {:>9} {:>11.1} s",
             name,
             cost.injected,
             cost.lost,

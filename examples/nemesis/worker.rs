@@ -69,7 +69,9 @@ async fn sections(args: &WorkerArgs) -> Result<(), Box<dyn std::error::Error>> {
         .fencing(true)
         .label("nemesis");
     let mut section = 0;
-    while now_micros() < args.until {
+    // A parent that died (Ctrl-C) leaves its workers to the init process: they stop with it.
+    let parent = std::os::unix::process::parent_id();
+    while now_micros() < args.until && std::os::unix::process::parent_id() == parent {
         section += 1;
         let key = format!("record-{}", fastrand::u32(0..args.keys));
         let mut note = |what: What| {
