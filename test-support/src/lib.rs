@@ -26,6 +26,7 @@
 
 pub mod binary;
 pub mod cluster;
+pub mod keys;
 pub mod names;
 pub mod process;
 pub mod proxy;

@@ -3,3 +3,4 @@
 
 mod harness;
 mod harness_cluster;
+mod helper_keys;
