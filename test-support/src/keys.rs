@@ -10,9 +10,11 @@
 //! these names against helpers that a real lock creates on a real server.
 //!
 //! ```ignore
-//! assert_eq!(test_support::keys::line("lock:job"), "{lock:job}:distlock:line");
+//! use test_support::keys;
+//!
+//! assert_eq!(keys::named("job").line(), "{lock:job}:distlock:line");
 //! assert_eq!(
-//!     test_support::keys::fence("lock:{user:7}:cart"),
+//!     keys::of("lock:{user:7}:cart").fence(),
 //!     "{user:7}:distlock:fence:lock:{user:7}:cart"
 //! );
 //! ```
@@ -44,48 +46,76 @@ fn own_hash_tag(key: &str) -> Option<&str> {
     (!tag.is_empty()).then_some(tag)
 }
 
-/// The line of waiters of `lock`: a list of their entries, oldest first.
-pub fn line(lock: &str) -> String {
-    helper(lock, "line")
+/// The full key of the lock `name` under the default key prefix `lock:`.
+pub fn default_key(name: &str) -> String {
+    format!("lock:{name}")
 }
 
-/// The lease table of `lock`'s line: the tokens whose places were renewed.
-pub fn leases(lock: &str) -> String {
-    helper(lock, "leases")
+/// The helper keys of the lock whose full key is `lock`.
+pub fn of(lock: impl Into<String>) -> HelperKeys {
+    HelperKeys { lock: lock.into() }
 }
 
-/// The fencing counter of `lock`, which never expires.
-pub fn fence(lock: &str) -> String {
-    helper(lock, "fence")
+/// The helper keys of the lock `name` under the default key prefix `lock:`, the prefix of
+/// every manager that does not set its own.
+pub fn named(name: &str) -> HelperKeys {
+    of(default_key(name))
 }
 
-/// On a cluster, the token of `lock`'s last release.
-pub fn released(lock: &str) -> String {
-    helper(lock, "released")
+/// The helper keys of one lock, named from its full key (see the module docs).
+#[derive(Debug, Clone)]
+pub struct HelperKeys {
+    lock: String,
 }
 
-/// When `lock`'s holder got it, for a holder that waited first.
-pub fn since(lock: &str) -> String {
-    helper(lock, "since")
-}
+impl HelperKeys {
+    /// The lock key itself.
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
 
-/// The token of `lock`'s last holder that an operator force-released.
-pub fn forced(lock: &str) -> String {
-    helper(lock, "forced")
-}
+    /// The line of waiters: a list of their entries, oldest first.
+    pub fn line(&self) -> String {
+        helper(&self.lock, "line")
+    }
 
-/// On a Redlock master, the waiters of `lock` to wake.
-pub fn wake(lock: &str) -> String {
-    helper(lock, "wake")
+    /// The lease table of the line: the tokens whose places were renewed.
+    pub fn leases(&self) -> String {
+        helper(&self.lock, "leases")
+    }
+
+    /// The fencing counter, which never expires.
+    pub fn fence(&self) -> String {
+        helper(&self.lock, "fence")
+    }
+
+    /// On a cluster, the token of the lock's last release.
+    pub fn released(&self) -> String {
+        helper(&self.lock, "released")
+    }
+
+    /// When the lock's holder got it, for a holder that waited first.
+    pub fn since(&self) -> String {
+        helper(&self.lock, "since")
+    }
+
+    /// The token of the lock's last holder that an operator force-released.
+    pub fn forced(&self) -> String {
+        helper(&self.lock, "forced")
+    }
+
+    /// On a Redlock master, the waiters to wake.
+    pub fn wake(&self) -> String {
+        helper(&self.lock, "wake")
+    }
+
+    /// A `KEYS`/`SCAN` pattern that matches every helper of this lock.
+    pub fn all(&self) -> String {
+        helper(&self.lock, "*")
+    }
 }
 
 /// A `KEYS`/`SCAN` pattern that matches every helper key `word` of every lock.
 pub fn every(word: &str) -> String {
     format!("*{MARKER}{word}*")
-}
-
-/// A `KEYS`/`SCAN` pattern that matches every helper of `lock` (for a lock named by its tag,
-/// `{T}:distlock:*`).
-pub fn all_of(lock: &str) -> String {
-    helper(lock, "*")
 }

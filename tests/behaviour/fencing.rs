@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{spawn_self, wait_all, RedisServer};
+use test_support::{keys, spawn_self, wait_all, RedisServer};
 
 const WORKER_ENV: &str = "DISTLOCK_FENCING_WORKER";
 const WORKER_TASKS: usize = 8;
@@ -36,10 +36,10 @@ async fn tokens_strictly_increase_and_exist_only_with_fencing() {
     }
     // The counter outlives every holder: it is what makes the next token bigger.
     assert_eq!(
-        server.get("{lock:fence:seq}:distlock:fence"),
+        server.get(&keys::named("fence:seq").fence()),
         previous.map(|token| token.to_string())
     );
-    assert_eq!(server.pttl("{lock:fence:seq}:distlock:fence"), -1);
+    assert_eq!(server.pttl(&keys::named("fence:seq").fence()), -1);
 
     let guard = manager
         .acquire("fence:seq", &LockOptions::new())
@@ -221,7 +221,7 @@ async fn a_negative_counter_fails_the_acquire_with_advice_and_leaves_nothing_hel
     // Something other than distlock wrote the counter: the next INCR would give a token that
     // is not greater than every earlier one (-4, or 0).
     for corrupt in ["-5", "-1"] {
-        let counter = "{lock:fence:negative}:distlock:fence";
+        let counter = &keys::named("fence:negative").fence();
         server.set(counter, corrupt);
         let started = tokio::time::Instant::now();
         let tried = manager
@@ -260,7 +260,7 @@ async fn a_negative_counter_fails_the_acquire_with_advice_and_leaves_nothing_hel
     }
 
     // Once the counter is deleted, tokens start again at 1.
-    server.del("{lock:fence:negative}:distlock:fence");
+    server.del(&keys::named("fence:negative").fence());
     let guard = manager
         .acquire("fence:negative", &fenced)
         .await

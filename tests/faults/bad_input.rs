@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use test_support::{RedisCluster, RedisServer};
+use test_support::{keys, RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -354,7 +354,7 @@ async fn a_fencing_counter_that_cannot_be_incremented_fails_the_acquire_and_leav
     // A corrupt counter (something else wrote the key), then an ACL that denies INCR inside
     // scripts: the lock script fails after its SET, and must undo it.
     let corrupt = RedisServer::start();
-    corrupt.set("{lock:ledger}:distlock:fence", "not a number");
+    corrupt.set(&keys::named("ledger").fence(), "not a number");
     let no_incr = RedisServer::start_with(&[
         "--user", "default", "on", "nopass", "~*", "&*", "+@all", "-incr",
     ]);

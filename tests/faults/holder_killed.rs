@@ -14,12 +14,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use test_support::{spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{keys, spawn_self, wait_all, wait_until, RedisServer};
 
 const TTL: Duration = Duration::from_secs(2);
 const URL_VAR: &str = "DISTLOCK_KILLED_URL";
 const LOCK_KEY: &str = "lock:victim";
-const LINE_KEY: &str = "{lock:victim}:distlock:line";
 
 fn unix_millis() -> u64 {
     let since_epoch = SystemTime::now()
@@ -96,7 +95,7 @@ fn contender_worker() {
 /// How many waiters have a place in the lock's line.
 fn in_line(server: &RedisServer) -> i64 {
     redis::cmd("LLEN")
-        .arg(LINE_KEY)
+        .arg(keys::of(LOCK_KEY).line())
         .query(&mut server.conn())
         .expect("LLEN")
 }

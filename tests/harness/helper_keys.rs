@@ -24,15 +24,21 @@ async fn helper_key_names_match_the_keys_a_real_lock_creates() {
         .fencing(true);
     for name in ["pinned", "{user:7}:cart"] {
         let lock = format!("{}{name}", manager.key_prefix());
+        let helpers = keys::of(lock.clone());
+        assert_eq!(
+            keys::named(name).lock(),
+            lock,
+            "the default prefix is `lock:`"
+        );
         let holder = manager.acquire(name, &fenced).await.expect("free");
         assert_eq!(holder.key(), lock);
-        assert!(server.exists(&keys::fence(&lock)), "{}", keys::fence(&lock));
+        assert!(server.exists(&helpers.fence()), "{}", helpers.fence());
 
         let waiter = {
             let (other, fenced) = (other.clone(), fenced.clone());
             tokio::spawn(async move { other.acquire(name, &fenced).await })
         };
-        let line = keys::line(&lock);
+        let line = helpers.line();
         wait_until(Duration::from_secs(10), &format!("{line} to exist"), || {
             server.exists(&line)
         });
@@ -42,22 +48,24 @@ async fn helper_key_names_match_the_keys_a_real_lock_creates() {
             .expect("the waiter is granted the lock")
             .unwrap()
             .expect("acquire");
-        assert!(server.exists(&keys::since(&lock)), "{}", keys::since(&lock));
+        assert!(server.exists(&helpers.since()), "{}", helpers.since());
         assert!(
-            server.keys(&keys::all_of(&lock)).contains(&keys::fence(&lock)),
+            server.keys(&helpers.all()).contains(&helpers.fence()),
             "{} matches {}",
-            keys::all_of(&lock),
-            keys::fence(&lock)
+            helpers.all(),
+            helpers.fence()
         );
 
         let info = manager.inspect(name).await.expect("inspect").expect("held");
         assert!(manager.force_release(&info).await.expect("force-release"));
-        assert!(server.exists(&keys::forced(&lock)), "{}", keys::forced(&lock));
+        assert!(server.exists(&helpers.forced()), "{}", helpers.forced());
         assert!(
-            server.keys(&keys::every("forced")).contains(&keys::forced(&lock)),
+            server
+                .keys(&keys::every("forced"))
+                .contains(&helpers.forced()),
             "{} matches {}",
             keys::every("forced"),
-            keys::forced(&lock)
+            helpers.forced()
         );
         drop(waiter);
     }

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockOptions};
-use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{keys, send_signal, spawn_self, wait_all, wait_until, RedisServer};
 
 const URL: &str = "DISTLOCK_FLEET_URL";
 const NAME: &str = "DISTLOCK_FLEET_NAME";
@@ -22,11 +22,6 @@ const INDEX: &str = "DISTLOCK_FLEET_INDEX";
 /// What the worker does once it holds the lock: `record` (append its index to the
 /// `<name>:order` list and release), `abort` (die on the spot, holding it).
 const THEN: &str = "DISTLOCK_FLEET_THEN";
-
-/// The line key of lock `lock:<name>` (a name without braces).
-pub(crate) fn line_key(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:line")
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -78,7 +73,7 @@ fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> s
             (THEN, then.to_owned()),
         ],
     );
-    let line = line_key(name);
+    let line = keys::named(name).line();
     wait_until(
         Duration::from_secs(20),
         "the worker to join the line",
@@ -140,7 +135,10 @@ fn processes_get_the_lock_in_the_order_they_queued() {
         "first come, first served across processes"
     );
     assert!(!server.exists("lock:fifo"), "released by the last worker");
-    assert!(!server.exists(&line_key("fifo")), "no line left behind");
+    assert!(
+        !server.exists(&keys::named("fifo").line()),
+        "no line left behind"
+    );
 }
 
 /// Releases `guard` and returns how long it took until the `next` waiter had the lock, used it
@@ -243,7 +241,7 @@ async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
         hold_with_a_waiter(&server, &managers[0], &managers[1], "kept", &options).await;
     // As if the line had been created two leases ago: its expiry is due.
     let _: i64 = redis::cmd("PEXPIRE")
-        .arg(line_key("kept"))
+        .arg(keys::named("kept").line())
         .arg(200)
         .query(&mut server.conn())
         .unwrap();
@@ -252,10 +250,10 @@ async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
         async move { manager.acquire("kept", &LockOptions::new()).await }
     });
     test_support::eventually(Duration::from_secs(5), "the second waiter to join", || {
-        llen(&server, &line_key("kept")) == 2
+        llen(&server, &keys::named("kept").line()) == 2
     })
     .await;
-    let pttl = server.pttl(&line_key("kept"));
+    let pttl = server.pttl(&keys::named("kept").line());
     assert!(pttl > 3000, "the join left the line to expire in {pttl} ms");
     held.release().await.unwrap();
     let first = first.await.unwrap().unwrap();
@@ -323,7 +321,7 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let server = RedisServer::start();
     let runtime = runtime();
     let (manager, guard) = hold(&server, &runtime, "gives-up");
-    let line = line_key("gives-up");
+    let line = keys::named("gives-up").line();
     runtime.block_on(async {
         let other = LockManager::connect(&server.url()).await.unwrap();
         // Cancelled: the future is dropped while in line.
@@ -470,7 +468,7 @@ async fn hold_with_a_waiter(
     test_support::eventually(
         Duration::from_secs(5),
         "the waiter to take its place in line",
-        || llen(server, &line_key(name)) >= 1,
+        || llen(server, &keys::named(name).line()) >= 1,
     )
     .await;
     (held, waiting)
@@ -479,7 +477,7 @@ async fn hold_with_a_waiter(
 /// The entries of the line of `lock:<name>`.
 pub(crate) fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(line_key(name))
+        .arg(keys::named(name).line())
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -611,7 +609,7 @@ fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_
         });
     });
     test_support::wait_until(Duration::from_secs(5), "b in line", || {
-        llen(&server, &line_key("stale")) >= 1
+        llen(&server, &keys::named("stale").line()) >= 1
     });
     freeze_tx.send(()).unwrap();
     std::thread::sleep(Duration::from_millis(200));

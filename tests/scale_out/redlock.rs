@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
-use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer, RedisServers};
+use test_support::{
+    keys, send_signal, spawn_self, wait_all, wait_until, RedisServer, RedisServers,
+};
 use tokio::time::Instant;
 
 const MAJORITY: usize = 3;
@@ -747,7 +749,7 @@ fn places(servers: &[RedisServer], name: &str) -> Vec<usize> {
                 .try_conn()
                 .and_then(|mut c| {
                     redis::cmd("ZCARD")
-                        .arg(format!("{{lock:{name}}}:distlock:wake"))
+                        .arg(keys::named(name).wake())
                         .query::<usize>(&mut c)
                 })
                 .unwrap_or(0)
@@ -1154,7 +1156,7 @@ async fn a_frozen_master_does_not_keep_a_waiter_from_being_woken() {
 /// The scores (lease deadlines) in `lock:<name>`'s wake list on `server`, highest first.
 fn lease_deadlines(server: &RedisServer, name: &str) -> Vec<u64> {
     let members: Vec<(String, u64)> = redis::cmd("ZRANGE")
-        .arg(format!("{{lock:{name}}}:distlock:wake"))
+        .arg(keys::named(name).wake())
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -1247,7 +1249,7 @@ async fn a_redlock_waiter_never_takes_a_message_for_the_lock() {
         let options = options.clone();
         async move { waiter_manager.acquire("forged", &options).await }
     });
-    let wake_list = "{lock:forged}:distlock:wake";
+    let wake_list = &keys::named("forged").wake();
     let mut member = None;
     let looking_until = Instant::now() + Duration::from_secs(5);
     while member.is_none() && Instant::now() < looking_until {
@@ -1431,7 +1433,7 @@ async fn a_release_wakes_a_waiter_whose_token_has_spaces_with_its_whole_token() 
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(channel).unwrap();
     let _: i64 = redis::cmd("ZADD")
-        .arg("{lock:spaces}:distlock:wake")
+        .arg(keys::named("spaces").wake())
         .arg(u64::MAX >> 12)
         .arg(format!("{channel} {token}"))
         .query(&mut servers[0].conn())
