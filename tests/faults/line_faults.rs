@@ -536,11 +536,8 @@ const STOP_NAME: &str = "DISTLOCK_LINE_FAULTS_NAME";
 /// Worker for the test below: a service's usual runtime (`#[tokio::main]`: multi-thread, the
 /// manager made on it); acquires `lock:<name>` and records `"<its token>|<the lock key's value
 /// right then>"` in `<name>:record`, then holds it 1 s and releases.
-#[test]
-fn stopped_waiter_worker() {
-    let Ok(url) = std::env::var(STOP_URL) else {
-        return;
-    };
+pub(crate) fn stopped_waiter_worker() {
+    let url = std::env::var(STOP_URL).expect("set by the test that starts this worker");
     let name = std::env::var(STOP_NAME).unwrap();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -598,7 +595,7 @@ fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
             )
         });
         let guard = runtime.block_on(holder.acquire(&name, &options)).unwrap();
-        let mut worker = test_support::spawn_self(
+        let mut worker = test_support::spawn_worker(
             "line_faults::stopped_waiter_worker",
             &[(STOP_URL, server.url()), (STOP_NAME, name.clone())],
         );

@@ -8,13 +8,13 @@
 //! - a release wakes only the next in line: Redis work per hand-off does not grow with the
 //!   number of waiting processes.
 //!
-//! Each worker is this test binary run again (`spawn_self`), told what to do by environment
+//! Each worker is this test binary run again (`spawn_worker`), told what to do by environment
 //! variables.
 
 use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockOptions};
-use test_support::{keys, send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{keys, send_signal, spawn_worker, wait_all, wait_until, RedisServer};
 
 const URL: &str = "DISTLOCK_FLEET_URL";
 const NAME: &str = "DISTLOCK_FLEET_NAME";
@@ -32,9 +32,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Worker: acquires `lock:<name>` (ttl 60 s, waiting up to 60 s), then does what `THEN` says.
-#[test]
-fn fleet_worker() {
-    let Ok(url) = std::env::var(URL) else { return };
+pub(crate) fn fleet_worker() {
+    let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
     let index = std::env::var(INDEX).unwrap();
     let then = std::env::var(THEN).unwrap();
@@ -64,7 +63,7 @@ fn fleet_worker() {
 /// Starts worker `index` for lock `name` and waits until it has taken its place in line (the
 /// line is `index + 1` long).
 fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> std::process::Child {
-    let child = spawn_self(
+    let child = spawn_worker(
         "fleet::fleet_worker",
         &[
             (URL, server.url()),
@@ -371,9 +370,8 @@ const LOOPS: usize = 20;
 
 /// Worker: waits for the key `<name>:go`, then takes `lock:<name>` and releases it after 1 ms,
 /// `LOOPS` times.
-#[test]
-fn looping_worker() {
-    let Ok(url) = std::env::var(URL) else { return };
+pub(crate) fn looping_worker() {
+    let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
     runtime().block_on(async {
         let manager = LockManager::connect(&url).await.unwrap();
@@ -406,7 +404,7 @@ fn commands_per_section(workers: usize) -> f64 {
     let name = format!("herd{workers}");
     let children: Vec<_> = (0..workers)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "fleet::looping_worker",
                 &[(URL, server.url()), (NAME, name.clone())],
             )

@@ -11,7 +11,7 @@ use std::time::Duration;
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
 use test_support::{
-    keys, send_signal, spawn_self, wait_all, wait_until, RedisServer, RedisServers,
+    keys, send_signal, spawn_worker, wait_all, wait_until, RedisServer, RedisServers,
 };
 use tokio::time::Instant;
 
@@ -656,8 +656,7 @@ async fn worker_setup() -> Option<(LockManager, MultiplexedConnection, String)> 
 /// time doing a read-modify-write of `<name>:counter` under it (and counting in `<name>:lost`
 /// the releases that found the lock lost); then appends its longest wait for the lock (ms) to
 /// `<name>:waits`.
-#[test]
-fn redlock_looping_worker() {
+pub(crate) fn redlock_looping_worker() {
     worker_runtime().block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
@@ -719,8 +718,7 @@ fn redlock_looping_worker() {
 }
 
 /// Worker: takes `lock:<name>` once (ttl 60 s), appends its index to `<name>:order`, releases.
-#[test]
-fn redlock_once_worker() {
+pub(crate) fn redlock_once_worker() {
     worker_runtime().block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
@@ -782,7 +780,7 @@ fn run_looping_workers(
     let data = RedisServer::start();
     let children: Vec<_> = (0..workers)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "redlock::redlock_looping_worker",
                 &worker_env(servers, &data, name),
             )
@@ -863,7 +861,7 @@ fn a_redlock_waiter_killed_while_waiting_holds_the_others_up_for_a_bounded_time(
     let start = |index: usize| {
         let mut env = worker_env(&servers, &data, "killed");
         env.push((INDEX_ENV, index.to_string()));
-        let child = spawn_self("redlock::redlock_once_worker", &env);
+        let child = spawn_worker("redlock::redlock_once_worker", &env);
         wait_until(
             Duration::from_secs(30),
             "the worker to take its place on every master",
@@ -1180,7 +1178,7 @@ fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
     for index in 0..2 {
         let mut env = worker_env(&servers, &data, "lapsed");
         env.push((INDEX_ENV, index.to_string()));
-        children.push(spawn_self("redlock::redlock_once_worker", &env));
+        children.push(spawn_worker("redlock::redlock_once_worker", &env));
         wait_until(
             Duration::from_secs(30),
             "the worker to take its place on every master",
