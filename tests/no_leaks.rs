@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{FaultProxy, RedisServer, RedisServers};
+use test_support::{keys, names, FaultProxy, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
@@ -196,7 +196,7 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
             async move { waiter.acquire("nl:warm-up", &LockOptions::new()).await }
         });
         eventually(Duration::from_secs(5), "the warm-up waiter in line", || {
-            server.exists("{lock:nl:warm-up}:distlock:line")
+            server.exists(&keys::named("nl:warm-up").line())
         })
         .await;
         held.release().await.expect("ours");
@@ -354,14 +354,14 @@ async fn a_hundred_thousand_cycles_leave_nothing_behind() {
     eventually(
         Duration::from_secs(10),
         "every lease table to expire",
-        || server.keys("*:distlock:leases*").is_empty(),
+        || server.keys(&keys::every("leases")).is_empty(),
     )
     .await;
     // Only fencing counters may stay (they must: they keep tokens increasing); no waiters key.
     let leftovers: Vec<String> = server
         .keys("*")
         .into_iter()
-        .filter(|key| !key.ends_with(":distlock:fence"))
+        .filter(|key| !matches!(names::helper_owner(key), Some(("fence", _))))
         .collect();
     assert!(leftovers.is_empty(), "keys left behind: {leftovers:?}");
     // Per manager: this runtime's connection, the background runtime's (releases by drop) and

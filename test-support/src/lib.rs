@@ -26,6 +26,7 @@
 
 pub mod binary;
 pub mod cluster;
+pub mod keys;
 pub mod names;
 pub mod process;
 pub mod proxy;
@@ -37,7 +38,7 @@ pub mod tls;
 // Short paths for what tests use most (`test_support::RedisServer`).
 pub use binary::{skip_without, Feature};
 pub use cluster::{ProxiedCluster, RedisCluster, RedisServers};
-pub use process::{free_port, in_own_process, send_signal, spawn_self, wait_all};
+pub use process::{free_port, in_own_process, run_worker, send_signal, spawn_worker, wait_all};
 pub use proxy::FaultProxy;
 pub use replication::{hold_back_replication, Replicated};
 pub use sentinel::SentinelSet;

@@ -77,41 +77,75 @@ fn wait_stopped(pid: u32) {
     }
 }
 
-/// Runs the current test binary again as a child process that executes only `test_name`.
+/// Name of the environment variable that tells a test binary's worker entry which worker to
+/// run (see [`run_worker`]).
+const WORKER_VARIABLE: &str = "DISTLOCK_TEST_WORKER";
+
+/// Name of the worker entry every test binary that starts workers defines at its root (see
+/// [`run_worker`]).
+const WORKER_ENTRY: &str = "worker";
+
+/// Runs the current test binary again as the worker process `name`, one of those its `worker`
+/// entry passes to [`run_worker`].
 ///
-/// The child gets the arguments `[test_name, "--exact", "--nocapture", "--test-threads=1"]`
-/// and the given environment variables on top of the parent's. Its stdout and stderr are
-/// forwarded line by line, prefixed with `[worker <pid>]`, to the calling test's stderr: like
-/// the test's own output, they are shown when the test fails (or under `--nocapture`) and
-/// hidden when it passes, so an expected worker panic does not clutter a green run.
+/// The child gets the given environment variables on top of the parent's. Its stdout and
+/// stderr are forwarded line by line, prefixed with `[worker <pid>]`, to the calling test's
+/// stderr: like the test's own output, they are shown when the test fails (or under
+/// `--nocapture`) and hidden when it passes, so an expected worker panic does not clutter a
+/// green run. A worker reports failure by panicking: its exit status is then not success.
 ///
-/// The named test decides from the environment whether it is the worker, and must do nothing
-/// when the variable is absent (a plain `cargo test` runs it too):
+/// ```ignore
+/// let workers = (0..4)
+///     .map(|_| spawn_worker("counter::counter_worker", &[("COUNTER_URL", server.url())]))
+///     .collect();
+/// for status in wait_all(workers, Duration::from_secs(60)) {
+///     assert!(status.success(), "a worker failed: {status}");
+/// }
+/// ```
+pub fn spawn_worker(name: &str, env: &[(&str, String)]) -> Child {
+    let mut env = env.to_vec();
+    env.push((WORKER_VARIABLE, name.to_owned()));
+    spawn_test(WORKER_ENTRY, &["--ignored"], &env)
+}
+
+/// Runs the worker that [`spawn_worker`] named, from `workers` (name, function): the body of
+/// the one worker entry of a test binary. A worker is not a test, so the entry is ignored —
+/// a plain `cargo test` lists it as ignored rather than as a passing test — and `spawn_worker`
+/// runs it with `--ignored`:
 ///
 /// ```ignore
 /// #[test]
-/// fn counter_worker() {
-///     let Ok(url) = std::env::var("DISTLOCK_WORKER") else { return };
-///     // ... act as one worker against `url`, exit non-zero (panic) on failure ...
-/// }
-///
-/// #[test]
-/// fn counter_is_exact_across_processes() {
-///     let server = RedisServer::start();
-///     let workers = (0..4)
-///         .map(|_| spawn_self("counter_worker", &[("DISTLOCK_WORKER", server.url())]))
-///         .collect();
-///     for status in wait_all(workers, Duration::from_secs(60)) {
-///         assert!(status.success(), "a worker failed: {status}");
-///     }
+/// #[ignore = "the entry of worker processes, which tests start with spawn_worker"]
+/// fn worker() {
+///     test_support::run_worker(&[("counter::counter_worker", counter::counter_worker)]);
 /// }
 /// ```
-pub fn spawn_self(test_name: &str, env: &[(&str, String)]) -> Child {
+///
+/// Run by hand (`--include-ignored`), without a worker named, it does nothing.
+pub fn run_worker(workers: &[(&str, fn())]) {
+    let Ok(name) = std::env::var(WORKER_VARIABLE) else {
+        return;
+    };
+    let (_, worker) = workers
+        .iter()
+        .find(|(known, _)| *known == name)
+        .unwrap_or_else(|| {
+            let known: Vec<&str> = workers.iter().map(|(known, _)| *known).collect();
+            panic!("no worker is called {name:?}; this binary's workers are {known:?}")
+        });
+    worker();
+}
+
+/// Runs the current test binary again as a child process that executes only `test_name`,
+/// with `extra_args` for the test harness and `env` on top of the parent's environment; the
+/// child's output is forwarded as [`spawn_worker`] says.
+fn spawn_test(test_name: &str, extra_args: &[&str], env: &[(&str, String)]) -> Child {
     let exe = std::env::current_exe()
         .unwrap_or_else(|e| panic!("cannot find the current test binary: {e}"));
     let mut command = Command::new(&exe);
     command
         .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .args(extra_args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -239,8 +273,9 @@ pub fn in_own_process(module: &str, test: &str) -> bool {
     }
     let dir = crate::unique_temp_dir("own-process");
     let proof = dir.join("ran");
-    let child = spawn_self(
+    let child = spawn_test(
         &path,
+        &[],
         &[(OWN_PROCESS_VARIABLE, format!("{path}={}", proof.display()))],
     );
     let status = wait_all(vec![child], OWN_PROCESS_TIMEOUT)[0];

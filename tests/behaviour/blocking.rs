@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use distlock::blocking::{self, LockManager};
 use distlock::{distributed_lock, LockError, LockOptions};
-use test_support::{shared_server, spawn_self, wait_all};
+use test_support::{shared_server, spawn_worker, wait_all};
 
 /// The global blocking manager on the shared server: once per process.
 fn install_global() {
@@ -77,12 +77,10 @@ fn threads_exclude_each_other_with_an_exact_count() {
     );
 }
 
-/// The worker of the cross-process test: does nothing unless started by `spawn_self`.
-#[test]
-fn blocking_worker() {
-    let Ok(url) = std::env::var("DISTLOCK_BLOCKING_WORKER_URL") else {
-        return;
-    };
+/// The worker of the cross-process test, started by `spawn_worker`.
+pub(crate) fn blocking_worker() {
+    let url = std::env::var("DISTLOCK_BLOCKING_WORKER_URL")
+        .expect("set by the test that starts this worker");
     let manager = LockManager::connect(&url).unwrap();
     let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
     let options = LockOptions::new().timeout(Duration::from_secs(60));
@@ -104,7 +102,7 @@ fn processes_exclude_each_other_with_an_exact_count() {
     let server = shared_server();
     let workers = (0..3)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "blocking::blocking_worker",
                 &[("DISTLOCK_BLOCKING_WORKER_URL", server.url())],
             )
@@ -527,7 +525,7 @@ fn the_attribute_on_a_plain_fn_releases_after_the_bodys_temporaries() {
 /// Panics when the child is still running at `limit` (it is killed first).
 ///
 /// `fork` has no safe wrapper: only the calling thread goes on in the child, and that is the
-/// very situation under test. It runs in a worker process of its own (`spawn_self`), so the
+/// very situation under test. It runs in a worker process of its own (`spawn_worker`), so the
 /// test harness's other threads are not forked with it, and the child leaves by `_exit`,
 /// running nothing the parent's other threads may have left half done.
 #[allow(unsafe_code)]
@@ -571,12 +569,10 @@ fn fork_and_wait(limit: Duration, child: impl FnOnce() -> Result<(), String>) ->
 #[derive(Debug, PartialEq, Eq)]
 struct ExitCode(Option<i32>);
 
-/// The worker of the fork test: does nothing unless started by `spawn_self`.
-#[test]
-fn fork_worker() {
-    let Ok(url) = std::env::var("DISTLOCK_FORK_WORKER_URL") else {
-        return;
-    };
+/// The worker of the fork test, started by `spawn_worker`.
+pub(crate) fn fork_worker() {
+    let url =
+        std::env::var("DISTLOCK_FORK_WORKER_URL").expect("set by the test that starts this worker");
     let manager = LockManager::connect(&url).unwrap();
     blocking::init_with(manager.clone()).unwrap();
     let options = LockOptions::new().timeout(Duration::from_secs(10));
@@ -667,7 +663,7 @@ fn fork_worker() {
 #[test]
 fn a_forked_child_uses_the_blocking_api_of_its_parent() {
     let server = shared_server();
-    let worker = spawn_self(
+    let worker = spawn_worker(
         "blocking::fork_worker",
         &[("DISTLOCK_FORK_WORKER_URL", server.url())],
     );
@@ -680,12 +676,10 @@ fn a_forked_child_uses_the_blocking_api_of_its_parent() {
     );
 }
 
-/// The worker of the test below: does nothing unless started by `spawn_self`.
-#[test]
-fn fork_inherited_guard_worker() {
-    let Ok(url) = std::env::var("DISTLOCK_FORK_INHERITED_URL") else {
-        return;
-    };
+/// The worker of the test below, started by `spawn_worker`.
+pub(crate) fn fork_inherited_guard_worker() {
+    let url = std::env::var("DISTLOCK_FORK_INHERITED_URL")
+        .expect("set by the test that starts this worker");
     let manager = LockManager::connect(&url).unwrap();
     let guard = manager
         .acquire("blocking:fork:inherited", &ttl(30_000))
@@ -750,7 +744,7 @@ fn fork_inherited_guard_worker() {
 #[test]
 fn a_forked_child_cannot_release_or_extend_its_parents_guard() {
     let server = shared_server();
-    let worker = spawn_self(
+    let worker = spawn_worker(
         "blocking::fork_inherited_guard_worker",
         &[("DISTLOCK_FORK_INHERITED_URL", server.url())],
     );

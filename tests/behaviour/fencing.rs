@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{spawn_self, wait_all, RedisServer};
+use test_support::{keys, spawn_worker, wait_all, RedisServer};
 
 const WORKER_ENV: &str = "DISTLOCK_FENCING_WORKER";
 const WORKER_TASKS: usize = 8;
@@ -36,10 +36,10 @@ async fn tokens_strictly_increase_and_exist_only_with_fencing() {
     }
     // The counter outlives every holder: it is what makes the next token bigger.
     assert_eq!(
-        server.get("{lock:fence:seq}:distlock:fence"),
+        server.get(&keys::named("fence:seq").fence()),
         previous.map(|token| token.to_string())
     );
-    assert_eq!(server.pttl("{lock:fence:seq}:distlock:fence"), -1);
+    assert_eq!(server.pttl(&keys::named("fence:seq").fence()), -1);
 
     let guard = manager
         .acquire("fence:seq", &LockOptions::new())
@@ -56,13 +56,10 @@ async fn tokens_strictly_increase_and_exist_only_with_fencing() {
 }
 
 /// One worker process: `WORKER_TASKS` tasks, each taking the lock `WORKER_SECTIONS` times and
-/// appending its fencing token to a Redis list while it holds the lock. Does nothing unless
-/// started by `tokens_increase_in_lock_order_across_processes`.
-#[test]
-fn fencing_worker() {
-    let Ok(url) = std::env::var(WORKER_ENV) else {
-        return;
-    };
+/// appending its fencing token to a Redis list while it holds the lock. Started
+/// by `tokens_increase_in_lock_order_across_processes`.
+pub(crate) fn fencing_worker() {
+    let url = std::env::var(WORKER_ENV).expect("set by the test that starts this worker");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -109,7 +106,7 @@ fn fencing_worker() {
 fn tokens_increase_in_lock_order_across_processes() {
     let server = RedisServer::start();
     let workers = (0..WORKERS)
-        .map(|_| spawn_self("fencing::fencing_worker", &[(WORKER_ENV, server.url())]))
+        .map(|_| spawn_worker("fencing::fencing_worker", &[(WORKER_ENV, server.url())]))
         .collect();
     for status in wait_all(workers, Duration::from_secs(120)) {
         assert!(status.success(), "a worker failed: {status}");
@@ -221,7 +218,7 @@ async fn a_negative_counter_fails_the_acquire_with_advice_and_leaves_nothing_hel
     // Something other than distlock wrote the counter: the next INCR would give a token that
     // is not greater than every earlier one (-4, or 0).
     for corrupt in ["-5", "-1"] {
-        let counter = "{lock:fence:negative}:distlock:fence";
+        let counter = &keys::named("fence:negative").fence();
         server.set(counter, corrupt);
         let started = tokio::time::Instant::now();
         let tried = manager
@@ -260,7 +257,7 @@ async fn a_negative_counter_fails_the_acquire_with_advice_and_leaves_nothing_hel
     }
 
     // Once the counter is deleted, tokens start again at 1.
-    server.del("{lock:fence:negative}:distlock:fence");
+    server.del(&keys::named("fence:negative").fence());
     let guard = manager
         .acquire("fence:negative", &fenced)
         .await

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{connect, eventually, FaultProxy, RedisServer};
+use test_support::{connect, eventually, keys, FaultProxy, RedisServer};
 use tokio::time::Instant;
 
 fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
@@ -449,7 +449,7 @@ async fn when_the_whole_line_dies_during_the_hold_a_newcomer_gets_the_lock_withi
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
     let lease_deadline = seconds * 1_000 + micros / 1_000 + 3_000;
     let () = redis::cmd("RPUSH")
-        .arg("{lock:orphan}:distlock:line")
+        .arg(keys::named("orphan").line())
         .arg(format!(
             "dead-waiter {lease_deadline} 30000 0 distlock:grants:nobody"
         ))
@@ -512,7 +512,7 @@ async fn a_join_behind_a_holder_reads_no_key_but_the_lock() {
     eventually(
         Duration::from_secs(10),
         "the waiter to take its place in line",
-        || server.exists("{lock:cost}:distlock:line"),
+        || server.exists(&keys::named("cost").line()),
     )
     .await;
     let counts = server.command_counts();
@@ -641,7 +641,7 @@ async fn a_waiter_leaving_while_the_lock_key_is_of_another_type_takes_its_place_
     let left = Instant::now();
     eventually(Duration::from_secs(10), "the place to be taken out", || {
         let length: i64 = redis::cmd("LLEN")
-            .arg("{lock:typed}:distlock:line")
+            .arg(keys::named("typed").line())
             .query(&mut server.conn())
             .unwrap_or(0);
         length == 0

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use distlock::{LockError, LockInfo, LockManager, LockOptions};
 use futures_util::StreamExt;
-use test_support::{eventually, RedisCluster, RedisServer, RedisServers};
+use test_support::{eventually, keys, RedisCluster, RedisServer, RedisServers};
 
 async fn names(manager: &LockManager, pattern: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
@@ -212,7 +212,7 @@ async fn list_scans_for_matching_locks_and_skips_helper_keys() {
         }
     });
     eventually(Duration::from_secs(10), "a line key", || {
-        !server.keys("{job:a}:distlock:line").is_empty()
+        server.exists(&keys::of("job:a").line())
     })
     .await;
     let _ = redis::cmd("LPUSH")

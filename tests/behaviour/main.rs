@@ -33,3 +33,23 @@ mod parity_redis;
 mod readme;
 mod tls_acl;
 mod wake_on_release;
+
+/// The entry of the worker processes that this binary's tests start with
+/// `test_support::spawn_worker`: a worker is a part of a test, not a test of its own.
+#[test]
+#[ignore = "the entry of worker processes, which tests start with test_support::spawn_worker"]
+fn worker() {
+    test_support::run_worker(&[
+        ("fencing::fencing_worker", fencing::fencing_worker),
+        (
+            "mutual_exclusion::mutex_worker",
+            mutual_exclusion::mutex_worker,
+        ),
+        ("blocking::blocking_worker", blocking::blocking_worker),
+        ("blocking::fork_worker", blocking::fork_worker),
+        (
+            "blocking::fork_inherited_guard_worker",
+            blocking::fork_inherited_guard_worker,
+        ),
+    ]);
+}

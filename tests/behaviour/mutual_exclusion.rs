@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
-use test_support::{global_server, shared_server, spawn_self, wait_all, RedisServer};
+use test_support::{global_server, shared_server, spawn_worker, wait_all, RedisServer};
 
 // The fields are read only through `Debug`, in failure messages.
 #[allow(dead_code)]
@@ -158,12 +158,8 @@ async fn increment_across_processes(
     result
 }
 
-/// The worker: does nothing unless started by `spawn_self` with `DISTLOCK_WORKER` set.
-#[test]
-fn mutex_worker() {
-    if std::env::var_os("DISTLOCK_WORKER").is_none() {
-        return;
-    }
+/// The worker: started by `spawn_worker`.
+pub(crate) fn mutex_worker() {
     let url = std::env::var("DISTLOCK_WORKER_URL").expect("DISTLOCK_WORKER_URL is set");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -221,12 +217,9 @@ fn processes_count_exactly() {
     let started = Instant::now();
     let workers = (0..PROCESSES)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "mutual_exclusion::mutex_worker",
-                &[
-                    ("DISTLOCK_WORKER", "1".to_owned()),
-                    ("DISTLOCK_WORKER_URL", server.url()),
-                ],
+                &[("DISTLOCK_WORKER_URL", server.url())],
             )
         })
         .collect();

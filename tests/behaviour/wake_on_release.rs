@@ -10,18 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use test_support::{eventually, RedisServer};
+use test_support::{eventually, keys, RedisServer};
 use tokio::time::Instant;
 
 async fn connect(server: &RedisServer) -> LockManager {
     LockManager::connect(&server.url())
         .await
         .unwrap_or_else(|error| panic!("cannot connect a lock manager: {error}"))
-}
-
-/// The line of the lock `name` (default prefix): it exists while someone waits.
-fn line_of(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:line")
 }
 
 /// The grant channels subscribed now (one per lock manager with a waiter).
@@ -35,7 +30,7 @@ fn grant_channels(server: &RedisServer) -> Vec<String> {
 
 /// Whether someone waits for `name`, in its line and listening on a grant channel.
 fn waiting(server: &RedisServer, name: &str) -> bool {
-    server.exists(&line_of(name)) && !grant_channels(server).is_empty()
+    server.exists(&keys::named(name).line()) && !grant_channels(server).is_empty()
 }
 
 /// The ids of the clients in pub/sub mode (`CLIENT LIST TYPE pubsub`).
@@ -114,7 +109,7 @@ async fn a_release_wakes_a_waiter_in_another_process_at_once() {
     )
     .await;
     assert!(
-        !server.exists(&line_of("w1")),
+        !server.exists(&keys::named("w1").line()),
         "A's release took B out of the line"
     );
     guard.release().await.expect("B still holds its lock");
@@ -239,7 +234,10 @@ async fn a_release_publishes_only_when_someone_waits() {
     // Uncontended: nobody waits, so the release publishes nothing.
     let before = server.command_count("publish");
     let guard = a.acquire("p1", &options).await.expect("free lock");
-    assert!(!server.exists(&line_of("p1")), "nobody waits, so no line");
+    assert!(
+        !server.exists(&keys::named("p1").line()),
+        "nobody waits, so no line"
+    );
     guard.release().await.expect("still ours");
     assert_eq!(
         server.command_count("publish") - before,
@@ -640,7 +638,7 @@ async fn a_lock_within_the_claim_found_by_looking_sends_no_confirmation() {
         }
     });
     eventually(Duration::from_secs(5), "b to wait in line", || {
-        server.exists(&line_of("within"))
+        server.exists(&keys::named("within").line())
     })
     .await;
     server.reset_stats();
@@ -677,7 +675,7 @@ async fn a_second_acquire_after_a_hand_off_skips_the_plain_set() {
         }
     });
     eventually(Duration::from_secs(5), "a to wait in line", || {
-        server.exists(&line_of("hint"))
+        server.exists(&keys::named("hint").line())
     })
     .await;
     let (set, evalsha) = (server.command_count("set"), server.command_count("evalsha"));
@@ -732,7 +730,7 @@ async fn a_client_whose_subscription_fails_takes_a_free_contended_lock_with_a_pl
     });
     eventually(Duration::from_secs(5), "c to wait behind b", || {
         let length: usize = redis::cmd("LLEN")
-            .arg(line_of("nosub"))
+            .arg(keys::named("nosub").line())
             .query(&mut server.conn())
             .unwrap();
         length == 2
@@ -803,7 +801,7 @@ async fn only_the_first_waiter_in_line_asks_for_the_holders_ttl() {
     eventually(Duration::from_secs(5), "c to wait behind b", || {
         let mut conn = server.conn();
         let length: usize = redis::cmd("LLEN")
-            .arg(line_of("behind"))
+            .arg(keys::named("behind").line())
             .query(&mut conn)
             .unwrap();
         length == 2

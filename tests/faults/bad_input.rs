@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use test_support::{RedisCluster, RedisServer};
+use test_support::{keys, RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -174,10 +174,18 @@ async fn malformed_urls_are_config_errors_and_unreachable_ones_redis_errors() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
+/// A server and a manager connected to it, for the duration tests below.
+async fn server_and_manager() -> (RedisServer, LockManager) {
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
+    (server, manager)
+}
+
+/// A zero, sub-millisecond or over-a-year ttl, and an over-a-year timeout, are `Config` errors
+/// from `acquire` and `try_acquire`, refused before any Redis call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_and_enormous_ttls_and_timeouts_are_config_errors_that_never_reach_redis() {
+    let (server, manager) = server_and_manager().await;
     let bad_ttls = [
         Duration::ZERO,
         Duration::from_nanos(1),
@@ -211,8 +219,12 @@ async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
         Vec::<String>::new(),
         "a rejected setting never reaches Redis"
     );
+}
 
-    // On a held lock: a bad extension is refused before any Redis call and changes nothing.
+/// On a held lock: a bad extension is refused before any Redis call and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_extension_is_refused_and_changes_nothing() {
+    let (server, manager) = server_and_manager().await;
     let guard = manager.acquire("d", &options()).await.unwrap();
     for ttl in [Duration::ZERO, Duration::from_micros(500), Duration::MAX] {
         match guard.extend(ttl).await {
@@ -223,8 +235,12 @@ async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
     assert!(guard.is_held().await.unwrap());
     assert!(server.pttl("lock:d") > 5_000);
     guard.release().await.unwrap();
+}
 
-    // Builder timeouts.
+/// A zero or enormous `connect_timeout` or `response_timeout` is a `Config` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_and_enormous_builder_timeouts_are_config_errors() {
+    let server = RedisServer::start();
     for (name, builder) in [
         (
             "connect_timeout",
@@ -248,8 +264,12 @@ async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
             other => panic!("{name}: expected a Config error, got {other:?}"),
         }
     }
+}
 
-    // The limits themselves are accepted: a 365-day ttl and timeout, a 1 ms ttl, a zero timeout.
+/// The limits themselves are accepted: a 365-day ttl and timeout, a 1 ms ttl, a zero timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limits_themselves_are_accepted() {
+    let (server, manager) = server_and_manager().await;
     let year = manager
         .acquire("year", &options().ttl(YEAR).timeout(YEAR))
         .await
@@ -270,8 +290,12 @@ async fn zero_and_enormous_durations_are_config_errors_and_the_limits_work() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(matches!(blink.release().await, Err(LockError::Lost { .. })));
+}
 
-    // auto_extend with a ttl too short to keep: the watchdog gives the lock up, no panic.
+/// `auto_extend` with a ttl too short to keep: the watchdog gives the lock up, no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extend_with_a_ttl_too_short_to_keep_gives_the_lock_up_without_panicking() {
+    let (_server, manager) = server_and_manager().await;
     for millis in [1, 2, 3, 20] {
         let guard = manager
             .acquire(
@@ -354,7 +378,7 @@ async fn a_fencing_counter_that_cannot_be_incremented_fails_the_acquire_and_leav
     // A corrupt counter (something else wrote the key), then an ACL that denies INCR inside
     // scripts: the lock script fails after its SET, and must undo it.
     let corrupt = RedisServer::start();
-    corrupt.set("{lock:ledger}:distlock:fence", "not a number");
+    corrupt.set(&keys::named("ledger").fence(), "not a number");
     let no_incr = RedisServer::start_with(&[
         "--user", "default", "on", "nopass", "~*", "&*", "+@all", "-incr",
     ]);

@@ -19,7 +19,7 @@ use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
-use test_support::RedisServer;
+use test_support::{keys, RedisServer};
 use tokio::time::Instant;
 
 const OPERATIONS: usize = 1000;
@@ -151,7 +151,7 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
         }
     });
     test_support::eventually(Duration::from_secs(5), "the warm-up waiter in line", || {
-        server.exists("{lock:storm:warm-up}:distlock:line")
+        server.exists(&keys::named("storm:warm-up").line())
     })
     .await;
     held.release().await.unwrap();
@@ -240,8 +240,8 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
     eprintln!(
         "storm of {OPERATIONS} in {storm:?}: {completed} completed, {cancelled} cancelled, \
          {granted} locks granted to an acquire cancelled in flight (and released); \
-         {} waiters keys left to expire",
-        server.keys("{lock:*}:distlock:waiters").len()
+         {} lines left to expire",
+        server.keys(&keys::every("line")).len()
     );
 
     assert!(
@@ -254,7 +254,7 @@ async fn a_cancellation_storm_leaves_no_lock_task_or_subscription_behind() {
         .into_iter()
         .map(|key| {
             let pttl = server.pttl(&key);
-            let line = server.keys(&format!("{{{key}}}:distlock:*"));
+            let line = server.keys(&keys::of(&key).all());
             (key, pttl, Some(format!("{line:?}")))
         })
         .collect();
@@ -363,7 +363,7 @@ async fn a_cancelled_join_after_a_hand_off_leaves_no_place_and_no_lock() {
     let a = LockManager::connect(&server.url()).await.unwrap();
     let b = LockManager::connect(&server.url()).await.unwrap();
     let options = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(10));
-    let line = "{lock:hinted}:distlock:line";
+    let line = &keys::named("hinted").line();
     for polls in 1..=16 {
         let held = a.acquire("hinted", &options).await.unwrap();
         let b_section = tokio::spawn({

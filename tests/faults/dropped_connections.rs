@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{FaultProxy, RedisServer};
+use test_support::{keys, FaultProxy, RedisServer};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -171,7 +171,7 @@ fn a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes_the_fre
 
 fn line_len(server: &RedisServer, name: &str) -> usize {
     let entries: Vec<String> = redis::cmd("LRANGE")
-        .arg(format!("{{lock:{name}}}:distlock:line"))
+        .arg(keys::named(name).line())
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -219,7 +219,7 @@ fn a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
         let guard = guard.unwrap_or_else(|e| panic!("{e:?}, replies lost {lost}"));
         let fence = guard.fencing_token().unwrap();
         let counter: u64 = redis::cmd("GET")
-            .arg(format!("{{lock:{name}}}:distlock:fence"))
+            .arg(keys::named(name).fence())
             .query(&mut server.conn())
             .unwrap_or(0);
         let value = server.get(&key);

@@ -14,12 +14,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use test_support::{spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{keys, spawn_worker, wait_all, wait_until, RedisServer};
 
 const TTL: Duration = Duration::from_secs(2);
 const URL_VAR: &str = "DISTLOCK_KILLED_URL";
 const LOCK_KEY: &str = "lock:victim";
-const LINE_KEY: &str = "{lock:victim}:distlock:line";
 
 fn unix_millis() -> u64 {
     let since_epoch = SystemTime::now()
@@ -63,11 +62,8 @@ async fn connect_worker(url: &str) -> MultiplexedConnection {
         .expect("data connection")
 }
 
-#[test]
-fn holder_worker() {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        return; // not spawned as a worker
-    };
+pub(crate) fn holder_worker() {
+    let url = std::env::var(URL_VAR).expect("set by the test that starts this worker");
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     runtime.block_on(async {
         let data = connect_worker(&url).await;
@@ -75,11 +71,8 @@ fn holder_worker() {
     });
 }
 
-#[test]
-fn contender_worker() {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        return; // not spawned as a worker
-    };
+pub(crate) fn contender_worker() {
+    let url = std::env::var(URL_VAR).expect("set by the test that starts this worker");
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     runtime.block_on(async {
         let mut data = connect_worker(&url).await;
@@ -96,7 +89,7 @@ fn contender_worker() {
 /// How many waiters have a place in the lock's line.
 fn in_line(server: &RedisServer) -> i64 {
     redis::cmd("LLEN")
-        .arg(LINE_KEY)
+        .arg(keys::of(LOCK_KEY).line())
         .query(&mut server.conn())
         .expect("LLEN")
 }
@@ -111,14 +104,14 @@ fn a_killed_holders_lock_passes_on_when_its_ttl_runs_out_and_never_earlier() {
     let server = RedisServer::start();
     let env = [(URL_VAR, server.url())];
 
-    let holder = spawn_self("holder_killed::holder_worker", &env);
+    let holder = spawn_worker("holder_killed::holder_worker", &env);
     wait_until(
         Duration::from_secs(15),
         "the holder to take the lock",
         || server.exists("holder_ready"),
     );
     let contenders: Vec<Child> = (0..2)
-        .map(|_| spawn_self("holder_killed::contender_worker", &env))
+        .map(|_| spawn_worker("holder_killed::contender_worker", &env))
         .collect();
     // Both contenders are waiting (each has its place in the lock's line) before the kill.
     wait_until(Duration::from_secs(15), "both contenders to wait", || {

@@ -6,16 +6,11 @@
 use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockOptions};
-use test_support::{FaultProxy, RedisServer};
-
-/// The line key of lock `lock:<name>` (a name without braces).
-fn line_key(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:line")
-}
+use test_support::{keys, FaultProxy, RedisServer};
 
 fn line(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(line_key(name))
+        .arg(keys::named(name).line())
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -541,11 +536,8 @@ const STOP_NAME: &str = "DISTLOCK_LINE_FAULTS_NAME";
 /// Worker for the test below: a service's usual runtime (`#[tokio::main]`: multi-thread, the
 /// manager made on it); acquires `lock:<name>` and records `"<its token>|<the lock key's value
 /// right then>"` in `<name>:record`, then holds it 1 s and releases.
-#[test]
-fn stopped_waiter_worker() {
-    let Ok(url) = std::env::var(STOP_URL) else {
-        return;
-    };
+pub(crate) fn stopped_waiter_worker() {
+    let url = std::env::var(STOP_URL).expect("set by the test that starts this worker");
     let name = std::env::var(STOP_NAME).unwrap();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -603,7 +595,7 @@ fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
             )
         });
         let guard = runtime.block_on(holder.acquire(&name, &options)).unwrap();
-        let mut worker = test_support::spawn_self(
+        let mut worker = test_support::spawn_worker(
             "line_faults::stopped_waiter_worker",
             &[(STOP_URL, server.url()), (STOP_NAME, name.clone())],
         );
@@ -665,7 +657,7 @@ fn the_since_record_of_an_unconfirmed_hand_off_expires_with_the_lock() {
     let guard = runtime.block_on(manager.acquire(name, &options)).unwrap();
     let waiter = "00000000-0000-4000-8000-000000000000;h=gone;p=1;t=0";
     let _: i64 = redis::cmd("RPUSH")
-        .arg(line_key(name))
+        .arg(keys::named(name).line())
         .arg(format!("{waiter} 99999999999999 30000 0 "))
         .query(&mut server.conn())
         .unwrap();
@@ -686,7 +678,7 @@ fn assert_since_expires_with_lock(server: &RedisServer, name: &str) -> i64 {
         .query(&mut conn)
         .unwrap();
     let since_left: i64 = redis::cmd("PTTL")
-        .arg(format!("{{lock:{name}}}:distlock:since"))
+        .arg(keys::named(name).since())
         .query(&mut conn)
         .unwrap();
     assert!(
@@ -767,7 +759,7 @@ fn a_force_release_takes_the_since_record_with_the_lock() {
     });
     runtime.block_on(held.release()).unwrap();
     let guard = runtime.block_on(waiting).unwrap();
-    let since_key = format!("{{lock:{name}}}:distlock:since");
+    let since_key = keys::named(name).since();
     assert!(
         server.exists(&since_key),
         "the grant of a holder that waited is recorded"

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions, LostCause};
+use test_support::keys;
 use test_support::proxy::Unstall;
 use test_support::{FaultProxy, RedisServer};
 use tokio::time::Instant;
@@ -375,7 +376,7 @@ async fn a_re_sent_hold_release_is_ok_after_an_operator_broke_the_kept_lock() {
 async fn a_string_at_the_line_key_neither_keeps_the_lock_held_nor_blames_the_lock_key() {
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
-    let line = "{lock:broken}:distlock:line";
+    let line = &keys::named("broken").line();
 
     for (idle, options, how) in [
         (Duration::ZERO, ttl_ms(30_000), "release"),
@@ -444,10 +445,8 @@ async fn list_does_not_hide_a_held_lock_whose_helper_key_is_of_another_type() {
             .unwrap();
     };
     rpush("lock:not-a-lock");
-    for broken in [
-        "{lock:listed}:distlock:line",
-        "{lock:listed}:distlock:fence",
-    ] {
+    let listed = keys::named("listed");
+    for broken in [&listed.line(), &listed.fence()] {
         let guard = manager.acquire("listed", &ttl_ms(30_000)).await.unwrap();
         if broken.ends_with(":line") {
             server.set(broken, "written by something else");
@@ -495,7 +494,7 @@ async fn a_fencing_counter_or_release_marker_of_another_type_is_named() {
             .unwrap();
     };
 
-    let fence = "{lock:fenced}:distlock:fence";
+    let fence = &keys::named("fenced").fence();
     rpush(fence);
     let error = manager
         .try_acquire("fenced", &ttl_ms(30_000).fencing(true))
@@ -506,7 +505,7 @@ async fn a_fencing_counter_or_release_marker_of_another_type_is_named() {
     assert!(!server.exists("lock:fenced"), "nothing held");
 
     // A release that finds the lock not its own, after an idle second, reads the marker.
-    let released = "{lock:marked}:distlock:released";
+    let released = &keys::named("marked").released();
     let guard = manager.acquire("marked", &ttl_ms(200)).await.unwrap();
     until_gone(&server, "lock:marked").await;
     rpush(released);

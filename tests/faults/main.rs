@@ -15,3 +15,23 @@ mod network;
 mod server;
 mod stale_holder;
 mod torture;
+
+/// The entry of the worker processes that this binary's tests start with
+/// `test_support::spawn_worker`: a worker is a part of a test, not a test of its own.
+#[test]
+#[ignore = "the entry of worker processes, which tests start with test_support::spawn_worker"]
+fn worker() {
+    test_support::run_worker(&[
+        ("stale_holder::stale_worker", stale_holder::stale_worker),
+        ("holder_killed::holder_worker", holder_killed::holder_worker),
+        (
+            "holder_killed::contender_worker",
+            holder_killed::contender_worker,
+        ),
+        (
+            "line_faults::stopped_waiter_worker",
+            line_faults::stopped_waiter_worker,
+        ),
+        ("torture::torture_worker", torture::torture_worker),
+    ]);
+}

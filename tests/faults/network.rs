@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::AsyncCommands;
-use test_support::{FaultProxy, ProxiedCluster, RedisServer, RedisServers};
+use test_support::{keys, FaultProxy, ProxiedCluster, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -382,7 +382,7 @@ async fn a_fenced_acquire_whose_script_reply_was_lost_gets_the_counters_value_as
     let node = cluster.node();
     let manager = proxied_cluster_manager(&cluster).await;
     let key = "lock:resend:fenced";
-    let counter = "{lock:resend:fenced}:distlock:fence";
+    let counter = &keys::named("resend:fenced").fence();
     let options = LockOptions::new()
         .ttl(RESEND_TTL)
         .timeout(RESEND_TTL + Duration::from_secs(10))
@@ -475,7 +475,8 @@ async fn a_join_whose_reply_was_lost_leaves_one_place_and_its_waiter_leaves_it()
         proxied_cluster_manager(&cluster).await,
         proxied_cluster_manager(&cluster).await,
     );
-    let (key, line) = ("lock:resend:join", "{lock:resend:join}:distlock:line");
+    let key = "lock:resend:join";
+    let line = &keys::of(key).line();
     let options = LockOptions::new()
         .ttl(RESEND_TTL)
         .timeout(Duration::from_secs(2));
@@ -604,7 +605,7 @@ async fn a_lock_handed_over_while_no_new_connection_opens_is_still_confirmed() {
         async move { waiter.acquire("refused", &options).await }
     });
     test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
-        server.exists("{lock:refused}:distlock:line")
+        server.exists(&keys::named("refused").line())
     })
     .await;
     // The waiter's connections (commands, pub/sub) are open; no other one will be.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockOptions};
+use distlock::{LockError, LockGuard, LockManager, LockOptions};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use test_support::RedisServer;
@@ -144,23 +144,30 @@ async fn after_a_restart_clients_reconnect_by_themselves_and_continue() {
     assert_eq!(server.keys("lock:*"), Vec::<String>::new());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_forgets_held_locks_auto_extend_notices_and_fencing_starts_over() {
+/// A server restarted while a client held `lock:job` (fencing token 3, ttl 30 s) and
+/// `lock:watched` (auto-extended, ttl 1.5 s).
+struct Restarted {
+    server: Arc<RedisServer>,
+    holder: LockGuard,
+    watched: LockGuard,
+    /// When the restart finished.
+    at: Instant,
+}
+
+/// Takes the locks of [`Restarted`], then restarts the server.
+async fn restart_while_holding() -> Restarted {
     let server = Arc::new(RedisServer::start());
     let first_client = LockManager::connect(&server.url()).await.unwrap();
-    let fenced = LockOptions::new()
-        .ttl(Duration::from_secs(30))
-        .fencing(true);
     for _ in 0..2 {
         first_client
-            .acquire("job", &fenced)
+            .acquire("job", &fenced())
             .await
             .unwrap()
             .release()
             .await
             .unwrap();
     }
-    let holder = first_client.acquire("job", &fenced).await.unwrap();
+    let holder = first_client.acquire("job", &fenced()).await.unwrap();
     assert_eq!(holder.fencing_token(), Some(3));
     let watched_options = LockOptions::new()
         .ttl(Duration::from_millis(1500))
@@ -174,33 +181,78 @@ async fn a_restart_forgets_held_locks_auto_extend_notices_and_fencing_starts_ove
     tokio::task::spawn_blocking(move || restart_server.restart())
         .await
         .unwrap();
-    let restarted = Instant::now();
+    Restarted {
+        server,
+        holder,
+        watched,
+        at: Instant::now(),
+    }
+}
 
-    // The hazard: the restarted server has forgotten `holder`'s lock, so another client takes it
-    // at once while `holder` still believes it holds it.
+/// The options `lock:job` is taken with: fencing, ttl 30 s.
+fn fenced() -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .fencing(true)
+}
+
+/// A second client's `try_acquire` of `lock:job`, free once the restart forgot it.
+async fn take_job_after_restart(server: &RedisServer) -> LockGuard {
     let second_client = LockManager::connect(&server.url()).await.unwrap();
-    let second = second_client
-        .try_acquire("job", &fenced)
+    second_client
+        .try_acquire("job", &fenced())
         .await
         .unwrap()
-        .expect("the restart forgot the held lock, so it is free");
+        .expect("the restart forgot the held lock, so it is free")
+}
+
+/// The hazard: the restarted server has forgotten the holder's lock, so another client takes
+/// it at once while the holder still believes it holds it; and the fencing counter is gone too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_forgets_held_locks_and_fencing_starts_over() {
+    let restarted = restart_while_holding().await;
+    let second = take_job_after_restart(&restarted.server).await;
     assert_eq!(
         second.fencing_token(),
         Some(1),
         "the fencing counter was forgotten too: tokens start over, below the old holder's 3"
     );
+    second.release().await.unwrap();
+    drop(restarted);
+}
 
-    // `auto_extend`: the watchdog's next extension finds the lock gone and cancels the holder,
-    // within the ttl.
+/// `auto_extend`: the watchdog's next extension finds the lock gone and cancels the holder,
+/// within the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extend_notices_a_lock_a_restart_forgot() {
+    let Restarted { watched, at, .. } = restart_while_holding().await;
     tokio::time::timeout(Duration::from_millis(1500 + 1000), watched.lost())
         .await
         .expect("auto_extend noticed the forgotten lock within ttl + 1 s");
     eprintln!(
         "auto_extend holder told Lost {:?} after the restart",
-        restarted.elapsed()
+        at.elapsed()
     );
+}
 
-    // Without auto_extend the old holder learns it only when it asks: is_held, extend, release.
+/// Without `auto_extend` the old holder learns of the restart only when it asks: `is_held`,
+/// `extend`, `release`; and its release leaves the new holder's lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_without_auto_extend_learns_of_a_restart_when_it_asks() {
+    let Restarted {
+        server,
+        holder,
+        watched,
+        ..
+    } = restart_while_holding().await;
+    let second = take_job_after_restart(&server).await;
+    // The first request on the old client's connection after the restart meets the broken
+    // connection (and the connection then reconnects): let the watchdog of its other lock make
+    // that request, as it does in a running program, so that what the holder's questions show
+    // is the forgotten lock.
+    tokio::time::timeout(Duration::from_millis(1500 + 1000), watched.lost())
+        .await
+        .expect("auto_extend noticed the forgotten lock within ttl + 1 s");
     assert!(!holder.is_held().await.unwrap());
     assert!(matches!(
         holder.extend(Duration::from_secs(30)).await,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{send_signal, spawn_worker, wait_all, wait_until, RedisServer};
 
 const URL_VAR: &str = "DISTLOCK_STALE_URL";
 
@@ -48,11 +48,8 @@ async fn data_connection(url: &str) -> MultiplexedConnection {
 
 /// The worker that goes stale: takes the lock (ttl 1 s, fencing), writes, announces itself, and
 /// is `SIGSTOPped` by the test while it "works"; once continued it writes late and releases.
-#[test]
-fn stale_worker() {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        return; // not spawned as a worker
-    };
+pub(crate) fn stale_worker() {
+    let url = std::env::var(URL_VAR).expect("set by the test that starts this worker");
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     runtime.block_on(async {
         let manager = LockManager::connect(&url).await.expect("connect");
@@ -97,7 +94,7 @@ fn stale_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_holders_release_spares_the_new_owner_and_fencing_rejects_its_late_write() {
     let server = RedisServer::start();
-    let worker = spawn_self("stale_holder::stale_worker", &[(URL_VAR, server.url())]);
+    let worker = spawn_worker("stale_holder::stale_worker", &[(URL_VAR, server.url())]);
     let pid = worker.id();
     wait_until(
         Duration::from_secs(15),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use distlock::{distributed_lock, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use test_support::{spawn_self, wait_all, RedisServer};
+use test_support::{spawn_worker, wait_all, RedisServer};
 
 const PROCESSES: usize = 4;
 const TASKS: usize = 16;
@@ -53,11 +53,8 @@ async fn section(key: usize, mut data: MultiplexedConnection) -> Result<(), Lock
 }
 
 /// The worker process: 16 tasks, each running its sections over all 8 keys.
-#[test]
-fn torture_worker() {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        return; // not spawned as a worker: nothing to do in a plain `cargo test`
-    };
+pub(crate) fn torture_worker() {
+    let url = std::env::var(URL_VAR).expect("set by the test that starts this worker");
     let worker: usize = std::env::var(WORKER_VAR)
         .expect("worker index")
         .parse()
@@ -106,7 +103,7 @@ fn torture_counts_are_exact_and_fencing_tokens_increase_in_commit_order() {
     let started = Instant::now();
     let workers = (0..PROCESSES)
         .map(|worker| {
-            spawn_self(
+            spawn_worker(
                 "torture::torture_worker",
                 &[(URL_VAR, server.url()), (WORKER_VAR, worker.to_string())],
             )

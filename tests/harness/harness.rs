@@ -5,7 +5,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use test_support::{spawn_self, wait_all, wait_until, FaultProxy, RedisServer};
+use test_support::{spawn_worker, wait_all, wait_until, FaultProxy, RedisServer};
 
 /// A sync connection to `url` whose reads give up after `read_timeout`.
 fn connect(url: &str, read_timeout: Duration) -> redis::Connection {
@@ -521,12 +521,10 @@ fn proxy_drop_closes_connections_and_listener() {
     assert!(!port_is_open(port), "the proxy still listens after drop");
 }
 
-/// Worker half of `spawn_self_runs_workers`: does nothing unless started as a worker.
-#[test]
-fn harness_worker() {
-    let Ok(mode) = std::env::var("DISTLOCK_HARNESS_WORKER") else {
-        return;
-    };
+/// Worker half of `spawn_worker_runs_workers` and the tests below.
+pub(crate) fn harness_worker() {
+    let mode =
+        std::env::var("DISTLOCK_HARNESS_WORKER").expect("set by the test that starts this worker");
     match mode.as_str() {
         "incr" => {
             let url = std::env::var("DISTLOCK_HARNESS_URL").unwrap();
@@ -550,7 +548,7 @@ fn harness_worker() {
 }
 
 #[test]
-fn spawn_self_runs_workers() {
+fn spawn_worker_runs_workers() {
     let server = RedisServer::start();
     let env = |mode: &str| {
         vec![
@@ -559,11 +557,11 @@ fn spawn_self_runs_workers() {
         ]
     };
     let mut workers: Vec<_> = (0..3)
-        .map(|_| spawn_self("harness::harness_worker", &env("incr")))
+        .map(|_| spawn_worker("harness::harness_worker", &env("incr")))
         .collect();
     let mut failing = env("fail");
     failing.push(("RUST_BACKTRACE", "0".into())); // keep the expected panic's output short
-    workers.push(spawn_self("harness::harness_worker", &failing));
+    workers.push(spawn_worker("harness::harness_worker", &failing));
 
     let statuses = wait_all(workers, Duration::from_secs(60));
 
@@ -581,7 +579,7 @@ fn spawn_self_runs_workers() {
 
 #[test]
 fn wait_all_kills_overrunning_children_and_panics() {
-    let hanging = spawn_self(
+    let hanging = spawn_worker(
         "harness::harness_worker",
         &[("DISTLOCK_HARNESS_WORKER", "hang".into())],
     );
@@ -604,7 +602,7 @@ fn wait_all_kills_overrunning_children_and_panics() {
 fn server_of_a_dead_test_process_is_reaped() {
     let dir = test_support::unique_temp_dir("harness");
     let port_file = dir.join("port");
-    let worker = spawn_self(
+    let worker = spawn_worker(
         "harness::harness_worker",
         &[
             ("DISTLOCK_HARNESS_WORKER", "leak-server".into()),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use test_support::{RedisCluster, RedisServer};
+use test_support::{keys, RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 /// The cluster shared by the tests that leave its topology alone (3 masters, no replicas: with
@@ -145,8 +145,8 @@ async fn the_attribute_runs_on_a_cluster_with_every_key_of_a_lock_in_its_slot() 
 
     // A fenced holder, and the annotated function waiting behind it: the fencing counter and
     // the line live on the same node as the lock, in its slot.
-    let fence_key = "{lock:job:1}:distlock:fence";
-    let line_key = "{lock:job:1}:distlock:line";
+    let fence_key = &keys::named("job:1").fence();
+    let line_key = &keys::named("job:1").line();
     let slot = cluster.slot_of(key);
     assert_eq!(cluster.slot_of(fence_key), slot);
     assert_eq!(cluster.slot_of(line_key), slot);
@@ -903,7 +903,7 @@ async fn a_force_released_holder_on_a_cluster_is_told_so_and_never_that_it_relea
         let info = operator.inspect(name).await.unwrap().expect("held");
         assert!(operator.force_release(&info).await.unwrap(), "broke {name}");
         let marks: Vec<String> = cluster
-            .keys("*:distlock:forced*")
+            .keys(&keys::every("forced"))
             .into_iter()
             .filter(|mark| {
                 test_support::names::helper_owner(mark) == Some(("forced", key.as_str()))

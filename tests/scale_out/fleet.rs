@@ -8,13 +8,13 @@
 //! - a release wakes only the next in line: Redis work per hand-off does not grow with the
 //!   number of waiting processes.
 //!
-//! Each worker is this test binary run again (`spawn_self`), told what to do by environment
+//! Each worker is this test binary run again (`spawn_worker`), told what to do by environment
 //! variables.
 
 use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockOptions};
-use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer};
+use test_support::{keys, send_signal, spawn_worker, wait_all, wait_until, RedisServer};
 
 const URL: &str = "DISTLOCK_FLEET_URL";
 const NAME: &str = "DISTLOCK_FLEET_NAME";
@@ -22,11 +22,6 @@ const INDEX: &str = "DISTLOCK_FLEET_INDEX";
 /// What the worker does once it holds the lock: `record` (append its index to the
 /// `<name>:order` list and release), `abort` (die on the spot, holding it).
 const THEN: &str = "DISTLOCK_FLEET_THEN";
-
-/// The line key of lock `lock:<name>` (a name without braces).
-pub(crate) fn line_key(name: &str) -> String {
-    format!("{{lock:{name}}}:distlock:line")
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -37,9 +32,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Worker: acquires `lock:<name>` (ttl 60 s, waiting up to 60 s), then does what `THEN` says.
-#[test]
-fn fleet_worker() {
-    let Ok(url) = std::env::var(URL) else { return };
+pub(crate) fn fleet_worker() {
+    let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
     let index = std::env::var(INDEX).unwrap();
     let then = std::env::var(THEN).unwrap();
@@ -69,7 +63,7 @@ fn fleet_worker() {
 /// Starts worker `index` for lock `name` and waits until it has taken its place in line (the
 /// line is `index + 1` long).
 fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> std::process::Child {
-    let child = spawn_self(
+    let child = spawn_worker(
         "fleet::fleet_worker",
         &[
             (URL, server.url()),
@@ -78,7 +72,7 @@ fn queue_worker(server: &RedisServer, name: &str, index: usize, then: &str) -> s
             (THEN, then.to_owned()),
         ],
     );
-    let line = line_key(name);
+    let line = keys::named(name).line();
     wait_until(
         Duration::from_secs(20),
         "the worker to join the line",
@@ -140,7 +134,10 @@ fn processes_get_the_lock_in_the_order_they_queued() {
         "first come, first served across processes"
     );
     assert!(!server.exists("lock:fifo"), "released by the last worker");
-    assert!(!server.exists(&line_key("fifo")), "no line left behind");
+    assert!(
+        !server.exists(&keys::named("fifo").line()),
+        "no line left behind"
+    );
 }
 
 /// Releases `guard` and returns how long it took until the `next` waiter had the lock, used it
@@ -243,7 +240,7 @@ async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
         hold_with_a_waiter(&server, &managers[0], &managers[1], "kept", &options).await;
     // As if the line had been created two leases ago: its expiry is due.
     let _: i64 = redis::cmd("PEXPIRE")
-        .arg(line_key("kept"))
+        .arg(keys::named("kept").line())
         .arg(200)
         .query(&mut server.conn())
         .unwrap();
@@ -252,10 +249,10 @@ async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
         async move { manager.acquire("kept", &LockOptions::new()).await }
     });
     test_support::eventually(Duration::from_secs(5), "the second waiter to join", || {
-        llen(&server, &line_key("kept")) == 2
+        llen(&server, &keys::named("kept").line()) == 2
     })
     .await;
-    let pttl = server.pttl(&line_key("kept"));
+    let pttl = server.pttl(&keys::named("kept").line());
     assert!(pttl > 3000, "the join left the line to expire in {pttl} ms");
     held.release().await.unwrap();
     let first = first.await.unwrap().unwrap();
@@ -323,7 +320,7 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let server = RedisServer::start();
     let runtime = runtime();
     let (manager, guard) = hold(&server, &runtime, "gives-up");
-    let line = line_key("gives-up");
+    let line = keys::named("gives-up").line();
     runtime.block_on(async {
         let other = LockManager::connect(&server.url()).await.unwrap();
         // Cancelled: the future is dropped while in line.
@@ -373,9 +370,8 @@ const LOOPS: usize = 20;
 
 /// Worker: waits for the key `<name>:go`, then takes `lock:<name>` and releases it after 1 ms,
 /// `LOOPS` times.
-#[test]
-fn looping_worker() {
-    let Ok(url) = std::env::var(URL) else { return };
+pub(crate) fn looping_worker() {
+    let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
     runtime().block_on(async {
         let manager = LockManager::connect(&url).await.unwrap();
@@ -408,7 +404,7 @@ fn commands_per_section(workers: usize) -> f64 {
     let name = format!("herd{workers}");
     let children: Vec<_> = (0..workers)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "fleet::looping_worker",
                 &[(URL, server.url()), (NAME, name.clone())],
             )
@@ -470,7 +466,7 @@ async fn hold_with_a_waiter(
     test_support::eventually(
         Duration::from_secs(5),
         "the waiter to take its place in line",
-        || llen(server, &line_key(name)) >= 1,
+        || llen(server, &keys::named(name).line()) >= 1,
     )
     .await;
     (held, waiting)
@@ -479,7 +475,7 @@ async fn hold_with_a_waiter(
 /// The entries of the line of `lock:<name>`.
 pub(crate) fn line_entries(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(line_key(name))
+        .arg(keys::named(name).line())
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -611,7 +607,7 @@ fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_
         });
     });
     test_support::wait_until(Duration::from_secs(5), "b in line", || {
-        llen(&server, &line_key("stale")) >= 1
+        llen(&server, &keys::named("stale").line()) >= 1
     });
     freeze_tx.send(()).unwrap();
     std::thread::sleep(Duration::from_millis(200));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use test_support::{eventually, RedisCluster, RedisServers};
+use test_support::{eventually, keys, RedisCluster, RedisServers};
 
 fn options(ttl_ms: u64, hold_ms: u64) -> LockOptions {
     LockOptions::new()
@@ -73,7 +73,7 @@ async fn on_a_cluster_the_waiter_in_line_gets_the_lock_at_the_holds_end() {
     eventually(
         Duration::from_secs(10),
         "the waiter to take its place in line",
-        || cluster.exists("{lock:fifo}:distlock:line"),
+        || cluster.exists(&keys::named("fifo").line()),
     )
     .await;
     let token = guard.token().to_owned();

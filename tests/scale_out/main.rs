@@ -14,3 +14,19 @@ mod replicas;
 mod sentinel;
 mod sentinel_tls;
 mod turns;
+
+/// The entry of the worker processes that this binary's tests start with
+/// `test_support::spawn_worker`: a worker is a part of a test, not a test of its own.
+#[test]
+#[ignore = "the entry of worker processes, which tests start with test_support::spawn_worker"]
+fn worker() {
+    test_support::run_worker(&[
+        (
+            "redlock::redlock_looping_worker",
+            redlock::redlock_looping_worker,
+        ),
+        ("redlock::redlock_once_worker", redlock::redlock_once_worker),
+        ("fleet::fleet_worker", fleet::fleet_worker),
+        ("fleet::looping_worker", fleet::looping_worker),
+    ]);
+}

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockGuard, LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
-use test_support::{send_signal, spawn_self, wait_all, wait_until, RedisServer, RedisServers};
+use test_support::{
+    keys, send_signal, spawn_worker, wait_all, wait_until, RedisServer, RedisServers,
+};
 use tokio::time::Instant;
 
 const MAJORITY: usize = 3;
@@ -654,8 +656,7 @@ async fn worker_setup() -> Option<(LockManager, MultiplexedConnection, String)> 
 /// time doing a read-modify-write of `<name>:counter` under it (and counting in `<name>:lost`
 /// the releases that found the lock lost); then appends its longest wait for the lock (ms) to
 /// `<name>:waits`.
-#[test]
-fn redlock_looping_worker() {
+pub(crate) fn redlock_looping_worker() {
     worker_runtime().block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
@@ -717,8 +718,7 @@ fn redlock_looping_worker() {
 }
 
 /// Worker: takes `lock:<name>` once (ttl 60 s), appends its index to `<name>:order`, releases.
-#[test]
-fn redlock_once_worker() {
+pub(crate) fn redlock_once_worker() {
     worker_runtime().block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
@@ -747,7 +747,7 @@ fn places(servers: &[RedisServer], name: &str) -> Vec<usize> {
                 .try_conn()
                 .and_then(|mut c| {
                     redis::cmd("ZCARD")
-                        .arg(format!("{{lock:{name}}}:distlock:wake"))
+                        .arg(keys::named(name).wake())
                         .query::<usize>(&mut c)
                 })
                 .unwrap_or(0)
@@ -780,7 +780,7 @@ fn run_looping_workers(
     let data = RedisServer::start();
     let children: Vec<_> = (0..workers)
         .map(|_| {
-            spawn_self(
+            spawn_worker(
                 "redlock::redlock_looping_worker",
                 &worker_env(servers, &data, name),
             )
@@ -861,7 +861,7 @@ fn a_redlock_waiter_killed_while_waiting_holds_the_others_up_for_a_bounded_time(
     let start = |index: usize| {
         let mut env = worker_env(&servers, &data, "killed");
         env.push((INDEX_ENV, index.to_string()));
-        let child = spawn_self("redlock::redlock_once_worker", &env);
+        let child = spawn_worker("redlock::redlock_once_worker", &env);
         wait_until(
             Duration::from_secs(30),
             "the worker to take its place on every master",
@@ -1154,7 +1154,7 @@ async fn a_frozen_master_does_not_keep_a_waiter_from_being_woken() {
 /// The scores (lease deadlines) in `lock:<name>`'s wake list on `server`, highest first.
 fn lease_deadlines(server: &RedisServer, name: &str) -> Vec<u64> {
     let members: Vec<(String, u64)> = redis::cmd("ZRANGE")
-        .arg(format!("{{lock:{name}}}:distlock:wake"))
+        .arg(keys::named(name).wake())
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -1178,7 +1178,7 @@ fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
     for index in 0..2 {
         let mut env = worker_env(&servers, &data, "lapsed");
         env.push((INDEX_ENV, index.to_string()));
-        children.push(spawn_self("redlock::redlock_once_worker", &env));
+        children.push(spawn_worker("redlock::redlock_once_worker", &env));
         wait_until(
             Duration::from_secs(30),
             "the worker to take its place on every master",
@@ -1247,7 +1247,7 @@ async fn a_redlock_waiter_never_takes_a_message_for_the_lock() {
         let options = options.clone();
         async move { waiter_manager.acquire("forged", &options).await }
     });
-    let wake_list = "{lock:forged}:distlock:wake";
+    let wake_list = &keys::named("forged").wake();
     let mut member = None;
     let looking_until = Instant::now() + Duration::from_secs(5);
     while member.is_none() && Instant::now() < looking_until {
@@ -1431,7 +1431,7 @@ async fn a_release_wakes_a_waiter_whose_token_has_spaces_with_its_whole_token() 
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(channel).unwrap();
     let _: i64 = redis::cmd("ZADD")
-        .arg("{lock:spaces}:distlock:wake")
+        .arg(keys::named("spaces").wake())
         .arg(u64::MAX >> 12)
         .arg(format!("{channel} {token}"))
         .query(&mut servers[0].conn())

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use test_support::{connect, eventually, RedisServer};
-
-use super::fleet::line_key;
+use test_support::{connect, eventually, keys, RedisServer};
 
 /// How long the renewals are counted: about three renewals of every waiter.
 const WINDOW: Duration = Duration::from_secs(3);
@@ -48,7 +46,7 @@ async fn script_time_per_renewal(server: &RedisServer, waiters: usize) -> (f64, 
         &format!("{waiters} waiters in line"),
         || {
             let length: usize = redis::cmd("LLEN")
-                .arg(line_key(&name))
+                .arg(keys::named(&name).line())
                 .query(&mut probe)
                 .unwrap();
             length == waiters
@@ -159,7 +157,7 @@ async fn waiters_renewed_through_the_lease_table_survive_a_flushall() {
     let mut probe = server.conn();
     eventually(Duration::from_secs(10), "the waiters in line", || {
         let length: usize = redis::cmd("LLEN")
-            .arg(line_key(name))
+            .arg(keys::named(name).line())
             .query(&mut probe)
             .unwrap();
         length == WAITERS
@@ -168,7 +166,7 @@ async fn waiters_renewed_through_the_lease_table_survive_a_flushall() {
     // Two renewals each: the first wrote the lease into the table, the second renewed it there.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let leases: usize = redis::cmd("ZCARD")
-        .arg(format!("{{lock:{name}}}:distlock:leases"))
+        .arg(keys::named(name).leases())
         .query(&mut probe)
         .unwrap();
     assert_eq!(leases, WAITERS, "every waiter's lease is in the table");
@@ -265,7 +263,7 @@ async fn a_waiter_handed_the_lock_while_stalled_takes_a_place_again() {
     let mut probe = server.conn();
     eventually(Duration::from_secs(10), "W in line", || {
         let length: usize = redis::cmd("LLEN")
-            .arg(line_key(name))
+            .arg(keys::named(name).line())
             .query(&mut probe)
             .unwrap();
         length == 1
@@ -298,12 +296,12 @@ async fn a_waiter_handed_the_lock_while_stalled_takes_a_place_again() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let w_lease: Option<f64> = {
         let first: String = redis::cmd("LINDEX")
-            .arg(line_key(name))
+            .arg(keys::named(name).line())
             .arg(0)
             .query(&mut probe)
             .unwrap();
         redis::cmd("ZSCORE")
-            .arg(format!("{{lock:{name}}}:distlock:leases"))
+            .arg(keys::named(name).leases())
             .arg(first.split(' ').next().unwrap())
             .query(&mut probe)
             .unwrap()

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{LockGuard, LockManager, LockOptions};
-use test_support::{connect, eventually, RedisServer};
+use test_support::{connect, eventually, keys, RedisServer};
 
-use super::fleet::{line_entries, line_key};
+use super::fleet::line_entries;
 use tokio::task::JoinHandle;
 
 type Waiting = JoinHandle<Result<LockGuard, distlock::LockError>>;
@@ -22,7 +22,7 @@ fn push_lapsed_place(server: &RedisServer, name: &str, token: &str, channel: &st
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
     let deadline = seconds * 1000 + micros / 1000 - lapsed_ms;
     let _: i64 = redis::cmd("RPUSH")
-        .arg(line_key(name))
+        .arg(keys::named(name).line())
         .arg(format!("{token} {deadline} 30000 0 {channel}"))
         .query(&mut server.conn())
         .unwrap();
@@ -47,7 +47,7 @@ async fn until_line_is_on(connection: &mut redis::Connection, name: &str, length
         &format!("the line of {name} to be {length} long"),
         || {
             let found: usize = redis::cmd("LLEN")
-                .arg(line_key(name))
+                .arg(keys::named(name).line())
                 .query(connection)
                 .unwrap();
             found == length
@@ -320,7 +320,7 @@ async fn a_waiter_whose_subscription_is_down_is_still_served_in_its_turn() {
     let a_waiting = wait_in_line(&a, "starved", &long);
     eventually(Duration::from_secs(5), "a to wait in line", || {
         redis::cmd("LLEN")
-            .arg(line_key("starved"))
+            .arg(keys::named("starved").line())
             .query::<usize>(&mut admin)
             .unwrap()
             == 1
