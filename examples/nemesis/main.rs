@@ -162,14 +162,14 @@ enum LockRedis {
         server: RedisServer,
         proxies: Vec<FaultProxy>,
     },
-    /// A master, a replica and three sentinels.
-    Sentinel(SentinelSet),
+    /// A master, a replica and three sentinels (boxed: the set is much larger than a server).
+    Sentinel(Box<SentinelSet>),
 }
 
 impl LockRedis {
     fn start(args: &Args) -> LockRedis {
         if args.faults.contains(&FaultKind::Failover) {
-            return LockRedis::Sentinel(SentinelSet::start());
+            return LockRedis::Sentinel(Box::new(SentinelSet::start()));
         }
         // `always`: a fencing counter that went back after a restart would hand out tokens the
         // store has seen, and every section after it would be refused.
