@@ -62,6 +62,7 @@
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::blocking;
 pub use lock_runtime::diagnose;
+pub use lock_runtime::redact_url;
 pub use lock_runtime::{
     global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
     LockManagerBuilder, LockOptions, LostCause,
@@ -77,7 +78,6 @@ pub mod __private {
         FromLockError,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
-    pub use lock_runtime::redact_url;
     pub use lock_runtime::Instrument;
     pub use lock_runtime::{LockError, LockGuard, LockOptions};
 }

@@ -48,7 +48,7 @@ impl Floor {
             // distlock's release script, from lock-runtime itself: a diagnostic floor that sends
             // exactly distlock's commands with raw redis-rs, so the distance from it to distlock
             // is what distlock's client side costs.
-            distlock_release: redis::Script::new(&lock_runtime::release_script_source()),
+            distlock_release: redis::Script::new(&distlock_release_source()),
         }
     }
 
@@ -292,4 +292,18 @@ impl Contender {
         }
         sections
     }
+}
+
+/// The text of distlock's release script, put together from lock-runtime's Lua files in the
+/// order lock-runtime concatenates them; the uncontended workload checks that Redis knows the
+/// same SHA after distlock released, so a copy that drifted fails there rather than measure a
+/// different script.
+pub(crate) fn distlock_release_source() -> String {
+    [
+        include_str!("../../lock-runtime/src/backend/scripts/release_uncontended.lua"),
+        include_str!("../../lock-runtime/src/backend/scripts/line_prelude.lua"),
+        include_str!("../../lock-runtime/src/backend/scripts/not_ours.lua"),
+        include_str!("../../lock-runtime/src/backend/scripts/release_contended.lua"),
+    ]
+    .concat()
 }

@@ -113,7 +113,7 @@ impl Bench {
         // same script by its SHA.
         let copy_is_current: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
-            .arg(redis::Script::new(&lock_runtime::release_script_source()).get_hash())
+            .arg(redis::Script::new(&crate::contenders::distlock_release_source()).get_hash())
             .query(&mut client.get_connection().expect("cannot connect to Redis"))
             .expect("SCRIPT EXISTS failed");
         assert_eq!(

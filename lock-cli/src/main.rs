@@ -406,7 +406,7 @@ fn starts_with_scheme(text: &str) -> bool {
 
 /// The URL as distlock's own errors show it: every password hidden.
 fn redact(url: &str) -> String {
-    distlock::__private::redact_url(url)
+    distlock::redact_url(url)
 }
 
 async fn collect(manager: &LockManager, pattern: &str) -> Result<Vec<LockInfo>, Failure> {

@@ -119,24 +119,26 @@ pub use global::{global, init, init_with};
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
-#[doc(hidden)]
+#[cfg(feature = "resource-counts")]
 pub use manager::ResourceCounts;
 pub use options::LockOptions;
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
 #[doc(hidden)]
 pub use tracing::Instrument;
 
-/// The release script's text, for the benchmark's floor that sends distlock's commands by hand.
-/// Not a public API.
-#[doc(hidden)]
-#[must_use]
-pub fn release_script_source() -> String {
-    scripts::release_source()
-}
-
-/// A Redis URL with every password in it hidden, as distlock's own errors show URLs, for the
-/// `distlock` command's messages. Not a public API.
-#[doc(hidden)]
+/// A Redis URL with every password in it hidden (`***`), as distlock's own errors and `Debug`
+/// output show URLs: for a program's own messages about where it connects.
+///
+/// It fails safe rather than parsing the URL: everything between `://` and the last `@` is
+/// hidden but for a user name, and so is the value of every query parameter whose name
+/// contains `pass`, so that a password holding `/`, `?`, `#` or `@` is not shown in part.
+///
+/// ```
+/// assert_eq!(
+///     distlock::redact_url("redis://app:s3cret@cache:6379/0"),
+///     "redis://app:***@cache:6379/0"
+/// );
+/// ```
 #[must_use]
 pub fn redact_url(url: &str) -> String {
     builder::redact(url)

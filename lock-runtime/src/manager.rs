@@ -597,19 +597,18 @@ impl LockManager {
         }
     }
 
-    /// Counts of the manager's internal resources, for tests that check nothing leaks.
-    #[doc(hidden)]
+    /// Counts of the manager's internal resources, for tests that check nothing leaks (built
+    /// only with the test-only `resource-counts` feature).
+    ///
+    /// ```no_run
+    /// # async fn run(manager: distlock::LockManager) {
+    /// assert_eq!(manager.resource_counts().queued_keys, 0);
+    /// # }
+    /// ```
+    #[cfg(feature = "resource-counts")]
     #[must_use]
     pub fn resource_counts(&self) -> ResourceCounts {
-        let (connections, watched_channels, wake_requests, registered_waiters) =
-            self.inner.backend.resource_counts();
-        ResourceCounts {
-            queued_keys: self.inner.queues.len(),
-            watched_channels,
-            wake_requests,
-            connections,
-            registered_waiters,
-        }
+        self.inner.backend.resource_counts(self.inner.queues.len())
     }
 
     /// Checks `options` against what this deployment can do and names the lock's keys (the one
@@ -795,8 +794,8 @@ impl LockManager {
     }
 }
 
-/// Counts of a manager's internal resources (see `LockManager::resource_counts`).
-#[doc(hidden)]
+/// Counts of a manager's internal resources (see `LockManager::resource_counts`), for leak tests.
+#[cfg(feature = "resource-counts")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceCounts {
     /// Keys with an in-process queue (held or awaited by a task of this process).

@@ -678,13 +678,19 @@ impl Backend {
         node.scan(&scan.target, cursor, pattern).await
     }
 
-    /// Resource counts for leak tests: (runtime connections, watched channels, wake-up requests
-    /// waiting to be sent, waiters registered for hand-offs).
-    pub(crate) fn resource_counts(&self) -> (usize, usize, usize, usize) {
+    /// Resource counts for leak tests, with the manager's `queued_keys`.
+    #[cfg(feature = "resource-counts")]
+    pub(crate) fn resource_counts(&self, queued_keys: usize) -> crate::ResourceCounts {
         if let Locks::Memory(memory) = &self.locks {
             // No connection, no channel; the hub and the table are the process's, so what
             // they hold is counted as waiters.
-            return (0, 0, 0, self.grants.waiters() + memory.len());
+            return crate::ResourceCounts {
+                queued_keys,
+                watched_channels: 0,
+                wake_requests: 0,
+                connections: 0,
+                registered_waiters: self.grants.waiters() + memory.len(),
+            };
         }
         let connections = match &self.locks {
             Locks::Single(node) => node.connections().len(),
@@ -695,11 +701,12 @@ impl Backend {
                 .sum(),
             Locks::Memory(_) => 0,
         };
-        (
+        crate::ResourceCounts {
+            queued_keys,
+            watched_channels: usize::from(self.grants.is_subscribed()),
+            wake_requests: 0,
             connections,
-            usize::from(self.grants.is_subscribed()),
-            0,
-            self.grants.waiters(),
-        )
+            registered_waiters: self.grants.waiters(),
+        }
     }
 }
