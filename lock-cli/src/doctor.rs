@@ -204,12 +204,10 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                 .query_async(&mut connection)
                 .await
                 .unwrap_or_default();
-            // The library reaches a Sentinel service's servers over plain TCP, without a login.
-            let plain = |host: &str, port: u16| {
-                Client::open(ConnectionAddr::Tcp(host.to_owned(), port))
-                    .map_err(|error| Failure::Error(error.to_string()))
-            };
-            let mut servers = vec![(Role::SentinelMaster, plain(&host, port)?)];
+            // As the library does: the service's servers are reached over TLS when the
+            // sentinels are, trusting the same certificates, and without the sentinel's login,
+            // which is not theirs.
+            let mut servers = vec![(Role::SentinelMaster, service_server(sentinel, &host, port)?)];
             for replica in replicas {
                 let field = |name: &str| {
                     replica
@@ -223,7 +221,7 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                 }
                 if let (Some(ip), Some(port)) = (field("ip"), field("port")) {
                     if let Ok(port) = port.parse() {
-                        servers.push((Role::SentinelReplica, plain(&ip, port)?));
+                        servers.push((Role::SentinelReplica, service_server(sentinel, &ip, port)?));
                     }
                 }
             }
@@ -300,6 +298,30 @@ fn at(seed: &Client, host: String, port: u16) -> Client {
         _ => {}
     }
     Client::open(info.set_addr(addr)).unwrap_or_else(|_| seed.clone())
+}
+
+/// The client of a Sentinel service's server at `host:port`, named by the sentinel `sentinel`:
+/// over TLS with the sentinel's trust when the sentinel speaks TLS, with no login (the
+/// sentinel's own is not the data servers').
+fn service_server(sentinel: &Client, host: &str, port: u16) -> Result<Client, Failure> {
+    let info = sentinel.get_connection_info().clone();
+    let addr = match info.addr().clone() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure,
+            tls_params,
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    let info = info
+        .set_addr(addr)
+        .set_redis_settings(redis::RedisConnectionInfo::default());
+    Client::open(info).map_err(|error| Failure::Error(error.to_string()))
 }
 
 /// Every master a `CLUSTER SLOTS` reply names, once.

@@ -1048,6 +1048,42 @@ mod tls {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `doctor` with `rediss://` sentinels reaches the service's master and replica over TLS,
+    /// as the library does: on a deployment whose data servers speak only TLS, a plain-text
+    /// connection would find them unreachable.
+    #[test]
+    fn doctor_checks_a_tls_sentinel_services_servers_over_tls() {
+        if skip_without(
+            Feature::Tls,
+            "doctor_checks_a_tls_sentinel_services_servers_over_tls",
+        ) {
+            return;
+        }
+        let set = SentinelSet::start_tls();
+        let dir = unique_temp_dir("cli-doctor-sentinel-ca");
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, set.ca_pem()).unwrap();
+        let joined = set.sentinel_urls().join(",");
+        let (out, _) = expect_args(
+            &[
+                "--sentinel",
+                SERVICE,
+                "--url",
+                &joined,
+                "--tls-ca-cert",
+                ca.to_str().unwrap(),
+                "doctor",
+            ],
+            0,
+        );
+        for (server, role) in [(set.master(), "master"), (set.replica(), "replica")] {
+            let line = format!("127.0.0.1:{} (Sentinel {role}) eviction:", server.port());
+            assert!(out.contains(&line), "{line} in\n{out}");
+        }
+        assert!(!out.contains("reachable"), "{out}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `--tls-ca-cert` reaches every Redlock master: each test server has its own CA, so the
     /// file is a bundle of the three, as `cat ca1.pem ca2.pem ca3.pem` makes one.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -333,11 +333,15 @@ impl LockManagerBuilder {
                  `wait_for_replicas` out",
             ));
         }
-        if replicas.timeout.is_zero() || replicas.timeout >= self.timeouts.response {
+        // `WAIT` takes whole milliseconds, and reads 0 as "wait forever": a timeout below 1 ms
+        // would hold every command of the connection until the replicas answer.
+        if replicas.timeout < Duration::from_millis(1) || replicas.timeout >= self.timeouts.response
+        {
             return Err(LockError::config(format!(
-                "the timeout of `wait_for_replicas` ({:?}) must be above zero and below \
-                 `response_timeout` ({:?}), which bounds the round trip `WAIT` is part of; \
-                 lower it, or raise `response_timeout`",
+                "the timeout of `wait_for_replicas` ({:?}) must be at least 1 ms (`WAIT` counts \
+                 whole milliseconds, and 0 would wait forever) and below `response_timeout` \
+                 ({:?}), which bounds the round trip `WAIT` is part of; raise or lower it, or \
+                 raise `response_timeout`",
                 replicas.timeout, self.timeouts.response
             )));
         }
@@ -566,6 +570,13 @@ mod tests {
             (redlock, 1, ms(100), "not for Redlock"),
             (standalone.clone(), 0, ms(100), "ask for 1 or more"),
             (standalone.clone(), 1, ms(0), "below `response_timeout`"),
+            // `WAIT 1 0` would wait forever.
+            (
+                standalone.clone(),
+                1,
+                Duration::from_micros(500),
+                "at least 1 ms",
+            ),
             (standalone, 1, ms(1000), "raise `response_timeout`"),
         ] {
             let builder = LockManagerBuilder::new(topology).wait_for_replicas(n, timeout);
