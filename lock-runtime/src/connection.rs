@@ -205,6 +205,11 @@ pub(crate) struct Connections {
     slots: Mutex<Vec<Slot>>,
     /// The servers whose eviction policy was checked.
     checked: Checked,
+    /// Set by the endpoint's first connect: only that one is checked before its caller gets
+    /// it. A flag of its own, not "nothing checked yet", because a check that failed (a lost
+    /// reply, a cluster whose slots could not be read) leaves `checked` empty, and a later
+    /// connect, whose caller may be an acquire, must still not wait for its check.
+    first_connect_started: AtomicBool,
 }
 
 /// What one runtime has of the endpoint: a connection, or the one connect in flight.
@@ -235,6 +240,7 @@ impl Connections {
             timeouts,
             slots: Mutex::new(Vec::new()),
             checked: Checked::default(),
+            first_connect_started: AtomicBool::new(false),
         })
     }
 
@@ -306,7 +312,10 @@ impl Connections {
                 // command of the check reaches Redis after it. Any later one (a new runtime, a
                 // new Sentinel master after a failover) is checked after its caller has it:
                 // that caller may be an acquire, which must not wait for the check.
-                if connections.checked.is_empty() {
+                if !connections
+                    .first_connect_started
+                    .swap(true, Ordering::Relaxed)
+                {
                     if let Some(connection) = checking.take() {
                         connections.check_eviction(connection).await;
                     }

@@ -25,14 +25,6 @@ use crate::diagnose::{Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
 pub(crate) struct Checked(Mutex<HashSet<String>>);
 
 impl Checked {
-    /// Whether no server was checked yet (nor is being checked).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-    }
-
     /// Whether `server` is still to be checked; it counts as checked from now on.
     fn claim(&self, server: &str) -> bool {
         self.0
