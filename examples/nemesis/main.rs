@@ -405,7 +405,12 @@ fn nemesis(
             },
             FaultKind::Failover => match lock {
                 LockRedis::Sentinel(set) => {
-                    set.failover();
+                    let old = set.master();
+                    let new = set.failover();
+                    // Until the old master is a replica in sync, the set has no replica to fail
+                    // over to and no lock write can be acknowledged: the next fault waits for it.
+                    set.wait_demoted(old);
+                    wait_replica_online(new, Duration::from_secs(60));
                     None
                 }
                 LockRedis::Single { .. } => unreachable!("failover starts a Sentinel set"),
@@ -419,6 +424,21 @@ fn nemesis(
         };
         log.write(&fault)?;
         faults.push(fault);
+    }
+}
+
+/// Waits until `master` reports a replica whose link is up and in sync, or until `timeout`.
+fn wait_replica_online(master: &RedisServer, timeout: Duration) {
+    let deadline = now_micros() + micros(timeout);
+    while now_micros() < deadline {
+        let info: Option<String> = master
+            .try_conn()
+            .and_then(|mut connection| redis::cmd("INFO").arg("replication").query(&mut connection))
+            .ok();
+        if info.is_some_and(|info| info.contains("state=online")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
