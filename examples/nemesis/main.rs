@@ -13,8 +13,9 @@
 //! - `stop`: SIGSTOP of a worker for longer than the ttl, then SIGCONT;
 //! - `cut`: every connection between a worker and the lock Redis closed by its proxy;
 //! - `restart`: the lock Redis killed and started again (it reloads its append-only file);
-//! - `failover`: a Sentinel failover of the lock Redis (with `--faults` naming it, the lock
-//!   Redis is a Sentinel set instead, and `cut` and `restart` are not available: see USAGE).
+//! - `failover`: a Sentinel failover of the lock Redis (with `--faults` naming it, as the
+//!   default does, the lock Redis is a Sentinel set whose replica must acknowledge every lock
+//!   write, `wait_for_replicas(1, 300 ms)`, and `cut` and `restart` are not available: see USAGE).
 //!
 //! After `--duration` seconds the checker reads the histories and the store's records and
 //! reports, per kind of fault, what it cost; it exits 1 when an accepted write was out of token
@@ -49,10 +50,11 @@ usage: nemesis [--duration SECONDS] [--workers N] [--keys N] [--ttl SECONDS] [--
   --keys N            records (and locks) the workers share (default 3)
   --ttl SECONDS       the locks' ttl (default 3); a stopped worker stays stopped ttl + 0.5..1.5 s
   --faults LIST       comma-separated, of kill, stop, cut, restart, failover
-                      (default kill,stop,cut,restart). With failover the lock Redis is a
-                      Sentinel set, which the workers reach through the sentinels with no proxy
-                      between them, and which runs without an append-only file: cut and
-                      restart cannot be combined with it.
+                      (default kill,stop,failover). With failover the lock Redis is a Sentinel
+                      set (the workers wait for its replica's acknowledgement of every lock
+                      write), reached through the sentinels with no proxy between them and run
+                      without an append-only file: cut and restart cannot be combined with it;
+                      run them as kill,stop,cut,restart against a single lock Redis.
   --out DIR           where the histories go (default: a new temporary directory)
 
 Needs redis-server on PATH. Exits 1 when the checker finds a violation, 64 on a bad argument.";
@@ -96,12 +98,7 @@ fn parse(raw: &mut [String]) -> Result<Args, String> {
         workers: 4,
         keys: 3,
         ttl: Duration::from_secs(3),
-        faults: vec![
-            FaultKind::Kill,
-            FaultKind::Stop,
-            FaultKind::Cut,
-            FaultKind::Restart,
-        ],
+        faults: vec![FaultKind::Kill, FaultKind::Stop, FaultKind::Failover],
         out: None,
     };
     let mut it = raw.iter();
@@ -408,7 +405,12 @@ fn nemesis(
             },
             FaultKind::Failover => match lock {
                 LockRedis::Sentinel(set) => {
-                    set.failover();
+                    let old = set.master();
+                    let new = set.failover();
+                    // Until the old master is a replica in sync, the set has no replica to fail
+                    // over to and no lock write can be acknowledged: the next fault waits for it.
+                    set.wait_demoted(old);
+                    wait_replica_online(new, Duration::from_secs(60));
                     None
                 }
                 LockRedis::Single { .. } => unreachable!("failover starts a Sentinel set"),
@@ -422,6 +424,21 @@ fn nemesis(
         };
         log.write(&fault)?;
         faults.push(fault);
+    }
+}
+
+/// Waits until `master` reports a replica whose link is up and in sync, or until `timeout`.
+fn wait_replica_online(master: &RedisServer, timeout: Duration) {
+    let deadline = now_micros() + micros(timeout);
+    while now_micros() < deadline {
+        let info: Option<String> = master
+            .try_conn()
+            .and_then(|mut connection| redis::cmd("INFO").arg("replication").query(&mut connection))
+            .ok();
+        if info.is_some_and(|info| info.contains("state=online")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

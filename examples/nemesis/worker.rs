@@ -35,6 +35,9 @@ pub(crate) struct WorkerArgs {
 
 /// Every Redis call of the worker (lock and store) gets this long to answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a lock write waits for the Sentinel set's replica to acknowledge it: a same-host
+/// replica answers in well under a millisecond, and a failover takes it away for a few seconds.
+const REPLICA_WAIT: Duration = Duration::from_millis(300);
 
 pub(crate) fn run(args: &WorkerArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -156,8 +159,11 @@ async fn connect(args: &WorkerArgs) -> Result<LockManager, LockError> {
     loop {
         let builder = match &args.lock {
             LockAt::Url(url) => LockManager::builder(url.clone()),
+            // Without the replica's acknowledgement, a failover promotes a replica that may not
+            // have the latest lock or fencing increment: a second holder, and a stale token.
             LockAt::Sentinels(urls) => {
                 LockManager::sentinel_builder(urls, test_support::sentinel::SERVICE)
+                    .wait_for_replicas(1, REPLICA_WAIT)
             }
         };
         let builder = builder
