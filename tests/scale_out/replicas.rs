@@ -377,9 +377,6 @@ async fn auto_extend_gives_up_a_lock_whose_renewals_the_replica_does_not_acknowl
 /// into the response timeout (which would leave its outcome unknown, and the caller a Redis
 /// error instead of the cause).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: every WAIT of a runtime blocks its one shared connection in turn, so the \
-            fourth of five concurrent acquisitions meets the response timeout (docs/backends.md, \
-            `WAIT` blocks its connection); passes once each WAIT has a connection of its own"]
 async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
     let pair = Replicated::start();
     let manager = replicated(&pair.master().url()).await;
