@@ -352,9 +352,9 @@ impl Connections {
                 .find(|slot| slot.runtime == runtime)
                 .and_then(|slot| {
                     // A spare to a Sentinel master that may have failed over is closed.
-                    std::iter::from_fn(|| slot.spares.pop()).find(|spare| {
-                        !matches!(spare, Connection::Sentinel(master) if master.is_stale())
-                    })
+                    std::iter::from_fn(|| slot.spares.pop()).find(
+                        |spare| !matches!(spare, Connection::Sentinel(master) if master.is_stale()),
+                    )
                 })
         };
         let connection = match spare {

@@ -402,3 +402,82 @@ async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
         }
     }
 }
+
+/// A release does not queue behind another lock's `WAIT`: while an acquisition waits for the
+/// stopped replica, the release of a lock held before returns, and the acquisition is still
+/// waiting. On one shared connection, Redis would answer the release only after the `WAIT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_wait_behind_another_locks_wait() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    let once = LockOptions::new();
+    let held = manager.acquire("held", &once).await.unwrap();
+
+    pair.replica().pause();
+    let waiting = {
+        let manager = manager.clone();
+        tokio::spawn(async move { manager.try_acquire("waiting", &LockOptions::new()).await })
+    };
+    // Lets the acquisition send its `WAIT` first (should it not have yet on a busy machine, the
+    // release goes first anyway and the test proves less, never fails wrongly).
+    tokio::time::sleep(ACK / 6).await;
+    held.release().await.unwrap();
+    let release_came_first = !waiting.is_finished();
+    let outcome = waiting.await.unwrap();
+    pair.replica().resume();
+    assert!(
+        release_came_first,
+        "the release was answered only after the other lock's WAIT"
+    );
+    match outcome {
+        Err(error) => assert_not_replicated(&error, "lock:waiting"),
+        Ok(guard) => panic!("acquired without its replica: {guard:?}"),
+    }
+}
+
+/// The ids of the clients connected to `server`, but the one asking.
+fn client_ids(server: &test_support::RedisServer) -> std::collections::BTreeSet<String> {
+    let mut connection = server.client().get_connection().unwrap();
+    let own: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut connection)
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut connection)
+        .unwrap();
+    list.lines()
+        .filter_map(|line| line.split(' ').next())
+        .filter(|id| *id != format!("id={own}"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The connection a `WAIT` runs on is kept for the next one: acquisitions one after another
+/// open no new connection to the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_of_a_wait_is_kept_for_the_next() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    let once = LockOptions::new();
+    manager
+        .acquire("warm", &once)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = client_ids(pair.master());
+    for i in 0..10 {
+        let guard = manager.acquire(&format!("cycle:{i}"), &once).await.unwrap();
+        guard.extend(Duration::from_secs(5)).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        client_ids(pair.master()),
+        before,
+        "a WAIT opened a connection anew"
+    );
+}
