@@ -403,60 +403,68 @@ async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
     }
 }
 
-/// A release does not queue behind another lock's `WAIT`: while an acquisition waits for the
-/// stopped replica, the release of a lock held before returns, and the acquisition is still
-/// waiting. On one shared connection, Redis would answer the release only after the `WAIT`.
+/// A release does not queue behind other locks' `WAIT`s: while two extensions wait for the
+/// stopped replica, the release of a third lock returns, and the extensions are still waiting.
+/// On one shared connection, Redis would answer the release only after both `WAIT`s, past the
+/// response timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_does_not_wait_behind_another_locks_wait() {
+async fn a_release_does_not_wait_behind_other_locks_waits() {
+    const LONG_ACK: Duration = Duration::from_secs(2);
     let pair = Replicated::start();
-    let manager = replicated(&pair.master().url()).await;
+    let manager = LockManager::builder(&pair.master().url())
+        .response_timeout(Duration::from_secs(3))
+        .wait_for_replicas(1, LONG_ACK)
+        .connect()
+        .await
+        .unwrap();
     let once = LockOptions::new();
     let held = manager.acquire("held", &once).await.unwrap();
+    let extended = [
+        manager.acquire("extended:0", &once).await.unwrap(),
+        manager.acquire("extended:1", &once).await.unwrap(),
+    ];
 
     pair.replica().pause();
-    let waiting = {
-        let manager = manager.clone();
-        tokio::spawn(async move { manager.try_acquire("waiting", &LockOptions::new()).await })
-    };
-    // Lets the acquisition send its `WAIT` first (should it not have yet on a busy machine, the
-    // release goes first anyway and the test proves less, never fails wrongly).
-    tokio::time::sleep(ACK / 6).await;
-    held.release().await.unwrap();
-    let release_came_first = !waiting.is_finished();
-    let outcome = waiting.await.unwrap();
+    let extending: Vec<_> = extended
+        .into_iter()
+        .map(|guard| tokio::spawn(async move { guard.extend(Duration::from_secs(30)).await }))
+        .collect();
+    // Lets the extensions send their `WAIT`s first (should they not have yet on a busy machine,
+    // the release goes first anyway and the test proves less, never fails wrongly).
+    tokio::time::sleep(LONG_ACK / 20).await;
+    let released = held.release().await;
+    let extensions_still_waiting = extending.iter().all(|task| !task.is_finished());
+    let mut outcomes = Vec::new();
+    for task in extending {
+        outcomes.push(task.await.unwrap());
+    }
     pair.replica().resume();
+    released.expect("the release queued behind the other locks' WAITs");
     assert!(
-        release_came_first,
-        "the release was answered only after the other lock's WAIT"
+        extensions_still_waiting,
+        "the release was answered only after the other locks' WAITs"
     );
-    match outcome {
-        Err(error) => assert_not_replicated(&error, "lock:waiting"),
-        Ok(guard) => panic!("acquired without its replica: {guard:?}"),
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Err(error) => assert_not_replicated(error, &format!("lock:extended:{i}")),
+            Ok(()) => panic!("extended:{i} was extended without its replica"),
+        }
     }
 }
 
-/// The ids of the clients connected to `server`, but the one asking.
-fn client_ids(server: &test_support::RedisServer) -> std::collections::BTreeSet<String> {
-    let mut connection = server.client().get_connection().unwrap();
-    let own: i64 = redis::cmd("CLIENT")
-        .arg("ID")
-        .query(&mut connection)
-        .unwrap();
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("normal")
-        .query(&mut connection)
-        .unwrap();
-    list.lines()
-        .filter_map(|line| line.split(' ').next())
-        .filter(|id| *id != format!("id={own}"))
-        .map(str::to_owned)
-        .collect()
+/// How many connections `server` accepted since it started (`INFO stats`), the one asking
+/// included.
+fn connections_received(server: &test_support::RedisServer) -> u64 {
+    server
+        .info("stats")
+        .lines()
+        .find_map(|line| line.strip_prefix("total_connections_received:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("INFO stats names total_connections_received")
 }
 
-/// The connection a `WAIT` runs on is kept for the next one: acquisitions one after another
-/// open no new connection to the master.
+/// The connection a `WAIT` runs on is kept for the next one: acquisitions and extensions one
+/// after another open no new connection to the master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_of_a_wait_is_kept_for_the_next() {
     let pair = Replicated::start();
@@ -469,15 +477,16 @@ async fn the_connection_of_a_wait_is_kept_for_the_next() {
         .release()
         .await
         .unwrap();
-    let before = client_ids(pair.master());
+    let before = connections_received(pair.master());
     for i in 0..10 {
         let guard = manager.acquire(&format!("cycle:{i}"), &once).await.unwrap();
         guard.extend(Duration::from_secs(5)).await.unwrap();
         guard.release().await.unwrap();
     }
+    // The one `connections_received` opens to ask is the only new one.
     assert_eq!(
-        client_ids(pair.master()),
-        before,
+        connections_received(pair.master()),
+        before + 1,
         "a WAIT opened a connection anew"
     );
 }
