@@ -360,7 +360,9 @@ impl Connections {
         let connection = match spare {
             Some(connection) => connection,
             // Made on the caller's runtime, whose task drives it: kept with that runtime's slot.
-            None => self.endpoint.connect(self.timeouts).await?,
+            // Boxed: a connect (a Sentinel lookup, a connection manager) nests deep, and inlined
+            // in every lock operation's future it would overflow the compiler's layout depth.
+            None => self.endpoint.connect(self.timeouts).boxed().await?,
         };
         Ok(Lent {
             connection,

@@ -411,7 +411,7 @@ async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
 async fn a_release_does_not_wait_behind_other_locks_waits() {
     const LONG_ACK: Duration = Duration::from_secs(2);
     let pair = Replicated::start();
-    let manager = LockManager::builder(&pair.master().url())
+    let manager = LockManager::builder(pair.master().url())
         .response_timeout(Duration::from_secs(3))
         .wait_for_replicas(1, LONG_ACK)
         .connect()
