@@ -28,6 +28,10 @@ use tokio::sync::oneshot;
 const CLUSTER_RETRIES: u32 = 3;
 const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 200;
 
+/// How many lent connections a runtime keeps for the next `WAIT` once given back; more may be
+/// lent at once (each `WAIT` in flight has one), the surplus is closed when given back.
+const SPARES_KEPT: usize = 8;
+
 /// How to reach one endpoint.
 // Made once per manager and never moved on a hot path: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -218,6 +222,8 @@ struct Slot {
     state: State,
     /// When this runtime last took its connection for a request.
     last_used: std::time::Instant,
+    /// Connections given back after a `WAIT` (see [`Connections::lend`]), for the next one.
+    spares: Vec<Connection>,
 }
 
 enum State {
@@ -286,6 +292,7 @@ impl Connections {
                         runtime: id,
                         state: State::Connecting(attempt.clone()),
                         last_used: std::time::Instant::now(),
+                        spares: Vec::new(),
                     });
                     start = Some(result);
                     attempt
@@ -327,6 +334,41 @@ impl Connections {
             }));
         }
         attempt.await
+    }
+
+    /// A connection of the current runtime's own for one request that blocks its connection
+    /// (`WAIT`): a spare one given back before, or a new one. Redis answers a connection's
+    /// commands in order, so a `WAIT` on the shared connection would hold up every command
+    /// queued behind it, other `WAIT`s included, each for up to its whole timeout.
+    ///
+    /// Give it back with [`Lent::give_back`] once its reply came; one dropped instead (after an
+    /// error, or by a caller that gave up while its `WAIT` may still block it) is closed.
+    pub(crate) async fn lend(self: &Arc<Self>) -> RedisResult<Lent> {
+        let runtime = Handle::current().id();
+        let spare = {
+            let mut slots = self.slots();
+            slots
+                .iter_mut()
+                .find(|slot| slot.runtime == runtime)
+                .and_then(|slot| {
+                    // A spare to a Sentinel master that may have failed over is closed.
+                    std::iter::from_fn(|| slot.spares.pop()).find(
+                        |spare| !matches!(spare, Connection::Sentinel(master) if master.is_stale()),
+                    )
+                })
+        };
+        let connection = match spare {
+            Some(connection) => connection,
+            // Made on the caller's runtime, whose task drives it: kept with that runtime's slot.
+            // Boxed: a connect (a Sentinel lookup, a connection manager) nests deep, and inlined
+            // in every lock operation's future it would overflow the compiler's layout depth.
+            None => self.endpoint.connect(self.timeouts).boxed().await?,
+        };
+        Ok(Lent {
+            connection,
+            connections: Arc::clone(self),
+            runtime,
+        })
     }
 
     /// Checks whether the server(s) behind `connection` may evict lock keys (see
@@ -394,6 +436,34 @@ impl Connections {
     }
 }
 
+/// A connection lent by [`Connections::lend`] for one request.
+pub(crate) struct Lent {
+    connection: Connection,
+    connections: Arc<Connections>,
+    runtime: Id,
+}
+
+impl Lent {
+    /// The lent connection.
+    pub(crate) fn connection(&mut self) -> &mut Connection {
+        &mut self.connection
+    }
+
+    /// Keeps the connection for the next request that needs one of its own, when its runtime
+    /// still has a connection (a slot dropped with its runtime, or for a stale Sentinel master,
+    /// takes its spares with it) and keeps fewer than [`SPARES_KEPT`].
+    pub(crate) fn give_back(self) {
+        let mut slots = self.connections.slots();
+        if let Some(slot) = slots.iter_mut().find(|slot| {
+            slot.runtime == self.runtime && matches!(slot.state, State::Connected { .. })
+        }) {
+            if slot.spares.len() < SPARES_KEPT {
+                slot.spares.push(self.connection);
+            }
+        }
+    }
+}
+
 /// The end of a runtime's connect attempt: records the connection, or takes the attempt out
 /// so that the next caller starts another; also when the runtime drops the attempt unfinished.
 struct EndAttempt {
@@ -430,6 +500,7 @@ impl EndAttempt {
                 runtime: self.runtime,
                 state,
                 last_used: std::time::Instant::now(),
+                spares: Vec::new(),
             }),
         }
         self.connected = true;

@@ -377,9 +377,6 @@ async fn auto_extend_gives_up_a_lock_whose_renewals_the_replica_does_not_acknowl
 /// into the response timeout (which would leave its outcome unknown, and the caller a Redis
 /// error instead of the cause).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: every WAIT of a runtime blocks its one shared connection in turn, so the \
-            fourth of five concurrent acquisitions meets the response timeout (docs/backends.md, \
-            `WAIT` blocks its connection); passes once each WAIT has a connection of its own"]
 async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
     let pair = Replicated::start();
     let manager = replicated(&pair.master().url()).await;
@@ -404,4 +401,92 @@ async fn concurrent_acquisitions_without_the_replica_each_say_not_replicated() {
             Ok(guard) => panic!("many:{i} was acquired without its replica: {guard:?}"),
         }
     }
+}
+
+/// A release does not queue behind other locks' `WAIT`s: while two extensions wait for the
+/// stopped replica, the release of a third lock returns, and the extensions are still waiting.
+/// On one shared connection, Redis would answer the release only after both `WAIT`s, past the
+/// response timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_wait_behind_other_locks_waits() {
+    const LONG_ACK: Duration = Duration::from_secs(2);
+    let pair = Replicated::start();
+    let manager = LockManager::builder(pair.master().url())
+        .response_timeout(Duration::from_secs(3))
+        .wait_for_replicas(1, LONG_ACK)
+        .connect()
+        .await
+        .unwrap();
+    let once = LockOptions::new();
+    let held = manager.acquire("held", &once).await.unwrap();
+    let extended = [
+        manager.acquire("extended:0", &once).await.unwrap(),
+        manager.acquire("extended:1", &once).await.unwrap(),
+    ];
+
+    pair.replica().pause();
+    let extending: Vec<_> = extended
+        .into_iter()
+        .map(|guard| tokio::spawn(async move { guard.extend(Duration::from_secs(30)).await }))
+        .collect();
+    // Lets the extensions send their `WAIT`s first (should they not have yet on a busy machine,
+    // the release goes first anyway and the test proves less, never fails wrongly).
+    tokio::time::sleep(LONG_ACK / 20).await;
+    let released = held.release().await;
+    let extensions_still_waiting = extending.iter().all(|task| !task.is_finished());
+    let mut outcomes = Vec::new();
+    for task in extending {
+        outcomes.push(task.await.unwrap());
+    }
+    pair.replica().resume();
+    released.expect("the release queued behind the other locks' WAITs");
+    assert!(
+        extensions_still_waiting,
+        "the release was answered only after the other locks' WAITs"
+    );
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Err(error) => assert_not_replicated(error, &format!("lock:extended:{i}")),
+            Ok(()) => panic!("extended:{i} was extended without its replica"),
+        }
+    }
+}
+
+/// How many connections `server` accepted since it started (`INFO stats`), the one asking
+/// included.
+fn connections_received(server: &test_support::RedisServer) -> u64 {
+    server
+        .info("stats")
+        .lines()
+        .find_map(|line| line.strip_prefix("total_connections_received:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("INFO stats names total_connections_received")
+}
+
+/// The connection a `WAIT` runs on is kept for the next one: acquisitions and extensions one
+/// after another open no new connection to the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_of_a_wait_is_kept_for_the_next() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    let once = LockOptions::new();
+    manager
+        .acquire("warm", &once)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = connections_received(pair.master());
+    for i in 0..10 {
+        let guard = manager.acquire(&format!("cycle:{i}"), &once).await.unwrap();
+        guard.extend(Duration::from_secs(5)).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    // The one `connections_received` opens to ask is the only new one.
+    assert_eq!(
+        connections_received(pair.master()),
+        before + 1,
+        "a WAIT opened a connection anew"
+    );
 }

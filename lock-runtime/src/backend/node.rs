@@ -249,7 +249,7 @@ impl Node {
             let set = match self.replicas {
                 None => set_nx(&mut connection, keys, token, ttl_millis).await,
                 Some(replicas) => {
-                    match set_nx_acked(&mut connection, keys, token, ttl_millis, replicas).await {
+                    match set_nx_acked(&self.connections, keys, token, ttl_millis, replicas).await {
                         Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
                             return Err(self
                                 .not_acknowledged(keys, token, acknowledged, replicas)
@@ -350,7 +350,7 @@ impl Node {
                     .replicas
                     .filter(|_| wait == Wait::FirstTry && !sent_again);
                 let (reply, acknowledged): (Vec<i64>, Option<u32>) =
-                    match acquire_script(acked, &cmd, &mut connection).await {
+                    match acquire_script(acked, &cmd, &mut connection, &self.connections).await {
                         // A first try runs the same twice (a second run finds the lock its first
                         // took, and the fencing token issued then): sent once more on the
                         // connection made anew. A place in line is kept by the waiter instead (see
@@ -360,7 +360,7 @@ impl Node {
                         // `WAIT` here, it is confirmed below as a lock found handed over is.
                         Err(error) if may_send_again && self.sends_once_more(&error) => {
                             let mut connection = self.connection().await?;
-                            acquire_script(None, &cmd, &mut connection).await?
+                            acquire_script(None, &cmd, &mut connection, &self.connections).await?
                         }
                         reply => reply?,
                     };
@@ -826,7 +826,7 @@ impl Node {
             None => scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?,
             Some(replicas) => {
                 let (extended, acknowledged) = replicas
-                    .run(Some(&scripts::EXTEND), &cmd, &mut connection)
+                    .run(Some(&scripts::EXTEND), &cmd, &self.connections)
                     .await?;
                 // Not given back: the holder still holds it on the master, and says so by
                 // the error; its watchdog tries again, and gives it up by its expiry.
@@ -872,7 +872,6 @@ impl Node {
         ttl_millis: u64,
         replicas: Replicas,
     ) -> RedisResult<(Ownership, u32)> {
-        let mut connection = self.connection().await?;
         let (forced, since) = (keys.forced(), keys.since());
         let mut cmd = scripts::evalsha(
             &scripts::EXTEND,
@@ -882,7 +881,7 @@ impl Node {
         );
         cmd.arg(token).arg(ttl_millis);
         let (extended, acknowledged): (i64, u32) = replicas
-            .run(Some(&scripts::EXTEND), &cmd, &mut connection)
+            .run(Some(&scripts::EXTEND), &cmd, &self.connections)
             .await?;
         let ours = Ownership::from_reply(extended)
             .ok_or_else(|| unexpected_reply("the extend script", &[extended]))?;
@@ -1091,7 +1090,7 @@ async fn set_nx(
 /// `SET NX PX` and `WAIT` in one round trip: whether it was set, and how many replicas
 /// acknowledged.
 async fn set_nx_acked(
-    connection: &mut Connection,
+    connections: &Arc<Connections>,
     keys: &LockKeys,
     token: &str,
     ttl_millis: u64,
@@ -1103,23 +1102,25 @@ async fn set_nx_acked(
         .arg("NX")
         .arg("PX")
         .arg(ttl_millis);
-    let (set, acknowledged): (Value, u32) = replicas.run(None, &set, connection).await?;
+    let (set, acknowledged): (Value, u32) = replicas.run(None, &set, connections).await?;
     Ok((set == Value::Okay, acknowledged))
 }
 
-/// The acquire script, and — when `replicas` is given — `WAIT` in the same round trip, whose
-/// count comes with the reply.
+/// The acquire script on `connection`, or — when `replicas` is given — with `WAIT` in the same
+/// round trip on a connection lent by `connections` (see `Replicas::run`), whose count comes
+/// with the reply.
 async fn acquire_script(
     replicas: Option<Replicas>,
     cmd: &Cmd,
     connection: &mut Connection,
+    connections: &Arc<Connections>,
 ) -> RedisResult<(Vec<i64>, Option<u32>)> {
     match replicas {
         None => scripts::invoke(&scripts::ACQUIRE, cmd, connection)
             .await
             .map(|reply| (reply, None)),
         Some(replicas) => replicas
-            .run(Some(&scripts::ACQUIRE), cmd, connection)
+            .run(Some(&scripts::ACQUIRE), cmd, connections)
             .await
             .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
     }

@@ -12,11 +12,12 @@
 //! lock found handed over is confirmed by a write of this connection's own (setting its ttl)
 //! before `WAIT`: a `WAIT` after a command that wrote nothing would count an older write.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script};
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Connections};
 
 /// The error code of a write that too few replicas acknowledged in time (see
 /// [`not_replicated`]); `LockError`'s conversion turns it into `LockError::NotReplicated`.
@@ -41,12 +42,19 @@ impl Replicas {
     /// Runs `cmd` — by `script`'s SHA when `script` is given, loaded and sent again if Redis
     /// does not know it — followed by `WAIT` in the same round trip: its reply, and how many
     /// replicas acknowledged the connection's writes up to it.
+    ///
+    /// On a connection lent for this pipeline alone (see `Connections::lend`): `WAIT` blocks
+    /// the connection it is sent on until the replicas answer or its timeout runs out, which on
+    /// the runtime's shared connection would hold up every command queued behind it. The write
+    /// goes on the same lent connection, as `WAIT` counts that connection's writes.
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         script: Option<&Script>,
         cmd: &Cmd,
-        connection: &mut Connection,
+        connections: &Arc<Connections>,
     ) -> RedisResult<(T, u32)> {
+        let mut lent = connections.lend().await?;
+        let connection = lent.connection();
         let mut pipeline = redis::pipe();
         pipeline.add_command(cmd.clone()).add_command(self.wait());
         let replied: RedisResult<(T, i64)> = match pipeline.query_async(connection).await {
@@ -62,7 +70,9 @@ impl Replicas {
             }
             other => other,
         };
+        // Dropped, and so closed, on an error: it may be dead, or a Sentinel master no more.
         let (reply, acknowledged) = replied?;
+        lent.give_back();
         Ok((reply, u32::try_from(acknowledged).unwrap_or(0)))
     }
 
