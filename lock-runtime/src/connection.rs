@@ -427,6 +427,7 @@ impl Connections {
     }
 
     /// How many runtimes currently have a connection or a connect in flight (for leak tests).
+    #[cfg(any(test, feature = "resource-counts"))]
     pub(crate) fn len(&self) -> usize {
         self.slots().len()
     }

@@ -206,6 +206,7 @@ impl GrantHub {
     }
 
     /// How many waiters are registered now (for leak tests).
+    #[cfg(any(test, feature = "resource-counts"))]
     pub(crate) fn waiters(&self) -> usize {
         self.shared.state().waiters.len()
     }

@@ -174,6 +174,7 @@ impl LocalQueues {
     }
 
     /// How many keys have a queue now (for leak tests).
+    #[cfg(any(test, feature = "resource-counts"))]
     pub(crate) fn len(&self) -> usize {
         self.map().len()
     }

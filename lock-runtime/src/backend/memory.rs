@@ -405,6 +405,7 @@ impl Memory {
     }
 
     /// How many locks are held or awaited in the process (for leak tests).
+    #[cfg(feature = "resource-counts")]
     pub(crate) fn len(&self) -> usize {
         let now = Instant::now();
         let mut table = self.table();

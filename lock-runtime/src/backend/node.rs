@@ -66,6 +66,7 @@ impl Node {
         self.connections.get().await
     }
 
+    #[cfg(feature = "resource-counts")]
     pub(crate) fn connections(&self) -> &Connections {
         &self.connections
     }
