@@ -814,31 +814,20 @@ impl Node {
         token: &str,
         ttl_millis: u64,
     ) -> RedisResult<Ownership> {
-        let mut connection = self.connection().await?;
-        let (forced, since) = (keys.forced(), keys.since());
-        let mut cmd = scripts::evalsha(
-            &scripts::EXTEND,
-            &[&keys.lock, &forced, &since],
-            2,
-            token.len() + 20,
-        );
-        cmd.arg(token).arg(ttl_millis);
-        let extended: i64 = match self.replicas {
-            None => scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?,
-            Some(replicas) => {
-                let (extended, acknowledged) = replicas
-                    .run(Some(&scripts::EXTEND), &cmd, &self.connections)
-                    .await?;
-                // Not given back: the holder still holds it on the master, and says so by
-                // the error; its watchdog tries again, and gives it up by its expiry.
-                if extended == 1 && !replicas.enough(acknowledged) {
-                    return Err(not_replicated(&keys.lock, acknowledged, replicas.count));
-                }
-                extended
-            }
+        let Some(replicas) = self.replicas else {
+            let mut connection = self.connection().await?;
+            let cmd = extend_command(keys, token, ttl_millis);
+            let extended: i64 = scripts::invoke(&scripts::EXTEND, &cmd, &mut connection).await?;
+            return Ownership::from_reply(extended)
+                .ok_or_else(|| unexpected_reply("the extend script", &[extended]));
         };
-        Ownership::from_reply(extended)
-            .ok_or_else(|| unexpected_reply("the extend script", &[extended]))
+        let (ours, acknowledged) = self.extend_acked(keys, token, ttl_millis, replicas).await?;
+        // Not given back: the holder still holds it on the master, and says so by the error;
+        // its watchdog tries again, and gives it up by its expiry.
+        if ours.is_ours() && !replicas.enough(acknowledged) {
+            return Err(not_replicated(&keys.lock, acknowledged, replicas.count));
+        }
+        Ok(ours)
     }
 
     /// Whether locks count only once replicas acknowledged them.
@@ -873,14 +862,7 @@ impl Node {
         ttl_millis: u64,
         replicas: Replicas,
     ) -> RedisResult<(Ownership, u32)> {
-        let (forced, since) = (keys.forced(), keys.since());
-        let mut cmd = scripts::evalsha(
-            &scripts::EXTEND,
-            &[&keys.lock, &forced, &since],
-            2,
-            token.len() + 20,
-        );
-        cmd.arg(token).arg(ttl_millis);
+        let cmd = extend_command(keys, token, ttl_millis);
         let (extended, acknowledged): (i64, u32) = replicas
             .run(Some(&scripts::EXTEND), &cmd, &self.connections)
             .await?;
@@ -1206,4 +1188,18 @@ fn flag(on: bool) -> &'static str {
     } else {
         "0"
     }
+}
+
+/// The extend script's call: the lock, its forced mark and its since record; the token and the
+/// new ttl.
+fn extend_command(keys: &LockKeys, token: &str, ttl_millis: u64) -> Cmd {
+    let (forced, since) = (keys.forced(), keys.since());
+    let mut cmd = scripts::evalsha(
+        &scripts::EXTEND,
+        &[&keys.lock, &forced, &since],
+        2,
+        token.len() + 20,
+    );
+    cmd.arg(token).arg(ttl_millis);
+    cmd
 }
