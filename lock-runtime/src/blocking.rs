@@ -75,7 +75,7 @@ fn block_on<F: Future>(
     }
     // The background runtime's thread drives timers and sockets all the time, so the future can
     // be polled here, on the caller's thread, and what it spawns runs there between calls.
-    Ok(crate::background::handle().block_on(future))
+    Ok(crate::support::background::handle().block_on(future))
 }
 
 /// Takes and releases locks from synchronous code: the async [`crate::LockManager`] on a

@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::keys::LockKeys;
 use crate::backend::{Backend, Replicas};
-use crate::connection::Endpoint;
-use crate::keys::LockKeys;
 use crate::options::{Timeouts, MAX_DURATION};
-use crate::sentinel::{MasterTls, Sentinels};
+use crate::redis::connection::Endpoint;
+use crate::redis::sentinel::{MasterTls, Sentinels};
 use crate::shared::Shared;
 use crate::LockError;
 
@@ -56,7 +56,7 @@ pub struct LockManagerBuilder {
     /// How many replicas must acknowledge each lock write (`wait_for_replicas`).
     replicas: Option<Replicas>,
     /// Sentinel only: the master's user name and password.
-    master_login: Option<crate::sentinel::Login>,
+    master_login: Option<crate::redis::sentinel::Login>,
     /// PEM of the certificate authority that signed the servers' certificates, for `rediss://`
     /// servers whose certificate the system's roots do not vouch for.
     #[cfg(feature = "tls")]
@@ -276,7 +276,7 @@ impl LockManagerBuilder {
                     .iter()
                     .map(|url| Ok(self.open(url)?.get_connection_info().clone()))
                     .collect::<Result<_, LockError>>()?;
-                let tls = crate::sentinel::master_tls_mode(&sentinels)
+                let tls = crate::redis::sentinel::master_tls_mode(&sentinels)
                     .map_err(|mixed| {
                         LockError::config(format!(
                             "{mixed}: write every sentinel URL with the same scheme, \

@@ -248,7 +248,7 @@ impl From<redis::RedisError> for LockError {
 /// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
 /// answered: a permission error or a server that is not Redis at all get their own advice.
 fn redis_hint(error: &redis::RedisError) -> &'static str {
-    use crate::classify::{classify, Meaning};
+    use crate::redis::classify::{classify, Meaning};
     use redis::ErrorKind;
     match classify(error) {
         // Refused by the client's own command: the user may lack the script commands.

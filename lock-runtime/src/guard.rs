@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::held::{Finder, Held};
-use crate::queue::Turn;
+use crate::acquire::queue::Turn;
+use crate::hold::held::{Finder, Held};
 use crate::LockError;
 
 /// A held lock.
@@ -68,13 +68,13 @@ impl LockGuard {
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
     /// over with, on the background runtime, unless it is released before (see `confirm`).
     pub(crate) fn confirm_ttl(&mut self) {
-        crate::confirm::schedule(Arc::clone(&self.held));
+        crate::hold::confirm::schedule(Arc::clone(&self.held));
     }
 
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
     pub(crate) fn start_watchdog(&mut self) {
         let held = Arc::clone(&self.held);
-        self.watchdog = Some(tokio::spawn(crate::watchdog::keep_alive(held)));
+        self.watchdog = Some(tokio::spawn(crate::hold::watchdog::keep_alive(held)));
     }
 
     /// The full Redis key of the lock (`key_prefix + name`).
@@ -323,7 +323,7 @@ impl Drop for LockGuard {
         let turn = self.turn.take();
         // The caller's runtime may be shutting down (a cancelled task at the end of a test),
         // or there may be none: release on the background runtime, which is always there.
-        crate::background::spawn(async move {
+        crate::support::background::spawn(async move {
             if let Err(error) = held.unlock().await {
                 if !matches!(error, LockError::Lost { .. }) {
                     tracing::warn!(target: "distlock", key = %held.keys.lock, %error, "release after drop failed; the lock expires at the end of its ttl");

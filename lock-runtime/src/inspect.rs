@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{self, Stream};
 
+use crate::backend::keys::LockKeys;
 use crate::backend::{Look, Scan};
-use crate::keys::LockKeys;
 use crate::{LockError, LockManager};
 
 /// One held lock, as [`LockManager::inspect`] and [`LockManager::list`] see it.
@@ -281,7 +281,7 @@ impl Walk {
                 let Ok(key) = String::from_utf8(key) else {
                     continue;
                 };
-                if crate::keys::has_helper_shape(&key) {
+                if crate::backend::keys::has_helper_shape(&key) {
                     continue;
                 }
                 let Some(name) = key.strip_prefix(prefix) else {
@@ -300,7 +300,7 @@ impl Walk {
 }
 
 fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
-    let holder = crate::identity::parse(&look.value).map(|identity| Holder {
+    let holder = crate::support::identity::parse(&look.value).map(|identity| Holder {
         host: identity.host,
         pid: identity.pid,
         label: identity.label.unwrap_or_else(|| name.to_owned()),

@@ -19,58 +19,44 @@
 //! 1. **Acquire.** `#[distributed_lock]` formats the key, opens the call's `distlock.lock` span
 //!    (`attribute::span`) and calls `attribute::acquire`, which
 //!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
-//!    lock's Redis keys (`keys`), waits for its turn among the tasks of this process that want
-//!    the same key (`queue`), then lets the state machine of `acquire` decide each step: a first
+//!    lock's Redis keys (`backend::keys`), waits for its turn among the tasks of this process that want
+//!    the same key (`acquire::queue`), then lets the state machine of `acquire::machine` decide each step: a first
 //!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
-//!    master's wake list), sleeping until a hand-off message or a wake-up (`grants`), the
+//!    master's wake list), sleeping until a hand-off message or a wake-up (`backend::grants`), the
 //!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out.
 //!    Every Redis operation goes through the one seam, `backend`. A Redis error is retried with
-//!    backoff (`retry`) unless `classify` says retrying cannot cure it.
+//!    backoff (`support::retry`) unless `redis::classify` says retrying cannot cure it.
 //! 2. **Body.** The caller gets a [`LockGuard`]. A lock handed over holds on a short claim
 //!    until its full ttl is confirmed, a third into the claim, on the background runtime
-//!    (`confirm`). With auto-extension, a `watchdog` task extends
-//!    the lock every ttl/3, sharing what it knows (`held`) with the guard; `attribute::run` races
+//!    (`hold::confirm`). With auto-extension, a `hold::watchdog` task extends
+//!    the lock every ttl/3, sharing what it knows (`hold::held`) with the guard; `attribute::run` races
 //!    the body against the watchdog and cancels the body when the lock is lost.
-//! 3. **Release.** [`LockGuard::release`] runs the release script (`scripts`): compare-and-delete
+//! 3. **Release.** [`LockGuard::release`] runs the release script (`backend::scripts`): compare-and-delete
 //!    by token, handing the lock to the next in line. A guard dropped without a release (panic,
-//!    cancellation) releases on the process-wide `background` runtime, and an acquire dropped
-//!    while its command was in flight is finished there too (`finish`), so no clean-up depends on
+//!    cancellation) releases on the process-wide `support::background` runtime, and an acquire dropped
+//!    while its command was in flight is finished there too (`acquire::finish`), so no clean-up depends on
 //!    the caller's runtime.
 //!
-//! # The modules, from the bottom up
+//! # The folders, from the bottom up
 //!
-//! Each module's code uses only modules listed before it (its documentation may link ahead):
-//! there are no loops. A held lock keeps the
-//! manager's inside (`shared`), not the manager, so `held`, `watchdog` and `guard` lie below
-//! `manager`; `builder` makes the inside that `manager` wraps.
+//! The folders are listed from the bottom up: a folder's code uses the ones above it in the
+//! table, and the upward uses that remain are being taken out. The public types sit at the top of the crate, as thin faces over the
+//! folders.
 //!
-//! | module | what it holds |
+//! | folder / module | what it holds |
 //! |---|---|
-//! | `classify` | what a Redis error means, whichever server worded it |
+//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`) — and metrics (`meters`) |
 //! | `error` | [`LockError`]: what went wrong and what to do |
-//! | `retry` | the pauses between tries: one `Backoff`, and jitter |
-//! | `identity` | the lock's value: its UUID, then who holds it (host, pid, since, label) |
 //! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
-//! | `meters` | metrics through the `metrics` facade (the `metrics` feature) |
-//! | `keys` | the lock key and its helper keys: one cluster slot, namespaces that cannot meet |
-//! | `background` | the process-wide runtime for clean-up that outlives its caller (one per process, also after a fork) |
-//! | `sentinel` | which server is a Sentinel service's master now |
+//! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
 //! | `diagnose` | which server settings can break locks (eviction), and their fix |
-//! | `eviction` | the eviction check after a connect: one warning per server |
-//! | `connection` | connections to one endpoint, per tokio runtime, with timeouts |
-//! | `scripts` | the Lua scripts, with their `KEYS`, `ARGV` and replies |
-//! | `finish` | finishing a Redis call whose caller stopped waiting |
-//! | `grants` | messages to one waiter: a hand-off, or a wake-up on Redlock |
-//! | `backend` | the seam: one endpoint, a server or a cluster (`node`); Redlock's majority (`quorum`); the in-process table (`memory`); what a manager recently learned of a key (`recent`) |
-//! | `queue` | the in-process first-come-first-served line per key |
-//! | `acquire` | the waiting protocol as a state machine, without I/O |
+//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches; one endpoint, a server or a cluster (`line`); Redlock's majority (`quorum`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
+//! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O (`machine`), the in-process first-come-first-served line (`queue`), finishing a call whose caller stopped waiting (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
-//! | `held` | what a held lock's guard and watchdog share |
-//! | `watchdog` | auto-extension |
-//! | `confirm` | the lazy confirmation of a lock handed over on its claim |
+//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
-//! | `manager` | [`LockManager`], and [`LockManagerBuilder::connect`], which wraps the inside |
+//! | `manager` | [`LockManager`], the acquisition's driver, and [`LockManagerBuilder::connect`], which wraps the inside |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
 //! | `global` | the global manager ([`init`], [`global()`]) |
 //! | `blocking` | the same API for synchronous code |
@@ -86,32 +72,19 @@ mod acquire;
 #[doc(hidden)]
 pub mod attribute;
 mod backend;
-mod background;
 pub mod blocking;
 mod builder;
-mod classify;
-mod confirm;
-mod connection;
 pub mod diagnose;
 mod error;
-mod eviction;
-mod finish;
 mod global;
-mod grants;
 mod guard;
-mod held;
-mod identity;
+mod hold;
 mod inspect;
-mod keys;
 mod manager;
-mod meters;
 mod options;
-mod queue;
-mod retry;
-mod scripts;
-mod sentinel;
+mod redis;
 mod shared;
-mod watchdog;
+mod support;
 
 pub use builder::LockManagerBuilder;
 pub use error::{LockError, LostCause};

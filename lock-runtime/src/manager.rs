@@ -7,17 +7,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::acquire::{Acquisition, Outcome, Request, Step};
+use crate::acquire::finish::FinishOnDrop;
+use crate::acquire::machine::{Acquisition, Outcome, Request, Step};
+use crate::acquire::queue::Turn;
+use crate::backend::grants::{Grant, GrantWaiter};
+use crate::backend::keys::LockKeys;
 use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
-use crate::finish::FinishOnDrop;
-use crate::grants::{Grant, GrantWaiter};
-use crate::held::{Expiry, Held};
-use crate::keys::LockKeys;
-use crate::meters::Meter;
-use crate::queue::Turn;
-use crate::retry::{jitter, Backoff};
+use crate::hold::held::{Expiry, Held};
 use crate::shared::Shared;
+use crate::support::meters::Meter;
+use crate::support::retry::{jitter, Backoff};
 use crate::{LockError, LockGuard, LockOptions};
 
 /// A hand-off message is trusted without asking Redis only while the claim it announces has at
@@ -345,7 +345,7 @@ impl LockManager {
                             unreplicated = crate::backend::as_not_replicated(&error)
                                 .is_some()
                                 .then(|| error.clone());
-                            let permanent = crate::classify::is_permanent(&error);
+                            let permanent = crate::redis::classify::is_permanent(&error);
                             if !permanent {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
@@ -735,7 +735,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !crate::classify::may_have_run(&error) => {}
+                Some(Err(error)) if !crate::redis::classify::may_have_run(&error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -750,8 +750,8 @@ impl LockManager {
             // A waiter that keeps its place goes on under this token: its next look finds what
             // this attempt did, and its place is left if it gives up.
             let kept = in_line && self.inner.backend.keeps_place_through(error);
-            if crate::classify::may_have_run(error) && !kept {
-                crate::finish::spawn_clean_up(clean_up, None);
+            if crate::redis::classify::may_have_run(error) && !kept {
+                crate::acquire::finish::spawn_clean_up(clean_up, None);
             }
         }
         outcome
@@ -855,7 +855,7 @@ fn in_process_shared() -> Shared {
 /// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock (process
 /// `pid`, the one the manager's inside was made in: this one).
 fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
-    crate::identity::new_value(options.encoded_label(), pid)
+    crate::support::identity::new_value(options.encoded_label(), pid)
 }
 
 fn to_strings<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
@@ -926,7 +926,7 @@ impl PlaceInLine {
             return;
         };
         let (manager, keys) = (self.manager.clone(), self.keys.clone());
-        crate::finish::spawn_clean_up(
+        crate::acquire::finish::spawn_clean_up(
             move |_: Option<()>| async move { manager.leave_line(&keys, &token).await },
             None,
         );

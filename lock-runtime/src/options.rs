@@ -175,9 +175,9 @@ impl LockOptions {
     pub fn label(mut self, label: impl Into<String>) -> Self {
         let text: String = label.into();
         // Cut once, here, so that the value, the metrics and `label_text` all carry one label.
-        let text = crate::identity::bounded(&text, crate::identity::MAX_LABEL);
+        let text = crate::support::identity::bounded(&text, crate::support::identity::MAX_LABEL);
         self.label = Some(Label {
-            encoded: crate::identity::encode_label(text),
+            encoded: crate::support::identity::encode_label(text),
             text: Arc::from(text),
         });
         self

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use once_cell::sync::OnceCell;
 
+use crate::acquire::queue::LocalQueues;
 use crate::backend::Backend;
-use crate::queue::LocalQueues;
 use crate::LockError;
 
 /// Makes a manager's inside anew from its settings, without a Redis call (the process that

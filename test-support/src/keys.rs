@@ -2,7 +2,7 @@
 //! counter or any other helper of a lock from the lock's full key instead of spelling the
 //! format by hand.
 //!
-//! This mirrors `LockKeys::helper` in `lock-runtime/src/keys.rs`, which is not public: the
+//! This mirrors `LockKeys::helper` in `lock-runtime/src/backend/keys.rs`, which is not public: the
 //! helper `s` of the lock key `L` is `{T}:distlock:s` when the tag `T` is `L` itself, else
 //! `{T}:distlock:s:L`, where `T` is `L`'s own hash tag when it has one and `L` otherwise.
 //! A lock key with a `}` but no hash tag gets a tag from a table inside lock-runtime; no test

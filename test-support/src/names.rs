@@ -3,7 +3,7 @@
 //! rule that tells which full keys distlock refuses, and [`no_two_locks_share_a_key`], the
 //! property check run on a standalone server and on a cluster.
 //!
-//! The helper-key format read here is the one documented in `lock-runtime/src/keys.rs`:
+//! The helper-key format read here is the one documented in `lock-runtime/src/backend/keys.rs`:
 //! `{T}:distlock:<word>` when the tag `T` is the lock key itself, else
 //! `{T}:distlock:<word>:<lock key>`.
 

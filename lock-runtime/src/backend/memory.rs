@@ -1,6 +1,6 @@
 //! The in-process backend: the lock table in this process's memory, no server.
 //!
-//! It keeps the line protocol of a single Redis endpoint ([`super::node`] with the scripts in
+//! It keeps the line protocol of a single Redis endpoint ([`super::line`] with the scripts in
 //! `scripts.rs`), step for step, so that a manager on it behaves as one on Redis: a lock is a
 //! token with an expiry; a release frees it only for the token that holds it and hands it to the
 //! first live waiter in line (for at most the claim, which the new holder confirms); waiters
@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Attempt, Look, Ownership, Wait, CLAIM, LEASE};
-use crate::grants::{Grant, GrantHub};
-use crate::keys::LockKeys;
+use crate::backend::grants::{Grant, GrantHub};
+use crate::backend::keys::LockKeys;
 use crate::LostCause;
 
 /// How long a force-released holder's token is kept in its lock's `forced` mark, as on Redis.

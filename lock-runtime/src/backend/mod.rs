@@ -18,11 +18,14 @@
 //! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
 //! its last place in a line, Redis's clock — is kept in `recent`.
 
+pub(crate) mod grants;
+pub(crate) mod keys;
+mod line;
 mod memory;
-mod node;
 mod quorum;
 mod recent;
 mod replicas;
+pub(crate) mod scripts;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,16 +34,16 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::time::Instant;
 
-use crate::classify::Meaning;
-use crate::connection::{Connections, Endpoint};
-use crate::grants::{GrantHub, Servers};
-use crate::keys::LockKeys;
+use crate::backend::grants::{GrantHub, Servers};
+use crate::backend::keys::LockKeys;
 use crate::options::Timeouts;
-use crate::sentinel::Sentinels;
+use crate::redis::classify::Meaning;
+use crate::redis::connection::{Connections, Endpoint};
+use crate::redis::sentinel::Sentinels;
 use crate::LostCause;
+pub(crate) use line::{names_a_helper, Look};
+use line::{Node, Protocol, ScanTarget};
 use memory::Memory;
-pub(crate) use node::{names_a_helper, Look};
-use node::{Node, Protocol, ScanTarget};
 use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
@@ -201,7 +204,9 @@ impl Backend {
     /// address the sentinels give.
     pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> Self {
         let sentinels = Arc::new(sentinels);
-        crate::background::spawn(crate::sentinel::watch_switches(Arc::downgrade(&sentinels)));
+        crate::support::background::spawn(crate::redis::sentinel::watch_switches(Arc::downgrade(
+            &sentinels,
+        )));
         Backend::with(
             GrantHub::new(
                 GRANTS,
@@ -341,7 +346,7 @@ impl Backend {
     /// Redlock re-sends each master's vote.)
     pub(crate) fn keeps_place_through(&self, error: &redis::RedisError) -> bool {
         matches!(&self.locks, Locks::Single(node) if !node.resends_commands())
-            && crate::classify::connection_dropped(error)
+            && crate::redis::classify::connection_dropped(error)
     }
 
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
@@ -393,7 +398,7 @@ impl Backend {
                     // What the look did with the waiter's entry: its next renewal passes the
                     // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
                     let text = (place.written != Written::Lease).then(|| {
-                        crate::scripts::line_entry(
+                        crate::backend::scripts::line_entry(
                             token,
                             place.deadline,
                             ttl_millis,
@@ -458,7 +463,8 @@ impl Backend {
         if self.join_refused.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let entry = crate::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
+        let entry =
+            crate::backend::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
         match node.push_place(keys, &entry).await {
             Ok(pushed) => {
                 if pushed {
@@ -472,14 +478,14 @@ impl Backend {
             }
             // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
             // at its cost, from now on.
-            Err(error) if crate::classify::classify(&error) == Meaning::PermissionDenied => {
+            Err(error) if crate::redis::classify::classify(&error) == Meaning::PermissionDenied => {
                 if !self.join_refused.swap(true, Ordering::Relaxed) {
                     tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
                 }
                 Ok(None)
             }
             // A line key of another type, say: the acquire script tells what is wrong.
-            Err(error) if crate::classify::is_permanent(&error) => Ok(None),
+            Err(error) if crate::redis::classify::is_permanent(&error) => Ok(None),
             Err(error) => Err(error),
         }
     }

@@ -29,9 +29,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
-use super::node::{Look, Node, Vote};
+use super::line::{Look, Node, Vote};
 use super::{Attempt, Wait};
-use crate::keys::LockKeys;
+use crate::backend::keys::LockKeys;
 
 /// Independent masters voting on every lock.
 pub(crate) struct Quorum {
@@ -391,7 +391,7 @@ fn member(channel: &str, token: &str) -> String {
 
 /// When no contender can hold a majority: soon, with jitter so they do not collide again.
 fn soon() -> Duration {
-    Duration::from_millis(1) + crate::retry::jitter(Duration::from_millis(10))
+    Duration::from_millis(1) + crate::support::retry::jitter(Duration::from_millis(10))
 }
 
 /// Allowance for clock drift between this host and the masters: 1 % of the ttl plus 2 ms, as
@@ -410,8 +410,8 @@ fn node_timed_out(limit: Duration) -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::{Connections, Endpoint};
     use crate::options::Timeouts;
+    use crate::redis::connection::{Connections, Endpoint};
 
     /// `n` masters that are never contacted.
     fn masters(n: usize) -> Quorum {
@@ -424,7 +424,7 @@ mod tests {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
                 Node::new(
                     Connections::new(Endpoint::Standalone(client), timeouts),
-                    super::super::node::Protocol::Wake,
+                    super::super::line::Protocol::Wake,
                 )
             })
             .collect();

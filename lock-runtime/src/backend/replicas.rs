@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script};
 
-use crate::connection::{Connection, Connections};
+use crate::redis::connection::{Connection, Connections};
 
 /// The error code of a write that too few replicas acknowledged in time (see
 /// [`not_replicated`]); `LockError`'s conversion turns it into `LockError::NotReplicated`.

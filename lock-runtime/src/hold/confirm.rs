@@ -29,8 +29,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::held::{Finder, Held};
-use crate::retry::Backoff;
+use crate::hold::held::{Finder, Held};
+use crate::support::retry::Backoff;
 use crate::{LockError, LostCause};
 
 /// The locks waiting for their confirmation, and the one task that sends them.
@@ -79,7 +79,7 @@ pub(crate) fn schedule(held: Arc<Held>) {
                 state.sleeps_until = None;
             }
             state.started_in = Some(pid);
-            crate::background::spawn(run(confirmations));
+            crate::support::background::spawn(run(confirmations));
         }
         state.pending.push((due, held, caller));
         let wake = state.sleeps_until.is_none_or(|until| due < until);
@@ -124,7 +124,7 @@ async fn run(confirmations: &'static Confirmations) {
             (due, next)
         };
         for (held, caller) in due {
-            crate::background::spawn(confirm(held, caller));
+            crate::support::background::spawn(confirm(held, caller));
         }
         match next {
             Some(next) => {

@@ -26,8 +26,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::options::Timeouts;
-use crate::retry::Backoff;
-use crate::sentinel::Sentinels;
+use crate::redis::sentinel::Sentinels;
+use crate::support::retry::Backoff;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
@@ -395,7 +395,7 @@ fn spawn_delivery(
         Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             drop(runtime.spawn(task));
         }
-        _ => crate::background::spawn(task),
+        _ => crate::support::background::spawn(task),
     }
 }
 
@@ -428,7 +428,7 @@ impl Drop for Relocate {
         hub.state().subscribed[self.index] = false;
         hub.wake_all();
         drop(hub);
-        crate::background::spawn(deliver_grants(
+        crate::support::background::spawn(deliver_grants(
             self.shared.clone(),
             self.index,
             servers,

@@ -3,8 +3,8 @@
 //! A Sentinel deployment is a standalone master with replicas, watched by sentinels that
 //! promote a replica when the master fails. Locks live on the master, so everything here asks
 //! the sentinels for it whenever a connection is (re)made: the lock connections
-//! ([`crate::connection`]) ask again once a command meets a dead, refusing or demoted
-//! (read-only) server, and the hand-off subscription ([`crate::grants`]) asks again when its
+//! ([`crate::redis::connection`]) ask again once a command meets a dead, refusing or demoted
+//! (read-only) server, and the hand-off subscription ([`crate::backend::grants`]) asks again when its
 //! connection drops — a demoted master drops its clients, so both follow a failover.
 //!
 //! An old master that is still up keeps accepting writes until the sentinels demote it, which
@@ -31,8 +31,8 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use crate::classify::{classify, Meaning};
 use crate::options::Timeouts;
+use crate::redis::classify::{classify, Meaning};
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {

@@ -161,7 +161,7 @@ fn judge(server: &str, reply: RedisResult<Value>) -> bool {
 
 /// Says what `eviction` means for locks on `server`: a warning when locks can be evicted.
 fn report(server: &str, eviction: &Eviction) {
-    crate::meters::eviction_risk(server, eviction.can_evict_locks());
+    crate::support::meters::eviction_risk(server, eviction.can_evict_locks());
     if let Eviction::Evicts { policy } = eviction {
         tracing::warn!(
             target: "distlock",

@@ -136,7 +136,7 @@ where
 fn spawn_here<F: Future<Output = ()> + Send + 'static>(future: F) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => drop(runtime.spawn(future)),
-        Err(_) => crate::background::spawn(future),
+        Err(_) => crate::support::background::spawn(future),
     }
 }
 
@@ -163,7 +163,7 @@ impl<T, C: CleanUp<T>> Unfinished<T, C> {
 impl<T, C: CleanUp<T>> Drop for Unfinished<T, C> {
     fn drop(&mut self) {
         if let Some(clean_up) = self.clean_up.take() {
-            crate::background::spawn(clean_up.apply(None));
+            crate::support::background::spawn(clean_up.apply(None));
         }
     }
 }

@@ -8,10 +8,10 @@ use redis::{Cmd, RedisResult, Value};
 use super::recent::{Entry, Written};
 use super::replicas::{not_replicated, Replicas};
 use super::{Attempt, Ownership, Place, Released, Wait};
-use crate::connection::{Connection, Connections};
-use crate::keys::LockKeys;
-use crate::retry::Backoff;
-use crate::scripts;
+use crate::backend::keys::LockKeys;
+use crate::backend::scripts;
+use crate::redis::connection::{Connection, Connections};
+use crate::support::retry::Backoff;
 use crate::LostCause;
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
@@ -120,7 +120,8 @@ impl Node {
     /// Whether a request that failed with `error` is sent once more: its connection dropped,
     /// on an endpoint whose connection does not send it again by itself.
     fn sends_once_more(&self, error: &redis::RedisError) -> bool {
-        let once_more = !self.resends_commands() && crate::classify::connection_dropped(error);
+        let once_more =
+            !self.resends_commands() && crate::redis::classify::connection_dropped(error);
         if once_more {
             tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
         }
@@ -139,7 +140,8 @@ impl Node {
     ) -> RedisResult<T> {
         let error = match result {
             Err(error)
-                if crate::classify::classify(&error) == crate::classify::Meaning::WrongType
+                if crate::redis::classify::classify(&error)
+                    == crate::redis::classify::Meaning::WrongType
                     && !error
                         .detail()
                         .is_some_and(|detail| detail.contains("distlock:")) =>
@@ -634,7 +636,8 @@ impl Node {
                 Err(error)
                     if ((in_cluster
                         && (cluster_in_flux(&error) || error.is_connection_refusal()))
-                        || (sentinel && crate::sentinel::not_run_for_want_of_a_master(&error)))
+                        || (sentinel
+                            && crate::redis::sentinel::not_run_for_want_of_a_master(&error)))
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;

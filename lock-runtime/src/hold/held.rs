@@ -14,10 +14,10 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::keys::LockKeys;
 use crate::backend::Ownership;
-use crate::keys::LockKeys;
-use crate::meters::Hold;
 use crate::shared::Shared;
+use crate::support::meters::Hold;
 use crate::{LockError, LostCause};
 
 /// One held lock.

@@ -17,9 +17,9 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::eviction::Checked;
 use crate::options::Timeouts;
-use crate::sentinel::Sentinels;
+use crate::redis::eviction::Checked;
+use crate::redis::sentinel::Sentinels;
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
 
@@ -68,7 +68,7 @@ pub(crate) struct MasterConnection {
 
 impl MasterConnection {
     fn note(&self, error: &redis::RedisError) {
-        if crate::sentinel::master_may_have_moved(error) {
+        if crate::redis::sentinel::master_may_have_moved(error) {
             self.stale.store(true, Ordering::Release);
         }
     }
@@ -372,7 +372,7 @@ impl Connections {
     }
 
     /// Checks whether the server(s) behind `connection` may evict lock keys (see
-    /// [`crate::eviction`]): those not checked before by this endpoint.
+    /// [`crate::redis::eviction`]): those not checked before by this endpoint.
     async fn check_eviction(&self, connection: Connection) {
         let timeout = self.timeouts.response;
         match (connection, &self.endpoint) {

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::retry::Backoff;
+use crate::support::retry::Backoff;
 
 /// How long a waiter that could not subscribe waits at most before looking again: without a
 /// message, a release costs it up to this much.

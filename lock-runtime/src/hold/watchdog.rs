@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::held::{Finder, Held};
+use crate::hold::held::{Finder, Held};
 use crate::{LockError, LostCause};
 
 /// Runs until the lock is lost; the guard aborts it on release or drop.

@@ -45,7 +45,7 @@ where
 /// Lua shared by the line scripts below (prepended to their text, never spliced with data).
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/line_prelude.lua`.
-const LINE_PRELUDE: &str = include_str!("backend/scripts/line_prelude.lua");
+const LINE_PRELUDE: &str = include_str!("scripts/line_prelude.lua");
 
 /// A waiter's entry in a line, in the form [`LINE_PRELUDE`] reads and [`ACQUIRE`] writes: for a
 /// join that appends its entry itself (`RPUSHX`, see `Backend::join_behind`), with the lease
@@ -64,12 +64,11 @@ pub(crate) fn line_entry(
 }
 
 /// Take the lock, or wait in line for it: the contended path of an acquisition (its first try
-/// is a plain `SET NX PX`, see `backend/node.rs`), and every later look of a waiter.
+/// is a plain `SET NX PX`, see `backend/line.rs`), and every later look of a waiter.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/acquire.lua`.
-pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(&[LINE_PRELUDE, include_str!("backend/scripts/acquire.lua")].concat())
-});
+pub(crate) static ACQUIRE: Lazy<Script> =
+    Lazy::new(|| Script::new(&[LINE_PRELUDE, include_str!("scripts/acquire.lua")].concat()));
 
 /// Release the lock if it is still ours, handing it to the first live waiter in line.
 ///
@@ -132,71 +131,56 @@ pub(crate) fn release_source() -> String {
 /// The release of a lock nobody waits for, which every uncontended cycle runs: it returns
 /// before the line's helpers are defined, since Lua builds a script's local functions anew on
 /// every run and that costs Redis more than the commands of this path.
-const RELEASE_UNCONTENDED: &str = include_str!("backend/scripts/release_uncontended.lua");
+const RELEASE_UNCONTENDED: &str = include_str!("scripts/release_uncontended.lua");
 
 /// The rest: a hand-off to `waiter` (already taken off the line) or the next live one, a lock
 /// that is not ours, or a waiter leaving the line.
-const RELEASE_CONTENDED: &str = include_str!("backend/scripts/release_contended.lua");
+const RELEASE_CONTENDED: &str = include_str!("scripts/release_contended.lua");
 
 /// Redlock's acquisition on one master: `SET NX PX`, and when someone else holds the lock, a
 /// place in the lock's wake list on this master, so that a release here wakes one waiter.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/quorum_acquire.lua`.
 pub(crate) static QUORUM_ACQUIRE: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("backend/scripts/quorum_acquire.lua")));
+    Lazy::new(|| Script::new(include_str!("scripts/quorum_acquire.lua")));
 
 /// Redlock's release on one master: delete the lock if it is still ours, and wake one waiter.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/quorum_release.lua`.
 pub(crate) static QUORUM_RELEASE: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("backend/scripts/quorum_release.lua")));
+    Lazy::new(|| Script::new(include_str!("scripts/quorum_release.lua")));
 
 /// Set the lock's remaining ttl if it is still ours.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/extend.lua`.
 pub(crate) static EXTEND: Lazy<Script> =
-    Lazy::new(|| Script::new(&[NOT_OURS, include_str!("backend/scripts/extend.lua")].concat()));
+    Lazy::new(|| Script::new(&[NOT_OURS, include_str!("scripts/extend.lua")].concat()));
 
 /// Lua shared by [`EXTEND`], [`RELEASE`] and [`HOLD`] for a lock that is not the caller's.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/not_ours.lua`.
-const NOT_OURS: &str = include_str!("backend/scripts/not_ours.lua");
+const NOT_OURS: &str = include_str!("scripts/not_ours.lua");
 
 /// Release a lock taken with `hold_at_least` before that time is up: instead of deleting it,
 /// keep it until the hold ends, if it is still ours; and tell the first live waiter in line to
 /// look again, so that it sleeps until the hold's end rather than until the ttl it last saw.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/hold.lua`.
-pub(crate) static HOLD: Lazy<Script> = Lazy::new(|| {
-    Script::new(
-        &[
-            LINE_PRELUDE,
-            NOT_OURS,
-            include_str!("backend/scripts/hold.lua"),
-        ]
-        .concat(),
-    )
-});
+pub(crate) static HOLD: Lazy<Script> =
+    Lazy::new(|| Script::new(&[LINE_PRELUDE, NOT_OURS, include_str!("scripts/hold.lua")].concat()));
 
 /// Break a lock for an operator (`LockManager::force_release`, `distlock release --force`):
 /// release it as its holder would, if its key still holds the value the operator saw.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/force_release.lua`.
-pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(
-        &[
-            LINE_PRELUDE,
-            include_str!("backend/scripts/force_release.lua"),
-        ]
-        .concat(),
-    )
-});
+pub(crate) static FORCE_RELEASE: Lazy<Script> =
+    Lazy::new(|| Script::new(&[LINE_PRELUDE, include_str!("scripts/force_release.lua")].concat()));
 
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/inspect.lua`.
 pub(crate) static INSPECT: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("backend/scripts/inspect.lua")));
+    Lazy::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// Redlock's [`HOLD`] on one master: set the lock to expire `ARGV[2]` ms from now if it is
 /// still ours, and tell the first live waiter in the wake list to look again, so that it
@@ -205,4 +189,4 @@ pub(crate) static INSPECT: Lazy<Script> =
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/quorum_hold.lua`.
 pub(crate) static QUORUM_HOLD: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("backend/scripts/quorum_hold.lua")));
+    Lazy::new(|| Script::new(include_str!("scripts/quorum_hold.lua")));

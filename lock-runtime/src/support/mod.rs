@@ -1,0 +1,8 @@
+//! What every part uses and no part owns: pauses between tries (`retry`), the process-wide
+//! runtime for clean-up (`background`), the value a lock key holds (`identity`), and metrics
+//! (`meters`).
+
+pub(crate) mod background;
+pub(crate) mod identity;
+pub(crate) mod meters;
+pub(crate) mod retry;
