@@ -50,6 +50,14 @@ pub const MIN_TTL_MILLIS: u64 = 1;
 /// ```
 pub const DEFAULT_TTL_MILLIS: u64 = 30_000;
 
+/// How long an acquisition waits when no `timeout` is given, in milliseconds: 10 s. Beside the
+/// default ttl so that the two defaults users read about are defined together.
+///
+/// ```
+/// assert_eq!(lock_limits::DEFAULT_TIMEOUT_MILLIS, 10_000);
+/// ```
+pub const DEFAULT_TIMEOUT_MILLIS: u64 = 10_000;
+
 /// Which limit a duration breaks.
 ///
 /// ```

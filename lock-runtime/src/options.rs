@@ -63,7 +63,7 @@ impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
             ttl: Duration::from_millis(lock_limits::DEFAULT_TTL_MILLIS),
-            timeout: Duration::from_secs(10),
+            timeout: Duration::from_millis(lock_limits::DEFAULT_TIMEOUT_MILLIS),
             auto_extend: false,
             fencing: false,
             hold_at_least: None,
