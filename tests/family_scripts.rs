@@ -317,13 +317,8 @@ fn a_release_hands_the_permit_to_the_head_waiter() {
     let mut conn = server.conn();
     let name = "family:hand-off";
     let keys = semaphore_keys(name);
-    let (a, b, c, d) = (
-        value(name, "a"),
-        value(name, "b"),
-        value(name, "c"),
-        value(name, "d"),
-    );
-    for holder in [&a, &b] {
+    let [first, second, head, next] = ["a", "b", "c", "d"].map(|who| value(name, who));
+    for holder in [&first, &second] {
         assert_eq!(
             sem_acquire(&mut conn, &keys, holder, TTL, 2, "first").expect("hold")[0],
             1
@@ -331,43 +326,48 @@ fn a_release_hands_the_permit_to_the_head_waiter() {
     }
     let mut listener = server.conn();
     let mut pubsub = listener.as_pubsub();
-    pubsub.subscribe(channel_of(&c)).expect("subscribe");
+    pubsub.subscribe(channel_of(&head)).expect("subscribe");
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    for waiter in [&c, &d] {
+    for waiter in [&head, &next] {
         assert_eq!(
             sem_acquire(&mut conn, &keys, waiter, TTL, 2, "join").expect("join")[0],
             0
         );
     }
 
-    assert_eq!(sem_release(&mut conn, &keys, &a), 2, "handed over");
+    assert_eq!(sem_release(&mut conn, &keys, &first), 2, "handed over");
     assert!(
-        is_holder(&mut conn, &keys[0], &c),
-        "the head waiter holds a"
+        is_holder(&mut conn, &keys[0], &head),
+        "the head waiter holds the permit given back"
     );
-    assert!(!is_holder(&mut conn, &keys[0], &d), "d is still behind");
+    assert!(
+        !is_holder(&mut conn, &keys[0], &next),
+        "the next waiter is still behind"
+    );
     assert_eq!(holders(&mut conn, &keys[0]).len(), 2);
     let line = line_of(&mut conn, &keys[1]);
     assert_eq!(line.len(), 1);
-    assert!(line[0].starts_with(&format!("{d} ")), "{line:?}");
-    let message = pubsub.get_message().expect("the grant reaches c");
+    assert!(line[0].starts_with(&format!("{next} ")), "{line:?}");
+    let message = pubsub
+        .get_message()
+        .expect("the grant reaches the head waiter");
     let payload: String = message.get_payload().expect("text");
-    assert_eq!(payload, format!("{c} 0"));
-    // c's lease is the claim until it confirms its ttl.
+    assert_eq!(payload, format!("{head} 0"));
+    // The head waiter's lease is the claim until it confirms its ttl.
     let score: f64 = redis::cmd("ZSCORE")
         .arg(&keys[0])
-        .arg(&c)
+        .arg(&head)
         .query(&mut conn)
         .expect("ZSCORE");
     let now: (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
     let left = score - (now.0 * 1000 + now.1 / 1000) as f64;
     assert!(left <= CLAIM as f64 && left > 0.0, "{left}");
-    // A newcomer finds no permit while d waits.
-    let e = value(name, "e");
+    // A newcomer finds no permit while the next waiter waits.
+    let newcomer = value(name, "e");
     assert_eq!(
-        sem_acquire(&mut conn, &keys, &e, TTL, 2, "first").expect("e")[0],
+        sem_acquire(&mut conn, &keys, &newcomer, TTL, 2, "first").expect("e")[0],
         0
     );
 }
@@ -436,7 +436,7 @@ fn a_writer_in_line_is_not_overtaken_by_a_later_reader() {
     );
     let behind = rw_acquire_as(&mut conn, &keys, &r2, "join").expect("r2");
     assert_eq!((behind[0], behind[3]), (0, 1));
-    assert_eq!(holders(&mut conn, &keys[0]), [r1.clone()]);
+    assert_eq!(holders(&mut conn, &keys[0]), std::slice::from_ref(&r1));
 
     assert_eq!(
         rw_release_as(&mut conn, &keys, &r1),
