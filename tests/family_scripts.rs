@@ -69,6 +69,12 @@ fn multi_extend() -> Script {
     )])
 }
 
+fn leased_inspect() -> Script {
+    script(&[include_str!(
+        "../lock-runtime/src/backend/scripts/semaphore_inspect.lua"
+    )])
+}
+
 /// The mutex's own contended acquisition, exactly as the runtime builds it.
 fn mutex_acquire() -> Script {
     Script::new(
@@ -726,4 +732,87 @@ fn a_name_held_as_a_mutex_is_refused_by_the_semaphore_and_the_other_way() {
         1,
         "the semaphore is untouched"
     );
+}
+
+/// What inspection reads of a leased set: the kind, n, the holders with their time left, the
+/// live waiters, the fencing counter.
+type Inspected = (String, i64, Vec<(String, i64)>, i64, Option<i64>);
+
+fn inspect(conn: &mut Connection, name: &str) -> Value {
+    let lock = keys::default_key(name);
+    leased_inspect()
+        .key(&[
+            lock.clone(),
+            keys::helper(&lock, "permit-line"),
+            keys::helper(&lock, "line"),
+            keys::helper(&lock, "fence"),
+        ])
+        .invoke(conn)
+        .expect("inspect")
+}
+
+#[test]
+fn inspection_shows_every_permit_and_reader_with_its_lease() {
+    let mut conn = shared_server().conn();
+    let name = "family:inspect-permits";
+    let keys = semaphore_keys(name);
+    let [first, second, waiter] = ["a", "b", "c"].map(|who| value(name, who));
+    assert_eq!(
+        sem_acquire(&mut conn, &keys, &first, 5_000, 2, "first").expect("a")[0],
+        1
+    );
+    assert_eq!(
+        sem_acquire(&mut conn, &keys, &second, TTL, 2, "first").expect("b")[0],
+        1
+    );
+    assert_eq!(
+        sem_acquire(&mut conn, &keys, &waiter, TTL, 2, "join").expect("c")[0],
+        0
+    );
+    let (kind, permits, holders, waiters, fence): Inspected =
+        redis::FromRedisValue::from_redis_value(inspect(&mut conn, name)).expect("a leased set");
+    assert_eq!(
+        (kind.as_str(), permits, waiters, fence),
+        ("permits", 2, 1, None)
+    );
+    let names: Vec<&str> = holders.iter().map(|(holder, _)| holder.as_str()).collect();
+    assert_eq!(
+        names,
+        [first.as_str(), second.as_str()],
+        "earliest lease first"
+    );
+    assert!(holders[0].1 > 0 && holders[0].1 <= 5_000, "{holders:?}");
+    assert!(
+        holders[1].1 > 5_000 && holders[1].1 <= 10_000,
+        "{holders:?}"
+    );
+
+    let name = "family:inspect-readers";
+    let keys = rw_keys(name);
+    let (r1, r2) = (reader(name, "r1"), reader(name, "r2"));
+    for token in [&r1, &r2] {
+        assert_eq!(
+            rw_acquire_as(&mut conn, &keys, token, "first").expect("read")[0],
+            1
+        );
+    }
+    let (kind, _, holders, waiters, _): Inspected =
+        redis::FromRedisValue::from_redis_value(inspect(&mut conn, name)).expect("a leased set");
+    assert_eq!((kind.as_str(), holders.len(), waiters), ("read", 2, 0));
+
+    // A writer (a mutex) is a string: inspection leaves it to the mutex's script.
+    assert_eq!(rw_release_as(&mut conn, &keys, &r1), 1);
+    assert_eq!(rw_release_as(&mut conn, &keys, &r2), 1);
+    assert!(
+        matches!(inspect(&mut conn, name), Value::Nil),
+        "free once both readers left"
+    );
+    let writer = value(name, "w");
+    assert_eq!(
+        rw_acquire_as(&mut conn, &keys, &writer, "first").expect("write")[0],
+        1
+    );
+    let kind: Vec<String> =
+        redis::FromRedisValue::from_redis_value(inspect(&mut conn, name)).expect("a kind");
+    assert_eq!(kind, ["string"]);
 }

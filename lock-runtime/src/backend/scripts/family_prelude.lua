@@ -32,6 +32,14 @@
 --   `now + lease`) in place or at the end; returns its index and deadline.
 -- - `publish(channel, token, fence, counted)`: sends a grant; whether someone heard it (always
 --   true without `counted`, or with no channel: the waiter then finds its grant by looking).
+-- - `give_permits(set, line, counter, fences, free, now, me, claim, counted)`: hands up to
+--   `free` permits of the leased set `set` to the live waiters at the head of `line`, in order:
+--   each gets a lease of `min(its ttl, claim)` (`me`, the caller, its full ttl and no message),
+--   its fencing token from `counter` when it asked (kept in `fences`), and `"<token> <fence>"`
+--   on its channel; one whose grant nobody heard (with `counted`) gets nothing, loses its place,
+--   and its fencing token is taken back when it was the last issued; dead entries and entries of
+--   holders are dropped. Returns the reply for `me` when it got a permit (or the error reply of
+--   its fencing token), and how many permits went to others.
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -142,4 +150,53 @@ local function publish(channel, token, fence, counted)
   end
   local heard = redis.call('PUBLISH', channel, token .. ' ' .. fence)
   return heard > 0 or not counted
+end
+
+local function give_permits(set, line, counter, fences, free, now, me, claim, counted)
+  local given = 0
+  while free > 0 do
+    local entry = redis.call('LPOP', line)
+    if not entry then
+      break
+    end
+    local token, deadline, wanted, fencing, channel = parse(entry)
+    if token and (token == me or tonumber(deadline) >= now)
+        and not redis.call('ZSCORE', set, token) then
+      local px = tonumber(wanted)
+      if token ~= me then
+        px = math.min(px, claim)
+      end
+      local fence, failed = 0, nil
+      if fencing == '1' then
+        fence, failed = next_fence(counter)
+      end
+      if failed then
+        if token == me then
+          return failed, given
+        end
+        if channel ~= '' then
+          redis.call('PUBLISH', channel, token .. ' !')
+        end
+      else
+        if fence > 0 then
+          redis.call('HSET', fences, token, fence)
+        end
+        redis.call('ZADD', set, now + px, token)
+        if token == me then
+          return {1, fence, px}, given
+        end
+        if publish(channel, token, fence, counted) then
+          free = free - 1
+          given = given + 1
+        else
+          redis.call('ZREM', set, token)
+          redis.call('HDEL', fences, token)
+          if fence > 0 and tonumber(redis.call('GET', counter)) == fence then
+            redis.call('SET', counter, fence - 1)
+          end
+        end
+      end
+    end
+  end
+  return nil, given
 end

@@ -52,65 +52,28 @@ else
   redis.call('ZADD', SET, '+inf', '#permits=' .. n)
 end
 
--- Gives `who` a lease of `px` ms; false when its fencing token cannot be issued.
-local function lease(who, px, fencing)
+local free = n - (redis.call('ZCARD', SET) - 1)
+local mine, given = give_permits(SET, LINE, FENCE, FENCES, free, now, me, claim, counted)
+if mine then
+  settle(SET, FENCES)
+  return mine
+end
+free = free - given
+
+-- Permits left over mean `give_permits` emptied the line: nobody live waits, the caller may come in.
+if free > 0 then
   local fence = 0
-  if fencing == '1' then
+  if ARGV[3] == '1' then
     local failed
     fence, failed = next_fence(FENCE)
     if failed then
-      return nil, failed
-    end
-    redis.call('HSET', FENCES, who, fence)
-  end
-  redis.call('ZADD', SET, now + px, who)
-  return fence
-end
-
-local free = n - (redis.call('ZCARD', SET) - 1)
-while free > 0 do
-  local entry = redis.call('LPOP', LINE)
-  if not entry then
-    break
-  end
-  local token, deadline, wanted, fencing, channel = parse(entry)
-  if token and (token == me or tonumber(deadline) >= now)
-      and not redis.call('ZSCORE', SET, token) then
-    local px = tonumber(wanted)
-    if token ~= me then
-      px = math.min(px, claim)
-    end
-    local fence, failed = lease(token, px, fencing)
-    if token == me then
-      if failed then
-        settle(SET, FENCES)
-        return failed
-      end
       settle(SET, FENCES)
-      return {1, fence, px}
+      return failed
     end
-    if failed then
-      if channel ~= '' then
-        redis.call('PUBLISH', channel, token .. ' !')
-      end
-    elseif publish(channel, token, fence, counted) then
-      free = free - 1
-    else
-      redis.call('ZREM', SET, token)
-      redis.call('HDEL', FENCES, token)
-      if fence > 0 and tonumber(redis.call('GET', FENCE)) == fence then
-        redis.call('SET', FENCE, fence - 1)
-      end
-    end
+    redis.call('HSET', FENCES, me, fence)
   end
-end
-
-if free > 0 then
-  local fence, failed = lease(me, ttl, ARGV[3])
+  redis.call('ZADD', SET, now + ttl, me)
   settle(SET, FENCES)
-  if failed then
-    return failed
-  end
   return {1, fence, ttl}
 end
 settle(SET, FENCES)

@@ -35,42 +35,8 @@ prune(SET, FENCES, now)
 local ours = redis.call('ZREM', SET, me) == 1
 redis.call('HDEL', FENCES, me)
 
-local free = n - (redis.call('ZCARD', SET) - 1)
-local handed = 0
-while free > 0 do
-  local entry = redis.call('LPOP', LINE)
-  if not entry then
-    break
-  end
-  local token, deadline, wanted, fencing, channel = parse(entry)
-  if token and token ~= me and tonumber(deadline) >= now
-      and not redis.call('ZSCORE', SET, token) then
-    local fence, failed = 0, nil
-    if fencing == '1' then
-      fence, failed = next_fence(FENCE)
-    end
-    if failed then
-      if channel ~= '' then
-        redis.call('PUBLISH', channel, token .. ' !')
-      end
-    else
-      if fence > 0 then
-        redis.call('HSET', FENCES, token, fence)
-      end
-      redis.call('ZADD', SET, now + math.min(tonumber(wanted), claim), token)
-      if publish(channel, token, fence, counted) then
-        free = free - 1
-        handed = handed + 1
-      else
-        redis.call('ZREM', SET, token)
-        redis.call('HDEL', FENCES, token)
-        if fence > 0 and tonumber(redis.call('GET', FENCE)) == fence then
-          redis.call('SET', FENCE, fence - 1)
-        end
-      end
-    end
-  end
-end
+local _, handed = give_permits(SET, LINE, FENCE, FENCES, n - (redis.call('ZCARD', SET) - 1),
+  now, nil, claim, counted)
 settle(SET, FENCES)
 if not ours then
   return 0
