@@ -816,3 +816,217 @@ fn inspection_shows_every_permit_and_reader_with_its_lease() {
         redis::FromRedisValue::from_redis_value(inspect(&mut conn, name)).expect("a kind");
     assert_eq!(kind, ["string"]);
 }
+
+#[test]
+fn every_permit_gets_a_higher_fencing_token_and_a_repeated_call_keeps_its_own() {
+    let mut conn = shared_server().conn();
+    let name = "family:fenced-permits";
+    let keys = semaphore_keys(name);
+    let fenced = |conn: &mut Connection, token: &str| -> Vec<i64> {
+        semaphore_acquire()
+            .key(&keys[..])
+            .arg(token)
+            .arg(TTL)
+            .arg("1")
+            .arg("")
+            .arg(LEASE)
+            .arg(CLAIM)
+            .arg(3)
+            .arg("first")
+            .arg("1")
+            .invoke(conn)
+            .expect("fenced acquire")
+    };
+    let [a, b, c] = ["a", "b", "c"].map(|who| value(name, who));
+    let tokens: Vec<i64> = [&a, &b, &c]
+        .iter()
+        .map(|token| fenced(&mut conn, token)[1])
+        .collect();
+    assert_eq!(tokens, [1, 2, 3], "one token per permit, rising");
+    assert_eq!(
+        fenced(&mut conn, &b)[1],
+        2,
+        "a call sent twice answers the same token"
+    );
+    assert_eq!(sem_release(&mut conn, &keys, &a), 1);
+    let again = value(name, "d");
+    assert_eq!(
+        fenced(&mut conn, &again)[1],
+        4,
+        "above every earlier permit's"
+    );
+}
+
+#[test]
+fn a_permit_nobody_hears_goes_on_to_the_next_live_waiter() {
+    let server = shared_server();
+    let mut conn = server.conn();
+    let name = "family:unheard";
+    let keys = semaphore_keys(name);
+    let [holder, deaf, listening] = ["a", "b", "c"].map(|who| value(name, who));
+    assert_eq!(
+        sem_acquire(&mut conn, &keys, &holder, TTL, 1, "first").expect("a")[0],
+        1
+    );
+    let mut listener = server.conn();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(channel_of(&listening)).expect("subscribe");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // Both take a place naming a channel; nobody listens on the first one's (its process died).
+    for waiter in [&deaf, &listening] {
+        assert_eq!(
+            sem_acquire(&mut conn, &keys, waiter, TTL, 1, "join").expect("join")[0],
+            0
+        );
+    }
+    let handed: i64 = semaphore_release()
+        .key(&keys[..])
+        .arg(&holder)
+        .arg(CLAIM)
+        .arg("0")
+        .arg("1")
+        .invoke(&mut conn)
+        .expect("release");
+    assert_eq!(handed, 2);
+    assert_eq!(
+        holders(&mut conn, &keys[0]),
+        std::slice::from_ref(&listening)
+    );
+    assert!(
+        line_of(&mut conn, &keys[1]).is_empty(),
+        "the unheard place is gone"
+    );
+    let payload: String = pubsub
+        .get_message()
+        .expect("the grant reaches the live waiter")
+        .get_payload()
+        .expect("text");
+    assert_eq!(payload, format!("{listening} 0"));
+}
+
+#[test]
+fn a_reader_handed_the_lock_by_the_mutex_release_holds_it_alone_then_lets_the_readers_in() {
+    let mut conn = shared_server().conn();
+    let name = "family:mutex-to-reader";
+    let keys = rw_keys(name);
+    let helpers = keys::named(name);
+    let mutex = value(name, "m");
+    let (r1, r2) = (reader(name, "r1"), reader(name, "r2"));
+    assert_eq!(
+        rw_acquire_as(&mut conn, &keys, &mutex, "first").expect("m")[0],
+        1
+    );
+    for token in [&r1, &r2] {
+        assert_eq!(
+            rw_acquire_as(&mut conn, &keys, token, "join").expect("join")[0],
+            0
+        );
+    }
+    // The mutex's own release, which knows nothing of readers.
+    let release = Script::new(
+        &[
+            include_str!("../lock-runtime/src/backend/scripts/release_uncontended.lua"),
+            include_str!("../lock-runtime/src/backend/scripts/line_prelude.lua"),
+            include_str!("../lock-runtime/src/backend/scripts/not_ours.lua"),
+            include_str!("../lock-runtime/src/backend/scripts/release_contended.lua"),
+        ]
+        .concat(),
+    );
+    let handed: i64 = release
+        .key(&[
+            helpers.lock().to_owned(),
+            helpers.line(),
+            helpers.fence(),
+            helpers.since(),
+            helpers.forced(),
+            helpers.released(),
+            helpers.leases(),
+        ])
+        .arg(&mutex)
+        .arg(CLAIM)
+        .arg("0")
+        .arg("")
+        .arg("0")
+        .arg("")
+        .invoke(&mut conn)
+        .expect("mutex release");
+    assert_eq!(handed, 2);
+    assert_eq!(
+        get(&mut conn, &keys[0]),
+        Some(r1.clone()),
+        "the reader holds it alone"
+    );
+    assert_eq!(
+        rw_acquire_as(&mut conn, &keys, &r1, "renew").expect("r1")[0],
+        1
+    );
+    assert_eq!(
+        semaphore_extend()
+            .key(&[&keys[0], &keys[3]])
+            .arg(&r1)
+            .arg(TTL)
+            .invoke::<i64>(&mut conn)
+            .expect("extend"),
+        1,
+        "its lease is extended as a mutex's"
+    );
+    assert_eq!(
+        rw_release_as(&mut conn, &keys, &r1),
+        2,
+        "the next reader is let in"
+    );
+    assert_eq!(holders(&mut conn, &keys[0]), std::slice::from_ref(&r2));
+}
+
+#[test]
+fn a_free_key_that_others_wait_for_is_busy_for_a_multi_key_newcomer() {
+    let mut conn = shared_server().conn();
+    let (a, b) = ("family:{queue}:a", "family:{queue}:b");
+    let lock_a = keys::default_key(a);
+    let waiter = value("family:multi-queue", "waiter");
+    // Someone waits in a's line (its holder just expired, and the waiter has not looked yet).
+    let deadline: (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
+    let entry = format!(
+        "{waiter} {} {TTL} 0 ",
+        deadline.0 * 1000 + deadline.1 / 1000 + LEASE
+    );
+    redis::cmd("RPUSH")
+        .arg(keys::helper(&lock_a, "line"))
+        .arg(entry)
+        .query::<()>(&mut conn)
+        .expect("RPUSH");
+    let newcomer = value("family:multi-queue", "newcomer");
+    let refused = ints(&multi_try(&mut conn, &[b, a], &newcomer, false));
+    assert_eq!(
+        (refused[0], refused[1], refused[3]),
+        (0, -3, 2),
+        "{refused:?}"
+    );
+    assert_eq!(
+        get(&mut conn, &keys::default_key(b)),
+        None,
+        "b was not taken alone"
+    );
+
+    // A key used as a semaphore is refused by name.
+    let sem = semaphore_keys(b);
+    assert_eq!(
+        sem_acquire(&mut conn, &sem, &value(b, "s"), TTL, 2, "first").expect("s")[0],
+        1
+    );
+    let error = multi_acquire()
+        .key(multi_keys(&[b, a]))
+        .arg(&newcomer)
+        .arg(TTL)
+        .arg("0")
+        .arg("")
+        .arg(LEASE)
+        .arg("first")
+        .invoke::<Value>(&mut conn)
+        .expect_err("a semaphore is not a key to take with others");
+    let (code, text) = refusal(&error);
+    assert_eq!(code, "MODE", "{error}");
+    assert!(text.starts_with("permits multi "), "{text}");
+}
