@@ -26,6 +26,10 @@
 local SET, LINE, FENCE, FENCES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, claim, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local counted = ARGV[9] == '1'
+if not n or n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR distlock: a semaphore has a whole number of permits, at least 1, ' ..
+    'not ' .. tostring(ARGV[7]))
+end
 
 local found, stored = shape(SET)
 if found ~= 'none' and found ~= 'permits' then
