@@ -1030,3 +1030,51 @@ fn a_free_key_that_others_wait_for_is_busy_for_a_multi_key_newcomer() {
     assert_eq!(code, "MODE", "{error}");
     assert!(text.starts_with("permits multi "), "{text}");
 }
+
+#[test]
+fn concurrent_callers_never_hold_more_than_n_permits() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    const PERMITS: usize = 3;
+    const SECTIONS: usize = 30;
+    let name = "family:concurrent";
+    let keys = Arc::new(semaphore_keys(name));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..6)
+        .map(|worker| {
+            let (keys, inside, most) = (keys.clone(), inside.clone(), most.clone());
+            std::thread::spawn(move || {
+                let mut conn = shared_server().conn();
+                for section in 0..SECTIONS {
+                    let token = value(name, &format!("{worker}-{section}"));
+                    let mut action = "join";
+                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                    while sem_acquire(&mut conn, &keys, &token, TTL, 3, action).expect("acquire")[0]
+                        != 1
+                    {
+                        assert!(std::time::Instant::now() < deadline, "no permit in 30 s");
+                        action = "renew";
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert_ne!(sem_release(&mut conn, &keys, &token), 0, "lost a permit");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a worker panicked");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= PERMITS,
+        "{most} holders at once, for {PERMITS} permits"
+    );
+    assert!(most > 1, "the permits were never shared: {most}");
+    assert!(holders(&mut shared_server().conn(), &keys[0]).is_empty());
+}
