@@ -225,6 +225,10 @@ async fn malformed_urls_are_config_errors() {
             other => panic!("{url:?}: expected Err(Config), got {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_zero_connect_timeout_is_a_config_error() {
     match LockManager::builder(server().url())
         .connect_timeout(Duration::ZERO)
         .connect()
