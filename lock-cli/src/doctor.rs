@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use distlock::diagnose::{Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
+use distlock::diagnose::{cluster_masters, Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisResult, Value};
 use serde_json::json;
@@ -163,7 +163,7 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                     )))
                 }
             };
-            return Ok(masters(&ranges)
+            return Ok(cluster_masters(&ranges)
                 .into_iter()
                 .map(|(host, port)| (Role::ClusterMaster, at(seed, host, port)))
                 .collect());
@@ -322,31 +322,6 @@ fn service_server(sentinel: &Client, host: &str, port: u16) -> Result<Client, Fa
         .set_addr(addr)
         .set_redis_settings(redis::RedisConnectionInfo::default());
     Client::open(info).map_err(|error| Failure::Error(error.to_string()))
-}
-
-/// Every master a `CLUSTER SLOTS` reply names, once.
-fn masters(ranges: &[Value]) -> Vec<(String, u16)> {
-    let mut masters = Vec::new();
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        let Some(Value::Array(master)) = fields.get(2) else {
-            continue;
-        };
-        let host: Option<String> = master
-            .first()
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        let port: Option<u16> = master
-            .get(1)
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        if let (Some(host), Some(port)) = (host, port) {
-            if !masters.contains(&(host.clone(), port)) {
-                masters.push((host, port));
-            }
-        }
-    }
-    masters
 }
 
 /// `host:port` of a client: no login, so no password.
