@@ -168,14 +168,7 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                 .map(|(host, port)| (Role::ClusterMaster, at(seed, host, port)))
                 .collect());
         }
-        checks.push(unreachable(
-            cli.url
-                .iter()
-                .map(|url| redact(url))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Role::ClusterMaster,
-        ));
+        checks.push(none_reachable(cli, Role::ClusterMaster));
         return Ok(Vec::new());
     }
     if let Some(service) = &cli.sentinel {
@@ -227,14 +220,7 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
             }
             return Ok(servers);
         }
-        checks.push(unreachable(
-            cli.url
-                .iter()
-                .map(|url| redact(url))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Role::SentinelMaster,
-        ));
+        checks.push(none_reachable(cli, Role::SentinelMaster));
         return Ok(Vec::new());
     }
     let role = if cli.redlock {
@@ -336,6 +322,12 @@ async fn connect(client: &Client) -> RedisResult<MultiplexedConnection> {
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
+}
+
+/// The ✗ for a topology none of whose seed URLs (shown without passwords) answered.
+fn none_reachable(cli: &Cli, role: Role) -> Check {
+    let seeds: Vec<String> = cli.url.iter().map(|url| redact(url)).collect();
+    unreachable(seeds.join(", "), role)
 }
 
 fn unreachable(server: String, role: Role) -> Check {

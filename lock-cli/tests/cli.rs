@@ -918,6 +918,28 @@ mod tls {
 
     use super::{expect, expect_args, labelled, text};
 
+    /// A `--tls-ca-cert` file holding `pem`, in a folder of its own removed on drop.
+    struct CaFile {
+        dir: std::path::PathBuf,
+        path: String,
+    }
+
+    impl CaFile {
+        fn new(name: &str, pem: &[u8]) -> CaFile {
+            let dir = unique_temp_dir(name);
+            let path = dir.join("ca.pem");
+            std::fs::write(&path, pem).unwrap();
+            let path = path.to_str().unwrap().to_owned();
+            CaFile { dir, path }
+        }
+    }
+
+    impl Drop for CaFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
     /// A wrong `--tls-ca-cert` file is refused before connecting: no TLS server needed.
     #[test]
     fn a_ca_file_that_is_missing_or_not_pem_is_a_clear_error() {
@@ -1042,10 +1064,8 @@ mod tls {
             return;
         }
         let set = SentinelSet::start_tls();
-        let dir = unique_temp_dir("cli-sentinel-ca");
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, set.ca_pem()).unwrap();
-        let ca = ca.to_str().unwrap().to_owned();
+        let ca_file = CaFile::new("cli-sentinel-ca", &set.ca_pem());
+        let ca = ca_file.path.clone();
         let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
             .tls_root_certificate(set.ca_pem())
             .connect()
@@ -1078,7 +1098,6 @@ mod tls {
             "{out}"
         );
         guard.release().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `doctor` with `rediss://` sentinels reaches the service's master and replica over TLS,
@@ -1093,9 +1112,7 @@ mod tls {
             return;
         }
         let set = SentinelSet::start_tls();
-        let dir = unique_temp_dir("cli-doctor-sentinel-ca");
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, set.ca_pem()).unwrap();
+        let ca = CaFile::new("cli-doctor-sentinel-ca", &set.ca_pem());
         let joined = set.sentinel_urls().join(",");
         let (out, _) = expect_args(
             &[
@@ -1104,7 +1121,7 @@ mod tls {
                 "--url",
                 &joined,
                 "--tls-ca-cert",
-                ca.to_str().unwrap(),
+                &ca.path,
                 "doctor",
             ],
             0,
@@ -1114,7 +1131,6 @@ mod tls {
             assert!(out.contains(&line), "{line} in\n{out}");
         }
         assert!(!out.contains("reachable"), "{out}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `--tls-ca-cert` reaches every Redlock master: each test server has its own CA, so the
@@ -1129,9 +1145,7 @@ mod tls {
         }
         let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_tls()).collect();
         let bundle: Vec<u8> = servers.iter().flat_map(RedisServer::ca_pem).collect();
-        let dir = unique_temp_dir("cli-redlock-ca");
-        let ca = dir.join("cas.pem");
-        std::fs::write(&ca, &bundle).unwrap();
+        let ca_file = CaFile::new("cli-redlock-ca", &bundle);
         let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
         let manager = LockManager::redlock_builder(&urls)
             .tls_root_certificate(bundle)
@@ -1142,7 +1156,7 @@ mod tls {
             .acquire("invoice:9", &labelled("billing::redlock"))
             .await
             .unwrap();
-        let (joined, ca) = (urls.join(","), ca.to_str().unwrap().to_owned());
+        let (joined, ca) = (urls.join(","), ca_file.path.clone());
         let (out, _) = tokio::task::spawn_blocking(move || {
             expect_args(
                 &[
@@ -1161,7 +1175,6 @@ mod tls {
         .unwrap();
         assert!(out.contains("label:     billing::redlock"), "{out}");
         guard.release().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
