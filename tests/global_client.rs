@@ -163,11 +163,7 @@ fn global_works_across_sequential_runtimes() {
     assert!(server.exists("lock:gc:runtime:abandoned"));
     drop(first);
 
-    let second = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let second = test_support::runtime(2);
     second.block_on(async {
         // The first runtime (and the connection it drove) is gone; the global still works.
         use_the_global_client(11).await;
