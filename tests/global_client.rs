@@ -163,11 +163,7 @@ fn global_works_across_sequential_runtimes() {
     assert!(server.exists("lock:gc:runtime:abandoned"));
     drop(first);
 
-    let second = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let second = test_support::runtime(2);
     second.block_on(async {
         // The first runtime (and the connection it drove) is gone; the global still works.
         use_the_global_client(11).await;
@@ -225,6 +221,10 @@ async fn malformed_urls_are_config_errors() {
             other => panic!("{url:?}: expected Err(Config), got {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_zero_connect_timeout_is_a_config_error() {
     match LockManager::builder(server().url())
         .connect_timeout(Duration::ZERO)
         .connect()

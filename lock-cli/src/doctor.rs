@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use distlock::diagnose::{Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
+use distlock::diagnose::{cluster_masters, Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisResult, Value};
 use serde_json::json;
@@ -163,19 +163,12 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
                     )))
                 }
             };
-            return Ok(masters(&ranges)
+            return Ok(cluster_masters(&ranges)
                 .into_iter()
                 .map(|(host, port)| (Role::ClusterMaster, at(seed, host, port)))
                 .collect());
         }
-        checks.push(unreachable(
-            cli.url
-                .iter()
-                .map(|url| redact(url))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Role::ClusterMaster,
-        ));
+        checks.push(none_reachable(cli, Role::ClusterMaster));
         return Ok(Vec::new());
     }
     if let Some(service) = &cli.sentinel {
@@ -227,14 +220,7 @@ async fn servers(cli: &Cli, checks: &mut Vec<Check>) -> Result<Vec<(Role, Client
             }
             return Ok(servers);
         }
-        checks.push(unreachable(
-            cli.url
-                .iter()
-                .map(|url| redact(url))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Role::SentinelMaster,
-        ));
+        checks.push(none_reachable(cli, Role::SentinelMaster));
         return Ok(Vec::new());
     }
     let role = if cli.redlock {
@@ -324,31 +310,6 @@ fn service_server(sentinel: &Client, host: &str, port: u16) -> Result<Client, Fa
     Client::open(info).map_err(|error| Failure::Error(error.to_string()))
 }
 
-/// Every master a `CLUSTER SLOTS` reply names, once.
-fn masters(ranges: &[Value]) -> Vec<(String, u16)> {
-    let mut masters = Vec::new();
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        let Some(Value::Array(master)) = fields.get(2) else {
-            continue;
-        };
-        let host: Option<String> = master
-            .first()
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        let port: Option<u16> = master
-            .get(1)
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        if let (Some(host), Some(port)) = (host, port) {
-            if !masters.contains(&(host.clone(), port)) {
-                masters.push((host, port));
-            }
-        }
-    }
-    masters
-}
-
 /// `host:port` of a client: no login, so no password.
 fn address(client: &Client) -> String {
     client.get_connection_info().addr().to_string()
@@ -361,6 +322,12 @@ async fn connect(client: &Client) -> RedisResult<MultiplexedConnection> {
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
+}
+
+/// The ✗ for a topology none of whose seed URLs (shown without passwords) answered.
+fn none_reachable(cli: &Cli, role: Role) -> Check {
+    let seeds: Vec<String> = cli.url.iter().map(|url| redact(url)).collect();
+    unreachable(seeds.join(", "), role)
 }
 
 fn unreachable(server: String, role: Role) -> Check {

@@ -64,8 +64,15 @@ fn labelled(label: &str) -> LockOptions {
     LockOptions::new().ttl(Duration::from_secs(60)).label(label)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_and_show_tell_who_holds_what() {
+/// A server holding three locks: `report:7` (labelled, fenced), `trace:abc` (labelled) and
+/// `by-hand`, written by hand; the guards are released when it is dropped.
+struct ThreeLocks {
+    server: RedisServer,
+    url: String,
+    _guards: [distlock::LockGuard; 2],
+}
+
+async fn three_locks() -> ThreeLocks {
     let server = RedisServer::start();
     let url = server.url();
     let manager = LockManager::connect(&url).await.unwrap();
@@ -81,8 +88,18 @@ async fn list_and_show_tell_who_holds_what() {
         .await
         .unwrap();
     server.set_px("lock:by-hand", "hand-written", 30_000);
+    ThreeLocks {
+        server,
+        url,
+        _guards: [report, trace],
+    }
+}
 
-    let (out, _) = expect(&url, &["list"], 0);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_names_the_server_then_tells_who_holds_each_lock() {
+    let locks = three_locks().await;
+    let url = &locks.url;
+    let (out, _) = expect(url, &["list"], 0);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 5, "{out}");
     // First, which server was read.
@@ -101,8 +118,12 @@ async fn list_and_show_tell_who_holds_what() {
         lines[4].starts_with("trace:abc ") && lines[4].contains("traces"),
         "{out}"
     );
+}
 
-    let (out, _) = expect(&url, &["list", "trace:*", "--json"], 0);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_json_gives_the_fields_of_the_locks_a_pattern_matches() {
+    let locks = three_locks().await;
+    let (out, _) = expect(&locks.url, &["list", "trace:*", "--json"], 0);
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     let locks = json.as_array().unwrap();
     assert_eq!(locks.len(), 1, "{out}");
@@ -113,8 +134,12 @@ async fn list_and_show_tell_who_holds_what() {
     assert_eq!(locks[0]["waiters"], 0);
     let left = locks[0]["ttl_left_ms"].as_u64().unwrap();
     assert!(left > 30_000 && left <= 60_000, "{left}");
+}
 
-    let (out, _) = expect(&url, &["show", "report:7"], 0);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_tells_the_label_pid_fence_and_date_a_lock_was_taken() {
+    let locks = three_locks().await;
+    let (out, _) = expect(&locks.url, &["show", "report:7"], 0);
     assert!(
         out.contains("label:     jobs::report report:{day}"),
         "{out}"
@@ -130,17 +155,25 @@ async fn list_and_show_tell_who_holds_what() {
         out.contains(&format!("since:     {}", &today[..11])),
         "{out}"
     );
-    let (_, err) = expect(&url, &["show", "report:8"], 1);
-    assert!(err.contains("lock:report:8 is not held"), "{err}");
-    let (out, _) = expect(&url, &["show", "report:8", "--json"], 1);
-    assert_eq!(out.trim(), "null");
+}
 
-    let (out, _) = expect(&url, &["list", "none:*"], 0);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_of_a_free_lock_says_it_is_not_held_and_exits_1() {
+    let locks = three_locks().await;
+    let (_, err) = expect(&locks.url, &["show", "report:8"], 1);
+    assert!(err.contains("lock:report:8 is not held"), "{err}");
+    let (out, _) = expect(&locks.url, &["show", "report:8", "--json"], 1);
+    assert_eq!(out.trim(), "null");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_says_when_no_lock_matches_a_pattern_or_a_prefix() {
+    let locks = three_locks().await;
+    let (out, _) = expect(&locks.url, &["list", "none:*"], 0);
     assert!(out.contains("no held lock matches"), "{out}");
-    let (out, _) = expect(&url, &["--prefix", "other:", "list", "--json"], 0);
+    let (out, _) = expect(&locks.url, &["--prefix", "other:", "list", "--json"], 0);
     assert_eq!(out.trim(), "[]");
-    report.release().await.unwrap();
-    trace.release().await.unwrap();
+    assert!(locks.server.exists("lock:by-hand"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -885,6 +918,28 @@ mod tls {
 
     use super::{expect, expect_args, labelled, text};
 
+    /// A `--tls-ca-cert` file holding `pem`, in a folder of its own removed on drop.
+    struct CaFile {
+        dir: std::path::PathBuf,
+        path: String,
+    }
+
+    impl CaFile {
+        fn new(name: &str, pem: &[u8]) -> CaFile {
+            let dir = unique_temp_dir(name);
+            let path = dir.join("ca.pem");
+            std::fs::write(&path, pem).unwrap();
+            let path = path.to_str().unwrap().to_owned();
+            CaFile { dir, path }
+        }
+    }
+
+    impl Drop for CaFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
     /// A wrong `--tls-ca-cert` file is refused before connecting: no TLS server needed.
     #[test]
     fn a_ca_file_that_is_missing_or_not_pem_is_a_clear_error() {
@@ -1009,10 +1064,8 @@ mod tls {
             return;
         }
         let set = SentinelSet::start_tls();
-        let dir = unique_temp_dir("cli-sentinel-ca");
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, set.ca_pem()).unwrap();
-        let ca = ca.to_str().unwrap().to_owned();
+        let ca_file = CaFile::new("cli-sentinel-ca", &set.ca_pem());
+        let ca = ca_file.path.clone();
         let manager = LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
             .tls_root_certificate(set.ca_pem())
             .connect()
@@ -1045,7 +1098,6 @@ mod tls {
             "{out}"
         );
         guard.release().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `doctor` with `rediss://` sentinels reaches the service's master and replica over TLS,
@@ -1060,9 +1112,7 @@ mod tls {
             return;
         }
         let set = SentinelSet::start_tls();
-        let dir = unique_temp_dir("cli-doctor-sentinel-ca");
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, set.ca_pem()).unwrap();
+        let ca = CaFile::new("cli-doctor-sentinel-ca", &set.ca_pem());
         let joined = set.sentinel_urls().join(",");
         let (out, _) = expect_args(
             &[
@@ -1071,7 +1121,7 @@ mod tls {
                 "--url",
                 &joined,
                 "--tls-ca-cert",
-                ca.to_str().unwrap(),
+                &ca.path,
                 "doctor",
             ],
             0,
@@ -1081,7 +1131,6 @@ mod tls {
             assert!(out.contains(&line), "{line} in\n{out}");
         }
         assert!(!out.contains("reachable"), "{out}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `--tls-ca-cert` reaches every Redlock master: each test server has its own CA, so the
@@ -1096,9 +1145,7 @@ mod tls {
         }
         let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_tls()).collect();
         let bundle: Vec<u8> = servers.iter().flat_map(RedisServer::ca_pem).collect();
-        let dir = unique_temp_dir("cli-redlock-ca");
-        let ca = dir.join("cas.pem");
-        std::fs::write(&ca, &bundle).unwrap();
+        let ca_file = CaFile::new("cli-redlock-ca", &bundle);
         let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
         let manager = LockManager::redlock_builder(&urls)
             .tls_root_certificate(bundle)
@@ -1109,7 +1156,7 @@ mod tls {
             .acquire("invoice:9", &labelled("billing::redlock"))
             .await
             .unwrap();
-        let (joined, ca) = (urls.join(","), ca.to_str().unwrap().to_owned());
+        let (joined, ca) = (urls.join(","), ca_file.path.clone());
         let (out, _) = tokio::task::spawn_blocking(move || {
             expect_args(
                 &[
@@ -1128,7 +1175,6 @@ mod tls {
         .unwrap();
         assert!(out.contains("label:     billing::redlock"), "{out}");
         guard.release().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

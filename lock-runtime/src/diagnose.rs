@@ -1,5 +1,7 @@
 //! What in a Redis server's settings can break distlock's locks, and how to fix it: the one
-//! rule that both the warning at connect and the `distlock doctor` command apply.
+//! rule that both the warning at connect and the `distlock doctor` command apply; and the one
+//! reading of a cluster's `CLUSTER SLOTS` reply, to find the servers to check
+//! ([`cluster_masters`], [`cluster_nodes`]).
 //!
 //! A server with a memory limit and any eviction policy but `noeviction` deletes keys when
 //! memory runs out. `allkeys-*` policies may pick any key; `volatile-*` policies pick keys with
@@ -143,6 +145,96 @@ impl Eviction {
     }
 }
 
+/// The masters a `CLUSTER SLOTS` reply names, each once, in the order of the reply:
+/// `(host, port)`. The one parser of that reply, for whoever must reach every master (a scan of
+/// lock keys, `distlock doctor --cluster`).
+///
+/// `ranges` is the reply's array: each range is its first and last slot, then its master
+/// `[host, port, id, ..]`, then its replicas in the same form. `CLUSTER SLOTS` rather than
+/// `CLUSTER SHARDS`, since Redis 6.2 has only this one. An entry of another shape is skipped.
+///
+/// ```
+/// use distlock::diagnose::cluster_masters;
+/// use redis::Value;
+///
+/// let node = |host: &str, port: i64| {
+///     Value::Array(vec![Value::BulkString(host.into()), Value::Int(port)])
+/// };
+/// let range = |first: i64, last: i64, master: Value, replica: Value| {
+///     Value::Array(vec![Value::Int(first), Value::Int(last), master, replica])
+/// };
+/// let reply = [
+///     range(0, 5460, node("10.0.0.1", 7000), node("10.0.0.4", 7003)),
+///     range(5461, 10922, node("10.0.0.2", 7001), node("10.0.0.5", 7004)),
+///     range(10923, 16383, node("10.0.0.1", 7000), node("10.0.0.4", 7003)),
+/// ];
+/// assert_eq!(
+///     cluster_masters(&reply),
+///     [("10.0.0.1".to_owned(), 7000), ("10.0.0.2".to_owned(), 7001)]
+/// );
+/// ```
+#[must_use]
+pub fn cluster_masters(ranges: &[redis::Value]) -> Vec<(String, u16)> {
+    cluster_addresses(ranges, 1)
+}
+
+/// Every node a `CLUSTER SLOTS` reply names — masters and replicas, since a failover may
+/// promote any replica — each once, in the order of the reply: `(host, port)`. The reply's
+/// shape is as in [`cluster_masters`].
+///
+/// ```
+/// use distlock::diagnose::cluster_nodes;
+/// use redis::Value;
+///
+/// let node = |host: &str, port: i64| {
+///     Value::Array(vec![Value::BulkString(host.into()), Value::Int(port)])
+/// };
+/// let reply = [Value::Array(vec![
+///     Value::Int(0),
+///     Value::Int(16383),
+///     node("10.0.0.1", 7000),
+///     node("10.0.0.4", 7003),
+/// ])];
+/// assert_eq!(
+///     cluster_nodes(&reply),
+///     [("10.0.0.1".to_owned(), 7000), ("10.0.0.4".to_owned(), 7003)]
+/// );
+/// ```
+#[must_use]
+pub fn cluster_nodes(ranges: &[redis::Value]) -> Vec<(String, u16)> {
+    cluster_addresses(ranges, usize::MAX)
+}
+
+/// The first `per_range` nodes of each range (the master first), each once.
+fn cluster_addresses(ranges: &[redis::Value], per_range: usize) -> Vec<(String, u16)> {
+    use redis::Value;
+    let mut addresses: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        for node in fields.iter().skip(2).take(per_range) {
+            let Value::Array(node) = node else {
+                continue;
+            };
+            let host: Option<String> = node
+                .first()
+                .and_then(|v| redis::from_redis_value_ref(v).ok());
+            // Read wide and narrowed checked: redis-rs wraps an integer too large for a `u16`.
+            let port: Option<u16> = node
+                .get(1)
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+                .and_then(|port| u16::try_from(port).ok());
+            if let (Some(host), Some(port)) = (host, port) {
+                if !addresses.iter().any(|(h, p)| *h == host && *p == port) {
+                    addresses.push((host, port));
+                }
+            }
+        }
+    }
+    addresses
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +261,23 @@ mod tests {
             Eviction::from_settings(10 << 20, "noeviction"),
             Eviction::Refuses
         );
+    }
+
+    #[test]
+    fn cluster_slots_entries_of_another_shape_are_skipped() {
+        use redis::Value;
+        let reply = [
+            Value::Int(1),
+            Value::Array(vec![Value::Int(0), Value::Int(1)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(1),
+                Value::Array(vec![Value::BulkString(b"h".to_vec()), Value::Int(70000)]),
+                Value::Nil,
+                Value::Array(vec![Value::BulkString(b"r".to_vec()), Value::Int(7001)]),
+            ]),
+        ];
+        assert_eq!(cluster_masters(&reply), Vec::<(String, u16)>::new());
+        assert_eq!(cluster_nodes(&reply), [("r".to_owned(), 7001)]);
     }
 }

@@ -50,6 +50,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// A multi-thread tokio runtime with `workers` worker threads and every driver on, for tests
+/// that drive async code from plain `#[test]` functions (or play a process of their own).
+///
+/// ```
+/// let runtime = test_support::runtime(2);
+/// assert_eq!(runtime.block_on(async { 1 + 1 }), 2);
+/// ```
+pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// Polls `condition` every 10 ms until it returns `true`, panicking after `timeout` with
 /// "timed out after {timeout:?} waiting for {what}".
 ///

@@ -161,11 +161,7 @@ async fn increment_across_processes(
 /// The worker: started by `spawn_worker`.
 pub(crate) fn mutex_worker() {
     let url = std::env::var("DISTLOCK_WORKER_URL").expect("DISTLOCK_WORKER_URL is set");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     runtime.block_on(async {
         distlock::init(&url)
             .await
@@ -267,11 +263,7 @@ fn the_counter_loses_updates_without_the_lock() {
     // Control: the same read-modify-write without the lock falls short, so the exact counts
     // above are evidence of exclusion and not of a read-modify-write that cannot race.
     let server = shared_server();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     let total = runtime.block_on(async {
         let conn = connection(&server.url()).await;
         let tasks: Vec<_> = (0..TASKS)

@@ -311,11 +311,7 @@ fn a_runtime_shutting_down_leaves_no_lock_held_by_nobody() {
                 .build()
                 .unwrap()
         } else {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap()
+            test_support::runtime(1)
         };
         let (manager, options) = (manager.clone(), options.clone());
         let stop_after = Duration::from_micros(rng.below(800));

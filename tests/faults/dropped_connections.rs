@@ -7,14 +7,6 @@ use std::time::{Duration, Instant};
 use distlock::{LockError, LockManager, LockOptions};
 use test_support::{keys, FaultProxy, RedisServer};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Redlock over three masters with an idle-client `timeout` of 1 s. The holder's section runs
 /// 2.5 s with no Redis call, so every master has closed its connection; then it releases.
 /// A Redlock master's release has no marker, so it is not sent again (`docs/reliability.md`):
@@ -26,7 +18,7 @@ fn a_redlock_release_after_the_masters_closed_idle_connections_is_an_error_not_l
         .map(|_| RedisServer::start_with(&["--timeout", "1"]))
         .collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:redlock-idle";
     let options = LockOptions::new().ttl(Duration::from_secs(10));
     main.block_on(async {
@@ -57,7 +49,7 @@ fn a_redlock_release_after_the_masters_closed_idle_connections_is_an_error_not_l
 #[test]
 fn a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
-    let main = runtime();
+    let main = test_support::runtime(2);
     main.block_on(async {
         let manager = test_support::connect(&server).await;
         let options = LockOptions::new()
@@ -78,7 +70,7 @@ fn a_single_attempt_acquire_after_the_server_closed_an_idle_connection_takes_the
 #[test]
 fn a_fenced_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
-    let main = runtime();
+    let main = test_support::runtime(2);
     main.block_on(async {
         let manager = test_support::connect(&server).await;
         let options = LockOptions::new()
@@ -111,7 +103,7 @@ fn a_fenced_try_acquire_after_the_server_closed_an_idle_connection_takes_the_fre
 fn a_try_acquire_whose_reply_was_lost_takes_the_free_lock() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:try-lost-reply";
     main.block_on(async {
         let manager = LockManager::connect(&proxy.url()).await.unwrap();
@@ -153,7 +145,7 @@ fn a_redlock_try_acquire_after_the_masters_closed_idle_connections_takes_the_fre
         .map(|_| RedisServer::start_with(&["--timeout", "1"]))
         .collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let main = runtime();
+    let main = test_support::runtime(2);
     main.block_on(async {
         let manager = LockManager::redlock_builder(&urls).connect().await.unwrap();
         let options = LockOptions::new().ttl(Duration::from_secs(10));
@@ -187,7 +179,7 @@ fn line_len(server: &RedisServer, name: &str) -> usize {
 fn a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:look-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
@@ -244,7 +236,7 @@ fn a_look_that_took_the_lock_and_lost_its_reply_holds_it_once() {
 fn acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:deadline-blip";
     main.block_on(async {
         let holder = test_support::connect(&server).await;
@@ -295,7 +287,7 @@ fn acquire_returns_by_its_timeout_plus_one_response_timeout_through_a_blip() {
 fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:hold-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
@@ -346,7 +338,7 @@ fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
 fn a_release_and_an_extension_whose_replies_were_lost() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:release-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
@@ -398,7 +390,7 @@ fn a_release_and_an_extension_whose_replies_were_lost() {
 fn a_release_after_a_long_section_whose_reply_was_lost_is_not_reported_lost() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:long-release-lost";
     let key = format!("lock:{name}");
     main.block_on(async {
@@ -453,7 +445,7 @@ fn a_release_after_a_long_section_whose_reply_was_lost_is_not_reported_lost() {
 fn a_release_soon_after_a_background_confirmation_on_an_idle_closed_connection_reaches_redis() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
     let proxy = FaultProxy::start(server.port());
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:confirmed-then-idle";
     let key = format!("lock:{name}");
     main.block_on(async {
@@ -512,7 +504,7 @@ fn a_redlock_release_whose_replies_were_lost_on_a_majority_is_not_reported_lost(
         .map(|server| FaultProxy::start(server.port()))
         .collect();
     let urls = vec![proxies[0].url(), proxies[1].url(), servers[2].url()];
-    let main = runtime();
+    let main = test_support::runtime(2);
     let name = "dropped:redlock-release-lost";
     let key = format!("lock:{name}");
     main.block_on(async {

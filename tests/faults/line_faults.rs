@@ -43,18 +43,10 @@ fn channel_of(entry: &str) -> String {
 #[test]
 fn a_live_waiter_whose_grant_connection_drops_unnoticed_loses_only_its_place() {
     let server = RedisServer::start();
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     // The waiter's process: a runtime with one worker thread, which made its manager (so the
     // manager's pub/sub connection is read there).
-    let waiter_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let waiter_runtime = test_support::runtime(1);
     let url = server.url();
     let waiter_manager = waiter_runtime
         .block_on(async move { LockManager::connect(&url).await })
@@ -147,11 +139,7 @@ fn a_waiter_joining_during_the_linger_unsubscribe_is_not_skipped() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     proxy.set_delay(DELAY);
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     let name = "line-faults:linger";
     let options = LockOptions::new()
         .ttl(Duration::from_secs(30))
@@ -236,11 +224,7 @@ fn a_waiter_joining_during_the_linger_unsubscribe_is_not_skipped() {
 fn a_release_after_a_network_blip_hands_the_lock_on() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     let name = "line-faults:blip";
     let options = LockOptions::new()
         .ttl(Duration::from_secs(10))
@@ -294,11 +278,7 @@ fn a_release_after_a_network_blip_hands_the_lock_on() {
 fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     let name = "line-faults:blip-in-line";
     let options = LockOptions::new()
         .ttl(Duration::from_secs(30))
@@ -352,11 +332,7 @@ fn a_network_blip_does_not_send_a_waiter_to_the_back_of_the_line() {
 #[test]
 fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     let name = "line-faults:idle-timeout";
     let options = LockOptions::new()
         .ttl(Duration::from_secs(10))
@@ -399,11 +375,7 @@ fn a_release_after_the_server_closed_an_idle_connection_hands_the_lock_on() {
 #[test]
 fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     main.block_on(async {
         let manager = test_support::connect(&server).await;
         let options = LockOptions::new().ttl(Duration::from_secs(10));
@@ -438,18 +410,8 @@ fn a_try_acquire_after_the_server_closed_an_idle_connection_takes_the_free_lock(
 #[test]
 fn a_hand_off_message_read_late_never_yields_a_second_holder() {
     let server = RedisServer::start();
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let one_thread = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
+    let main = test_support::runtime(2);
+    let one_thread = || test_support::runtime(1);
     // The runtime that made W's manager (reads its hand-off messages), and W's own runtime.
     let (manager_runtime, waiter_runtime) = (one_thread(), one_thread());
     let url = server.url();
@@ -539,33 +501,28 @@ const STOP_NAME: &str = "DISTLOCK_LINE_FAULTS_NAME";
 pub(crate) fn stopped_waiter_worker() {
     let url = std::env::var(STOP_URL).expect("set by the test that starts this worker");
     let name = std::env::var(STOP_NAME).unwrap();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let manager = LockManager::connect(&url).await.unwrap();
-            let options = LockOptions::new()
-                .ttl(Duration::from_secs(30))
-                .timeout(Duration::from_secs(60));
-            let guard = manager.acquire(&name, &options).await.unwrap();
-            let client = redis::Client::open(url.as_str()).unwrap();
-            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-            let value: Option<String> = redis::cmd("GET")
-                .arg(format!("lock:{name}"))
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            let _: i64 = redis::cmd("RPUSH")
-                .arg(format!("{name}:record"))
-                .arg(format!("{}|{}", guard.token(), value.unwrap_or_default()))
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let _ = guard.release().await;
-        });
+    test_support::runtime(2).block_on(async {
+        let manager = LockManager::connect(&url).await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(30))
+            .timeout(Duration::from_secs(60));
+        let guard = manager.acquire(&name, &options).await.unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(format!("lock:{name}"))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(format!("{name}:record"))
+            .arg(format!("{}|{}", guard.token(), value.unwrap_or_default()))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = guard.release().await;
+    });
 }
 
 /// A `SIGSTOP`ped waiter: W (a process of its own) waits first in
@@ -577,11 +534,7 @@ pub(crate) fn stopped_waiter_worker() {
 #[test]
 fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     let options = LockOptions::new()
         .ttl(Duration::from_secs(30))
         .timeout(Duration::from_secs(30));
@@ -646,11 +599,7 @@ fn a_stopped_waiter_continued_after_its_claim_never_holds_with_the_next() {
 #[test]
 fn the_since_record_of_an_unconfirmed_hand_off_expires_with_the_lock() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     let name = "line-faults:since-claim";
     let options = LockOptions::new().ttl(Duration::from_secs(30));
     let manager = runtime.block_on(test_support::connect(&server));
@@ -694,11 +643,7 @@ fn assert_since_expires_with_lock(server: &RedisServer, name: &str) -> i64 {
 #[test]
 fn the_since_record_of_a_held_release_expires_with_the_lock() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     let name = "line-faults:since-hold";
     let (first, second) = runtime.block_on(async {
         (
@@ -735,11 +680,7 @@ fn the_since_record_of_a_held_release_expires_with_the_lock() {
 #[test]
 fn a_force_release_takes_the_since_record_with_the_lock() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_support::runtime(2);
     let name = "line-faults:since-forced";
     let (first, second) = runtime.block_on(async {
         (

@@ -296,8 +296,26 @@ async fn timed<T>(future: impl std::future::Future<Output = T>) -> (T, Duration)
     (output, started.elapsed())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_server_gives_errors_within_bounds_and_everything_recovers() {
+/// What the calls made on a server paused past the response timeout returned, and how long each
+/// took. The server is still paused: a test resumes it when its promise needs that.
+struct PausedCalls {
+    server: RedisServer,
+    manager: LockManager,
+    held_token: String,
+    try_acquire: (Result<Option<LockGuard>, LockError>, Duration),
+    acquire: (Result<LockGuard, LockError>, Duration),
+    extend: (Result<(), LockError>, Duration),
+    is_held: (Result<bool, LockError>, Duration),
+    connect: (Result<LockManager, LockError>, Duration),
+    lost: (Result<(), tokio::time::error::Elapsed>, Duration),
+    release: (Result<(), LockError>, Duration),
+    /// The `auto_extend` holder whose loss `lost` waited for.
+    watched: LockGuard,
+}
+
+/// Takes `held` (ttl 30 s) and `watched` (ttl 1.5 s, `auto_extend`), pauses the server, then
+/// calls everything at once while it stays paused, and releases `held`.
+async fn calls_on_a_paused_server() -> PausedCalls {
     let server = RedisServer::start();
     let builder = LockManager::builder(server.url()).response_timeout(Duration::from_millis(300));
     let manager = builder.clone().connect().await.unwrap();
@@ -317,15 +335,7 @@ async fn a_paused_server_gives_errors_within_bounds_and_everything_recovers() {
     server.pause();
     let paused = Instant::now();
     let one_second = long.clone().timeout(Duration::from_secs(1));
-    let bound = Duration::from_secs(5);
-    let (
-        (try_acquire, try_acquire_took),
-        (acquire, acquire_took),
-        (extend, extend_took),
-        (is_held, is_held_took),
-        (connect, connect_took),
-        lost,
-    ) = tokio::join!(
+    let (try_acquire, acquire, extend, is_held, connect, lost) = tokio::join!(
         timed(manager.try_acquire("other", &long)),
         timed(manager.acquire("other", &one_second)),
         timed(held.extend(Duration::from_secs(30))),
@@ -336,26 +346,75 @@ async fn a_paused_server_gives_errors_within_bounds_and_everything_recovers() {
             watched.lost()
         )),
     );
+    let release = timed(held.release()).await;
+    eprintln!("paused for {:?} in all", paused.elapsed());
+    PausedCalls {
+        server,
+        manager,
+        held_token,
+        try_acquire,
+        acquire,
+        extend,
+        is_held,
+        connect,
+        lost,
+        release,
+        watched,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_on_a_paused_server_gives_a_redis_error_within_its_bound() {
+    let calls = calls_on_a_paused_server().await;
+    let bound = Duration::from_secs(5);
+    let (try_acquire, try_acquire_took) = calls.try_acquire;
     let message = redis_error_within("try_acquire", try_acquire, try_acquire_took, bound);
     assert!(message.contains("Redis error"), "{message}");
+    let (acquire, acquire_took) = calls.acquire;
     redis_error_within("acquire (timeout 1 s)", acquire, acquire_took, bound);
+    let (extend, extend_took) = calls.extend;
+    redis_error_within("extend", extend, extend_took, bound);
+    let (is_held, is_held_took) = calls.is_held;
+    redis_error_within("is_held", is_held, is_held_took, bound);
+    let (connect, connect_took) = calls.connect;
+    redis_error_within("connect", connect, connect_took, Duration::from_secs(10));
+    let (release, release_took) = calls.release;
+    redis_error_within("release", release, release_took, bound);
+    calls.server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_on_a_paused_server_retries_until_its_timeout() {
+    let calls = calls_on_a_paused_server().await;
+    let (_, acquire_took) = calls.acquire;
     assert!(
         acquire_took >= Duration::from_millis(900),
         "acquire retried until its 1 s deadline, took {acquire_took:?}"
     );
-    redis_error_within("extend", extend, extend_took, bound);
-    redis_error_within("is_held", is_held, is_held_took, bound);
-    redis_error_within("connect", connect, connect_took, Duration::from_secs(10));
-    let (lost, lost_took) = lost;
+    calls.server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_extend_holder_is_told_lost_when_its_server_pauses() {
+    let calls = calls_on_a_paused_server().await;
+    let (lost, lost_took) = calls.lost;
     assert!(
         lost.is_ok(),
         "the auto_extend holder was told Lost within ttl + 1 s of the pause"
     );
     eprintln!("paused server: auto_extend holder told Lost {lost_took:?} after the pause");
-    let (release, release_took) = timed(held.release()).await;
-    redis_error_within("release", release, release_took, bound);
-    eprintln!("paused for {:?} in all", paused.elapsed());
+    calls.server.resume();
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_pause_locks_work_again_within_5_s_and_no_late_grant_stays() {
+    let PausedCalls {
+        server,
+        manager,
+        watched,
+        ..
+    } = calls_on_a_paused_server().await;
+    let long = LockOptions::new().ttl(Duration::from_secs(30));
     server.resume();
     let resumed = Instant::now();
     // The attempts that timed out were still delivered: Redis runs them when it resumes, and
@@ -368,18 +427,24 @@ async fn a_paused_server_gives_errors_within_bounds_and_everything_recovers() {
     guard.extend(Duration::from_secs(30)).await.unwrap();
     assert!(guard.is_held().await.unwrap());
     guard.release().await.unwrap();
-    // The release that failed while Redis was paused may still have run late (if Redis had its
-    // script cached) or not: either the lock is gone, or it is still the old holder's until its
-    // ttl runs out. Never anyone else's.
-    let left = server.get("lock:held");
-    assert!(
-        left.is_none() || left.as_deref() == Some(held_token.as_str()),
-        "lock:held is {left:?}"
-    );
     drop(watched);
     assert!(
         resumed.elapsed() < Duration::from_secs(5),
         "recovered within 5 s of SIGCONT"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_failed_on_a_paused_server_never_frees_anyone_elses_lock() {
+    let calls = calls_on_a_paused_server().await;
+    calls.server.resume();
+    // The release that failed while Redis was paused may still have run late (if Redis had its
+    // script cached) or not: either the lock is gone, or it is still the old holder's until its
+    // ttl runs out. Never anyone else's.
+    let left = calls.server.get("lock:held");
+    assert!(
+        left.is_none() || left.as_deref() == Some(calls.held_token.as_str()),
+        "lock:held is {left:?}"
     );
 }
 

@@ -23,21 +23,13 @@ const INDEX: &str = "DISTLOCK_FLEET_INDEX";
 /// `<name>:order` list and release), `abort` (die on the spot, holding it).
 const THEN: &str = "DISTLOCK_FLEET_THEN";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Worker: acquires `lock:<name>` (ttl 60 s, waiting up to 60 s), then does what `THEN` says.
 pub(crate) fn fleet_worker() {
     let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
     let index = std::env::var(INDEX).unwrap();
     let then = std::env::var(THEN).unwrap();
-    runtime().block_on(async {
+    test_support::runtime(2).block_on(async {
         let manager = LockManager::connect(&url).await.unwrap();
         let options = LockOptions::new()
             .ttl(Duration::from_secs(60))
@@ -118,7 +110,7 @@ fn hold(
 fn processes_get_the_lock_in_the_order_they_queued() {
     const WORKERS: usize = 6;
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (_manager, guard) = hold(&server, &runtime, "fifo");
     let workers: Vec<_> = (0..WORKERS)
         .map(|index| queue_worker(&server, "fifo", index, "record"))
@@ -166,7 +158,7 @@ const DEAD_WAITER_BOUND: Duration = Duration::from_secs(8);
 #[test]
 fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (_manager, guard) = hold(&server, &runtime, "killed-in-line");
     let doomed = queue_worker(&server, "killed-in-line", 0, "record");
     let next = queue_worker(&server, "killed-in-line", 1, "record");
@@ -189,7 +181,7 @@ fn a_waiter_killed_in_line_holds_the_line_up_for_a_bounded_time() {
 #[test]
 fn a_waiter_killed_in_line_is_skipped_by_the_very_next_release() {
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (_manager, guard) = hold(&server, &runtime, "skipped");
     let doomed = queue_worker(&server, "skipped", 0, "record");
     let next = queue_worker(&server, "skipped", 1, "record");
@@ -263,7 +255,7 @@ async fn a_join_keeps_the_line_from_expiring_under_its_waiters() {
 #[test]
 fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time() {
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (_manager, guard) = hold(&server, &runtime, "killed-holding");
     let doomed = queue_worker(&server, "killed-holding", 0, "abort");
     let next = queue_worker(&server, "killed-holding", 1, "record");
@@ -287,7 +279,7 @@ fn a_waiter_killed_right_after_the_hand_off_holds_the_line_up_for_a_bounded_time
 #[test]
 fn a_dead_holder_and_a_dead_first_waiter_hold_the_next_waiter_up_for_a_bounded_time() {
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (_manager, guard) = hold(&server, &runtime, "both-dead");
     let doomed = queue_worker(&server, "both-dead", 0, "record");
     let next = queue_worker(&server, "both-dead", 1, "record");
@@ -318,7 +310,7 @@ fn a_dead_holder_and_a_dead_first_waiter_hold_the_next_waiter_up_for_a_bounded_t
 #[test]
 fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let server = RedisServer::start();
-    let runtime = runtime();
+    let runtime = test_support::runtime(2);
     let (manager, guard) = hold(&server, &runtime, "gives-up");
     let line = keys::named("gives-up").line();
     runtime.block_on(async {
@@ -373,7 +365,7 @@ const LOOPS: usize = 20;
 pub(crate) fn looping_worker() {
     let url = std::env::var(URL).expect("set by the test that starts this worker");
     let name = std::env::var(NAME).unwrap();
-    runtime().block_on(async {
+    test_support::runtime(2).block_on(async {
         let manager = LockManager::connect(&url).await.unwrap();
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut connection = client.get_multiplexed_async_connection().await.unwrap();
@@ -563,11 +555,7 @@ async fn fenced_waiter_takes_one_place_and_its_release_frees_the_lock() {
 fn a_stale_hand_off_message_never_yields_a_guard_while_another_client_holds_the_lock() {
     let server = RedisServer::start();
     let url = server.url();
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = test_support::runtime(2);
     let (a, c) = main.block_on(async {
         (
             LockManager::connect(&url).await.unwrap(),

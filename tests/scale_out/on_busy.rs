@@ -22,20 +22,26 @@ async fn charge(id: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn skip_fail_and_hold_at_least_work_on_a_cluster() {
-    if !test_support::in_own_process(
-        module_path!(),
-        "skip_fail_and_hold_at_least_work_on_a_cluster",
-    ) {
-        return;
-    }
+/// A cluster, the global client on it, and another client of the same cluster.
+async fn cluster_with_global_client() -> (RedisCluster, LockManager) {
     let cluster = RedisCluster::start(3, 0);
     let urls = cluster.urls();
     distlock::init_with(LockManager::cluster_builder(&urls).connect().await.unwrap()).unwrap();
     let other = LockManager::cluster_builder(&urls).connect().await.unwrap();
+    (cluster, other)
+}
 
-    // hold_at_least: the body is done, the lock stays until the hold ends; a second run skips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_keeps_the_lock_on_a_cluster_until_the_hold_ends() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "hold_at_least_keeps_the_lock_on_a_cluster_until_the_hold_ends",
+    ) {
+        return;
+    }
+    let (cluster, _other) = cluster_with_global_client().await;
+
+    // The body is done, the lock stays until the hold ends; a second run skips.
     assert_eq!(report(1).await.unwrap(), Some(1));
     assert!(cluster.exists("lock:report:{1}"));
     assert_eq!(report(1).await.unwrap(), None);
@@ -44,20 +50,38 @@ async fn skip_fail_and_hold_at_least_work_on_a_cluster() {
     })
     .await;
     assert_eq!(report(1).await.unwrap(), Some(1));
-
-    // skip while another client holds it.
     test_support::eventually(Duration::from_secs(10), "the hold to end", || {
         !cluster.exists("lock:report:{1}")
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_busy_skip_skips_while_another_client_holds_the_lock_on_a_cluster() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "on_busy_skip_skips_while_another_client_holds_the_lock_on_a_cluster",
+    ) {
+        return;
+    }
+    let (_cluster, other) = cluster_with_global_client().await;
     let guard = other
         .acquire("report:{1}", &LockOptions::new())
         .await
         .unwrap();
     assert_eq!(report(1).await.unwrap(), None);
     guard.release().await.unwrap();
+}
 
-    // fail while held; runs once free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_busy_fail_is_busy_while_held_on_a_cluster_and_runs_once_free() {
+    if !test_support::in_own_process(
+        module_path!(),
+        "on_busy_fail_is_busy_while_held_on_a_cluster_and_runs_once_free",
+    ) {
+        return;
+    }
+    let (cluster, other) = cluster_with_global_client().await;
     let guard = other
         .acquire("charge:9", &LockOptions::new())
         .await

@@ -618,14 +618,6 @@ const LOOPS: usize = 20;
 /// room for a slow shared machine.
 const WAKE_UP_BOUND: Duration = Duration::from_secs(5);
 
-fn worker_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// The environment of a worker on the masters `servers`, keeping its data on `data`.
 fn worker_env(
     servers: &RedisServers,
@@ -657,7 +649,7 @@ async fn worker_setup() -> Option<(LockManager, MultiplexedConnection, String)> 
 /// the releases that found the lock lost); then appends its longest wait for the lock (ms) to
 /// `<name>:waits`.
 pub(crate) fn redlock_looping_worker() {
-    worker_runtime().block_on(async {
+    test_support::runtime(2).block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
         };
@@ -719,7 +711,7 @@ pub(crate) fn redlock_looping_worker() {
 
 /// Worker: takes `lock:<name>` once (ttl 60 s), appends its index to `<name>:order`, releases.
 pub(crate) fn redlock_once_worker() {
-    worker_runtime().block_on(async {
+    test_support::runtime(2).block_on(async {
         let Some((manager, mut data, name)) = worker_setup().await else {
             return;
         };
@@ -853,7 +845,7 @@ fn a_redlock_release_wakes_a_bounded_number_of_waiters_however_many_processes_wa
 fn a_redlock_waiter_killed_while_waiting_holds_the_others_up_for_a_bounded_time() {
     let servers = RedisServers::start(5);
     let data = RedisServer::start();
-    let runtime = worker_runtime();
+    let runtime = test_support::runtime(2);
     let holder = runtime.block_on(redlock(&servers));
     let guard = runtime
         .block_on(holder.acquire("killed", &LockOptions::new().ttl(Duration::from_secs(60))))
@@ -1169,7 +1161,7 @@ fn lease_deadlines(server: &RedisServer, name: &str) -> Vec<u64> {
 fn a_redlock_waiter_dead_for_longer_than_its_lease_is_skipped_by_the_release() {
     let servers = RedisServers::start(5);
     let data = RedisServer::start();
-    let runtime = worker_runtime();
+    let runtime = test_support::runtime(2);
     let holder = runtime.block_on(redlock(&servers));
     let guard = runtime
         .block_on(holder.acquire("lapsed", &LockOptions::new().ttl(Duration::from_secs(60))))

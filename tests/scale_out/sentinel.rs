@@ -27,17 +27,43 @@ pub(crate) async fn connect(set: &SentinelSet) -> LockManager {
         .unwrap_or_else(|error| panic!("cannot connect through the sentinels: {error}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_hand_offs_and_fencing_live_on_the_master_the_sentinels_name() {
-    let set = SentinelSet::start();
-    let (first, second) = (connect(&set).await, connect(&set).await);
+/// How a test reads the master: `get` a key's value, and whether `has_line` (a waiter joined).
+/// Plain here; over TLS in `sentinel_tls`.
+pub(crate) struct MasterReads {
+    pub(crate) get: fn(&SentinelSet, &str) -> Option<String>,
+    pub(crate) has_line: fn(&SentinelSet) -> bool,
+}
+
+const PLAIN: MasterReads = MasterReads {
+    get: |set, key| set.master().get(key),
+    has_line: |set| !set.master().keys("*line*").is_empty(),
+};
+
+/// What a hand-off of `job` through the sentinels showed.
+pub(crate) struct HandOff {
+    /// The first holder's token, and what the master held at `lock:job` then.
+    pub(crate) first: (String, Option<String>),
+    /// The waiter's token, and what the master held at `lock:job` once it was handed the lock.
+    pub(crate) next: (String, Option<String>),
+    /// What the master held at `lock:job` after the waiter released it.
+    pub(crate) left: Option<String>,
+    /// How long after the release the waiter got the lock.
+    pub(crate) handed_after: Duration,
+    /// The fencing tokens of the first holder and of the waiter.
+    pub(crate) fences: (u64, u64),
+}
+
+/// One manager takes `job` with fencing, a second waits in line for it (its wake-up comes over
+/// its subscription), the first releases, and the waiter releases in turn.
+pub(crate) async fn hand_off_through_the_sentinels(
+    set: &SentinelSet,
+    reads: &MasterReads,
+) -> HandOff {
+    let (first, second) = (connect(set).await, connect(set).await);
     let options = LockOptions::new().fencing(true);
-
     let guard = first.acquire("job", &options).await.unwrap();
-    assert_eq!(set.master().get("lock:job").as_deref(), Some(guard.token()));
+    let first_seen = (guard.token().to_owned(), (reads.get)(set, "lock:job"));
     let fence = guard.fencing_token().unwrap();
-
-    // A waiter is handed the lock by the release, long before the 30 s ttl.
     let waiter = tokio::spawn(async move {
         let guard = second.acquire("job", &options).await.unwrap();
         (Instant::now(), guard)
@@ -45,20 +71,59 @@ async fn locks_hand_offs_and_fencing_live_on_the_master_the_sentinels_name() {
     test_support::eventually(
         Duration::from_secs(10),
         "the waiter to join the line",
-        || !set.master().keys("*line*").is_empty(),
+        || (reads.has_line)(set),
     )
     .await;
     let released = Instant::now();
     guard.release().await.unwrap();
     let (got_at, next) = waiter.await.unwrap();
-    assert!(
-        got_at - released < Duration::from_secs(2),
-        "handed over {:?} after the release",
-        got_at - released
-    );
-    assert!(next.fencing_token().unwrap() > fence);
+    let next_seen = (next.token().to_owned(), (reads.get)(set, "lock:job"));
+    let next_fence = next.fencing_token().unwrap();
     next.release().await.unwrap();
-    assert!(!set.master().exists("lock:job"));
+    HandOff {
+        first: first_seen,
+        next: next_seen,
+        left: (reads.get)(set, "lock:job"),
+        handed_after: got_at - released,
+        fences: (fence, next_fence),
+    }
+}
+
+/// Asserts each holder's token was what the master held while it held the lock, and that
+/// nothing is left once the last one released.
+pub(crate) fn assert_lives_on_the_master(hand_off: &HandOff) {
+    for (token, on_master) in [&hand_off.first, &hand_off.next] {
+        assert_eq!(on_master.as_deref(), Some(token.as_str()));
+    }
+    assert_eq!(hand_off.left, None);
+}
+
+/// Asserts the waiter got the lock long before the 30 s ttl.
+pub(crate) fn assert_handed_at_once(hand_off: &HandOff) {
+    assert!(
+        hand_off.handed_after < Duration::from_secs(2),
+        "handed over {:?} after the release",
+        hand_off.handed_after
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_live_on_the_master_the_sentinels_name() {
+    let set = SentinelSet::start();
+    assert_lives_on_the_master(&hand_off_through_the_sentinels(&set, &PLAIN).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_through_the_sentinels_hands_the_lock_to_a_waiter_at_once() {
+    let set = SentinelSet::start();
+    assert_handed_at_once(&hand_off_through_the_sentinels(&set, &PLAIN).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_rise_across_a_hand_off_through_the_sentinels() {
+    let set = SentinelSet::start();
+    let (fence, next_fence) = hand_off_through_the_sentinels(&set, &PLAIN).await.fences;
+    assert!(next_fence > fence);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,6 +137,11 @@ async fn a_bad_service_name_is_an_error_that_names_the_fix() {
         error.to_string().contains("check the service name"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_service_name_is_a_config_error() {
+    let set = SentinelSet::start();
     let error = LockManager::sentinel_builder(&set.sentinel_urls(), "")
         .connect()
         .await

@@ -8,12 +8,15 @@
 mod tls {
     use std::time::Duration;
 
-    use distlock::{LockError, LockManager, LockOptions};
+    use distlock::{LockError, LockManager};
     use test_support::sentinel::SERVICE;
     use test_support::{skip_without, unique_temp_dir, Feature, SentinelSet, TlsFiles};
     use tokio::time::Instant;
 
-    use crate::sentinel::{connect, run_through_failover};
+    use crate::sentinel::{
+        assert_handed_at_once, assert_lives_on_the_master, hand_off_through_the_sentinels,
+        run_through_failover, MasterReads,
+    };
 
     /// A TLS Sentinel set, or `None` (after saying so) on a server built without TLS.
     fn tls_set(test: &str) -> Option<SentinelSet> {
@@ -26,44 +29,39 @@ mod tls {
         (!reply.is_empty()).then_some(reply)
     }
 
+    /// The master read over TLS.
+    const OVER_TLS: MasterReads = MasterReads {
+        get: master_get,
+        has_line: |set| !set.master().tls_cli(&["KEYS", "*line*"]).is_empty(),
+    };
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn locks_and_hand_offs_live_on_the_tls_master_the_sentinels_name() {
-        let Some(set) = tls_set("locks_and_hand_offs_live_on_the_tls_master_the_sentinels_name")
-        else {
+    async fn locks_live_on_the_tls_master_the_sentinels_name() {
+        let Some(set) = tls_set("locks_live_on_the_tls_master_the_sentinels_name") else {
             return;
         };
         assert!(set.sentinel_urls()[0].starts_with("rediss://"));
-        let (first, second) = (connect(&set).await, connect(&set).await);
-        let options = LockOptions::new().fencing(true);
+        assert_lives_on_the_master(&hand_off_through_the_sentinels(&set, &OVER_TLS).await);
+    }
 
-        let guard = first.acquire("job", &options).await.unwrap();
-        assert_eq!(master_get(&set, "lock:job").as_deref(), Some(guard.token()));
-        let fence = guard.fencing_token().unwrap();
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_through_tls_sentinels_hands_the_lock_to_a_waiter_at_once() {
+        let Some(set) =
+            tls_set("a_release_through_tls_sentinels_hands_the_lock_to_a_waiter_at_once")
+        else {
+            return;
+        };
+        assert_handed_at_once(&hand_off_through_the_sentinels(&set, &OVER_TLS).await);
+    }
 
-        // A waiter is handed the lock by the release (its wake-up comes over the TLS
-        // subscription), long before the 30 s ttl.
-        let waiter = tokio::spawn(async move {
-            let guard = second.acquire("job", &options).await.unwrap();
-            (Instant::now(), guard)
-        });
-        test_support::eventually(
-            Duration::from_secs(10),
-            "the waiter to join the line",
-            || !set.master().tls_cli(&["KEYS", "*line*"]).is_empty(),
-        )
-        .await;
-        let released = Instant::now();
-        guard.release().await.unwrap();
-        let (got_at, next) = waiter.await.unwrap();
-        assert!(
-            got_at - released < Duration::from_secs(2),
-            "handed over {:?} after the release",
-            got_at - released
-        );
-        assert!(next.fencing_token().unwrap() > fence);
-        assert_eq!(master_get(&set, "lock:job").as_deref(), Some(next.token()));
-        next.release().await.unwrap();
-        assert_eq!(master_get(&set, "lock:job"), None);
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fencing_tokens_rise_across_a_hand_off_through_tls_sentinels() {
+        let Some(set) = tls_set("fencing_tokens_rise_across_a_hand_off_through_tls_sentinels")
+        else {
+            return;
+        };
+        let (fence, next_fence) = hand_off_through_the_sentinels(&set, &OVER_TLS).await.fences;
+        assert!(next_fence > fence);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -931,34 +931,14 @@ impl Node {
         if !matches!(connection, Connection::Cluster(_)) {
             return Ok(vec![ScanTarget::Server]);
         }
-        // Each entry: start slot, end slot, then the master `[host, port, id, ..]`, then its
-        // replicas. `CLUSTER SLOTS` rather than `CLUSTER SHARDS`: Redis 6.2 has only this one.
         let slots: Vec<Value> = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut connection)
             .await?;
-        let mut masters = Vec::new();
-        for range in slots {
-            let Value::Array(fields) = range else {
-                continue;
-            };
-            let Some(Value::Array(master)) = fields.get(2) else {
-                continue;
-            };
-            let host: Option<String> = master
-                .first()
-                .and_then(|v| redis::from_redis_value_ref(v).ok());
-            let port: Option<u16> = master
-                .get(1)
-                .and_then(|v| redis::from_redis_value_ref(v).ok());
-            if let (Some(host), Some(port)) = (host, port) {
-                let target = ScanTarget::Address(host, port);
-                if !masters.contains(&target) {
-                    masters.push(target);
-                }
-            }
-        }
-        Ok(masters)
+        Ok(crate::diagnose::cluster_masters(&slots)
+            .into_iter()
+            .map(|(host, port)| ScanTarget::Address(host, port))
+            .collect())
     }
 
     /// One `SCAN` step on `target`: the next cursor (0 when done) and the string keys found

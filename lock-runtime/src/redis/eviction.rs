@@ -18,7 +18,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisError, RedisResult, Value};
 
-use crate::diagnose::{Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
+use crate::diagnose::{cluster_nodes, Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
 
 /// The servers of one endpoint checked so far (by address, `host:port`).
 #[derive(Default)]
@@ -75,7 +75,7 @@ impl Checked {
                 return;
             }
         };
-        for (host, port) in nodes(&ranges) {
+        for (host, port) in cluster_nodes(&ranges) {
             let server = format!("{host}:{port}");
             if !self.claim(&server) {
                 continue;
@@ -90,34 +90,6 @@ impl Checked {
             }
         }
     }
-}
-
-/// Every node a `CLUSTER SLOTS` reply names, once: each range is its first and last slot, then
-/// its master `[host, port, id, ..]`, then its replicas in the same form.
-fn nodes(ranges: &[Value]) -> Vec<(String, u16)> {
-    let mut nodes = Vec::new();
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        for node in fields.iter().skip(2) {
-            let Value::Array(node) = node else {
-                continue;
-            };
-            let host: Option<String> = node
-                .first()
-                .and_then(|v| redis::from_redis_value_ref(v).ok());
-            let port: Option<u16> = node
-                .get(1)
-                .and_then(|v| redis::from_redis_value_ref(v).ok());
-            if let (Some(host), Some(port)) = (host, port) {
-                if !nodes.contains(&(host.clone(), port)) {
-                    nodes.push((host, port));
-                }
-            }
-        }
-    }
-    nodes
 }
 
 /// Says what `server`'s `CONFIG GET maxmemory*` reply means; `false` when the check did not

@@ -1,27 +1,20 @@
 -- Break a lock for an operator (`LockManager::force_release`, `distlock release --force`):
 -- release it as its holder would, if its key still holds the value the operator saw.
+-- Runs after line_prelude.lua.
 --
--- - `KEYS` as in [`LINE_PRELUDE`]: `KEYS[4]` the `since` record, `KEYS[5]` the lock's
---   `forced` mark, `KEYS[6]` its lease table (last, as the prelude expects); `ARGV[1]` the value
---   seen, `ARGV[2]` the claim (see [`ACQUIRE`]), `ARGV[3]` `"1"` where receivers of a publish
---   are counted (see `hand_off`), `ARGV[4]` how long the mark is kept, in ms.
--- - Returns 1 when the lock was broken (or was by this same call: see below), 0 when its key
---   holds something else now (nothing touched).
+-- KEYS[1]  the lock key
+-- KEYS[2]  its line
+-- KEYS[3]  its fencing counter
+-- KEYS[4]  its `since` record
+-- KEYS[5]  its `forced` mark
+-- KEYS[6]  its lease table
+-- ARGV[1]  the value the operator saw (may end in ";hold=<ms>")
+-- ARGV[2]  claim, ms (see acquire.lua)
+-- ARGV[3]  "1" when PUBLISH counts receivers, "0" not
+-- ARGV[4]  how long the `forced` mark is kept, ms
 --
--- A lock deleted here takes its `since` record with it, as a release's does.
---
--- The holder is not told, and goes on believing it holds the lock: so the holder's token
--- (the value without a `;hold=` suffix) is left in the `forced` mark, where its next
--- [`EXTEND`], [`RELEASE`] or [`HOLD`] finds it and answers "force-released" rather than a
--- cause the holder could not act on. The `released` marker is left alone: a holder's token
--- there would tell the holder's own marked release that it had released the lock itself.
--- (A key kept for a hold was released by its holder already: that holder's marker, not this
--- mark, answers its re-sent release.) The mark also recognises this script run twice (a cluster connection re-sends a command
--- whose reply it lost): a run that finds the lock not the value's but the mark the
--- holder's answers 1.
---
--- A line of another type than a list cannot hand the lock on: the lock is deleted, and the
--- reply is an error naming the line, as in [`RELEASE`].
+-- Reply: 1 broken (or broken by this same call, re-sent); 0 the key holds something else now,
+-- nothing touched; error: the lock key holds another type, or the line does (lock deleted).
 local held = redis.pcall('GET', KEYS[1])
 local holder = string.match(ARGV[1], '^(.*);hold=%d+$') or ARGV[1]
 if held ~= ARGV[1] then
@@ -29,11 +22,15 @@ if held ~= ARGV[1] then
     return redis.error_reply('WRONGTYPE distlock: the lock key ' .. KEYS[1] ..
       ' holds a value of another type, not a lock')
   end
+  -- The mark holds the holder: this same call, re-sent after a lost reply.
   if redis.pcall('GET', KEYS[5]) == holder then
     return 1
   end
   return 0
 end
+-- The holder is not told: its next extend, hold or release finds its token in the mark and
+-- answers "force-released". The `released` marker is left alone: the holder's token there
+-- would make its own marked release look successful.
 redis.call('SET', KEYS[5], holder, 'PX', ARGV[4])
 local read, first = pcall(hand_off, tonumber(ARGV[2]), holder, nil, nil, ARGV[3] == '1', nil)
 if not read then

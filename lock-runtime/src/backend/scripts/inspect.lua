@@ -1,16 +1,19 @@
--- Read what inspection shows of one lock, in one atomic look (it writes nothing).
+-- Read what inspection shows of one lock, in one atomic look; writes nothing.
 --
--- - `KEYS` as in [`LINE_PRELUDE`]: the lock, its line, its fencing counter, its `since`
---   record, its lease table.
--- - Returns `nil` when the lock is free; else `{value, pttl, waiters, fence, since}`: the lock key's
---   value (for a lock kept for the line, with its `;hold=` suffix: `identity::parse` skips the
---   unknown field, and a forced release compares the value as read), its `PTTL` (-1: no
---   expiry) — or, for a lock kept until its hold ends for the line, what is left of the hold
---   (0 once it is over and the line's next look is due) —, how many waiters in line still
---   hold a live place (by their entry's deadline, or else their score in the lease table), and the fencing counter's raw value (`false` when there is none).
+-- KEYS[1]  the lock key
+-- KEYS[2]  its line
+-- KEYS[3]  its fencing counter
+-- KEYS[4]  its `since` record
+-- KEYS[5]  its lease table
+-- ARGV     none
 --
--- A lock key of another type than a string is an error, as in [`ACQUIRE`]; so is a line that
--- is not a list.
+-- Reply: nil when the lock is free; else {value, pttl, waiters, fence, since}:
+--   value    the lock key's value, ";hold=<ms>" suffix included
+--   pttl     its ttl left, ms (-1 no expiry); for a key kept past a hold, the hold's (0: over)
+--   waiters  how many places in line are live
+--   fence    the counter's raw value (nil: none)
+--   since    the `since` record's raw value (nil: none)
+-- error: the lock key holds another type, or the line does.
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')

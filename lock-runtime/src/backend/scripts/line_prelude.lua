@@ -1,83 +1,28 @@
--- Lua shared by the line scripts below (prepended to their text, never spliced with data).
+-- Helpers shared by the line scripts (acquire, release, hold, force_release), prepended to their
+-- text. No reply of its own; reads no ARGV.
 --
--- They expect `KEYS[1]` the lock key, `KEYS[2]` its line, `KEYS[3]` its fencing counter,
--- `KEYS[4]` its `since` record (see `granted` below; written only by scripts that hand over),
--- and the lock's lease table as the last key (`KEYS[#KEYS]`). The line is a list of waiters,
--- oldest first, each entry `"<token> <lease deadline ms> <ttl ms> <fencing 0|1> <grant
--- channel>"`: everything a release needs to hand the lock over is in the entry it pops, so a
--- hand-off costs no lookup besides the clock. The lease table is a sorted set of the tokens
--- whose places were renewed, each scored by the lease deadline its last renewal gave (Redis
--- time in ms): a renewal writes there, in O(log n), and leaves its entry as it was (see
--- [`ACQUIRE`]). So a waiter's place lasts until the later of its entry's deadline and its score.
+-- KEYS[1]      the lock key
+-- KEYS[2]      its line: a list of waiters, oldest first, each entry
+--              "<token> <lease deadline, Redis ms> <ttl ms> <fencing 0|1> <grant channel>"
+-- KEYS[3]      its fencing counter (read by next_fence only)
+-- KEYS[4]      its `since` record "<holder's UUID> <Redis ms>" (written by granted only)
+-- KEYS[#KEYS]  its lease table: sorted set of tokens scored by the lease deadline their last
+--              renewal got, Redis ms; a place lives until the later of entry and score
 --
--- `next_fence()`: the next fencing token, or `nil` and an error reply naming the counter. A
--- counter that is not a number (or not a string) fails `INCR`; one that something else set below 0 would give a token that is not
--- above every earlier one: it is put back as it was (so every later acquisition fails the same
--- way until someone looks, rather than quietly counting up to 1), and the error names it.
---
--- `hand_off(claim, except, quiet, popped, counted, known)`: gives the free lock to the first
--- live waiter in line (starting with `popped`, an entry the caller already took off the line,
--- when given) other than `except` (a releasing holder is never handed its own lock back): sets
--- the lock key to its token with a ttl of `min(its ttl, claim)`, issues its fencing token when
--- it asked for one, and publishes `"<token> <fence>"` on its grant channel (`"<token> !"` when
--- its fencing token cannot be issued: it is then dropped from the line). Dead waiters are
--- dropped on the way. Returns `{token, fence, ttl}` of the new holder (fence 0 without
--- fencing); `false` when nobody live waits. The waiter `quiet` is not sent a message: it is the
--- caller, and learns from the reply.
---
--- Who is dead: a waiter whose lease has run out (it stopped renewing: its process died, or its
--- network did): its entry's deadline has passed, and so has its score in the lease table, which
--- is read only then (a waiter that waited less than a renewal has none). A waiter skipped as
--- unheard or whose fencing token failed has its score set to 0 (`forget_lease`, which never
--- adds one), so that its next renewal looks for its place, finds none, and takes one at the
--- end; a dead one's score has run out, which a renewal checks too. The lease table's commands
--- run in `pcall`: refused by an ACL written before distlock used them, every renewal looks for
--- its entry and rewrites its deadline there, as without a table.
---
--- A lease that runs past `known` — Redis time in ms as the caller knows it from
--- its own last place in this line (see `Backend::redis_clock`) — has surely not run out, and
--- costs no `TIME`; only one that does not (or without `known`) is judged against `TIME`, read
--- once. So a `known` that is wrong (read off another server's clock, before a failover) never
--- has a live waiter skipped, and in a busy line, whose waiters all renew, the release reads no
--- clock. And with `counted` (a standalone server or a Sentinel
--- master, where `PUBLISH` answers how many connections received the message), a waiter whose
--- grant nobody received: its process is gone (a killed process's connection closes, and its
--- subscription with it), however long its lease has left. The lock goes on to the next waiter
--- in the same script, and the fencing token the unheard one was issued, if any, is taken back
--- (the counter is set back), so no token goes to nobody. A waiter's place names a channel only
--- while its process knows itself subscribed, so a live process is unheard only when its
--- connection dropped and it has not seen that yet: it loses its place, and takes one again at
--- its next look. On a cluster a
--- publish reaches every node but counts only the receivers on the lock's node: receivers
--- cannot be counted there, and leases alone tell.
---
--- `granted(holder, ttl, now)`: records in the lock's `since` key that `holder` got the lock now
--- (Redis time in ms: `now` when the caller knows it — a hand-off takes `known` rather than read
--- the clock, as it does for leases; it is off only by what separates two servers' clocks after
--- a failover, which a time shown to an operator can bear): `"<holder's UUID> <ms>"`, for
--- `ttl` ms — the ttl the lock key was just given, a hand-off's claim included, so that the
--- record of a holder that dies before confirming its full ttl expires with its lock — which
--- every extension of the lock renews (see [`EXTEND`]). A holder whose value was
--- written before it waited (a hand-off, a waiter that finds the lock free) would otherwise
--- show its wait as time held; inspection takes the record only while it names the lock's
--- current holder (UUIDs are never reused). A first try writes no record: its value is made
--- just before it, and its `SET NX` stays the only command of an uncontended acquisition.
---
--- `first_live(except)`: the first waiter in line whose lease still runs, other than `except`:
--- its token, its grant channel and the time now (read only when someone is in line); `nil` when
--- nobody live waits.
---
--- `lease_of(token, deadline, now)`: whether a place whose entry says `deadline` still runs at
--- `now`, by its entry or else by its score in the lease table.
---
--- `find(token)`: the index and text of `token`'s entry in line, or `nil`: a scan of the line.
---
--- `place_of(token, entry)`: the index of `token`'s entry, looked up by its exact text `entry`
--- with `LPOS` (a scan inside Redis, without copying the line into Lua); by `find` when that
--- finds nothing (`entry` is not what the line holds: a re-sent renewal rewrote it) or `LPOS`
--- is refused (an ACL written before distlock used it).
+-- next_fence()                 -> fence | nil, error reply naming the counter
+-- now_ms()                     -> Redis time, ms
+-- lease_of(token, deadline, now) -> whether a place still runs at now (entry, else table)
+-- forget_lease(token)          -> sets the token's score to 0, if it has one
+-- granted(holder, ttl, now)    -> writes the `since` record for ttl ms
+-- hand_off(claim, except, quiet, popped, counted, known)
+--                              -> {token, fence, ttl} of the new holder | false: nobody live
+-- first_live(except)           -> token, channel, now of the first live waiter | nil
+-- find(token)                  -> index, entry | nil (scans the line in Lua)
+-- place_of(token, entry)       -> index | nil (LPOS on the exact entry, else find)
 local LEASES = KEYS[#KEYS]
 
+-- A counter set below 0 is put back as it was, so that every later acquisition fails the
+-- same way until someone looks, rather than quietly counting up to 1.
 local function next_fence()
   local fence = redis.pcall('INCR', KEYS[3])
   if type(fence) == 'table' and fence.err then
@@ -109,14 +54,24 @@ local function lease_of(token, deadline, now)
   return renewed ~= nil and renewed >= now
 end
 
+-- Score 0 (never a new member): the token's next renewal finds no place and joins again.
 local function forget_lease(token)
   redis.pcall('ZADD', LEASES, 'XX', 0, token)
 end
 
+-- Records when `holder` got the lock, so a holder that waited does not show its wait as time
+-- held; it lives for the lock's ttl, claim included, and extend renews it.
 local function granted(holder, ttl, now)
   redis.call('SET', KEYS[4], string.sub(holder, 1, 36) .. ' ' .. (now or now_ms()), 'PX', ttl)
 end
 
+-- Gives the free lock to the first live waiter but `except` (a releaser), starting with
+-- `popped` (already taken off the line): its ttl is min(its ttl, claim), its grant
+-- "<token> <fence>" ("<token> !": no fence could be issued, it loses its place) goes to
+-- its channel unless it is `quiet` (the caller). Dead waiters are dropped.
+-- A lease past `known` (Redis ms as the caller knows it) is live without a TIME; a wrong
+-- `known` never skips a live waiter. With `counted`, a grant nobody received means the
+-- waiter's process is gone: the lock goes on and its fence is taken back.
 local function hand_off(claim, except, quiet, popped, counted, known)
   local now = nil
   while true do

@@ -1,9 +1,9 @@
--- Lua shared by [`EXTEND`], [`RELEASE`] and [`HOLD`] for a lock that is not the caller's.
---
--- `not_ours(held, forced, token)`: why the lock whose key read `held` (a `GET` through
--- `pcall`) is not `token`'s — -2 when the `forced` mark (a key name; `nil`: none passed) holds
--- `token`, -1 when someone else holds it, 0 when nobody does — or the error of a lock key of
--- another type, naming it. A mark of another type is no mark: it only costs the cause.
+-- Defines not_ours(held, forced, token), shared by extend, hold and the release.
+--   held    the lock key's value, read by GET through pcall
+--   forced  the `forced` mark's key name (nil: none)
+--   token   the caller's token
+-- Returns -2 when the mark holds token (force-released), -1 when someone else holds the lock,
+-- 0 when nobody does; an error reply when the lock key holds another type.
 local function not_ours(held, forced, token)
   if type(held) == 'table' then
     return redis.error_reply('WRONGTYPE distlock: the lock key ' .. KEYS[1] ..

@@ -1,13 +1,13 @@
--- Redlock's [`HOLD`] on one master: set the lock to expire `ARGV[2]` ms from now if it is
--- still ours, and tell the first live waiter in the wake list to look again, so that it
--- sleeps until that expiry rather than until the ttl it last saw. The waiter keeps its place:
--- nothing is handed over, and it takes the lock by its own attempt when the hold ends.
+-- Redlock's hold.lua on one master: set the lock to expire ARGV[2] ms from now if it is still
+-- ours, and wake the first live waiter in the wake list to look again (nothing handed over).
 --
--- - `KEYS[1]` the lock key, `KEYS[2]` its wake list (see [`QUORUM_ACQUIRE`]), `KEYS[3]` its
---   `since` record, set to expire with the lock; `ARGV[1]` the token, `ARGV[2]` the
---   milliseconds the lock is to live from now (at least 1).
--- - Returns 1 when the lock was ours and now expires then, 0 when it was not ours (nothing
---   touched).
+-- KEYS[1]  the lock key
+-- KEYS[2]  its wake list (see quorum_acquire.lua)
+-- KEYS[3]  its `since` record (expires with the lock)
+-- ARGV[1]  token
+-- ARGV[2]  how long the lock is to live from now, ms (at least 1)
+--
+-- Reply: 1 ours, now expires then; 0 not ours, nothing touched.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

@@ -1,5 +1,5 @@
--- The rest: a hand-off to `waiter` (already taken off the line) or the next live one, a lock
--- that is not ours, or a waiter leaving the line.
+-- The rest of the release (KEYS, ARGV and reply: release_uncontended.lua): a hand-off to
+-- `waiter` (already popped) or the next live one, a lock that is not ours, or a waiter leaving.
 if type(waiter) == 'table' then
   redis.call('DEL', KEYS[1], KEYS[4])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released, ' ..
@@ -15,6 +15,8 @@ end
 if type(held) == 'table' then
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
 end
+-- A waiter leaving a key kept past a hold with nobody live behind it gives the key back the
+-- hold's own expiry: else it stays a claim for nobody, refusing every SET NX.
 if not ours and ARGV[3] == '1' and held then
   local releaser, ends = string.match(held, '^(.*);hold=(%d+)$')
   if releaser and not first_live(releaser) then
@@ -27,6 +29,8 @@ if not ours and ARGV[3] == '1' and held then
   end
 end
 if not ours then
+  -- Our token in the `released` marker: this same release, re-sent after a lost reply, found
+  -- the lock gone. Only a run that found the lock ours writes it, so it vouches for no other.
   local why = not_ours(held, KEYS[5], ARGV[1])
   if ARGV[4] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
     return 1
