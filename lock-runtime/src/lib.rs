@@ -49,7 +49,7 @@
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
 //! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
-//! | `diagnose` | which server settings can break locks (eviction), and their fix |
+//! | `diagnose` | which server settings can break locks (eviction), and their fix; the one `CLUSTER SLOTS` parser |
 //! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches; one endpoint, a server or a cluster (`line`); Redlock's majority (`quorum`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
 //! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O (`machine`), the in-process first-come-first-served line (`queue`), finishing a call whose caller stopped waiting (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
