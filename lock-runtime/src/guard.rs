@@ -85,7 +85,11 @@ impl LockGuard {
     /// options ask for one. A lock handed over with a claim shorter than its ttl is confirmed to
     /// its full ttl a third into the claim, unless it is released before (`confirm`); one whose
     /// ttl is within the claim was handed over with its full ttl, and needs nothing.
-    pub(crate) fn acquired(shared: &Arc<Shared>, acquired: Acquired, options: &LockOptions) -> Self {
+    pub(crate) fn acquired(
+        shared: &Arc<Shared>,
+        acquired: Acquired,
+        options: &LockOptions,
+    ) -> Self {
         let ttl = options.ttl_duration();
         let Acquired {
             keys,

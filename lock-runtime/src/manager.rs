@@ -275,7 +275,11 @@ impl LockManager {
 
     /// Checks `options` against what this deployment can do and names the lock's keys (the one
     /// place where a lock key is refused); returns the ttl in milliseconds with the keys.
-    pub(crate) fn prepare(&self, name: &str, options: &LockOptions) -> Result<(u64, LockKeys), LockError> {
+    pub(crate) fn prepare(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<(u64, LockKeys), LockError> {
         let ttl_millis = options.validate()?;
         if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
             return Err(LockError::config(

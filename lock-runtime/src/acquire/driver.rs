@@ -129,7 +129,14 @@ impl LockManager {
                     }
                     log_acquired(&keys, &won, started);
                     let (fence, since, expires_in) = (won.fence, won.since, won.expires_in);
-                    let acquired = Acquired { keys, token, fence, turn, since, expires_in };
+                    let acquired = Acquired {
+                        keys,
+                        token,
+                        fence,
+                        turn,
+                        since,
+                        expires_in,
+                    };
                     return Ok(LockGuard::acquired(&self.inner, acquired, options));
                 }
                 Step::FenceFailed => {

@@ -27,10 +27,6 @@ fn held(ms: u64) -> Outcome {
     }
 }
 
-fn granted(fence: u64) -> Option<Grant> {
-    Some(Grant::Granted { fence })
-}
-
 fn channel() -> Arc<str> {
     Arc::from("distlock:grants:test")
 }
@@ -397,7 +393,7 @@ fn a_message_after_the_join_is_trusted_for_the_claim_from_the_join() {
     let mut acquisition = waiting(now);
     let read = now + Duration::from_millis(50);
     assert_eq!(
-        acquisition.woke(read, granted(9)),
+        acquisition.woke(read, Some(Grant::Granted { fence: 9 })),
         Step::Acquired(Won {
             fence: None,
             since: now,
@@ -420,7 +416,10 @@ fn a_trusted_message_carries_the_fence_when_one_was_asked_for() {
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
     acquisition.attempted(now, held(5000));
-    assert_eq!(won(acquisition.woke(now, granted(9))).fence, Some(9));
+    assert_eq!(
+        won(acquisition.woke(now, Some(Grant::Granted { fence: 9 }))).fence,
+        Some(9)
+    );
 }
 
 #[test]
@@ -435,7 +434,10 @@ fn the_claim_is_the_ttl_when_that_is_shorter() {
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
     acquisition.attempted(now, held(5000));
-    assert_eq!(won(acquisition.woke(now, granted(1))).expires_in, ttl);
+    assert_eq!(
+        won(acquisition.woke(now, Some(Grant::Granted { fence: 1 }))).expires_in,
+        ttl
+    );
     let mut late = Acquisition::new(Terms {
         ttl,
         ..terms(now + Duration::from_secs(10), Some(RENEW))
@@ -445,7 +447,7 @@ fn the_claim_is_the_ttl_when_that_is_shorter() {
     look(&mut late, now);
     late.attempted(now, held(5000));
     assert_eq!(
-        late.woke(now + ttl - GRANT_MARGIN, granted(1)),
+        late.woke(now + ttl - GRANT_MARGIN, Some(Grant::Granted { fence: 1 })),
         Step::Attempt,
         "within the margin of a 1 s claim"
     );
@@ -457,11 +459,17 @@ fn a_message_read_too_late_is_checked_with_redis() {
     let mut acquisition = waiting(now);
     // Read exactly when the claim has only the margin left: no longer trusted.
     let read = now + CLAIM - GRANT_MARGIN;
-    assert_eq!(acquisition.woke(read, granted(1)), Step::Attempt);
+    assert_eq!(
+        acquisition.woke(read, Some(Grant::Granted { fence: 1 })),
+        Step::Attempt
+    );
     assert!(acquisition.holds_place(), "still in line until Redis says");
     let mut just_in_time = waiting(now);
     let read = now + CLAIM - GRANT_MARGIN - Duration::from_millis(1);
-    assert_eq!(won(just_in_time.woke(read, granted(1))).via, Via::HandOff);
+    assert_eq!(
+        won(just_in_time.woke(read, Some(Grant::Granted { fence: 1 }))).via,
+        Via::HandOff
+    );
 }
 
 #[test]
@@ -473,7 +481,10 @@ fn a_message_after_a_look_that_found_the_lock_held_is_stale() {
     look(&mut acquisition, now + RENEW);
     acquisition.attempted(now + RENEW, held(3000));
     let read = now + RENEW + Duration::from_millis(10);
-    assert_eq!(acquisition.woke(read, granted(1)), Step::Attempt);
+    assert_eq!(
+        acquisition.woke(read, Some(Grant::Granted { fence: 1 })),
+        Step::Attempt
+    );
 }
 
 #[test]
@@ -488,7 +499,7 @@ fn a_message_before_the_join_is_answered_is_trusted_once_it_is() {
         Step::Sleep { .. }
     ));
     assert_eq!(
-        won(acquisition.woke(answered, granted(3))).since,
+        won(acquisition.woke(answered, Some(Grant::Granted { fence: 3 }))).since,
         now,
         "counted from the join's send time"
     );
@@ -525,7 +536,10 @@ fn a_message_without_a_join_is_never_trusted() {
     let mut acquisition = starting(now + Duration::from_secs(10), Some(RENEW));
     acquisition.start(now, || true);
     acquisition.subscribed(Subscribed::Confirmed, channel());
-    assert_eq!(acquisition.woke(now, granted(1)), Step::Attempt);
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Attempt
+    );
 }
 
 #[test]
@@ -539,7 +553,10 @@ fn on_redlock_a_message_only_wakes() {
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
     acquisition.attempted(now, held(5000));
-    assert_eq!(acquisition.woke(now, granted(1)), Step::Attempt);
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Attempt
+    );
     assert_eq!(
         acquisition.woke(now, Some(Grant::FenceFailed)),
         Step::Attempt
@@ -568,7 +585,10 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
     acquisition.attempted(now, held(5000));
-    assert_eq!(acquisition.woke(now, granted(4)), Step::Confirm);
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 4 })),
+        Step::Confirm
+    );
     assert!(acquisition.holds_place());
     let sent = now + Duration::from_millis(1);
     assert_eq!(
@@ -582,7 +602,10 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
     );
     let mut refused = waiting(now);
     refused.terms.waits_for_replicas = true;
-    assert_eq!(refused.woke(now, granted(4)), Step::Confirm);
+    assert_eq!(
+        refused.woke(now, Some(Grant::Granted { fence: 4 })),
+        Step::Confirm
+    );
     assert_eq!(refused.confirmed(now, false), Step::Attempt);
 }
 
@@ -600,7 +623,7 @@ fn a_new_token_joins_anew_and_its_messages_are_trusted_from_its_own_join() {
         Step::NewToken
     );
     assert_eq!(
-        acquisition.woke(failed, granted(1)),
+        acquisition.woke(failed, Some(Grant::Granted { fence: 1 })),
         Step::Attempt,
         "the old token's place is no longer trusted"
     );
@@ -621,7 +644,10 @@ fn a_new_token_joins_anew_and_its_messages_are_trusted_from_its_own_join() {
         "the new token takes a place of its own"
     );
     acquisition.attempted(retry, held(5000));
-    assert_eq!(won(acquisition.woke(retry, granted(2))).since, retry);
+    assert_eq!(
+        won(acquisition.woke(retry, Some(Grant::Granted { fence: 2 }))).since,
+        retry
+    );
 }
 
 // Cancellation: what a driver dropped in each state must leave behind.
@@ -644,14 +670,20 @@ fn cancelled_before_joining_leaves_no_place() {
 fn cancelled_in_line_leaves_its_place() {
     let now = Instant::now();
     let mut acquisition = in_line(now);
-    assert!(acquisition.holds_place(), "join in flight: it may take a place");
+    assert!(
+        acquisition.holds_place(),
+        "join in flight: it may take a place"
+    );
     acquisition.attempted(now, held(5000));
     assert!(acquisition.holds_place(), "asleep in line");
     acquisition.woke(now + RENEW, None);
     look(&mut acquisition, now + RENEW);
     assert!(acquisition.holds_place(), "renewal in flight");
     acquisition.attempted(now + RENEW, Outcome::Interrupted);
-    assert!(acquisition.holds_place(), "backing off after an interruption");
+    assert!(
+        acquisition.holds_place(),
+        "backing off after an interruption"
+    );
 }
 
 #[test]
@@ -659,7 +691,10 @@ fn cancelled_while_confirming_leaves_its_place() {
     let now = Instant::now();
     let mut acquisition = waiting(now);
     acquisition.terms.waits_for_replicas = true;
-    assert_eq!(acquisition.woke(now, granted(1)), Step::Confirm);
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Confirm
+    );
     assert!(
         acquisition.holds_place(),
         "the lock handed over is passed on"
@@ -671,9 +706,12 @@ fn cancelled_after_an_error_or_once_acquired_leaves_nothing() {
     let now = Instant::now();
     let mut acquisition = in_line(now);
     acquisition.attempted(now, Outcome::Failed { permanent: false });
-    assert!(!acquisition.holds_place(), "the failed token is cleaned up by itself");
+    assert!(
+        !acquisition.holds_place(),
+        "the failed token is cleaned up by itself"
+    );
     let mut acquired = waiting(now);
-    acquired.woke(now, granted(1));
+    acquired.woke(now, Some(Grant::Granted { fence: 1 }));
     assert!(!acquired.holds_place(), "a guard owns the lock");
 }
 
@@ -729,7 +767,10 @@ fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
     acquisition.attempted(now, held(5000));
-    assert_eq!(acquisition.woke(now, granted(1)), Step::Confirm);
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Confirm
+    );
     assert_eq!(acquisition.confirmed(deadline, false), Step::Attempt);
     look(&mut acquisition, deadline);
     assert_eq!(acquisition.attempted(deadline, held(5000)), Step::TimedOut);
