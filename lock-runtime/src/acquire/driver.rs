@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::acquire::attempt::{fence_failed, micros, new_token, timeout};
 use crate::acquire::machine::{Acquisition, Outcome, Step, Subscribed, Terms, Via, Won};
 use crate::acquire::place::PlaceInLine;
+use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::LockKeys;
 use crate::backend::{Attempt, Wait};
@@ -29,24 +30,11 @@ impl LockManager {
         // The usual case, nobody else here wants this key, needs no timer.
         let turn = match self.inner.queues.try_turn(&keys.lock) {
             Some(turn) => turn,
-            None => {
-                let waiting = self.inner.queues.wait_turn(&keys.lock);
-                let Ok(turn) = tokio::time::timeout_at(deadline, waiting).await else {
-                    return Err(timeout(&keys, started));
-                };
-                turn
-            }
+            None => self.wait_turn(&keys, deadline, started).await?,
         };
         let backend = &self.inner.backend;
         let fencing = options.fencing_enabled();
-        let mut machine = Acquisition::new(Terms {
-            deadline,
-            renew: Some(crate::backend::RENEW),
-            ttl: options.ttl_duration(),
-            fencing,
-            hands_over: backend.hands_over(),
-            waits_for_replicas: backend.waits_for_replicas(),
-        });
+        let mut machine = Acquisition::new(self.terms(deadline, options));
         let mut token = new_token(options, self.inner.pid);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
@@ -72,23 +60,8 @@ impl LockManager {
                         place.occupy(&token);
                     }
                     let first_try = matches!(wait, Wait::FirstTry);
-                    let outcome = match self.attempt(&keys, &token, ttl_millis, fencing, wait).await
-                    {
-                        Ok(Attempt::Acquired { fence, expires_in }) => {
-                            Outcome::Acquired { fence, expires_in }
-                        }
-                        Ok(Attempt::Held { remaining }) => {
-                            if first_try {
-                                tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
-                            }
-                            Outcome::Held { remaining }
-                        }
-                        Err(error) => {
-                            let outcome = self.failed(&keys, &error);
-                            last_error = Some(error);
-                            outcome
-                        }
-                    };
+                    let attempt = self.attempt(&keys, &token, ttl_millis, fencing, wait).await;
+                    let outcome = self.outcome(&keys, first_try, attempt, &mut last_error);
                     machine.attempted(Instant::now(), outcome)
                 }
                 Step::NewToken => {
@@ -155,13 +128,58 @@ impl LockManager {
         }
     }
 
-    /// What an attempt that failed with `error` tells the machine.
-    fn failed(&self, keys: &LockKeys, error: &redis::RedisError) -> Outcome {
-        let permanent = crate::redis::classify::is_permanent(error);
+    /// Waits for this acquisition's turn among the tasks of this process that want the key.
+    async fn wait_turn(
+        &self,
+        keys: &LockKeys,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<Turn, LockError> {
+        let waiting = self.inner.queues.wait_turn(&keys.lock);
+        tokio::time::timeout_at(deadline, waiting)
+            .await
+            .map_err(|_| timeout(keys, started))
+    }
+
+    /// What an acquisition with `options` until `deadline` is asked to do on this store.
+    fn terms(&self, deadline: Instant, options: &LockOptions) -> Terms {
+        Terms {
+            deadline,
+            renew: Some(crate::backend::RENEW),
+            ttl: options.ttl_duration(),
+            fencing: options.fencing_enabled(),
+            hands_over: self.inner.backend.hands_over(),
+            waits_for_replicas: self.inner.backend.waits_for_replicas(),
+        }
+    }
+
+    /// What `attempt` (a `first_try` or not) tells the machine; an error is kept in `last_error`.
+    fn outcome(
+        &self,
+        keys: &LockKeys,
+        first_try: bool,
+        attempt: redis::RedisResult<Attempt>,
+        last_error: &mut Option<redis::RedisError>,
+    ) -> Outcome {
+        let error = match attempt {
+            Ok(Attempt::Acquired { fence, expires_in }) => {
+                return Outcome::Acquired { fence, expires_in };
+            }
+            Ok(Attempt::Held { remaining }) => {
+                if first_try {
+                    tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
+                }
+                return Outcome::Held { remaining };
+            }
+            Err(error) => error,
+        };
+        let permanent = crate::redis::classify::is_permanent(&error);
         if !permanent {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
         }
-        if self.inner.backend.keeps_place_through(error) {
+        let kept = self.inner.backend.keeps_place_through(&error);
+        *last_error = Some(error);
+        if kept {
             Outcome::Interrupted
         } else {
             Outcome::Failed { permanent }

@@ -436,4 +436,6 @@ impl Acquisition {
 }
 
 #[cfg(test)]
+mod grant_tests;
+#[cfg(test)]
 mod tests;
