@@ -41,7 +41,7 @@ impl LockManager {
         let mut place = PlaceInLine::new(self, &keys);
         let mut last_error = None;
         // Contended: handed over a moment ago, and subscribing works (a join waits for it).
-        let mut step = machine.start(started, || {
+        let mut step = machine.start(Instant::now(), || {
             backend.recently_contended(&keys.lock) && !backend.grants().subscription_failing()
         });
         loop {
@@ -145,6 +145,7 @@ impl LockManager {
     fn terms(&self, deadline: Instant, options: &LockOptions) -> Terms {
         Terms {
             deadline,
+            one_attempt: options.timeout_duration().is_zero(),
             renew: Some(crate::backend::RENEW),
             ttl: options.ttl_duration(),
             fencing: options.fencing_enabled(),

@@ -63,6 +63,8 @@ const ERROR_BACKOFF: Backoff = Backoff::new(Duration::from_millis(10), Duration:
 pub(crate) struct Terms {
     /// When it gives up.
     pub(crate) deadline: Instant,
+    /// A zero timeout: one attempt, which never takes a place in line.
+    pub(crate) one_attempt: bool,
     /// How often a place in line (or in Redlock's wake lists) must be renewed; `None` where
     /// places do not expire.
     pub(crate) renew: Option<Duration>,
@@ -223,14 +225,15 @@ impl Acquisition {
         }
     }
 
-    /// The first step, at `now` (when the acquisition started). A key known to be `contended`
-    /// (this manager saw it handed over a moment ago, and its subscription is not failing) is
-    /// given no first try, which would most likely find it held, but a place in line at once —
-    /// after subscribing, so that the hand-off message is not missed; the attempt that takes
-    /// the place also takes the lock when it is free and nobody waits. Not for a single attempt
-    /// (a zero timeout), which must never take a place in line.
+    /// The first step, at `now` (when the acquisition's turn in this process came). A key known
+    /// to be `contended` (this manager saw it handed over a moment ago, and its subscription is
+    /// not failing; asked only when it matters) is given no first try, which would most likely
+    /// find it held, but a place in line at once — after subscribing, so that the hand-off
+    /// message is not missed; the attempt that takes the place also takes the lock when it is
+    /// free and nobody waits. Not for a single attempt (a zero timeout), which must never take
+    /// a place in line.
     pub(crate) fn start(&mut self, now: Instant, contended: impl FnOnce() -> bool) -> Step {
-        if now < self.terms.deadline && contended() {
+        if !self.terms.one_attempt && contended() {
             self.subscribe(now)
         } else {
             Step::Attempt

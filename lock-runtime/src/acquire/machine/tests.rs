@@ -9,6 +9,7 @@ pub(super) const CLAIM: Duration = crate::backend::CLAIM;
 pub(super) fn terms(deadline: Instant, renew: Option<Duration>) -> Terms {
     Terms {
         deadline,
+        one_attempt: false,
         renew,
         ttl: TTL,
         fencing: false,
@@ -134,7 +135,10 @@ fn a_contended_key_skips_the_first_try_and_joins_once_subscribed() {
 #[test]
 fn a_single_attempt_never_starts_in_line() {
     let now = Instant::now();
-    let mut acquisition = starting(now, Some(RENEW));
+    let mut acquisition = Acquisition::new(Terms {
+        one_attempt: true,
+        ..terms(now, Some(RENEW))
+    });
     assert_eq!(acquisition.start(now, || true), Step::Attempt);
     assert_eq!(first_try(&mut acquisition, now), Wait::FirstTry);
 }
