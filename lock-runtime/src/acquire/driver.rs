@@ -28,9 +28,12 @@ impl LockManager {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         // The usual case, nobody else here wants this key, needs no timer.
-        let turn = match self.inner.queues.try_turn(&keys.lock) {
-            Some(turn) => turn,
-            None => self.wait_turn(&keys, deadline, started).await?,
+        let (turn, turn_came) = match self.inner.queues.try_turn(&keys.lock) {
+            Some(turn) => (turn, started),
+            None => (
+                self.wait_turn(&keys, deadline, started).await?,
+                Instant::now(),
+            ),
         };
         let backend = &self.inner.backend;
         let fencing = options.fencing_enabled();
@@ -41,7 +44,7 @@ impl LockManager {
         let mut place = PlaceInLine::new(self, &keys);
         let mut last_error = None;
         // Contended: handed over a moment ago, and subscribing works (a join waits for it).
-        let mut step = machine.start(Instant::now(), || {
+        let mut step = machine.start(turn_came, || {
             backend.recently_contended(&keys.lock) && !backend.grants().subscription_failing()
         });
         loop {
