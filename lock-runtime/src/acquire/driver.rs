@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::acquire::attempt::{fence_failed, micros, new_token, timeout};
-use crate::acquire::machine::{Acquisition, Outcome, Step, Subscribed, Terms, Via, Won};
+use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, Terms, Via, Won};
 use crate::acquire::place::PlaceInLine;
 use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
@@ -146,14 +146,20 @@ impl LockManager {
 
     /// What an acquisition with `options` until `deadline` is asked to do on this store.
     fn terms(&self, deadline: Instant, options: &LockOptions) -> Terms {
+        let backend = &self.inner.backend;
         Terms {
             deadline,
             one_attempt: options.timeout_duration().is_zero(),
             renew: Some(crate::backend::RENEW),
             ttl: options.ttl_duration(),
             fencing: options.fencing_enabled(),
-            hands_over: self.inner.backend.hands_over(),
-            waits_for_replicas: self.inner.backend.waits_for_replicas(),
+            messages: if !backend.hands_over() {
+                Messages::WakeUp
+            } else if backend.waits_for_replicas() {
+                Messages::ReplicatedHandOff
+            } else {
+                Messages::HandOff
+            },
         }
     }
 

@@ -72,10 +72,20 @@ pub(crate) struct Terms {
     pub(crate) ttl: Duration,
     /// Whether a fencing token was asked for.
     pub(crate) fencing: bool,
-    /// Whether a release hands the lock over by message (on Redlock a message only wakes).
-    pub(crate) hands_over: bool,
-    /// Whether a lock handed over counts only once its full ttl is acknowledged by replicas.
-    pub(crate) waits_for_replicas: bool,
+    /// What a message to the waiter is on this store.
+    pub(crate) messages: Messages,
+}
+
+/// What a message to a waiter is, on the store an acquisition runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Messages {
+    /// Only a wake-up (Redlock: a lock is held by a majority's grants, found by looking).
+    WakeUp,
+    /// A hand-off, trusted while its claim surely runs.
+    HandOff,
+    /// A hand-off counted once the waiter's own confirmation of the full ttl is acknowledged by
+    /// replicas (`wait_for_replicas`): the hand-off was another connection's write.
+    ReplicatedHandOff,
 }
 
 /// One acquisition's progress.
@@ -374,13 +384,15 @@ impl Acquisition {
         // Only a release that hands the lock over sends a grant: on Redlock a message with a
         // fence (or a fencing failure) is not one of ours, and means at most "look again" —
         // the majority's answers decide.
-        let message = message.filter(|_| self.terms.hands_over);
+        let message = message.filter(|_| self.terms.messages != Messages::WakeUp);
         let claim = self.claim();
         let trusted_since = self
             .placed_at
             .filter(|placed_at| now + GRANT_MARGIN < *placed_at + claim);
         match (message, trusted_since) {
-            (Some(Grant::Granted { fence }), Some(placed_at)) if !self.terms.waits_for_replicas => {
+            (Some(Grant::Granted { fence }), Some(placed_at))
+                if self.terms.messages == Messages::HandOff =>
+            {
                 let fence = self.terms.fencing.then_some(fence);
                 self.won(fence, placed_at, claim, Via::HandOff)
             }

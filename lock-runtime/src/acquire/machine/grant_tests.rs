@@ -167,7 +167,7 @@ fn a_message_without_a_join_is_never_trusted() {
 fn on_redlock_a_message_only_wakes() {
     let now = Instant::now();
     let mut acquisition = Acquisition::new(Terms {
-        hands_over: false,
+        messages: Messages::WakeUp,
         ..terms(now + Duration::from_secs(10), Some(RENEW))
     });
     acquisition.start(now, || true);
@@ -198,7 +198,7 @@ fn a_failed_fence_fails_the_acquisition() {
 fn with_replicas_a_trusted_message_is_confirmed_first() {
     let now = Instant::now();
     let mut acquisition = Acquisition::new(Terms {
-        waits_for_replicas: true,
+        messages: Messages::ReplicatedHandOff,
         fencing: true,
         ..terms(now + Duration::from_secs(10), Some(RENEW))
     });
@@ -222,7 +222,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
         })
     );
     let mut refused = waiting(now);
-    refused.terms.waits_for_replicas = true;
+    refused.terms.messages = Messages::ReplicatedHandOff;
     assert_eq!(
         refused.woke(now, Some(Grant::Granted { fence: 4 })),
         Step::Confirm

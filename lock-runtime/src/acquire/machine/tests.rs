@@ -13,8 +13,7 @@ pub(super) fn terms(deadline: Instant, renew: Option<Duration>) -> Terms {
         renew,
         ttl: TTL,
         fencing: false,
-        hands_over: true,
-        waits_for_replicas: false,
+        messages: Messages::HandOff,
     }
 }
 
@@ -429,7 +428,7 @@ fn cancelled_in_line_leaves_its_place() {
 fn cancelled_while_confirming_leaves_its_place() {
     let now = Instant::now();
     let mut acquisition = waiting(now);
-    acquisition.terms.waits_for_replicas = true;
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
     assert_eq!(
         acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
         Step::Confirm
@@ -501,7 +500,7 @@ fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
     let now = Instant::now();
     let deadline = now + Duration::from_millis(100);
     let mut acquisition = starting(deadline, Some(RENEW));
-    acquisition.terms.waits_for_replicas = true;
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
     acquisition.start(now, || true);
     acquisition.subscribed(Subscribed::Confirmed, channel());
     look(&mut acquisition, now);
