@@ -8,10 +8,26 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::acquire::queue::Turn;
-use crate::hold::held::{Finder, Held};
-use crate::LockError;
+use crate::backend::keys::LockKeys;
+use crate::hold::held::{Expiry, Finder, Held};
+use crate::shared::Shared;
+use crate::support::meters::Meter;
+use crate::{LockError, LockOptions};
+
+/// A lock just acquired: what its guard is made of.
+pub(crate) struct Acquired {
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Arc<str>,
+    pub(crate) fence: Option<u64>,
+    /// This process's turn on the key.
+    pub(crate) turn: Turn,
+    /// The send time of the command that got the lock: ours for at least `expires_in` from it.
+    pub(crate) since: Instant,
+    pub(crate) expires_in: Duration,
+}
 
 /// A held lock.
 ///
@@ -63,6 +79,54 @@ impl LockGuard {
             watchdog: None,
             released: false,
         }
+    }
+
+    /// The guard of a lock `acquired` on `shared` with `options`, with its watchdog when the
+    /// options ask for one. A lock handed over with a claim shorter than its ttl is confirmed to
+    /// its full ttl a third into the claim, unless it is released before (`confirm`); one whose
+    /// ttl is within the claim was handed over with its full ttl, and needs nothing.
+    pub(crate) fn acquired(
+        shared: &Arc<Shared>,
+        acquired: Acquired,
+        options: &LockOptions,
+    ) -> Self {
+        let ttl = options.ttl_duration();
+        let Acquired {
+            keys,
+            token,
+            fence,
+            turn,
+            since,
+            expires_in,
+        } = acquired;
+        let expiry = Expiry {
+            ttl,
+            span: expires_in,
+            valid_until: since + expires_in,
+        };
+        // From when Redis answered, which is after it granted: never a shorter hold.
+        let hold_until = options
+            .hold_at_least_duration()
+            .map(|hold| Instant::now() + hold);
+        let held = Held::new(
+            Arc::clone(shared),
+            keys,
+            token,
+            fence,
+            expiry,
+            hold_until,
+            Meter::new(options).hold(),
+        );
+        let mut guard = LockGuard::new(held, turn);
+        // By `ttl`, not by what is left: a lock found handed over by looking (no message) is
+        // known only by its remaining PTTL, below even a ttl that the hand-off gave in full.
+        if ttl > crate::backend::CLAIM && expires_in <= crate::backend::CLAIM {
+            guard.confirm_ttl();
+        }
+        if options.auto_extend_enabled() {
+            guard.start_watchdog();
+        }
+        guard
     }
 
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed

@@ -20,7 +20,7 @@
 //!    (`attribute::span`) and calls `attribute::acquire`, which
 //!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
 //!    lock's Redis keys (`backend::keys`), waits for its turn among the tasks of this process that want
-//!    the same key (`acquire::queue`), then lets the state machine of `acquire::machine` decide each step: a first
+//!    the same key (`acquire::queue`), then lets the state machine of `acquire::machine` decide each step, which `acquire::driver` performs: a first
 //!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
 //!    master's wake list), sleeping until a hand-off message or a wake-up (`backend::grants`), the
 //!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out.
@@ -51,12 +51,12 @@
 //! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
 //! | `diagnose` | which server settings can break locks (eviction), and their fix; the one `CLUSTER SLOTS` parser |
 //! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches; one endpoint, a server or a cluster (`line`); Redlock's majority (`quorum`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
-//! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O (`machine`), the in-process first-come-first-served line (`queue`), finishing a call whose caller stopped waiting (`finish`) |
-//! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
+//! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the driver that performs the I/O it asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); a waiter's place in line, left if it gives up (`place`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting (`finish`) |
+//! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process; the counts of what it holds (`ResourceCounts`, for leak tests) |
 //! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
-//! | `manager` | [`LockManager`], the acquisition's driver, and [`LockManagerBuilder::connect`], which wraps the inside |
+//! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks; and [`LockManagerBuilder::connect`], which wraps the inside |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
 //! | `global` | the global manager ([`init`], [`global()`]) |
 //! | `blocking` | the same API for synchronous code |
@@ -92,9 +92,9 @@ pub use global::{global, init, init_with};
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
-#[cfg(feature = "resource-counts")]
-pub use manager::ResourceCounts;
 pub use options::LockOptions;
+#[cfg(feature = "resource-counts")]
+pub use shared::ResourceCounts;
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
 #[doc(hidden)]
 pub use tracing::Instrument;

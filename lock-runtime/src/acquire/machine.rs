@@ -1,59 +1,118 @@
-//! The waiting protocol of one acquisition, as a state machine that does no I/O.
+//! The waiting protocol of one acquisition, as a state machine that does no I/O and reads no
+//! clock: every decision of an acquisition is made here, from what the driver
+//! (`acquire::driver`) reports and the time it passes in.
 //!
 //! ```text
 //!              held, not subscribed            subscribed (or not: then it polls)
 //!  FirstTry ────────────────────────▶ Subscribe ───────────────────────────▶ InLine ◀─┐
 //!     │  free: Acquired                                                      │  │ wake │
 //!     ▼                                                                      │  └──────┘
-//!  Acquired ◀──── a hand-off message, or an attempt that finds the lock ours ┘
-//!                 (free and first in line, or handed over while not listening)
+//!  Acquired ◀──── a trusted hand-off message (confirmed first with           ┘
+//!                 `wait_for_replicas`), or an attempt that finds the lock ours
 //!  TimedOut ◀──── an attempt at or after the deadline that finds it held
 //! ```
 //!
 //! - **`FirstTry`**: a plain `SET NX PX` (or the acquire script, with fencing). Free: done.
-//!   Skipped for a key this manager saw handed over a moment ago ([`Acquisition::start_in_line`]):
-//!   it starts at Subscribe, and its join takes the lock if it is free.
+//!   Skipped for a key this manager saw handed over a moment ago ([`Acquisition::start`] with
+//!   `contended`): it starts at Subscribe, and its join takes the lock if it is free.
 //! - **Subscribe**: held; before taking a place in line, listen where a release will tell
 //!   (this manager's channel, on Redlock too), so that a hand-off or a wake-up
 //!   published right after the place is taken is not missed.
 //! - **`InLine`**: the attempt takes (then renews) a place in line and reports the holder's
 //!   remaining ttl (on Redlock, a place in the wake list of each master that finds it held).
-//!   The waiter then sleeps until the first of: a message (a hand-off: done; a wake-up on
-//!   Redlock: look again), its place's renewal ([`crate::backend::RENEW`]), the
-//!   holder's expiry (a holder that died releases nothing), or the deadline — and looks again.
-//! - Errors from Redis are retried with backoff until the deadline, under a new token (the
-//!   failed attempt may still run, and is cleaned up by its own token), so the waiter
-//!   subscribes again for it. Except an attempt in line whose connection dropped
-//!   ([`Outcome::Interrupted`]): the waiter keeps its token and its place, and its next look,
-//!   a renewal, finds whatever the interrupted one did.
+//!   The place names the manager's channel only while it is subscribed ([`Acquisition::request`]).
+//!   The waiter then sleeps until the first of: a message, its place's renewal
+//!   ([`crate::backend::RENEW`]), the holder's expiry (a holder that died releases nothing), or
+//!   the deadline — and looks again.
+//! - **A hand-off message** is trusted without asking Redis only while the claim it announces
+//!   is well ahead ([`GRANT_MARGIN`]), counted from the send time of the attempt that took the
+//!   place ([`Acquisition::woke`]); a message read after a later look found the lock held, or
+//!   read too late, makes the waiter look again instead.
+//! - Errors from Redis are retried with backoff until the deadline, under a new token
+//!   ([`Step::NewToken`]: the failed attempt may still run, and is cleaned up by its own
+//!   token), so the waiter subscribes again for it. Except an attempt in line whose connection
+//!   dropped ([`Outcome::Interrupted`]): the waiter keeps its token and its place, and its next
+//!   look, a renewal, finds whatever the interrupted one did.
 //!
-//! The manager drives it: it asks [`Acquisition::start`] for the first [`Step`], performs it,
-//! and feeds what happened back in.
+//! The driver asks [`Acquisition::start`] for the first [`Step`], performs it, and feeds what
+//! happened back in; [`Acquisition::holds_place`] says whether a place in line must be left if
+//! the acquisition stops (is cancelled) now.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::grants::Grant;
+use crate::backend::Wait;
 use crate::support::retry::Backoff;
 
 /// How long a waiter that could not subscribe waits at most before looking again: without a
 /// message, a release costs it up to this much.
 pub(crate) const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(200);
+/// A hand-off message is trusted without asking Redis only while the claim it announces has at
+/// least this much left.
+pub(crate) const GRANT_MARGIN: Duration = Duration::from_millis(300);
 /// Spread of the looks of waiters that wake at the same moment (a ttl running out).
 const EXPIRY_JITTER: Duration = Duration::from_millis(2);
 /// Backoff after a Redis error while acquiring.
 const ERROR_BACKOFF: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
 
+/// What an acquisition is asked to do, and what the store it runs on does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    /// When it gives up.
+    pub(crate) deadline: Instant,
+    /// A zero timeout: one attempt, which never takes a place in line.
+    pub(crate) one_attempt: bool,
+    /// How often a place in line (or in Redlock's wake lists) must be renewed; `None` where
+    /// places do not expire.
+    pub(crate) renew: Option<Duration>,
+    /// The ttl asked for.
+    pub(crate) ttl: Duration,
+    /// Whether a fencing token was asked for.
+    pub(crate) fencing: bool,
+    /// What a message to the waiter is on this store.
+    pub(crate) messages: Messages,
+}
+
+/// What a message to a waiter is, on the store an acquisition runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Messages {
+    /// Only a wake-up (Redlock: a lock is held by a majority's grants, found by looking).
+    WakeUp,
+    /// A hand-off, trusted while its claim surely runs.
+    HandOff,
+    /// A hand-off counted once the waiter's own confirmation of the full ttl is acknowledged by
+    /// replicas (`wait_for_replicas`): the hand-off was another connection's write.
+    ReplicatedHandOff,
+}
+
 /// One acquisition's progress.
 #[derive(Debug)]
 pub(crate) struct Acquisition {
-    deadline: Instant,
+    terms: Terms,
     phase: Phase,
     subscription: Subscription,
-    /// How often a place in line (or in Redlock's wake lists) must be renewed; `None` where
-    /// places do not expire.
-    renew: Option<Duration>,
     errors: Backoff,
+    /// The channel a place names while the waiter listens.
+    channel: Option<Arc<str>>,
+    /// Whether the current token may hold a place in line (a new token gives the old one up).
+    holds_place: bool,
+    /// The last attempt sent: when, and whether it took (not renewed) a place in line.
+    sent: Instant,
+    asked: Asked,
+    /// The send time of the attempt that took this token's place in line, while no later
+    /// attempt has found the lock held. A hand-off to the token can only have been made after
+    /// that attempt ran (there was no place to hand it to before), so its claim runs at least
+    /// until then plus the claim. Once a later attempt finds the lock held, a message read
+    /// since may have been published before that attempt and its claim have run out (a message
+    /// is read late when the pub/sub connection's reader is held up): Redis is asked instead.
+    placed_at: Option<Instant>,
+    /// The end of the wait for a subscription.
+    subscribe_until: Instant,
+    /// The fencing token of a hand-off being confirmed (`wait_for_replicas`).
+    confirming: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,82 +129,130 @@ enum Subscription {
     Polling,
 }
 
-/// What an attempt to take the lock sends.
+/// What the last attempt asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Request {
-    /// The cheapest try: a plain `SET NX PX`.
+enum Asked {
     FirstTry,
-    /// Take or renew a place in line, telling where to send the hand-off.
-    InLine,
+    Join,
+    Renew,
 }
 
-/// What the manager does next.
+/// What the driver does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// Send an attempt.
-    Attempt(Request),
-    /// Start listening for hand-offs or releases, then report with [`Acquisition::subscribed`].
-    Subscribe,
-    /// Sleep until `until` plus a random part of `spread`, or until a message; then report with
-    /// [`Acquisition::woke`] (a hand-off message completes the acquisition instead).
+    /// Send the attempt [`Acquisition::request`] describes; report with [`Acquisition::attempted`].
+    Attempt,
+    /// Register for messages to the token and wait for the subscription until `until`; report
+    /// with [`Acquisition::subscribed`].
+    Subscribe { until: Instant },
+    /// Sleep until `until` plus a random part of `spread` (never past the deadline), or until a
+    /// message; then report with [`Acquisition::woke`].
     Sleep { until: Instant, spread: Duration },
+    /// Ask Redis to set the handed-over lock's full ttl and wait for the replicas to acknowledge
+    /// it (`Backend::confirm_replicated`); report with [`Acquisition::confirmed`].
+    Confirm,
+    /// The last attempt failed and may still run, to be cleaned up by its token: leave the
+    /// place, stop listening for the token, go on under a new one; report with
+    /// [`Acquisition::rotated`].
+    NewToken,
     /// The lock is ours.
-    Acquired,
+    Acquired(Won),
+    /// The lock was to be handed over, but its fencing token could not be issued: it was
+    /// passed on, and this acquisition fails.
+    FenceFailed,
     /// The deadline passed with the lock held by someone else.
     TimedOut,
     /// Give up with the error the last attempt returned.
     Failed,
 }
 
+/// A lock won: ours for at least `expires_in` from `since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Won {
+    pub(crate) fence: Option<u64>,
+    pub(crate) since: Instant,
+    pub(crate) expires_in: Duration,
+    pub(crate) via: Via,
+}
+
+/// How a lock was won.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A first try found it free.
+    FirstTry,
+    /// An attempt in line found it free or handed to the waiter.
+    Line,
+    /// A trusted hand-off message.
+    HandOff,
+    /// A hand-off message, confirmed with the replicas.
+    Confirmed,
+}
+
 /// What an attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    Acquired,
+    /// Ours, for at least `expires_in` from the send time.
+    Acquired {
+        fence: Option<u64>,
+        expires_in: Duration,
+    },
     /// Held by someone else, for at most `remaining` (`None`: unknown).
-    Held {
-        remaining: Option<Duration>,
-    },
+    Held { remaining: Option<Duration> },
     /// Redis failed; `permanent` when retrying cannot help (a permission, a wrong type).
-    Failed {
-        permanent: bool,
-    },
-    /// An attempt in line failed because its connection dropped, and the waiter keeps its
-    /// token and its place (see `Backend::keeps_place_through`): retried as a look in line.
+    Failed { permanent: bool },
+    /// The attempt failed because its connection dropped, where a waiter in line keeps its
+    /// token and its place (see `Backend::keeps_place_through`): retried as a look in line. A
+    /// first try, which holds no place, takes it as any transient failure.
     Interrupted,
 }
 
+/// How the wait for a subscription ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subscribed {
+    /// Subscribed.
+    Confirmed,
+    /// Not confirmed by the time the step gave.
+    Unconfirmed,
+    /// Subscribing failed.
+    Failed,
+}
+
 impl Acquisition {
-    /// An acquisition that waits until `deadline`, renewing its place in line every `renew`.
-    pub(crate) fn new(deadline: Instant, renew: Option<Duration>) -> Self {
+    /// An acquisition on `terms`.
+    pub(crate) fn new(terms: Terms) -> Self {
         Acquisition {
-            deadline,
+            terms,
             phase: Phase::FirstTry,
             subscription: Subscription::NotYet,
-            renew,
             errors: ERROR_BACKOFF,
+            channel: None,
+            holds_place: false,
+            sent: terms.deadline,
+            asked: Asked::FirstTry,
+            placed_at: None,
+            subscribe_until: terms.deadline,
+            confirming: 0,
         }
     }
 
-    // A method like every other transition: each step of the protocol, the first one too, comes
-    // from the machine.
-    #[allow(clippy::unused_self)]
-    pub(crate) fn start(&self) -> Step {
-        Step::Attempt(Request::FirstTry)
+    /// The first step, at `now` (when the acquisition's turn in this process came). A key known
+    /// to be `contended` (this manager saw it handed over a moment ago, and its subscription is
+    /// not failing; asked only when it matters) is given no first try, which would most likely
+    /// find it held, but a place in line at once — after subscribing, so that the hand-off
+    /// message is not missed; the attempt that takes the place also takes the lock when it is
+    /// free and nobody waits. Not for a single attempt (a zero timeout), which must never take
+    /// a place in line.
+    pub(crate) fn start(&mut self, now: Instant, contended: impl FnOnce() -> bool) -> Step {
+        if !self.terms.one_attempt && contended() {
+            self.subscribe(now)
+        } else {
+            Step::Attempt
+        }
     }
 
-    /// The first step of an acquisition of a key known to be contended (this manager saw it
-    /// handed over a moment ago): no first try, which would most likely find it held, but a
-    /// place in line at once — after subscribing, so that the hand-off message is not missed.
-    /// The attempt that takes the place also takes the lock when it is free and nobody waits.
-    pub(crate) fn start_in_line(&self) -> Step {
-        debug_assert_eq!(self.subscription, Subscription::NotYet);
-        Step::Subscribe
-    }
-
-    /// Whether the waiter may hold a place in line.
-    #[cfg(test)]
-    fn in_line(&self) -> bool {
-        self.phase == Phase::InLine
+    /// Whether the waiter may hold a place in line: stopping now must leave it.
+    pub(crate) fn holds_place(&self) -> bool {
+        self.holds_place
     }
 
     /// Whether the waiter listens for messages (a failed subscription polls instead).
@@ -153,38 +260,78 @@ impl Acquisition {
         self.subscription == Subscription::Listening
     }
 
-    /// An attempt sent came back with `outcome` at `now`.
+    /// Whether the waiter is in line.
+    #[cfg(test)]
+    fn in_line(&self) -> bool {
+        self.phase == Phase::InLine
+    }
+
+    /// What the attempt asked for by [`Step::Attempt`] sends, at `now`. A place names the
+    /// channel only while the manager's channel is subscribed (`hub_subscribed`, asked only for
+    /// a place): a release counts who hears a hand-off, and takes a waiter nobody hears for
+    /// dead. While the subscription is down (its connection dropped, and is not back yet), the
+    /// place names no channel and is judged by its lease, and the lock handed to it is found at
+    /// the next look.
+    pub(crate) fn request(&mut self, now: Instant, hub_subscribed: impl FnOnce() -> bool) -> Wait {
+        self.sent = now;
+        if self.subscription == Subscription::NotYet {
+            self.asked = Asked::FirstTry;
+            return Wait::FirstTry;
+        }
+        let renewing = self.holds_place;
+        self.asked = if renewing { Asked::Renew } else { Asked::Join };
+        self.holds_place = true;
+        let channel = self.channel.as_ref().filter(|_| hub_subscribed()).cloned();
+        Wait::InLine { channel, renewing }
+    }
+
+    /// The attempt sent came back with `outcome` at `now`.
     pub(crate) fn attempted(&mut self, now: Instant, outcome: Outcome) -> Step {
+        let outcome = match outcome {
+            Outcome::Interrupted if self.asked == Asked::FirstTry => {
+                Outcome::Failed { permanent: false }
+            }
+            outcome => outcome,
+        };
         match outcome {
-            Outcome::Acquired => Step::Acquired,
+            Outcome::Acquired { fence, expires_in } => {
+                let via = if self.asked == Asked::FirstTry {
+                    Via::FirstTry
+                } else {
+                    Via::Line
+                };
+                self.won(fence, self.sent, expires_in, via)
+            }
             Outcome::Failed { permanent: true } => Step::Failed,
-            Outcome::Failed { permanent: false } | Outcome::Interrupted if now >= self.deadline => {
+            Outcome::Failed { permanent: false } | Outcome::Interrupted
+                if now >= self.terms.deadline =>
+            {
                 Step::Failed
             }
             Outcome::Failed { permanent: false } => {
                 // A new token, so a new registration for its messages; and a new place in line.
                 self.subscription = Subscription::NotYet;
                 self.phase = Phase::FirstTry;
-                Step::Sleep {
-                    until: (now + self.errors.next_pause()).min(self.deadline),
-                    spread: Duration::ZERO,
-                }
+                self.channel = None;
+                self.holds_place = false;
+                self.placed_at = None;
+                Step::NewToken
             }
-            Outcome::Interrupted => Step::Sleep {
-                until: (now + self.errors.next_pause()).min(self.deadline),
-                spread: Duration::ZERO,
-            },
-            Outcome::Held { .. } if now >= self.deadline => Step::TimedOut,
+            Outcome::Interrupted => self.back_off(now),
             Outcome::Held { remaining } => {
+                self.placed_at = (self.asked == Asked::Join).then_some(self.sent);
+                if now >= self.terms.deadline {
+                    return Step::TimedOut;
+                }
                 self.errors.reset();
                 if self.subscription == Subscription::NotYet {
-                    return Step::Subscribe;
+                    return self.subscribe(now);
                 }
                 self.phase = Phase::InLine;
                 // A holder that dies releases nothing: look again when its ttl runs out.
                 let mut until = now + remaining.unwrap_or(UNSUBSCRIBED_POLL);
                 let mut spread = EXPIRY_JITTER;
-                if let Some(renew) = self.renew {
+                if let Some(renew) = self.terms.renew {
                     if now + renew < until {
                         until = now + renew;
                         spread = Duration::ZERO;
@@ -194,205 +341,116 @@ impl Acquisition {
                     until = until.min(now + UNSUBSCRIBED_POLL);
                 }
                 Step::Sleep {
-                    until: until.min(self.deadline),
+                    until: until.min(self.terms.deadline),
                     spread,
                 }
             }
         }
     }
 
-    /// The subscription asked for by [`Step::Subscribe`] succeeded or failed.
-    pub(crate) fn subscribed(&mut self, listening: bool) -> Step {
-        self.subscription = if listening {
-            Subscription::Listening
-        } else {
-            Subscription::Polling
-        };
-        self.phase = Phase::InLine;
-        Step::Attempt(Request::InLine)
+    /// The driver went on under a new token (after [`Step::NewToken`]), at `now`: back off.
+    pub(crate) fn rotated(&mut self, now: Instant) -> Step {
+        self.back_off(now)
     }
 
-    /// A sleep ended without a hand-off: its timer, a wake-up message (Redlock), or a lost
-    /// connection. Look again — also at the deadline: one last look may still find it free.
-    pub(crate) fn woke(&mut self) -> Step {
-        match (self.phase, self.subscription) {
-            (_, Subscription::NotYet) => Step::Attempt(Request::FirstTry),
-            _ => Step::Attempt(Request::InLine),
+    /// The wait for a subscription asked for by [`Step::Subscribe`] ended with `result`;
+    /// `channel` is where hand-offs to the waiter are published. One not confirmed before the
+    /// end of the step's wait takes its place meanwhile, as after a lost connection: the place
+    /// names the channel once it is subscribed, and until then the lock handed to the waiter is
+    /// found at its next look. Not when the wait ended at the deadline: it polls.
+    pub(crate) fn subscribed(&mut self, result: Subscribed, channel: Arc<str>) -> Step {
+        let listening = match result {
+            Subscribed::Confirmed => true,
+            Subscribed::Unconfirmed => self.subscribe_until < self.terms.deadline,
+            Subscribed::Failed => false,
+        };
+        if listening {
+            self.subscription = Subscription::Listening;
+            self.channel = Some(channel);
+        } else {
+            self.subscription = Subscription::Polling;
         }
+        self.phase = Phase::InLine;
+        Step::Attempt
+    }
+
+    /// A sleep ended at `now`, with `message` (`None`: its timer, or a lost connection). A
+    /// hand-off is ours for at least the claim, counted from before the attempt that took the
+    /// place (the hand-off came after it): trusted while that is still well ahead. Anything
+    /// else — a message read too late to trust (this waiter did not run for a while), or after
+    /// a look that found the lock held, a wake-up, or no message — looks again, also at the
+    /// deadline: one last look may still find it free.
+    pub(crate) fn woke(&mut self, now: Instant, message: Option<Grant>) -> Step {
+        // Only a release that hands the lock over sends a grant: on Redlock a message with a
+        // fence (or a fencing failure) is not one of ours, and means at most "look again" —
+        // the majority's answers decide.
+        let message = message.filter(|_| self.terms.messages != Messages::WakeUp);
+        let claim = self.claim();
+        let trusted_since = self
+            .placed_at
+            .filter(|placed_at| now + GRANT_MARGIN < *placed_at + claim);
+        match (message, trusted_since) {
+            (Some(Grant::Granted { fence }), Some(placed_at))
+                if self.terms.messages == Messages::HandOff =>
+            {
+                let fence = self.terms.fencing.then_some(fence);
+                self.won(fence, placed_at, claim, Via::HandOff)
+            }
+            (Some(Grant::Granted { fence }), Some(_)) => {
+                self.confirming = fence;
+                Step::Confirm
+            }
+            (Some(Grant::FenceFailed), _) => Step::FenceFailed,
+            (Some(Grant::Granted { .. }) | None, _) => Step::Attempt,
+        }
+    }
+
+    /// The confirmation asked for by [`Step::Confirm`], sent at `sent`, found the lock `ours`
+    /// (its full ttl acknowledged), or not: then Redis is asked, as after any doubt.
+    pub(crate) fn confirmed(&mut self, sent: Instant, ours: bool) -> Step {
+        if !ours {
+            return Step::Attempt;
+        }
+        let fence = self.terms.fencing.then_some(self.confirming);
+        self.won(fence, sent, self.terms.ttl, Via::Confirmed)
+    }
+
+    /// How long a hand-off is the waiter's at least.
+    fn claim(&self) -> Duration {
+        self.terms.ttl.min(crate::backend::CLAIM)
+    }
+
+    fn subscribe(&mut self, now: Instant) -> Step {
+        // Bounded by a renewal as well as the deadline: the subscription is made by the hub's
+        // task, which may run on another runtime than this waiter's (the one that made the
+        // manager), whose threads a body may block; a slow pub/sub connect must not stretch
+        // the deadline either.
+        self.subscribe_until = self.terms.deadline.min(now + crate::backend::RENEW);
+        Step::Subscribe {
+            until: self.subscribe_until,
+        }
+    }
+
+    fn back_off(&mut self, now: Instant) -> Step {
+        Step::Sleep {
+            until: (now + self.errors.next_pause()).min(self.terms.deadline),
+            spread: Duration::ZERO,
+        }
+    }
+
+    fn won(&mut self, fence: Option<u64>, since: Instant, expires_in: Duration, via: Via) -> Step {
+        // The place became the lock: nothing to leave.
+        self.holds_place = false;
+        Step::Acquired(Won {
+            fence,
+            since,
+            expires_in,
+            via,
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const RENEW: Duration = Duration::from_secs(1);
-
-    fn held(ms: u64) -> Outcome {
-        Outcome::Held {
-            remaining: Some(Duration::from_millis(ms)),
-        }
-    }
-
-    fn in_line(now: Instant) -> Acquisition {
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(10), Some(RENEW));
-        assert_eq!(acquisition.attempted(now, held(5000)), Step::Subscribe);
-        assert_eq!(acquisition.subscribed(true), Step::Attempt(Request::InLine));
-        acquisition
-    }
-
-    #[test]
-    fn a_free_lock_is_taken_by_the_first_try() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(1), Some(RENEW));
-        assert_eq!(acquisition.start(), Step::Attempt(Request::FirstTry));
-        assert_eq!(
-            acquisition.attempted(now, Outcome::Acquired),
-            Step::Acquired
-        );
-        assert!(!acquisition.in_line());
-    }
-
-    #[test]
-    fn a_contended_key_skips_the_first_try_and_joins_once_subscribed() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(10), Some(RENEW));
-        assert_eq!(acquisition.start_in_line(), Step::Subscribe);
-        assert_eq!(acquisition.subscribed(true), Step::Attempt(Request::InLine));
-        assert_eq!(
-            acquisition.attempted(now, Outcome::Acquired),
-            Step::Acquired,
-            "the join takes a free lock"
-        );
-    }
-
-    #[test]
-    fn a_held_lock_subscribes_then_takes_a_place_in_line() {
-        let now = Instant::now();
-        let mut acquisition = in_line(now);
-        assert!(acquisition.in_line() && acquisition.listening());
-        // In line: sleep until the place must be renewed, the holder's 5 s being further off.
-        assert_eq!(
-            acquisition.attempted(now, held(5000)),
-            Step::Sleep {
-                until: now + RENEW,
-                spread: Duration::ZERO
-            }
-        );
-        assert_eq!(acquisition.woke(), Step::Attempt(Request::InLine));
-    }
-
-    #[test]
-    fn a_holder_about_to_expire_is_looked_at_when_it_does_with_jitter() {
-        let now = Instant::now();
-        let mut acquisition = in_line(now);
-        assert_eq!(
-            acquisition.attempted(now, held(300)),
-            Step::Sleep {
-                until: now + Duration::from_millis(300),
-                spread: EXPIRY_JITTER
-            }
-        );
-    }
-
-    #[test]
-    fn without_a_subscription_it_polls() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(10), Some(RENEW));
-        assert_eq!(acquisition.attempted(now, held(5000)), Step::Subscribe);
-        assert_eq!(
-            acquisition.subscribed(false),
-            Step::Attempt(Request::InLine)
-        );
-        assert!(!acquisition.listening());
-        let Step::Sleep { until, .. } = acquisition.attempted(now, held(5000)) else {
-            panic!("a held lock is waited for");
-        };
-        assert_eq!(until, now + UNSUBSCRIBED_POLL);
-    }
-
-    #[test]
-    fn sleeps_end_at_the_deadline_and_a_held_lock_then_times_out() {
-        let now = Instant::now();
-        let deadline = now + Duration::from_millis(100);
-        let mut acquisition = Acquisition::new(deadline, Some(RENEW));
-        assert_eq!(acquisition.attempted(now, held(5000)), Step::Subscribe);
-        acquisition.subscribed(true);
-        assert_eq!(
-            acquisition.attempted(now, held(5000)),
-            Step::Sleep {
-                until: deadline,
-                spread: Duration::ZERO
-            }
-        );
-        // The last look at the deadline finds it held.
-        assert_eq!(acquisition.woke(), Step::Attempt(Request::InLine));
-        assert_eq!(acquisition.attempted(deadline, held(4900)), Step::TimedOut);
-    }
-
-    #[test]
-    fn a_zero_timeout_is_one_attempt() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now, Some(RENEW));
-        assert_eq!(acquisition.attempted(now, held(5000)), Step::TimedOut);
-        assert!(!acquisition.in_line(), "it never took a place in line");
-    }
-
-    #[test]
-    fn errors_back_off_then_start_over_under_a_new_registration() {
-        let now = Instant::now();
-        let mut acquisition = in_line(now);
-        let transient = Outcome::Failed { permanent: false };
-        let Step::Sleep { until, .. } = acquisition.attempted(now, transient) else {
-            panic!("a transient error is retried");
-        };
-        assert!(until > now && until <= now + Duration::from_millis(15));
-        assert!(!acquisition.in_line());
-        assert_eq!(acquisition.woke(), Step::Attempt(Request::FirstTry));
-        assert_eq!(acquisition.attempted(now, held(100)), Step::Subscribe);
-    }
-
-    #[test]
-    fn a_waiter_interrupted_in_line_keeps_its_place_and_looks_again() {
-        let now = Instant::now();
-        let mut acquisition = in_line(now);
-        let Step::Sleep { until, .. } = acquisition.attempted(now, Outcome::Interrupted) else {
-            panic!("an interrupted look is retried");
-        };
-        assert!(until > now && until <= now + Duration::from_millis(15));
-        assert!(acquisition.in_line());
-        assert_eq!(acquisition.woke(), Step::Attempt(Request::InLine));
-        let late = now + Duration::from_secs(10);
-        assert_eq!(
-            acquisition.attempted(late, Outcome::Interrupted),
-            Step::Failed
-        );
-    }
-
-    #[test]
-    fn permanent_errors_and_errors_at_the_deadline_fail() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(1), Some(RENEW));
-        assert_eq!(
-            acquisition.attempted(now, Outcome::Failed { permanent: true }),
-            Step::Failed
-        );
-        let mut late = Acquisition::new(now, Some(RENEW));
-        assert_eq!(
-            late.attempted(now, Outcome::Failed { permanent: false }),
-            Step::Failed
-        );
-    }
-
-    #[test]
-    fn without_renewal_a_waiter_sleeps_until_the_holder_expires() {
-        let now = Instant::now();
-        let mut acquisition = Acquisition::new(now + Duration::from_secs(60), None);
-        acquisition.attempted(now, held(5000));
-        acquisition.subscribed(true);
-        let Step::Sleep { until, .. } = acquisition.attempted(now, held(5000)) else {
-            panic!("a held lock is waited for");
-        };
-        assert_eq!(until, now + Duration::from_secs(5));
-    }
-}
+mod grant_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! One attempt to take a lock, safe to cancel: the try of [`LockManager::try_acquire`], and
+//! each attempt of an acquisition that waits (see `driver`), with what cleans up after an
+//! attempt whose caller stopped waiting or that got no answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::acquire::finish::FinishOnDrop;
+use crate::backend::keys::LockKeys;
+use crate::backend::{Attempt, Wait};
+use crate::guard::Acquired;
+use crate::support::retry::Backoff;
+use crate::{LockError, LockGuard, LockManager, LockOptions};
+
+/// After releasing the token of an unanswered attempt found nothing, how long until it looks
+/// once more: long enough for a command still in the network to have reached Redis.
+const UNANSWERED_RECHECK: Duration = Duration::from_secs(1);
+
+impl LockManager {
+    /// [`LockManager::try_acquire`], without its metrics.
+    pub(crate) async fn try_acquire_once(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (ttl_millis, keys) = self.prepare(name, options)?;
+        let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
+            return Ok(None);
+        };
+        let token = new_token(options, self.inner.pid);
+        let sent = Instant::now();
+        match self
+            .attempt(
+                &keys,
+                &token,
+                ttl_millis,
+                options.fencing_enabled(),
+                Wait::FirstTry,
+            )
+            .await?
+        {
+            Attempt::Acquired { fence, expires_in } => {
+                tracing::debug!(target: "distlock", key = %keys.lock, fence, "acquired");
+                let acquired = Acquired {
+                    keys,
+                    token,
+                    fence,
+                    turn,
+                    since: sent,
+                    expires_in,
+                };
+                Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
+            }
+            // A connection that sends a command again after a dropped reply may have been
+            // answered "held" by the lock its first send took: ask whose it is.
+            Attempt::Held { .. }
+                if self.inner.backend.resends_commands()
+                    && self.inner.backend.is_held(&keys, &token).await? =>
+            {
+                tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
+                let acquired = Acquired {
+                    keys,
+                    token,
+                    fence: None,
+                    turn,
+                    since: sent,
+                    expires_in: options.ttl_duration(),
+                };
+                Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
+            }
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// One attempt to take the lock. If the caller stops waiting while the command is in
+    /// flight, the attempt still completes, and a lock it turns out to have won is released.
+    ///
+    /// An attempt that fails without an answer (response timeout, dropped connection) may
+    /// still have reached Redis: a stopped or overloaded server runs it later and grants the
+    /// lock to a caller that has given up, for the whole ttl. So its token is then released too,
+    /// in the background, once Redis answers again (on the same connection, so after the
+    /// attempt).
+    pub(crate) async fn attempt(
+        &self,
+        keys: &LockKeys,
+        token: &Arc<str>,
+        ttl_millis: u64,
+        fencing: bool,
+        wait: Wait,
+    ) -> redis::RedisResult<Attempt> {
+        let in_line = matches!(wait, Wait::InLine { .. });
+        let (manager, request_keys, request_token) =
+            (self.clone(), keys.clone(), Arc::clone(token));
+        let request = async move {
+            manager
+                .inner
+                .backend
+                .try_lock(&request_keys, &request_token, ttl_millis, fencing, wait)
+                .await
+        };
+        let (manager, cleanup_keys, cleanup_token) =
+            (self.clone(), keys.clone(), Arc::clone(token));
+        let clean_up = move |outcome: Option<redis::RedisResult<Attempt>>| async move {
+            match outcome {
+                // Granted to a caller that is gone; or it took (or renewed) a place in line,
+                // maybe after the waiter's own leaving ran (a call finished in the background
+                // is sent late): leave, passing on the lock if it is ours.
+                Some(Ok(attempt)) => {
+                    let granted = matches!(attempt, Attempt::Acquired { .. });
+                    if granted {
+                        tracing::debug!(target: "distlock", key = %cleanup_keys.lock, "releasing a lock granted to a cancelled acquire");
+                    }
+                    if granted || in_line {
+                        manager.leave_line(&cleanup_keys, &cleanup_token).await;
+                    }
+                }
+                Some(Err(error)) if !crate::redis::classify::may_have_run(&error) => {}
+                // No answer, or none that will ever come (the runtime that drove the attempt
+                // shut down): it may have been granted.
+                Some(Err(_)) | None => {
+                    manager
+                        .release_unanswered(&cleanup_keys, &cleanup_token, ttl_millis)
+                        .await;
+                }
+            }
+        };
+        let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
+        if let Err(error) = &outcome {
+            // A waiter that keeps its place goes on under this token: its next look finds what
+            // this attempt did, and its place is left if it gives up.
+            let kept = in_line && self.inner.backend.keeps_place_through(error);
+            if crate::redis::classify::may_have_run(error) && !kept {
+                crate::acquire::finish::spawn_clean_up(clean_up, None);
+            }
+        }
+        outcome
+    }
+
+    /// Takes `token` out of the lock's line, passing on the lock if it was handed to it.
+    pub(crate) async fn leave_line(&self, keys: &LockKeys, token: &str) {
+        if let Err(error) = self.inner.backend.leave(keys, token).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not leave the line; the place lapses with its lease");
+        }
+    }
+
+    /// Releases whatever `token` was granted by an attempt that got no answer: retries until
+    /// Redis answers the release (it then runs after the attempt) or a grant would have expired
+    /// anyway. An unanswered release is not enough: if the script is not cached yet, Redis
+    /// answers it NOSCRIPT and only a caller still waiting loads the script and tries again.
+    async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
+        let give_up = Instant::now() + Duration::from_millis(ttl_millis);
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
+        let mut rechecked = false;
+        loop {
+            match self.inner.backend.leave(keys, token).await {
+                Ok(true) => {
+                    tracing::debug!(target: "distlock", key = %keys.lock, "released a lock granted to an attempt that had failed without an answer");
+                    return;
+                }
+                // Not granted, as far as Redis has run the attempt. An attempt sent on another
+                // connection (one whose runtime shut down) can still be in the network: look
+                // once more after it has surely landed.
+                Ok(false) if !rechecked && Instant::now() + UNANSWERED_RECHECK < give_up => {
+                    rechecked = true;
+                    tokio::time::sleep(UNANSWERED_RECHECK).await;
+                }
+                Err(_) if Instant::now() < give_up => {
+                    tokio::time::sleep(backoff.next_pause()).await;
+                }
+                Ok(false) | Err(_) => return,
+            }
+        }
+    }
+}
+
+/// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock (process
+/// `pid`, the one the manager's inside was made in: this one).
+pub(crate) fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
+    crate::support::identity::new_value(options.encoded_label(), pid)
+}
+
+pub(crate) fn timeout(keys: &LockKeys, started: Instant) -> LockError {
+    LockError::Timeout {
+        key: keys.lock.to_string(),
+        waited: started.elapsed(),
+    }
+}
+
+pub(crate) fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The error of a hand-off that could not issue the waiter's fencing token.
+pub(crate) fn fence_failed(keys: &LockKeys) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "fencing counter unusable",
+        format!(
+            "the fencing counter {} could not issue a token (it is not a number, or below 0), so \
+             the lock was passed on; set the counter above the largest token your storage has \
+             accepted, or delete it if no storage has seen its tokens",
+            keys.fence()
+        ),
+    ))
+}

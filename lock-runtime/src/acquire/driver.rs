@@ -1,0 +1,262 @@
+//! The driver of an acquisition that waits: it performs the I/O the state machine
+//! (`machine`) asks for — attempts, the subscription, sleeps, a confirmation — and feeds back
+//! what happened, with the time. It decides nothing of the protocol.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::acquire::attempt::{fence_failed, micros, new_token, timeout};
+use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, Terms, Via, Won};
+use crate::acquire::place::PlaceInLine;
+use crate::acquire::queue::Turn;
+use crate::backend::grants::{Grant, GrantWaiter};
+use crate::backend::keys::LockKeys;
+use crate::backend::{Attempt, Wait};
+use crate::guard::Acquired;
+use crate::support::retry::jitter;
+use crate::{LockError, LockGuard, LockManager, LockOptions};
+
+impl LockManager {
+    /// [`LockManager::acquire`], without its metrics.
+    pub(crate) async fn acquire_waiting(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let (ttl_millis, keys) = self.prepare(name, options)?;
+        let started = Instant::now();
+        let deadline = started + options.timeout_duration();
+        // The usual case, nobody else here wants this key, needs no timer.
+        let (turn, turn_came) = match self.inner.queues.try_turn(&keys.lock) {
+            Some(turn) => (turn, started),
+            None => (
+                self.wait_turn(&keys, deadline, started).await?,
+                Instant::now(),
+            ),
+        };
+        let backend = &self.inner.backend;
+        let fencing = options.fencing_enabled();
+        let mut machine = Acquisition::new(self.terms(deadline, options));
+        let mut token = new_token(options, self.inner.pid);
+        // Where this waiter listens, once it does; and its place in line, left if it gives up.
+        let mut listener: Option<GrantWaiter> = None;
+        let mut place = PlaceInLine::new(self, &keys);
+        let mut last_error = None;
+        // Contended: handed over a moment ago, and subscribing works (a join waits for it).
+        let mut step = machine.start(turn_came, || {
+            backend.recently_contended(&keys.lock) && !backend.grants().subscription_failing()
+        });
+        loop {
+            step = match step {
+                Step::Attempt => {
+                    // Listen before asking: a message published while the attempt is in flight
+                    // must still wake us; one from before is superseded by the attempt's answer.
+                    // A message cleared here may have been a hand-off to this place, whose claim
+                    // ran out unseen: the place is off the line, and its renewal looks for it.
+                    if listener.as_ref().is_some_and(GrantWaiter::clear) {
+                        backend.place_may_be_gone(&keys.lock, &token);
+                    }
+                    let sent = Instant::now();
+                    let wait = machine.request(sent, || backend.grants().is_subscribed());
+                    if machine.holds_place() {
+                        place.occupy(&token);
+                    }
+                    let first_try = matches!(wait, Wait::FirstTry);
+                    let attempt = self.attempt(&keys, &token, ttl_millis, fencing, wait).await;
+                    let outcome = self.outcome(&keys, first_try, attempt, &mut last_error);
+                    machine.attempted(Instant::now(), outcome)
+                }
+                Step::NewToken => {
+                    // The failed attempt may still run (see `attempt`) and is cleaned up by its
+                    // token: go on under a new one, listening for that one.
+                    place.give_up();
+                    listener = None;
+                    token = new_token(options, self.inner.pid);
+                    machine.rotated(Instant::now())
+                }
+                Step::Subscribe { until } => {
+                    let (registered, subscribed) = self.subscribe(&keys, &token, until).await;
+                    let next = machine.subscribed(subscribed, registered.channel());
+                    listener = machine.listening().then_some(registered);
+                    next
+                }
+                Step::Sleep { until, spread } => {
+                    let until = (until + jitter(spread)).min(deadline);
+                    let message = self.sleep(&keys, &token, listener.as_ref(), until).await;
+                    machine.woke(Instant::now(), message)
+                }
+                Step::Confirm => {
+                    let sent = Instant::now();
+                    let confirmed = backend.confirm_replicated(&keys, &token, ttl_millis).await;
+                    let ours = confirmed.unwrap_or_else(|error| {
+                        // Given back, place and all: the next look takes a new place at the
+                        // end of the line.
+                        backend.place_may_be_gone(&keys.lock, &token);
+                        last_error = Some(error);
+                        false
+                    });
+                    machine.confirmed(sent, ours)
+                }
+                Step::Acquired(won) => {
+                    place.vacate();
+                    if won.via != Via::FirstTry {
+                        backend.handed_over(&keys.lock);
+                    }
+                    log_acquired(&keys, &won, started);
+                    let (fence, since, expires_in) = (won.fence, won.since, won.expires_in);
+                    let acquired = Acquired {
+                        keys,
+                        token,
+                        fence,
+                        turn,
+                        since,
+                        expires_in,
+                    };
+                    return Ok(LockGuard::acquired(&self.inner, acquired, options));
+                }
+                Step::FenceFailed => {
+                    place.give_up();
+                    return Err(LockError::Redis(fence_failed(&keys)));
+                }
+                Step::TimedOut => {
+                    place.give_up();
+                    return Err(timeout(&keys, started));
+                }
+                Step::Failed => {
+                    place.give_up();
+                    return Err(last_error.map_or_else(|| timeout(&keys, started), LockError::from));
+                }
+            };
+        }
+    }
+
+    /// Waits for this acquisition's turn among the tasks of this process that want the key.
+    async fn wait_turn(
+        &self,
+        keys: &LockKeys,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<Turn, LockError> {
+        let waiting = self.inner.queues.wait_turn(&keys.lock);
+        tokio::time::timeout_at(deadline, waiting)
+            .await
+            .map_err(|_| timeout(keys, started))
+    }
+
+    /// What an acquisition with `options` until `deadline` is asked to do on this store.
+    fn terms(&self, deadline: Instant, options: &LockOptions) -> Terms {
+        let backend = &self.inner.backend;
+        Terms {
+            deadline,
+            one_attempt: options.timeout_duration().is_zero(),
+            renew: Some(crate::backend::RENEW),
+            ttl: options.ttl_duration(),
+            fencing: options.fencing_enabled(),
+            messages: if !backend.hands_over() {
+                Messages::WakeUp
+            } else if backend.waits_for_replicas() {
+                Messages::ReplicatedHandOff
+            } else {
+                Messages::HandOff
+            },
+        }
+    }
+
+    /// What `attempt` (a `first_try` or not) tells the machine; an error is kept in `last_error`.
+    fn outcome(
+        &self,
+        keys: &LockKeys,
+        first_try: bool,
+        attempt: redis::RedisResult<Attempt>,
+        last_error: &mut Option<redis::RedisError>,
+    ) -> Outcome {
+        let error = match attempt {
+            Ok(Attempt::Acquired { fence, expires_in }) => {
+                return Outcome::Acquired { fence, expires_in };
+            }
+            Ok(Attempt::Held { remaining }) => {
+                if first_try {
+                    tracing::debug!(target: "distlock", key = %keys.lock, remaining_ms = remaining.map(micros).map(|us| us / 1000), "contended; waiting");
+                }
+                return Outcome::Held { remaining };
+            }
+            Err(error) => error,
+        };
+        let permanent = crate::redis::classify::is_permanent(&error);
+        if !permanent {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
+        }
+        let kept = self.inner.backend.keeps_place_through(&error);
+        *last_error = Some(error);
+        if kept {
+            Outcome::Interrupted
+        } else {
+            Outcome::Failed { permanent }
+        }
+    }
+
+    /// Registers `token` for its messages — before its place is taken: a message published
+    /// right after it must reach the waiter — and waits for the subscription until `until`.
+    async fn subscribe(
+        &self,
+        keys: &LockKeys,
+        token: &Arc<str>,
+        until: Instant,
+    ) -> (GrantWaiter, Subscribed) {
+        let grants = self.inner.backend.grants();
+        let registered = grants.register(token);
+        let subscribed = match tokio::time::timeout_at(until, grants.subscribed()).await {
+            Ok(Ok(())) => Subscribed::Confirmed,
+            Ok(Err(error)) => {
+                tracing::debug!(target: "distlock", key = %keys.lock, %error, "no wake-up subscription; polling");
+                Subscribed::Failed
+            }
+            Err(_) => {
+                tracing::debug!(target: "distlock", key = %keys.lock, "wake-up subscription not confirmed yet");
+                Subscribed::Unconfirmed
+            }
+        };
+        (registered, subscribed)
+    }
+
+    /// Sleeps until `until`, or until a message to the waiter while it listens.
+    async fn sleep(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        listener: Option<&GrantWaiter>,
+        until: Instant,
+    ) -> Option<Grant> {
+        let Some(listener) = listener else {
+            tokio::time::sleep_until(until).await;
+            return None;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => None,
+            message = listener.next() => {
+                // A hand-off takes the place off the line, and a lost connection may have lost
+                // one: unless the lock turns out ours, the next renewal looks for the place.
+                if !matches!(message, Some(Grant::FenceFailed)) {
+                    self.inner.backend.place_may_be_gone(&keys.lock, token);
+                }
+                message
+            }
+        }
+    }
+}
+
+fn log_acquired(keys: &LockKeys, won: &Won, started: Instant) {
+    let (waited_us, fence) = (micros(started.elapsed()), won.fence);
+    match won.via {
+        Via::FirstTry | Via::Line => {
+            tracing::debug!(target: "distlock", key = %keys.lock, waited_us, fence, "acquired");
+        }
+        Via::HandOff => {
+            tracing::debug!(target: "distlock", key = %keys.lock, waited_us, fence, "acquired (handed over)");
+        }
+        Via::Confirmed => {
+            tracing::debug!(target: "distlock", key = %keys.lock, waited_us, fence, "acquired (handed over, replicated)");
+        }
+    }
+}
