@@ -98,6 +98,81 @@ pub enum LockError {
         wanted: u32,
     },
 
+    /// Fewer Redlock masters than a majority answered, so no lock can be granted, released or
+    /// confirmed (a Redlock manager only).
+    ///
+    /// Match it with `LockError::NoQuorum { .. }`: more fields may come.
+    #[error(
+        "only {answered} of {masters} Redlock masters answered, and a majority ({needed}) is \
+         needed (last error: {last_error}); bring masters back or check the URLs"
+    )]
+    NoQuorum {
+        /// How many masters the manager was built with.
+        masters: usize,
+        /// How many answered.
+        answered: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+
+    /// Redlock masters that did not answer may still hold the lock for this holder: a majority
+    /// can neither be confirmed nor ruled out, so whether the lock is still its own is unknown
+    /// (a Redlock manager only).
+    ///
+    /// Match it with `LockError::QuorumUndecided { .. }`: more fields may come.
+    #[error(
+        "{confirmed} of {masters} Redlock masters confirmed and {silent} did not answer, which \
+         may still hold the lock: a majority ({needed}) can neither be confirmed nor ruled out \
+         (last error: {last_error}); treat the lock as possibly lost, bring the silent masters \
+         back (or check the URLs), then try again"
+    )]
+    QuorumUndecided {
+        /// How many masters the manager was built with.
+        masters: usize,
+        /// How many confirmed.
+        confirmed: usize,
+        /// How many did not answer.
+        silent: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+
+    /// The lock's fencing counter could not issue a token (it holds something other than a
+    /// number of at least 1), so the lock was not given to this caller, or passed on.
+    ///
+    /// Match it with `LockError::FencingBroken { .. }`: more fields may come.
+    #[error(
+        "the fencing counter {counter} could not issue a token (it gave {found}), so the lock \
+         was not taken; set the counter above the largest token your storage has accepted, or \
+         delete it if no storage has seen its tokens"
+    )]
+    FencingBroken {
+        /// The counter's Redis key.
+        counter: String,
+        /// What it gave.
+        found: String,
+    },
+
+    /// The server answered a lock command with a reply that no Redis server gives it: the
+    /// endpoint is something other than Redis (a proxy, another server speaking its protocol)
+    /// that does not run the lock scripts as Redis does.
+    ///
+    /// Match it with `LockError::UnexpectedReply { .. }`: more fields may come.
+    #[error(
+        "{what} answered {reply}, which Redis never answers: point the URL at a Redis (or \
+         Valkey) server, not a proxy or another server that speaks its protocol"
+    )]
+    UnexpectedReply {
+        /// The command or script.
+        what: String,
+        /// Its reply.
+        reply: String,
+    },
+
     /// A setting is out of range or malformed (URL, ttl, timeout, ...), a lock key is
     /// refused (empty, or reserved for distlock's helper keys), or a guard was used in a
     /// process forked from the one that took its lock (only that process holds it).
@@ -230,18 +305,9 @@ impl From<LockError> for std::io::Error {
     }
 }
 
-// By hand, not derived: a write too few replicas acknowledged travels through the backend as a
-// `RedisError` of its own code, and becomes the typed error here.
 impl From<redis::RedisError> for LockError {
     fn from(error: redis::RedisError) -> Self {
-        match crate::backend::as_not_replicated(&error) {
-            Some((key, acknowledged, wanted)) => LockError::NotReplicated {
-                key,
-                acknowledged,
-                wanted,
-            },
-            None => LockError::Redis(error),
-        }
+        LockError::Redis(error)
     }
 }
 

@@ -277,7 +277,7 @@ impl LockManager {
         let mut last_error = None;
         // The last attempt's lock, when too few replicas acknowledged it (`wait_for_replicas`):
         // an acquisition that times out after it says so, not that someone held the lock.
-        let mut unreplicated: Option<redis::RedisError> = None;
+        let mut unreplicated: Option<crate::backend::Failure> = None;
         // A key handed over a moment ago is most likely held: join the line at once. Not for
         // a single attempt (a zero timeout), which must never take a place in line; nor while
         // subscribing fails, as the join waits for a subscription first, and the next attempt
@@ -342,10 +342,8 @@ impl LockManager {
                             Outcome::Held { remaining }
                         }
                         Err(error) => {
-                            unreplicated = crate::backend::as_not_replicated(&error)
-                                .is_some()
-                                .then(|| error.clone());
-                            let permanent = crate::redis::classify::is_permanent(&error);
+                            unreplicated = error.is_not_replicated().then(|| error.clone());
+                            let permanent = error.is_permanent();
                             if !permanent {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
@@ -485,9 +483,8 @@ impl LockManager {
                                     // Given back, place and all: the next look takes a new
                                     // place at the end of the line.
                                     self.inner.backend.place_may_be_gone(&keys.lock, &token);
-                                    unreplicated = crate::backend::as_not_replicated(&error)
-                                        .is_some()
-                                        .then(|| error.clone());
+                                    unreplicated =
+                                        error.is_not_replicated().then(|| error.clone());
                                     last_error = Some(error);
                                 }
                             }
@@ -495,7 +492,7 @@ impl LockManager {
                         }
                         (Some(Grant::FenceFailed), _) => {
                             place.give_up();
-                            return Err(LockError::Redis(fence_failed(&keys)));
+                            return Err(fence_failed(&keys).into());
                         }
                         // A message read too late to trust (this waiter did not run for a
                         // while), or after a look that found the lock held, or no message: ask
@@ -708,7 +705,7 @@ impl LockManager {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> redis::RedisResult<Attempt> {
+    ) -> crate::backend::failure::Result<Attempt> {
         let in_line = matches!(wait, Wait::InLine { .. });
         let (manager, request_keys, request_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
@@ -721,7 +718,7 @@ impl LockManager {
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
-        let clean_up = move |outcome: Option<redis::RedisResult<Attempt>>| async move {
+        let clean_up = move |outcome: Option<crate::backend::failure::Result<Attempt>>| async move {
             match outcome {
                 // Granted to a caller that is gone; or it took (or renewed) a place in line,
                 // maybe after the waiter's own leaving ran (a call finished in the background
@@ -735,7 +732,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !crate::redis::classify::may_have_run(&error) => {}
+                Some(Err(error)) if !error.may_have_run() => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -750,7 +747,7 @@ impl LockManager {
             // A waiter that keeps its place goes on under this token: its next look finds what
             // this attempt did, and its place is left if it gives up.
             let kept = in_line && self.inner.backend.keeps_place_through(error);
-            if crate::redis::classify::may_have_run(error) && !kept {
+            if error.may_have_run() && !kept {
                 crate::acquire::finish::spawn_clean_up(clean_up, None);
             }
         }
@@ -873,18 +870,12 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The error of a hand-off that could not issue the waiter's fencing token.
-fn fence_failed(keys: &LockKeys) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "fencing counter unusable",
-        format!(
-            "the fencing counter {} could not issue a token (it is not a number, or below 0), so \
-             the lock was passed on; set the counter above the largest token your storage has \
-             accepted, or delete it if no storage has seen its tokens",
-            keys.fence()
-        ),
-    ))
+/// The failure of a hand-off that could not issue the waiter's fencing token.
+fn fence_failed(keys: &LockKeys) -> crate::backend::Failure {
+    crate::backend::Failure::FencingBroken {
+        counter: keys.fence(),
+        value: None,
+    }
 }
 
 /// A waiter's place in the lock's line. If the acquisition gives up, or is dropped, while it may

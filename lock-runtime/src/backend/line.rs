@@ -6,7 +6,8 @@ use std::time::Duration;
 use redis::{Cmd, RedisResult, Value};
 
 use super::recent::{Entry, Written};
-use super::replicas::{not_replicated, Replicas};
+use super::failure::{self, Failure};
+use super::replicas::Replicas;
 use super::{Attempt, Ownership, Place, Released, Wait};
 use crate::backend::keys::LockKeys;
 use crate::backend::scripts;
@@ -83,9 +84,9 @@ impl Node {
     /// until its ttl, and every waiter with it. Should the first run have reached Redis after
     /// all, the second knows it by the lock's `released` marker, or does what the first did. A
     /// cluster connection sends commands again by itself.
-    async fn once_more_if_dropped<T, F>(&self, operation: impl Fn() -> F) -> RedisResult<T>
+    async fn once_more_if_dropped<T, F>(&self, operation: impl Fn() -> F) -> failure::Result<T>
     where
-        F: std::future::Future<Output = RedisResult<T>>,
+        F: std::future::Future<Output = failure::Result<T>>,
     {
         match operation().await {
             Err(error) if self.sends_once_more(&error) => operation().await,
@@ -99,9 +100,9 @@ impl Node {
         &self,
         allowed: bool,
         operation: impl Fn() -> F,
-    ) -> RedisResult<T>
+    ) -> failure::Result<T>
     where
-        F: std::future::Future<Output = RedisResult<T>>,
+        F: std::future::Future<Output = failure::Result<T>>,
     {
         if allowed {
             self.once_more_if_dropped(operation).await
@@ -119,9 +120,8 @@ impl Node {
 
     /// Whether a request that failed with `error` is sent once more: its connection dropped,
     /// on an endpoint whose connection does not send it again by itself.
-    fn sends_once_more(&self, error: &redis::RedisError) -> bool {
-        let once_more =
-            !self.resends_commands() && crate::redis::classify::connection_dropped(error);
+    fn sends_once_more(&self, error: &Failure) -> bool {
+        let once_more = !self.resends_commands() && error.connection_dropped();
         if once_more {
             tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
         }
@@ -136,10 +136,10 @@ impl Node {
     pub(crate) async fn naming_the_key<T>(
         &self,
         keys: &LockKeys,
-        result: RedisResult<T>,
-    ) -> RedisResult<T> {
+        result: failure::Result<T>,
+    ) -> failure::Result<T> {
         let error = match result {
-            Err(error)
+            Err(Failure::Redis(error))
                 if crate::redis::classify::classify(&error)
                     == crate::redis::classify::Meaning::WrongType
                     && !error
@@ -151,7 +151,7 @@ impl Node {
             other => return other,
         };
         let Ok(mut connection) = self.connection().await else {
-            return Err(error);
+            return Err(error.into());
         };
         let (line, fence, released, forced) =
             (keys.line(), keys.fence(), keys.released(), keys.forced());
@@ -187,18 +187,15 @@ impl Node {
                     lock = keys.lock
                 ),
             };
-            return Err(redis::make_extension_error(
-                "WRONGTYPE".to_owned(),
-                Some(detail),
-            ));
+            return Err(redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into());
         }
-        Err(error)
+        Err(error.into())
     }
 
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
     /// `PING`, then the release script on a probe key with a token that matches nothing (it
     /// deletes nothing, and loads the script for the first real release).
-    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         let mut connection = self.connection().await?;
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
@@ -225,12 +222,16 @@ impl Node {
         token: &str,
         acknowledged: u32,
         replicas: Replicas,
-    ) -> redis::RedisError {
+    ) -> Failure {
         if let Err(error) = self.unlock(keys, token, true, None).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not give back a lock too few replicas acknowledged; it expires with its ttl");
         }
         tracing::debug!(target: "distlock", key = %keys.lock, acknowledged, wanted = replicas.count, "too few replicas acknowledged the lock; given back");
-        not_replicated(&keys.lock, acknowledged, replicas.count)
+        Failure::NotReplicated {
+            key: keys.lock.to_string(),
+            acknowledged,
+            wanted: replicas.count,
+        }
     }
 
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
@@ -245,7 +246,7 @@ impl Node {
         fencing: bool,
         wait: Wait,
         entry: Option<&Entry>,
-    ) -> RedisResult<(Attempt, Option<Place>)> {
+    ) -> failure::Result<(Attempt, Option<Place>)> {
         let mut connection = self.connection().await?;
         let mut sent_again = false;
         if !fencing && wait == Wait::FirstTry {
@@ -387,7 +388,7 @@ impl Node {
                     // back anyway, it is never handed out as if it were one.
                     [1, fence, _] if fencing && *fence < 1 => {
                         let _ = self.unlock(keys, token, true, None).await;
-                        Err(bad_fence(&keys.fence(), *fence))
+                        Err(bad_fence(keys.fence(), *fence))
                     }
                     [1, fence, pttl] => {
                         let mut expires_in =
@@ -447,7 +448,8 @@ impl Node {
             Protocol::Wake => Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a Redlock master takes votes, not attempts",
-            ))),
+            ))
+            .into()),
         }
     }
 
@@ -461,7 +463,7 @@ impl Node {
         ttl_millis: u64,
         first_try: bool,
         member: Option<&str>,
-    ) -> RedisResult<Vote> {
+    ) -> failure::Result<Vote> {
         let mut connection = self.connection().await?;
         if first_try {
             match set_nx(&mut connection, keys, token, ttl_millis).await {
@@ -496,7 +498,7 @@ impl Node {
         ttl_millis: u64,
         member: Option<&str>,
         waited: bool,
-    ) -> RedisResult<Vote> {
+    ) -> failure::Result<Vote> {
         let mut connection = self.connection().await?;
         let (wake_list, since) = (keys.wake_list(), keys.since());
         let member = member.unwrap_or("");
@@ -519,11 +521,10 @@ impl Node {
                 remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 holder: redis::from_redis_value(holder.clone()).ok(),
             }),
-            other => Err(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected reply",
-                format!("the quorum acquire script answered {other:?}"),
-            ))),
+            other => Err(Failure::UnexpectedReply {
+                what: "the quorum acquire script",
+                reply: format!("{other:?}"),
+            }),
         }
     }
 
@@ -535,7 +536,7 @@ impl Node {
         token: &str,
         member: Option<&str>,
         wake: bool,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         // Sent once only: the quorum release has no marker, and a second run of one whose
         // first reached the master would find the lock gone, a false "not ours".
         let mut connection = self.connection().await?;
@@ -550,7 +551,7 @@ impl Node {
         token: &str,
         member: Option<&str>,
         wake: bool,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let (wake_list, since, member) = (keys.wake_list(), keys.since(), member.unwrap_or(""));
         let mut cmd = scripts::evalsha(
             &scripts::QUORUM_RELEASE,
@@ -590,7 +591,7 @@ impl Node {
         token: &str,
         leave: bool,
         redis_clock: Option<u64>,
-    ) -> RedisResult<Released> {
+    ) -> failure::Result<Released> {
         let marked = !leave && self.may_be_idle_closed();
         self.once_more_if_dropped_when(marked || leave, || {
             self.unlock_through_failover(keys, token, leave, redis_clock, marked)
@@ -607,13 +608,13 @@ impl Node {
         leave: bool,
         redis_clock: Option<u64>,
         marked: bool,
-    ) -> RedisResult<Released> {
+    ) -> failure::Result<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
         let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
         let sentinel = self.connections.is_sentinel();
         loop {
             let mut in_cluster = false;
-            let result = match self.connection().await {
+            let result: failure::Result<Released> = match self.connection().await {
                 Ok(mut connection) => {
                     in_cluster = matches!(connection, Connection::Cluster(_));
                     // A cluster connection may run the release twice, and a marked release
@@ -630,10 +631,10 @@ impl Node {
                     )
                     .await
                 }
-                Err(error) => Err(error),
+                Err(error) => Err(error.into()),
             };
             match result {
-                Err(error)
+                Err(Failure::Redis(error))
                     if ((in_cluster
                         && (cluster_in_flux(&error) || error.is_connection_refusal()))
                         || (sentinel
@@ -656,7 +657,7 @@ impl Node {
         leave: bool,
         re_sent_within: Option<Duration>,
         redis_clock: Option<u64>,
-    ) -> RedisResult<Released> {
+    ) -> failure::Result<Released> {
         let released: i64 = match self.protocol {
             Protocol::Line => {
                 let (line, fence, since, forced, leases) = (
@@ -713,7 +714,7 @@ impl Node {
 
     /// Appends `entry` to the lock's line if the line exists (`RPUSHX`); `false` when it does
     /// not, and nothing was written.
-    pub(crate) async fn push_place(&self, keys: &LockKeys, entry: &str) -> RedisResult<bool> {
+    pub(crate) async fn push_place(&self, keys: &LockKeys, entry: &str) -> failure::Result<bool> {
         let mut connection = self.connection().await?;
         let length: i64 = redis::cmd("RPUSHX")
             .arg(keys.line())
@@ -731,7 +732,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         // Marked, and sent once more, on the rule of a release (see `Node::unlock`); not on a
         // Redlock master, whose hold has no marker.
         let marked = self.protocol == Protocol::Line && self.may_be_idle_closed();
@@ -745,7 +746,7 @@ impl Node {
         token: &str,
         keep_millis: u64,
         marked: bool,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         let mut connection = self.connection().await?;
         let (script, cmd) = match self.protocol {
             // It may run twice — a cluster connection sends it again after a lost reply, and a
@@ -806,7 +807,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         self.once_more_if_dropped(|| self.extend_once(keys, token, ttl_millis))
             .await
     }
@@ -816,7 +817,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         let Some(replicas) = self.replicas else {
             let mut connection = self.connection().await?;
             let cmd = extend_command(keys, token, ttl_millis);
@@ -828,7 +829,11 @@ impl Node {
         // Not given back: the holder still holds it on the master, and says so by the error;
         // its watchdog tries again, and gives it up by its expiry.
         if ours.is_ours() && !replicas.enough(acknowledged) {
-            return Err(not_replicated(&keys.lock, acknowledged, replicas.count));
+            return Err(Failure::NotReplicated {
+                key: keys.lock.to_string(),
+                acknowledged,
+                wanted: replicas.count,
+            });
         }
         Ok(ours)
     }
@@ -844,7 +849,7 @@ impl Node {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let Some(replicas) = self.replicas else {
             return Ok(true);
         };
@@ -864,7 +869,7 @@ impl Node {
         token: &str,
         ttl_millis: u64,
         replicas: Replicas,
-    ) -> RedisResult<(Ownership, u32)> {
+    ) -> failure::Result<(Ownership, u32)> {
         let cmd = extend_command(keys, token, ttl_millis);
         let (extended, acknowledged): (i64, u32) = replicas
             .run(Some(&scripts::EXTEND), &cmd, &self.connections)
@@ -877,12 +882,12 @@ impl Node {
     /// Breaks the lock for an operator if its key still holds `value` (see
     /// `scripts::FORCE_RELEASE`); `true` if it did. Sent once more after a dropped connection:
     /// the `forced` mark recognises a second run.
-    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
         self.once_more_if_dropped(|| self.force_unlock_once(keys, value))
             .await
     }
 
-    async fn force_unlock_once(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+    async fn force_unlock_once(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
         let mut connection = self.connection().await?;
         let (line, fence, forced, leases) =
             (keys.line(), keys.fence(), keys.forced(), keys.leases());
@@ -902,7 +907,7 @@ impl Node {
     }
 
     /// One look at the lock, as inspection shows it; `None` when it is free.
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
         let mut connection = self.connection().await?;
         let (line, fence, since, leases) = (keys.line(), keys.fence(), keys.since(), keys.leases());
         let cmd = scripts::evalsha(
@@ -926,7 +931,7 @@ impl Node {
     }
 
     /// Where to scan for lock keys: this server, or each master of the cluster.
-    pub(crate) async fn scan_targets(&self) -> RedisResult<Vec<ScanTarget>> {
+    pub(crate) async fn scan_targets(&self) -> failure::Result<Vec<ScanTarget>> {
         let mut connection = self.connection().await?;
         if !matches!(connection, Connection::Cluster(_)) {
             return Ok(vec![ScanTarget::Server]);
@@ -968,7 +973,7 @@ impl Node {
         target: &ScanTarget,
         cursor: u64,
         pattern: &str,
-    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
+    ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
         let mut connection = self.connection().await?;
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor)
@@ -986,14 +991,14 @@ impl Node {
                     port: *port,
                 });
                 let reply = cluster.route_command(cmd, routing).await?;
-                Ok(redis::from_redis_value(reply)?)
+                Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
             }
-            _ => cmd.query_async(&mut connection).await,
+            _ => Ok(cmd.query_async(&mut connection).await?),
         }
     }
 
     /// Whether the lock key holds `token` now.
-    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let mut connection = self.connection().await?;
         let holder: Option<String> = redis::cmd("GET")
             .arg(&*keys.lock)
@@ -1052,7 +1057,7 @@ async fn set_nx(
     keys: &LockKeys,
     token: &str,
     ttl_millis: u64,
-) -> RedisResult<bool> {
+) -> failure::Result<bool> {
     // Sized up front ("SET", key, token, "NX", "PX", up to 20 digits): no reallocation.
     let mut set = Cmd::with_capacity(6, 3 + keys.lock.len() + token.len() + 4 + 20);
     set.arg("SET")
@@ -1065,11 +1070,10 @@ async fn set_nx(
     match set.query_async(connection).await? {
         Value::Okay => Ok(true),
         Value::Nil => Ok(false),
-        other => Err(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "SET NX PX answered neither OK nor nil",
-            format!("{other:?}"),
-        ))),
+        other => Err(Failure::UnexpectedReply {
+            what: "SET NX PX",
+            reply: format!("{other:?}"),
+        }),
     }
 }
 
@@ -1081,7 +1085,7 @@ async fn set_nx_acked(
     token: &str,
     ttl_millis: u64,
     replicas: Replicas,
-) -> RedisResult<(bool, u32)> {
+) -> failure::Result<(bool, u32)> {
     let mut set = redis::cmd("SET");
     set.arg(&*keys.lock)
         .arg(token)
@@ -1100,16 +1104,19 @@ async fn acquire_script(
     cmd: &Cmd,
     connection: &mut Connection,
     connections: &Arc<Connections>,
-) -> RedisResult<(Vec<i64>, Option<u32>)> {
-    match replicas {
-        None => scripts::invoke(&scripts::ACQUIRE, cmd, connection)
-            .await
-            .map(|reply| (reply, None)),
-        Some(replicas) => replicas
-            .run(Some(&scripts::ACQUIRE), cmd, connections)
-            .await
-            .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
-    }
+) -> failure::Result<(Vec<i64>, Option<u32>)> {
+    Ok(match replicas {
+        None => (
+            scripts::invoke(&scripts::ACQUIRE, cmd, connection).await?,
+            None,
+        ),
+        Some(replicas) => {
+            let (reply, acknowledged) = replicas
+                .run(Some(&scripts::ACQUIRE), cmd, connections)
+                .await?;
+            (reply, Some(acknowledged))
+        }
+    })
 }
 
 /// Whether `error` is one that [`Node::naming_the_key`] made to name a helper key of the
@@ -1153,28 +1160,24 @@ fn cluster_in_flux(error: &redis::RedisError) -> bool {
     )
 }
 
-fn unexpected_reply(what: &str, reply: &[i64]) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply",
-        format!("{what} answered {reply:?}"),
-    ))
+/// The failure of a lock script that answered `reply`, which it never answers.
+fn unexpected_reply(what: &'static str, reply: &[i64]) -> Failure {
+    Failure::UnexpectedReply {
+        what,
+        reply: format!("{reply:?}"),
+    }
 }
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The error for a fencing token below 1, naming the counter and what to do about it.
-fn bad_fence(counter: &str, value: i64) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "fencing counter below 1",
-        format!(
-            "the fencing counter {counter} gave {value}; set it above the largest token your \
-             storage has accepted, or delete it if no storage has seen its tokens"
-        ),
-    ))
+/// The failure of a fencing token below 1, naming the counter.
+fn bad_fence(counter: String, value: i64) -> Failure {
+    Failure::FencingBroken {
+        counter,
+        value: Some(value),
+    }
 }
 
 /// Whether `PUBLISH` on `connection` answers how many of the waiters' connections received the

@@ -18,6 +18,7 @@
 //! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
 //! its last place in a line, Redis's clock — is kept in `recent`.
 
+pub(crate) mod failure;
 pub(crate) mod grants;
 pub(crate) mod keys;
 mod line;
@@ -31,7 +32,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::backend::grants::{GrantHub, Servers};
@@ -41,14 +41,15 @@ use crate::redis::classify::Meaning;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
 use crate::LostCause;
-pub(crate) use line::{names_a_helper, Look};
+pub(crate) use line::Look;
 use line::{Node, Protocol, ScanTarget};
 use memory::Memory;
 use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
 use recent::Written;
-pub(crate) use replicas::{as_not_replicated, Replicas};
+pub(crate) use failure::Failure;
+pub(crate) use replicas::Replicas;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.
@@ -303,7 +304,7 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => node.confirm_replicated(keys, token, ttl_millis).await,
             Locks::Quorum(_) | Locks::Memory(_) => Ok(true),
@@ -344,14 +345,14 @@ impl Backend {
     /// whatever the failed one did — the place it took, the lock it was handed — so a blip
     /// costs no place in line. (A cluster connection sends such a command again by itself, and
     /// Redlock re-sends each master's vote.)
-    pub(crate) fn keeps_place_through(&self, error: &redis::RedisError) -> bool {
+    pub(crate) fn keeps_place_through(&self, error: &Failure) -> bool {
         matches!(&self.locks, Locks::Single(node) if !node.resends_commands())
-            && crate::redis::classify::connection_dropped(error)
+            && error.connection_dropped()
     }
 
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
     /// `probe`, a lock nobody holds.
-    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         match &self.locks {
             Locks::Single(node) => node.ping(probe).await,
             Locks::Quorum(quorum) => quorum.ping(probe).await,
@@ -367,7 +368,7 @@ impl Backend {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> RedisResult<Attempt> {
+    ) -> failure::Result<Attempt> {
         match &self.locks {
             Locks::Single(node) => {
                 if let Some(pushed) = self
@@ -446,7 +447,7 @@ impl Backend {
         ttl_millis: u64,
         fencing: bool,
         wait: &Wait,
-    ) -> RedisResult<Option<Attempt>> {
+    ) -> failure::Result<Option<Attempt>> {
         let Wait::InLine {
             channel: Some(channel),
             renewing: false,
@@ -478,21 +479,23 @@ impl Backend {
             }
             // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
             // at its cost, from now on.
-            Err(error) if crate::redis::classify::classify(&error) == Meaning::PermissionDenied => {
+            Err(Failure::Redis(error))
+                if crate::redis::classify::classify(&error) == Meaning::PermissionDenied =>
+            {
                 if !self.join_refused.swap(true, Ordering::Relaxed) {
                     tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
                 }
                 Ok(None)
             }
             // A line key of another type, say: the acquire script tells what is wrong.
-            Err(error) if crate::redis::classify::is_permanent(&error) => Ok(None),
+            Err(error) if error.is_permanent() => Ok(None),
             Err(error) => Err(error),
         }
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
     /// waiters); why not, if it was not ours.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<Ownership> {
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) => Ok(
                 match node
@@ -526,7 +529,7 @@ impl Backend {
     /// in process it also leaves a `forced` mark with `value`, so that the holder's next
     /// release, hold or extension learns it was force-released — and never mistakes the
     /// release for its own.
-    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => {
                 let freed = node
@@ -565,7 +568,7 @@ impl Backend {
 
     /// Takes `token` out of the lock's line, and releases the lock as [`Backend::unlock`] does
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
-    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => Ok(!matches!(
                 node.naming_the_key(
@@ -589,7 +592,7 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
@@ -610,7 +613,7 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
@@ -626,7 +629,7 @@ impl Backend {
     }
 
     /// Whether the lock is still ours.
-    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
@@ -636,7 +639,7 @@ impl Backend {
 
     /// One look at the lock as inspection shows it; `None` when it is free (on Redlock: not
     /// held by a majority of the masters).
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
         match &self.locks {
             Locks::Single(node) => node.naming_the_key(keys, node.inspect(keys).await).await,
             Locks::Quorum(quorum) => quorum.inspect(keys).await,
@@ -646,7 +649,7 @@ impl Backend {
 
     /// Every server to scan for lock keys: the standalone server, each master of a cluster,
     /// or each Redlock master (whose keyspaces overlap: the caller drops repeated names).
-    pub(crate) async fn scan_targets(&self) -> RedisResult<Vec<Scan>> {
+    pub(crate) async fn scan_targets(&self) -> failure::Result<Vec<Scan>> {
         match &self.locks {
             Locks::Single(node) => Ok(node
                 .scan_targets()
@@ -674,7 +677,7 @@ impl Backend {
         scan: &Scan,
         cursor: u64,
         pattern: &str,
-    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
+    ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
         let node = match &self.locks {
             Locks::Single(node) => node,
             Locks::Quorum(quorum) => &quorum.nodes()[scan.node],

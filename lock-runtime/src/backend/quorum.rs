@@ -26,9 +26,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::{RedisError, RedisResult};
+use redis::RedisError;
 use tokio::time::Instant;
 
+use super::failure::{self, Failure};
 use super::line::{Look, Node, Vote};
 use super::{Attempt, Wait};
 use crate::backend::keys::LockKeys;
@@ -66,7 +67,7 @@ impl Quorum {
     /// 100 ms, so that bound would fail `connect` on healthy masters. Each master's connect and
     /// response timeouts bound it instead, and a frozen minority costs nothing once a majority
     /// answered.
-    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         let mut pending: FuturesUnordered<_> =
             self.nodes.iter().map(|node| node.ping(probe)).collect();
         let (mut results, mut answered) = (Vec::new(), 0);
@@ -89,7 +90,7 @@ impl Quorum {
         token: &str,
         ttl_millis: u64,
         wait: Wait,
-    ) -> RedisResult<Attempt> {
+    ) -> failure::Result<Attempt> {
         let member = match &wait {
             Wait::InLine {
                 channel: Some(channel),
@@ -189,7 +190,7 @@ impl Quorum {
     /// was ours, and takes `token`'s places in the wake lists out (a waiter that gives up, or
     /// one that won a majority while some masters were held by others); ours if a majority
     /// still held it.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let member = member(&self.channel, token);
         let results = self
             .on_each(|node| node.release_vote(keys, token, Some(&member), true))
@@ -204,7 +205,7 @@ impl Quorum {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let results = self
             .on_each(|node| async move { Ok(node.hold(keys, token, keep_millis).await?.is_ours()) })
             .await;
@@ -217,7 +218,7 @@ impl Quorum {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let started = Instant::now();
         let results = self
             .on_each(
@@ -229,7 +230,7 @@ impl Quorum {
     }
 
     /// Whether a majority of the masters hold `token` for the lock.
-    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let results = self.on_each(|node| node.is_held(keys, token)).await;
         self.majority_true(&results)
     }
@@ -238,7 +239,7 @@ impl Quorum {
     /// shortest time left among them; `None` when no value has a majority (free, or taken on
     /// too few masters to count as held). Masters have no line, so no waiters are counted, and
     /// no fencing counter.
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
         let results = self.on_each(|node| node.inspect(keys)).await;
         let answered = results.iter().filter(|result| result.is_ok()).count();
         self.check_quorum(&results, answered)?;
@@ -266,17 +267,17 @@ impl Quorum {
     }
 
     /// Runs `operation` on every master at once, each bounded by the per-node timeout.
-    async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<RedisResult<T>>
+    async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<failure::Result<T>>
     where
         F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = RedisResult<T>> + 'a,
+        Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(self.nodes.iter().map(|node| {
             let call = operation(node);
             async move {
                 tokio::time::timeout(self.node_timeout, call)
                     .await
-                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
             }
         }))
         .await
@@ -288,10 +289,10 @@ impl Quorum {
         &'a self,
         which: &[bool],
         operation: F,
-    ) -> Vec<RedisResult<T>>
+    ) -> Vec<failure::Result<T>>
     where
         F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = RedisResult<T>> + 'a,
+        Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(
             self.nodes
@@ -303,7 +304,7 @@ impl Quorum {
                     async move {
                         tokio::time::timeout(self.node_timeout, call)
                             .await
-                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
                     }
                 }),
         )
@@ -313,7 +314,7 @@ impl Quorum {
     /// `true` when a majority answered `true`, `false` when enough answered `false` that no
     /// majority is left; an error when the silent masters could still make up a majority (they
     /// may hold our token: "not ours" would then be false).
-    fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
+    fn majority_true(&self, results: &[failure::Result<bool>]) -> failure::Result<bool> {
         let yes = results
             .iter()
             .filter(|result| matches!(result, Ok(true)))
@@ -330,39 +331,38 @@ impl Quorum {
         Ok(false)
     }
 
-    /// The error of an answer that the silent masters could still turn either way.
-    fn undecided<T>(&self, results: &[RedisResult<T>], yes: usize, silent: usize) -> RedisError {
-        let last_error = results
-            .iter()
-            .rev()
-            .find_map(|result| result.as_ref().err())
-            .map_or_else(String::new, ToString::to_string);
-        RedisError::from(std::io::Error::other(format!(
-            "{yes} of {} Redlock masters confirmed and {silent} did not answer, which may \
-             still hold the lock: a majority ({}) can neither be confirmed nor ruled out \
-             (last error: {last_error})",
-            self.nodes.len(),
-            self.majority()
-        )))
+    /// The failure of an answer that the silent masters could still turn either way.
+    fn undecided<T>(&self, results: &[failure::Result<T>], yes: usize, silent: usize) -> Failure {
+        Failure::Undecided {
+            masters: self.nodes.len(),
+            confirmed: yes,
+            silent,
+            needed: self.majority(),
+            last_error: last_error(results),
+        }
     }
 
-    /// An error naming how many masters answered, when fewer than a majority did.
-    fn check_quorum<T>(&self, results: &[RedisResult<T>], answered: usize) -> RedisResult<()> {
+    /// A failure naming how many masters answered, when fewer than a majority did.
+    fn check_quorum<T>(&self, results: &[failure::Result<T>], answered: usize) -> failure::Result<()> {
         if answered >= self.majority() {
             return Ok(());
         }
-        let last_error = results
-            .iter()
-            .rev()
-            .find_map(|result| result.as_ref().err())
-            .map_or_else(String::new, ToString::to_string);
-        Err(RedisError::from(std::io::Error::other(format!(
-            "only {answered} of {} Redlock masters answered, and a majority ({}) is needed \
-             (last error: {last_error}); bring masters back or check the URLs",
-            self.nodes.len(),
-            self.majority()
-        ))))
+        Err(Failure::NoQuorum {
+            masters: self.nodes.len(),
+            answered,
+            needed: self.majority(),
+            last_error: last_error(results),
+        })
     }
+}
+
+/// The last error among `results`, as text (empty when none failed).
+fn last_error<T>(results: &[failure::Result<T>]) -> String {
+    results
+        .iter()
+        .rev()
+        .find_map(|result| result.as_ref().err())
+        .map_or_else(String::new, ToString::to_string)
 }
 
 /// The holder on the most masters, and on how many: only it can have a majority. Holders that
@@ -436,8 +436,8 @@ mod tests {
     }
 
     /// A master that did not answer.
-    fn silent() -> RedisResult<bool> {
-        Err(RedisError::from(std::io::Error::other("master down")))
+    fn silent() -> failure::Result<bool> {
+        Err(RedisError::from(std::io::Error::other("master down")).into())
     }
 
     // An `Option` because the remaining ttls it stands for are: a master may not say.

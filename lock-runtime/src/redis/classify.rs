@@ -103,6 +103,12 @@ pub(crate) fn is_permanent(error: &RedisError) -> bool {
     }
 }
 
+/// Whether `error` is a plain `WRONGTYPE` reply (the code itself, not one quoted inside a
+/// script error): the key named holds a value of another type.
+pub(crate) fn is_wrong_type_reply(error: &RedisError) -> bool {
+    error.code() == Some("WRONGTYPE")
+}
+
 /// Whether a request that failed with `error` may still have reached Redis and run there: it
 /// timed out, or its connection dropped after it was sent (a refused connection sent nothing).
 pub(crate) fn may_have_run(error: &RedisError) -> bool {
