@@ -16,7 +16,7 @@ use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::hold::held::{Expiry, Held};
 use crate::shared::Shared;
-use crate::support::meters::Meter;
+use crate::meters::Meter;
 use crate::support::retry::{jitter, Backoff};
 use crate::{LockError, LockGuard, LockOptions};
 
@@ -791,21 +791,9 @@ impl LockManager {
     }
 }
 
-/// Counts of a manager's internal resources (see `LockManager::resource_counts`), for leak tests.
+// Defined beside the backend, which counts most of it.
 #[cfg(feature = "resource-counts")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResourceCounts {
-    /// Keys with an in-process queue (held or awaited by a task of this process).
-    pub queued_keys: usize,
-    /// Wake-up channels subscribed to.
-    pub watched_channels: usize,
-    /// Subscribe and unsubscribe requests waiting to be sent, over all wake-up connections.
-    pub wake_requests: usize,
-    /// Runtimes with a connection.
-    pub connections: usize,
-    /// Waiters registered for hand-off messages.
-    pub registered_waiters: usize,
-}
+pub use crate::backend::ResourceCounts;
 
 // Here rather than in `builder`, which lies below the manager: the builder makes the manager's
 // inside, and the manager wraps it.

@@ -18,6 +18,8 @@
 //! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
 //! its last place in a line, Redis's clock — is kept in `recent`.
 
+#[cfg(feature = "resource-counts")]
+mod counts;
 pub(crate) mod failure;
 pub(crate) mod grants;
 pub(crate) mod keys;
@@ -48,6 +50,8 @@ use quorum::Quorum;
 use recent::Contended;
 pub(crate) use recent::Place;
 use recent::Written;
+#[cfg(feature = "resource-counts")]
+pub use counts::ResourceCounts;
 pub(crate) use failure::Failure;
 pub(crate) use replicas::Replicas;
 
@@ -689,11 +693,11 @@ impl Backend {
 
     /// Resource counts for leak tests, with the manager's `queued_keys`.
     #[cfg(feature = "resource-counts")]
-    pub(crate) fn resource_counts(&self, queued_keys: usize) -> crate::ResourceCounts {
+    pub(crate) fn resource_counts(&self, queued_keys: usize) -> ResourceCounts {
         if let Locks::Memory(memory) = &self.locks {
             // No connection, no channel; the hub and the table are the process's, so what
             // they hold is counted as waiters.
-            return crate::ResourceCounts {
+            return ResourceCounts {
                 queued_keys,
                 watched_channels: 0,
                 wake_requests: 0,
@@ -710,7 +714,7 @@ impl Backend {
                 .sum(),
             Locks::Memory(_) => 0,
         };
-        crate::ResourceCounts {
+        ResourceCounts {
             queued_keys,
             watched_channels: usize::from(self.grants.is_subscribed()),
             wake_requests: 0,

@@ -31,7 +31,7 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use crate::options::Timeouts;
+use crate::redis::connection::Timeouts;
 use crate::redis::classify::{classify, Meaning};
 
 /// The sentinels of one service, and how to ask them for its master.
