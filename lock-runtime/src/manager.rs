@@ -15,8 +15,8 @@ use crate::backend::keys::LockKeys;
 use crate::backend::{Attempt, Backend, Wait};
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::hold::held::{Expiry, Held};
-use crate::shared::Shared;
 use crate::meters::Meter;
+use crate::shared::Shared;
 use crate::support::retry::{jitter, Backoff};
 use crate::{LockError, LockGuard, LockOptions};
 
@@ -483,8 +483,7 @@ impl LockManager {
                                     // Given back, place and all: the next look takes a new
                                     // place at the end of the line.
                                     self.inner.backend.place_may_be_gone(&keys.lock, &token);
-                                    unreplicated =
-                                        error.is_not_replicated().then(|| error.clone());
+                                    unreplicated = error.is_not_replicated().then(|| error.clone());
                                     last_error = Some(error);
                                 }
                             }

@@ -159,7 +159,8 @@ fn the_crate_map_lists_every_module() {
 
 #[test]
 fn an_upward_use_is_seen() {
-    let lib = "//! | `support` | x |\n//! | `error` | y |\npub use error::{LockError, LostCause};\n";
+    let lib =
+        "//! | `support` | x |\n//! | `error` | y |\npub use error::{LockError, LostCause};\n";
     let order = table_order(lib);
     assert_eq!(order, ["support", "error"]);
     let re_exported = re_exports(lib);

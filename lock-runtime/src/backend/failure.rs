@@ -192,7 +192,9 @@ mod tests {
             last_error: "down".into(),
         };
         assert!(!no_quorum.is_permanent() && !no_quorum.may_have_run());
-        assert!(no_quorum.to_string().contains("only 2 of 5 Redlock masters answered"));
+        assert!(no_quorum
+            .to_string()
+            .contains("only 2 of 5 Redlock masters answered"));
         assert!(matches!(
             LockError::from(no_quorum),
             LockError::NoQuorum { answered: 2, .. }
@@ -201,7 +203,10 @@ mod tests {
             counter: "{lock:a}:distlock:fence".into(),
             value: Some(0),
         };
-        assert!(matches!(LockError::from(fence), LockError::FencingBroken { .. }));
+        assert!(matches!(
+            LockError::from(fence),
+            LockError::FencingBroken { .. }
+        ));
     }
 
     #[test]

@@ -5,13 +5,13 @@
 //! never learns which deployment it runs on:
 //!
 //! - **single**: one endpoint, a standalone server, the master of a Sentinel service, or a
-//!   Redis Cluster (`node`): every key of a lock shares one hash slot, so each script runs on
+//!   Redis Cluster (`line`): every key of a lock shares one hash slot, so each script runs on
 //!   the one node that owns it, and waiters queue in one line per lock that releases hand the
-//!   lock down ([`Protocol::Line`]);
-//! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
-//!   waiters take a place in the lock's wake list on each master where they find it held, and
-//!   a release on a master wakes the first live waiter there, which then competes
-//!   ([`Protocol::Wake`]);
+//!   lock down;
+//! - **quorum**: Redlock over independent masters (`quorum`, each master a `quorum::Master`),
+//!   which cannot agree on a line: waiters take a place in the lock's wake list on each master
+//!   where they find it held, and a release on a master wakes the first live waiter there,
+//!   which then competes;
 //! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
 //!   process's memory, for tests and single-process tools.
 //!
@@ -26,33 +26,27 @@ pub(crate) mod keys;
 mod line;
 mod memory;
 mod quorum;
-mod recent;
+pub(crate) mod recent;
 mod replicas;
 pub(crate) mod scripts;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use crate::backend::grants::{GrantHub, Servers};
 use crate::backend::keys::LockKeys;
 use crate::options::Timeouts;
-use crate::redis::classify::Meaning;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
 use crate::LostCause;
-pub(crate) use line::Look;
-use line::{Node, Protocol, ScanTarget};
-use memory::Memory;
-use quorum::Quorum;
-use recent::Contended;
-pub(crate) use recent::Place;
-use recent::Written;
 #[cfg(feature = "resource-counts")]
 pub use counts::ResourceCounts;
 pub(crate) use failure::Failure;
+pub(crate) use line::Look;
+use line::{Node, ScanTarget};
+use memory::Memory;
+use quorum::Quorum;
+pub(crate) use recent::Place;
 pub(crate) use replicas::Replicas;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
@@ -160,10 +154,6 @@ pub(crate) struct Backend {
     locks: Locks,
     /// This manager's message channel: hand-offs (single endpoint) and wake-ups (Redlock).
     grants: GrantHub,
-    /// Keys recently handed over (single endpoint only).
-    contended: Contended,
-    /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
-    join_refused: AtomicBool,
 }
 
 enum Locks {
@@ -182,10 +172,10 @@ impl Backend {
                 timeouts,
                 1,
             ),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(Endpoint::Standalone(client), timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(
+                Endpoint::Standalone(client),
+                timeouts,
+            )))),
         )
     }
 
@@ -198,10 +188,7 @@ impl Backend {
     ) -> Self {
         Backend::with(
             GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(endpoint, timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(endpoint, timeouts)))),
         )
     }
 
@@ -219,10 +206,10 @@ impl Backend {
                 timeouts,
                 1,
             ),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(Endpoint::Sentinel(sentinels), timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(
+                Endpoint::Sentinel(sentinels),
+                timeouts,
+            )))),
         )
     }
 
@@ -240,10 +227,10 @@ impl Backend {
         let nodes = masters
             .iter()
             .map(|client| {
-                Node::new(
-                    Connections::new(Endpoint::Standalone(client.clone()), timeouts),
-                    Protocol::Wake,
-                )
+                quorum::Master::new(Connections::new(
+                    Endpoint::Standalone(client.clone()),
+                    timeouts,
+                ))
             })
             .collect();
         // A waiter must hear a release from at least one master of any majority the holder
@@ -263,12 +250,7 @@ impl Backend {
 
     /// A backend over `locks`, its waiters told by `grants`, knowing nothing of any lock yet.
     fn with(grants: GrantHub, locks: Locks) -> Self {
-        Backend {
-            locks,
-            grants,
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
-        }
+        Backend { locks, grants }
     }
 
     /// Counts a lock, an extension, a hand-off and a fencing token only once `replicas`
@@ -374,50 +356,7 @@ impl Backend {
         wait: Wait,
     ) -> failure::Result<Attempt> {
         match &self.locks {
-            Locks::Single(node) => {
-                if let Some(pushed) = self
-                    .join_behind(node, keys, token, ttl_millis, fencing, &wait)
-                    .await?
-                {
-                    return Ok(pushed);
-                }
-                let sent = Instant::now();
-                let entry = match &wait {
-                    Wait::InLine { renewing: true, .. } => self.contended.entry(&keys.lock, token),
-                    _ => None,
-                };
-                let channel = match &wait {
-                    Wait::InLine {
-                        channel: Some(channel),
-                        ..
-                    } => Some(Arc::clone(channel)),
-                    _ => None,
-                };
-                let tried = node
-                    .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
-                    .await;
-                let (attempt, place) = node.naming_the_key(keys, tried).await?;
-                if let Some(place) = place {
-                    self.contended
-                        .place_given(&keys.lock, place, sent, Instant::now());
-                    // What the look did with the waiter's entry: its next renewal passes the
-                    // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
-                    let text = (place.written != Written::Lease).then(|| {
-                        crate::backend::scripts::line_entry(
-                            token,
-                            place.deadline,
-                            ttl_millis,
-                            fencing,
-                            channel.as_deref().unwrap_or(""),
-                        )
-                    });
-                    let lease = (place.written != Written::Entry).then_some(place.deadline);
-                    let token: Arc<str> = Arc::from(token);
-                    self.contended
-                        .entry_written(&keys.lock, &token, text, lease);
-                }
-                Ok(attempt)
-            }
+            Locks::Single(node) => node.attempt(keys, token, ttl_millis, fencing, wait).await,
             Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
                 keys,
@@ -429,98 +368,11 @@ impl Backend {
         }
     }
 
-    /// A join in one command: the waiter's entry appended with `RPUSHX`, which appends only
-    /// to a line that exists, that is, behind waiters who are served before it (a line with
-    /// waiters in it is not left with a free lock: each release hands it to the first of them,
-    /// and a lock that expires is taken by the first waiter's next look). Its lease deadline is
-    /// one Redis gave a place of this manager's in this line less than a renewal ago (see
-    /// `Contended::recent_place`), when the line's expiry was also set, two leases ahead. So a
-    /// process that goes on contending for a lock joins its line with one command rather than
-    /// a script that reads the clock.
-    ///
-    /// `None` when it cannot be used, and the acquire script must be run: the line is empty
-    /// (the lock may be free), no recent deadline is known, the waiter is not joining (a first
-    /// try, a renewal) or not subscribed (its entry would name no channel, and be judged by its
-    /// lease alone), or on a cluster, whose connection may send a command twice (a second entry
-    /// of the same waiter would be handed the lock after it is gone).
-    async fn join_behind(
-        &self,
-        node: &Node,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: &Wait,
-    ) -> failure::Result<Option<Attempt>> {
-        let Wait::InLine {
-            channel: Some(channel),
-            renewing: false,
-        } = wait
-        else {
-            return Ok(None);
-        };
-        if node.resends_commands() {
-            return Ok(None);
-        }
-        let Some(deadline) = self.contended.recent_place(&keys.lock) else {
-            return Ok(None);
-        };
-        if self.join_refused.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let entry =
-            crate::backend::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
-        match node.push_place(keys, &entry).await {
-            Ok(pushed) => {
-                if pushed {
-                    self.contended
-                        .entry_written(&keys.lock, &Arc::from(token), Some(entry), None);
-                }
-                Ok(pushed.then_some(Attempt::Held {
-                    // Behind another waiter: as the acquire script's `{0, -3, deadline, 2}`.
-                    remaining: Some(LEASE),
-                }))
-            }
-            // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
-            // at its cost, from now on.
-            Err(Failure::Redis(error))
-                if crate::redis::classify::classify(&error) == Meaning::PermissionDenied =>
-            {
-                if !self.join_refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
-                }
-                Ok(None)
-            }
-            // A line key of another type, say: the acquire script tells what is wrong.
-            Err(error) if error.is_permanent() => Ok(None),
-            Err(error) => Err(error),
-        }
-    }
-
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
     /// waiters); why not, if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
-            Locks::Single(node) => Ok(
-                match node
-                    .naming_the_key(
-                        keys,
-                        node.unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
-                            .await,
-                    )
-                    .await?
-                {
-                    Released::HandedOver => {
-                        self.contended.mark(&keys.lock);
-                        Ownership::Ours
-                    }
-                    Released::Freed => {
-                        self.contended.forget(&keys.lock);
-                        Ownership::Ours
-                    }
-                    Released::NotOurs(cause) => Ownership::Lost(cause),
-                },
-            ),
+            Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
             }
@@ -535,13 +387,7 @@ impl Backend {
     /// release for its own.
     pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) => {
-                let freed = node
-                    .naming_the_key(keys, node.force_unlock(keys, value).await)
-                    .await?;
-                self.contended.forget(&keys.lock);
-                Ok(freed)
-            }
+            Locks::Single(node) => node.force_release(keys, value).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
             Locks::Memory(memory) => Ok(memory.force_unlock(keys, value)),
         }
@@ -551,8 +397,8 @@ impl Backend {
     /// came for it (a place is taken off the line when it is handed over), or messages may
     /// have been lost. Its next renewal looks for it rather than trusting its last lease.
     pub(crate) fn place_may_be_gone(&self, key: &str, token: &str) {
-        if matches!(self.locks, Locks::Single(_)) {
-            self.contended.place_may_be_gone(key, token);
+        if let Locks::Single(node) = &self.locks {
+            node.place_may_be_gone(key, token);
         }
     }
 
@@ -560,13 +406,13 @@ impl Backend {
     /// or to one of its acquisitions): a first try would most likely find it held, so the next
     /// acquisition joins the line at once. Only where releases hand locks over.
     pub(crate) fn recently_contended(&self, key: &str) -> bool {
-        self.hands_over() && self.contended.recently(key)
+        matches!(&self.locks, Locks::Single(node) if node.recently_contended(key))
     }
 
     /// Records that `key` was just handed to one of this manager's acquisitions.
     pub(crate) fn handed_over(&self, key: &Arc<str>) {
-        if self.hands_over() {
-            self.contended.mark(key);
+        if let Locks::Single(node) = &self.locks {
+            node.handed_over(key);
         }
     }
 
@@ -574,15 +420,7 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) => Ok(!matches!(
-                node.naming_the_key(
-                    keys,
-                    node.unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
-                        .await
-                )
-                .await?,
-                Released::NotOurs(_)
-            )),
+            Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, true).is_ours()),
         }
@@ -682,13 +520,16 @@ impl Backend {
         cursor: u64,
         pattern: &str,
     ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
-        let node = match &self.locks {
-            Locks::Single(node) => node,
-            Locks::Quorum(quorum) => &quorum.nodes()[scan.node],
+        match &self.locks {
+            Locks::Single(node) => node.scan(&scan.target, cursor, pattern).await,
+            Locks::Quorum(quorum) => {
+                quorum.nodes()[scan.node]
+                    .scan(&scan.target, cursor, pattern)
+                    .await
+            }
             // The whole table in one step.
-            Locks::Memory(memory) => return Ok((0, memory.held_keys(pattern))),
-        };
-        node.scan(&scan.target, cursor, pattern).await
+            Locks::Memory(memory) => Ok((0, memory.held_keys(pattern))),
+        }
     }
 
     /// Resource counts for leak tests, with the manager's `queued_keys`.

@@ -31,8 +31,8 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use crate::redis::connection::Timeouts;
 use crate::redis::classify::{classify, Meaning};
+use crate::redis::connection::Timeouts;
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {

@@ -20,6 +20,8 @@
 //! lock may be free once every contender has given back, and each master given back wakes one
 //! waiter, as a release does.
 
+mod master;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,20 +32,23 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::failure::{self, Failure};
-use super::line::{Look, Node, Vote};
+use super::line::Look;
+pub(crate) use master::Master;
+use master::Vote;
+
 use super::{Attempt, Wait};
 use crate::backend::keys::LockKeys;
 
 /// Independent masters voting on every lock.
 pub(crate) struct Quorum {
-    nodes: Vec<Node>,
+    nodes: Vec<Master>,
     node_timeout: Duration,
     /// This manager's wake-up channel, named in its waiters' places.
     channel: Arc<str>,
 }
 
 impl Quorum {
-    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, channel: Arc<str>) -> Self {
+    pub(crate) fn new(nodes: Vec<Master>, node_timeout: Duration, channel: Arc<str>) -> Self {
         Quorum {
             nodes,
             node_timeout,
@@ -51,7 +56,7 @@ impl Quorum {
         }
     }
 
-    pub(crate) fn nodes(&self) -> &[Node] {
+    pub(crate) fn nodes(&self) -> &[Master] {
         &self.nodes
     }
 
@@ -269,7 +274,7 @@ impl Quorum {
     /// Runs `operation` on every master at once, each bounded by the per-node timeout.
     async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<failure::Result<T>>
     where
-        F: Fn(&'a Node) -> Fut,
+        F: Fn(&'a Master) -> Fut,
         Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(self.nodes.iter().map(|node| {
@@ -291,7 +296,7 @@ impl Quorum {
         operation: F,
     ) -> Vec<failure::Result<T>>
     where
-        F: Fn(&'a Node) -> Fut,
+        F: Fn(&'a Master) -> Fut,
         Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(
@@ -343,7 +348,11 @@ impl Quorum {
     }
 
     /// A failure naming how many masters answered, when fewer than a majority did.
-    fn check_quorum<T>(&self, results: &[failure::Result<T>], answered: usize) -> failure::Result<()> {
+    fn check_quorum<T>(
+        &self,
+        results: &[failure::Result<T>],
+        answered: usize,
+    ) -> failure::Result<()> {
         if answered >= self.majority() {
             return Ok(());
         }
@@ -422,10 +431,7 @@ mod tests {
         let nodes = (0..n)
             .map(|_| {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-                Node::new(
-                    Connections::new(Endpoint::Standalone(client), timeouts),
-                    super::super::line::Protocol::Wake,
-                )
+                Master::new(Connections::new(Endpoint::Standalone(client), timeouts))
             })
             .collect();
         Quorum::new(nodes, Duration::from_millis(100), Arc::from("channel"))
