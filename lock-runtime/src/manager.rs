@@ -348,7 +348,11 @@ impl LockManager {
                                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
                             }
                             let outcome = if request == Request::InLine
-                                && self.inner.backend.keeps_place_through(&error)
+                                && self
+                                    .inner
+                                    .backend
+                                    .capabilities()
+                                    .keeps_place_through(&error)
                             {
                                 Outcome::Interrupted
                             } else {
@@ -436,7 +440,7 @@ impl LockManager {
                     // Only a release that hands the lock over sends a grant: on Redlock a
                     // message with a fence (or a fencing failure) is not one of ours, and means
                     // at most "look again" — the majority's answers decide.
-                    let woken = woken.filter(|_| self.inner.backend.hands_over());
+                    let woken = woken.filter(|_| self.inner.backend.capabilities().hands_over);
                     // A hand-off is ours for at least the claim, counted from before the
                     // attempt that took the place (the hand-off came after it): trusted while
                     // that is still well ahead.
@@ -446,7 +450,7 @@ impl LockManager {
                     match (woken, trusted_since) {
                         // Handed over. The guard confirms the full ttl.
                         (Some(Grant::Granted { fence }), Some(placed_at))
-                            if !self.inner.backend.waits_for_replicas() =>
+                            if !self.inner.backend.capabilities().waits_for_replicas =>
                         {
                             place.vacate();
                             self.inner.backend.handed_over(&keys.lock);
@@ -580,7 +584,7 @@ impl LockManager {
             // A connection that sends a command again after a dropped reply may have been
             // answered "held" by the lock its first send took: ask whose it is.
             Attempt::Held { .. }
-                if self.inner.backend.resends_commands()
+                if self.inner.backend.capabilities().resends_commands
                     && self.inner.backend.is_held(&keys, &token).await? =>
             {
                 tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
@@ -611,7 +615,7 @@ impl LockManager {
     /// place where a lock key is refused); returns the ttl in milliseconds with the keys.
     fn prepare(&self, name: &str, options: &LockOptions) -> Result<(u64, LockKeys), LockError> {
         let ttl_millis = options.validate()?;
-        if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
+        if options.fencing_enabled() && !self.inner.backend.capabilities().fencing {
             return Err(LockError::config(
                 "fencing tokens are not available on Redlock: they need one counter that every \
                  acquisition increments in order, and independent masters each count on their \
@@ -745,7 +749,7 @@ impl LockManager {
         if let Err(error) = &outcome {
             // A waiter that keeps its place goes on under this token: its next look finds what
             // this attempt did, and its place is left if it gives up.
-            let kept = in_line && self.inner.backend.keeps_place_through(error);
+            let kept = in_line && self.inner.backend.capabilities().keeps_place_through(error);
             if error.may_have_run() && !kept {
                 crate::acquire::finish::spawn_clean_up(clean_up, None);
             }

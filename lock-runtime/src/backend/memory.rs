@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Attempt, Look, Ownership, Wait, CLAIM, LEASE};
+use super::{Attempt, Capabilities, Look, Ownership, Wait, CLAIM, LEASE};
 use crate::backend::grants::{Grant, GrantHub};
 use crate::backend::keys::LockKeys;
 use crate::LostCause;
@@ -159,6 +159,17 @@ impl Table {
 }
 
 impl Memory {
+    /// What the in-process table can do: fencing tokens from its own counter. Its message to a
+    /// waiter is not trusted as a hand-off: the waiter looks at the table, which costs no round
+    /// trip. No connection, so nothing is re-sent and no connection drops.
+    pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+        fencing: true,
+        hands_over: false,
+        resends_commands: false,
+        waits_for_replicas: false,
+        keeps_place_on_drop: false,
+    };
+
     pub(crate) fn new() -> Self {
         static TABLE: once_cell::sync::Lazy<Mutex<Table>> =
             once_cell::sync::Lazy::new(Mutex::default);

@@ -152,6 +152,8 @@ pub(crate) struct Scan {
 /// Where the locks live, and how their waiters hear of a release.
 pub(crate) struct Backend {
     locks: Locks,
+    /// What `locks` can do, as its store declares it.
+    capabilities: Capabilities,
     /// This manager's message channel: hand-offs (single endpoint) and wake-ups (Redlock).
     grants: GrantHub,
 }
@@ -160,6 +162,54 @@ enum Locks {
     Single(Box<Node>),
     Quorum(Quorum),
     Memory(Memory),
+}
+
+impl Locks {
+    /// What the store declares it can do.
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            Locks::Single(node) => node.capabilities(),
+            Locks::Quorum(_) => Quorum::CAPABILITIES,
+            Locks::Memory(_) => Memory::CAPABILITIES,
+        }
+    }
+}
+
+/// What a store can do: each store declares its own (`Node::capabilities`,
+/// `Quorum::CAPABILITIES`, `Memory::CAPABILITIES`), and the manager reads them here rather than
+/// asking which store it has.
+// Independent yes-or-no declarations, each read by name where it matters: not a state that
+// enums would model better.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// Fencing tokens can be issued: they need one counter that every acquisition increments
+    /// in order, which independent masters cannot provide.
+    pub(crate) fencing: bool,
+    /// A release hands the lock to a waiter by a message. A Redlock master cannot (a lock is
+    /// held only by a majority's grants), so there a message is only a wake-up.
+    pub(crate) hands_over: bool,
+    /// The connection may send a command again after losing its reply (a cluster connection
+    /// does, on a dropped connection or a response timeout), so that a command can run twice.
+    pub(crate) resends_commands: bool,
+    /// A lock write counts only once replicas acknowledged it (`wait_for_replicas`).
+    pub(crate) waits_for_replicas: bool,
+    /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
+    /// line (see [`Capabilities::keeps_place_through`]).
+    pub(crate) keeps_place_on_drop: bool,
+}
+
+impl Capabilities {
+    /// Whether a waiter whose attempt failed with `error` keeps its token and its place in
+    /// line: when the connection dropped (an idle timeout, a network blip; see
+    /// `classify::connection_dropped`) on a standalone server or a Sentinel master. Its next
+    /// attempt, on the connection made anew, is a renewal under the same token, which finds
+    /// whatever the failed one did — the place it took, the lock it was handed — so a blip
+    /// costs no place in line. (A cluster connection sends such a command again by itself, and
+    /// Redlock re-sends each master's vote.)
+    pub(crate) fn keeps_place_through(self, error: &Failure) -> bool {
+        self.keeps_place_on_drop && error.connection_dropped()
+    }
 }
 
 impl Backend {
@@ -250,7 +300,11 @@ impl Backend {
 
     /// A backend over `locks`, its waiters told by `grants`, knowing nothing of any lock yet.
     fn with(grants: GrantHub, locks: Locks) -> Self {
-        Backend { locks, grants }
+        Backend {
+            capabilities: locks.capabilities(),
+            locks,
+            grants,
+        }
     }
 
     /// Counts a lock, an extension, a hand-off and a fencing token only once `replicas`
@@ -260,6 +314,7 @@ impl Backend {
         if let Locks::Single(node) = &mut self.locks {
             node.wait_for_replicas(replicas);
         }
+        self.capabilities = self.locks.capabilities();
     }
 
     /// With `wait_for_replicas`, checks that the server runs `WAIT`: a `Config` error that
@@ -269,11 +324,6 @@ impl Backend {
             Locks::Single(node) => node.check_wait().await,
             Locks::Quorum(_) | Locks::Memory(_) => Ok(()),
         }
-    }
-
-    /// Whether locks count only once replicas acknowledged them (`wait_for_replicas`).
-    pub(crate) fn waits_for_replicas(&self) -> bool {
-        matches!(&self.locks, Locks::Single(node) if node.waits_for_replicas())
     }
 
     /// Confirms a lock handed over to `token` with its full ttl, counted once the replicas
@@ -297,43 +347,14 @@ impl Backend {
         }
     }
 
-    /// Whether fencing tokens can be issued: they need one counter that every acquisition
-    /// increments in order, which independent masters cannot provide.
-    pub(crate) fn supports_fencing(&self) -> bool {
-        matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
-    }
-
-    /// Whether a release hands the lock to a waiter by a message. A Redlock master cannot
-    /// (a lock is held only by a majority's grants), so there a message is only a wake-up.
-    pub(crate) fn hands_over(&self) -> bool {
-        matches!(self.locks, Locks::Single(_))
+    /// What the store can do, which the manager's choices depend on.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        self.capabilities
     }
 
     /// Where waiters hear of a hand-off or a wake-up.
     pub(crate) fn grants(&self) -> &GrantHub {
         &self.grants
-    }
-
-    /// Whether the connection may send a command again after losing its reply (a cluster
-    /// connection does, on a dropped connection or a response timeout), so that a command can
-    /// run twice.
-    pub(crate) fn resends_commands(&self) -> bool {
-        match &self.locks {
-            Locks::Single(node) => node.resends_commands(),
-            Locks::Quorum(_) | Locks::Memory(_) => false,
-        }
-    }
-
-    /// Whether a waiter whose attempt failed with `error` keeps its token and its place in line:
-    /// when the connection dropped (an idle timeout, a network blip; see
-    /// `classify::connection_dropped`) on a standalone server or a Sentinel master. Its next
-    /// attempt, on the connection made anew, is a renewal under the same token, which finds
-    /// whatever the failed one did — the place it took, the lock it was handed — so a blip
-    /// costs no place in line. (A cluster connection sends such a command again by itself, and
-    /// Redlock re-sends each master's vote.)
-    pub(crate) fn keeps_place_through(&self, error: &Failure) -> bool {
-        matches!(&self.locks, Locks::Single(node) if !node.resends_commands())
-            && error.connection_dropped()
     }
 
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release

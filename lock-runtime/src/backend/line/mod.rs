@@ -23,6 +23,7 @@ use redis::{RedisResult, Value};
 use super::failure::{self, Failure};
 use super::recent::Contended;
 use super::replicas::Replicas;
+use super::Capabilities;
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{Connection, Connections};
 pub(crate) use acquire::set_nx;
@@ -62,6 +63,19 @@ impl Node {
     #[cfg(feature = "resource-counts")]
     pub(crate) fn connections(&self) -> &Connections {
         &self.connections
+    }
+
+    /// What a single endpoint can do: issue fencing tokens from its one counter, hand a lock
+    /// over by a message; a cluster's connection re-sends commands by itself, any other keeps a
+    /// waiter's place through a dropped connection.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: true,
+            hands_over: true,
+            resends_commands: self.resends_commands(),
+            waits_for_replicas: self.waits_for_replicas(),
+            keeps_place_on_drop: !self.resends_commands(),
+        }
     }
 
     /// Whether this endpoint's connection sends a command again after losing its reply.

@@ -36,7 +36,7 @@ use super::line::Look;
 pub(crate) use master::Master;
 use master::Vote;
 
-use super::{Attempt, Wait};
+use super::{Attempt, Capabilities, Wait};
 use crate::backend::keys::LockKeys;
 
 /// Independent masters voting on every lock.
@@ -55,6 +55,16 @@ impl Quorum {
             channel,
         }
     }
+
+    /// What Redlock can do: no fencing (independent masters keep no common counter), no
+    /// hand-off (a release only wakes a waiter), each master's vote sent again on its own.
+    pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+        fencing: false,
+        hands_over: false,
+        resends_commands: false,
+        waits_for_replicas: false,
+        keeps_place_on_drop: false,
+    };
 
     pub(crate) fn nodes(&self) -> &[Master] {
         &self.nodes
