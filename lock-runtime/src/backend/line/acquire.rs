@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::{bad_fence, counts_receivers, flag, millis, unexpected_reply, Node};
+use super::{bad_fence, counts_receivers, flag, millis, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
@@ -58,10 +58,10 @@ impl Node {
                         None,
                     ))
                 }
-                // Sent once more on the connection made anew (see `once_more_if_dropped`), as
+                // Sent once more on the connection made anew (see `Node::send`), as
                 // the acquire script's first try below, which finds the lock ours if the `SET`
                 // ran after all.
-                Err(error) if self.sends_once_more(&error) => {
+                Err(error) if self.sends_again(Resend::Idempotent, &error) => {
                     connection = self.connection().await?;
                     sent_again = true;
                 }
@@ -70,7 +70,11 @@ impl Node {
         }
         // A first try is sent once more at most: after a `SET` that met a dropped connection,
         // the script below is that once.
-        let may_send_again = wait == Wait::FirstTry && !sent_again;
+        let rule = if wait == Wait::FirstTry && !sent_again {
+            Resend::Idempotent
+        } else {
+            Resend::AtMostOnce
+        };
         let channel = match &wait {
             Wait::FirstTry => "",
             Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
@@ -132,7 +136,7 @@ impl Node {
                 // The second run may find the lock the first took on the connection
                 // that dropped, whose write this one's `WAIT` does not count: with no
                 // `WAIT` here, it is confirmed below as a lock found handed over is.
-                Err(error) if may_send_again && self.sends_once_more(&error) => {
+                Err(error) if self.sends_again(rule, &error) => {
                     let mut connection = self.connection().await?;
                     acquire_script(None, &cmd, &mut connection, &self.connections).await?
                 }

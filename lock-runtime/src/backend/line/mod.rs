@@ -41,6 +41,23 @@ pub(crate) struct Node {
     replicas: Option<Replicas>,
 }
 
+/// May a command be sent twice? Each operation names its rule where it sends the command, and
+/// [`Node::sends_again`] applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Never sent again: a second run whose first reached the server would answer falsely (a
+    /// release without the `released` marker, or Redlock's release and hold, which have none,
+    /// would find the lock gone and report it lost).
+    AtMostOnce,
+    /// Runs the same twice: an extension, a forced release (its `forced` mark knows the first
+    /// run), a Redlock vote, a first try (which finds the lock its first run took), a waiter
+    /// leaving the line.
+    Idempotent,
+    /// Carries the lock's `released` marker, by which a second run learns what the first did
+    /// (see `scripts::RELEASE`, `scripts::HOLD`).
+    Marked,
+}
+
 impl Node {
     pub(crate) fn new(connections: Arc<Connections>) -> Self {
         Node {
@@ -83,58 +100,52 @@ impl Node {
         self.connections.is_cluster()
     }
 
-    /// Runs `operation` — one that may run twice: a marked release or hold, a waiter leaving,
-    /// an extension, a Redlock master's vote — and once
-    /// more when its connection had dropped (see `classify::connection_dropped`), on the
-    /// connection made anew: else a lock released after a long idle section would stay taken
-    /// until its ttl, and every waiter with it. Should the first run have reached Redis after
-    /// all, the second knows it by the lock's `released` marker, or does what the first did. A
-    /// cluster connection sends commands again by itself.
-    pub(crate) async fn once_more_if_dropped<T, F>(
+    /// Runs `operation`, and once more — on the connection made anew — when its connection had
+    /// dropped (see `classify::connection_dropped`) and `rule` allows it (see [`Resend`]): else
+    /// a lock released after a long idle section would stay taken until its ttl, and every
+    /// waiter with it. A cluster connection sends commands again by itself.
+    pub(crate) async fn send<T, F>(
         &self,
+        rule: Resend,
         operation: impl Fn() -> F,
     ) -> failure::Result<T>
     where
         F: std::future::Future<Output = failure::Result<T>>,
     {
         match operation().await {
-            Err(error) if self.sends_once_more(&error) => operation().await,
+            Err(error) if self.sends_again(rule, &error) => operation().await,
             other => other,
         }
     }
 
-    /// [`Node::once_more_if_dropped`] when `allowed`, else `operation` once: for an operation
-    /// that may run twice only when it says so (a marked release, see [`Node::unlock`]).
-    pub(crate) async fn once_more_if_dropped_when<T, F>(
-        &self,
-        allowed: bool,
-        operation: impl Fn() -> F,
-    ) -> failure::Result<T>
-    where
-        F: std::future::Future<Output = failure::Result<T>>,
-    {
-        if allowed {
-            self.once_more_if_dropped(operation).await
+    /// The rule of a release or hold that leaves the lock to another: [`Resend::Marked`] when
+    /// its connection may have been closed for being idle, the one case where a drop is
+    /// likely; else [`Resend::AtMostOnce`], as a release without the marker would, run twice,
+    /// find the lock gone and report it lost.
+    pub(crate) fn release_rule(&self) -> Resend {
+        if self.may_be_idle_closed() {
+            Resend::Marked
         } else {
-            operation().await
+            Resend::AtMostOnce
         }
     }
 
     /// Whether this runtime's connection has gone unused long enough that a server may have
     /// closed it for being idle: Redis counts its `timeout` in whole seconds. (Not on a
     /// cluster, whose connection sends a command again by itself.)
-    pub(crate) fn may_be_idle_closed(&self) -> bool {
+    fn may_be_idle_closed(&self) -> bool {
         !self.resends_commands() && self.connections.idle_for() >= IDLE_CLOSE_POSSIBLE
     }
 
-    /// Whether a request that failed with `error` is sent once more: its connection dropped,
-    /// on an endpoint whose connection does not send it again by itself.
-    pub(crate) fn sends_once_more(&self, error: &Failure) -> bool {
-        let once_more = !self.resends_commands() && error.connection_dropped();
-        if once_more {
+    /// The one answer to "is this request sent again?": when `rule` allows a second run, its
+    /// connection dropped, and the endpoint's connection does not send it again by itself.
+    pub(crate) fn sends_again(&self, rule: Resend, error: &Failure) -> bool {
+        let again =
+            rule != Resend::AtMostOnce && !self.resends_commands() && error.connection_dropped();
+        if again {
             tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
         }
-        once_more
+        again
     }
 
     /// `result`, with a `WRONGTYPE` error that names no key — Redis's own, from a command

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::{counts_receivers, flag, millis, unexpected_reply, Node};
+use super::{counts_receivers, flag, millis, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::replicas::Replicas;
@@ -43,8 +43,13 @@ impl Node {
         leave: bool,
         redis_clock: Option<u64>,
     ) -> failure::Result<Released> {
-        let marked = !leave && self.may_be_idle_closed();
-        self.once_more_if_dropped_when(marked || leave, || {
+        let rule = if leave {
+            Resend::Idempotent
+        } else {
+            self.release_rule()
+        };
+        let marked = rule == Resend::Marked;
+        self.send(rule, || {
             self.unlock_through_failover(keys, token, leave, redis_clock, marked)
         })
         .await
@@ -161,8 +166,9 @@ impl Node {
         keep_millis: u64,
     ) -> failure::Result<Ownership> {
         // Marked, and sent once more, on the rule of a release (see `Node::unlock`).
-        let marked = self.may_be_idle_closed();
-        self.once_more_if_dropped_when(marked, || self.hold_once(keys, token, keep_millis, marked))
+        let rule = self.release_rule();
+        let marked = rule == Resend::Marked;
+        self.send(rule, || self.hold_once(keys, token, keep_millis, marked))
             .await
     }
 
@@ -222,8 +228,10 @@ impl Node {
         token: &str,
         ttl_millis: u64,
     ) -> failure::Result<Ownership> {
-        self.once_more_if_dropped(|| self.extend_once(keys, token, ttl_millis))
-            .await
+        self.send(Resend::Idempotent, || {
+            self.extend_once(keys, token, ttl_millis)
+        })
+        .await
     }
 
     pub(super) async fn extend_once(
@@ -292,7 +300,7 @@ impl Node {
     /// `scripts::FORCE_RELEASE`); `true` if it did. Sent once more after a dropped connection:
     /// the `forced` mark recognises a second run.
     pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
-        self.once_more_if_dropped(|| self.force_unlock_once(keys, value))
+        self.send(Resend::Idempotent, || self.force_unlock_once(keys, value))
             .await
     }
 

@@ -13,7 +13,7 @@ use redis::Value;
 
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
-use crate::backend::line::{flag, millis, set_nx, Look, Node, ScanTarget};
+use crate::backend::line::{flag, millis, set_nx, Look, Node, Resend, ScanTarget};
 use crate::backend::scripts;
 use crate::backend::Ownership;
 use crate::redis::connection::{Connection, Connections};
@@ -50,15 +50,15 @@ impl Master {
 
     /// Checks that the master answers and lets us run the quorum scripts: a `PING`, then the
     /// quorum release on a probe key with a token that matches nothing (it deletes nothing,
-    /// and loads the script for the first real release). Sent once more after a dropped
-    /// connection, as a release is, when the connection may have been closed for being idle.
+    /// and loads the script for the first real release). Sent again on the rule of a release
+    /// (`Node::release_rule`): its token matches nothing, so a second run changes nothing.
     pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         let mut connection = self.node.connection().await?;
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
         self.node
-            .once_more_if_dropped_when(self.node.may_be_idle_closed(), || async {
+            .send(self.node.release_rule(), || async {
                 let mut connection = self.node.connection().await?;
                 self.release_vote_on(&mut connection, probe, "no token matches this", None, true)
                     .await
@@ -145,7 +145,7 @@ impl Master {
                 }
                 // Sent once more, as the script below (taking no place in the wake list),
                 // which finds the lock ours if the `SET` ran after all.
-                Err(error) if self.node.sends_once_more(&error) => {
+                Err(error) if self.node.sends_again(Resend::Idempotent, &error) => {
                     return self
                         .vote_by_script(keys, token, ttl_millis, None, false)
                         .await;
@@ -154,7 +154,9 @@ impl Master {
             }
         }
         self.node
-            .once_more_if_dropped(|| self.vote_by_script(keys, token, ttl_millis, member, true))
+            .send(Resend::Idempotent, || {
+                self.vote_by_script(keys, token, ttl_millis, member, true)
+            })
             .await
     }
 
@@ -207,10 +209,14 @@ impl Master {
         member: Option<&str>,
         wake: bool,
     ) -> failure::Result<bool> {
-        // Sent once only: the quorum release has no marker, and a second run of one whose
-        // first reached the master would find the lock gone, a false "not ours".
-        let mut connection = self.node.connection().await?;
-        self.release_vote_on(&mut connection, keys, token, member, wake)
+        // The quorum release has no marker, and a second run of one whose first reached the
+        // master would find the lock gone, a false "not ours".
+        self.node
+            .send(Resend::AtMostOnce, || async {
+                let mut connection = self.node.connection().await?;
+                self.release_vote_on(&mut connection, keys, token, member, wake)
+                    .await
+            })
             .await
     }
 
