@@ -73,7 +73,7 @@ pub enum LockError {
     },
 
     /// Redis could not be reached or answered with an error.
-    #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
+    #[error("Redis error: {0}; {hint}", hint = crate::redis::classify::advice(.0))]
     Redis(#[source] redis::RedisError),
 
     /// Fewer replicas than `wait_for_replicas` asks for acknowledged a lock write in time, so
@@ -308,80 +308,6 @@ impl From<LockError> for std::io::Error {
 impl From<redis::RedisError> for LockError {
     fn from(error: redis::RedisError) -> Self {
         LockError::Redis(error)
-    }
-}
-
-/// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
-/// answered: a permission error or a server that is not Redis at all get their own advice.
-fn redis_hint(error: &redis::RedisError) -> &'static str {
-    use crate::redis::classify::{classify, Meaning};
-    use redis::ErrorKind;
-    match classify(error) {
-        // Refused by the client's own command: the user may lack the script commands.
-        Meaning::PermissionDenied if error.code() == Some("NOPERM") => {
-            "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
-             SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
-             PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET, LREM) on the lock keys, and SUBSCRIBE"
-        }
-        // Refused inside a script, which only runs the commands below.
-        Meaning::PermissionDenied => {
-            "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
-             GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
-        }
-        // The key at fault is named in the error (see `Node::naming_the_key`): a helper key
-        // of distlock's, or the lock key itself.
-        Meaning::WrongType
-            if error
-                .detail()
-                .is_some_and(|detail| detail.contains("delete it")) =>
-        {
-            "distlock's helper keys (`{<lock key>}:distlock:<word>`) are its own: delete the one \
-             named, and find what wrote it; distlock writes it anew when it needs it"
-        }
-        Meaning::WrongType
-            if error
-                .detail()
-                .is_some_and(|detail| detail.contains("distlock: the lock key")) =>
-        {
-            "something other than distlock uses that key name: give the locks a key prefix of \
-             their own (`LockManager::builder(url).key_prefix(..)`) or another name"
-        }
-        Meaning::WrongType => {
-            "a key of the lock holds a value of another type — the lock key, or one of its \
-             helper keys (`{<lock key>}:distlock:<word>`) —, so something other than distlock \
-             writes it: delete the helper key, or give the locks a key prefix of their own \
-             (`LockManager::builder(url).key_prefix(..)`)"
-        }
-        Meaning::ReadOnly => {
-            "the URL points at a read-only replica: point it at the master (or a cluster node, \
-             which follows failovers)"
-        }
-        Meaning::Loading | Meaning::BusyScript => {
-            "Redis is reachable but cannot answer yet (loading its data, or blocked by a slow \
-             script); distlock retries until the timeout"
-        }
-        Meaning::ScriptError | Meaning::OtherReply => {
-            "Redis is reachable and answered with this error"
-        }
-        Meaning::NotAReply => match error.kind() {
-            ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
-            ErrorKind::MasterNameNotFoundBySentinel => {
-                "the sentinels name no reachable master for the service: check the service name \
-                 (`sentinel monitor <name> ...`) and that its master is up; during a failover \
-                 this lasts until a replica is promoted"
-            }
-            ErrorKind::Parse => {
-                "the server at the configured URL does not speak the Redis protocol; check the \
-                 host and port"
-            }
-            // rustls refused the server's certificate: the server runs, the trust is missing.
-            _ if error.to_string().contains("invalid peer certificate") => {
-                "the server's TLS certificate was not accepted: trust the CA that signed it with \
-                 `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a \
-                 name the certificate was issued for"
-            }
-            _ => "check that Redis is running and reachable at the configured URL",
-        },
     }
 }
 

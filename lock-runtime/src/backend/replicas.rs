@@ -54,11 +54,7 @@ impl Replicas {
         let mut pipeline = redis::pipe();
         pipeline.add_command(cmd.clone()).add_command(self.wait());
         let replied: RedisResult<(T, i64)> = match pipeline.query_async(connection).await {
-            Err(error)
-                if script.is_some()
-                    && error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
+            Err(error) if script.is_some() && crate::redis::classify::is_no_script(&error) => {
                 if let Some(script) = script {
                     script.load_async(connection).await?;
                 }
@@ -86,12 +82,14 @@ impl Replicas {
         match probe.query_async::<redis::Value>(connection).await {
             Ok(_) => Ok(()),
             // An answer of the server's (`ERR unknown command`, `NOPERM`), not a lost connection.
-            Err(error) if error.code().is_some() => Err(crate::LockError::config(format!(
-                "`wait_for_replicas` needs the WAIT command, which the server refused \
+            Err(error) if crate::redis::classify::is_server_reply(&error) => {
+                Err(crate::LockError::config(format!(
+                    "`wait_for_replicas` needs the WAIT command, which the server refused \
                      ({error}); allow it (`+wait` for the ACL user, no `rename-command WAIT`), \
                      or leave `wait_for_replicas` out where the service does not offer WAIT \
                      (some managed services replicate on their own terms and refuse it)"
-            ))),
+                )))
+            }
             Err(error) => Err(error.into()),
         }
     }

@@ -281,7 +281,7 @@ pub(crate) fn master_tls_mode(sentinels: &[ConnectionInfo]) -> Result<Option<Tls
 /// cannot run it twice.
 pub(crate) fn not_run_for_want_of_a_master(error: &RedisError) -> bool {
     error.is_connection_refusal()
-        || error.kind() == ErrorKind::MasterNameNotFoundBySentinel
+        || crate::redis::classify::no_master_named(error)
         || classify(error) == Meaning::ReadOnly
 }
 

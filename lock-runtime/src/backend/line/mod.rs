@@ -162,9 +162,7 @@ impl Node {
             Err(Failure::Redis(error))
                 if crate::redis::classify::classify(&error)
                     == crate::redis::classify::Meaning::WrongType
-                    && !error
-                        .detail()
-                        .is_some_and(|detail| detail.contains("distlock:")) =>
+                    && !crate::redis::classify::wrong_type_named(&error, "distlock:") =>
             {
                 error
             }
@@ -194,7 +192,7 @@ impl Node {
             };
             let answer: RedisResult<Value> = read.query_async(&mut connection).await;
             let Err(looked) = answer else { continue };
-            if looked.code() != Some("WRONGTYPE") {
+            if !crate::redis::classify::is_wrong_type_reply(&looked) {
                 continue;
             }
             let detail = match helper {
@@ -264,10 +262,7 @@ impl Node {
 /// lock (its line, fencing counter or a marker) that holds another type: the lock itself may
 /// be held all the same.
 pub(crate) fn names_a_helper(error: &redis::RedisError) -> bool {
-    error.code() == Some("WRONGTYPE")
-        && error
-            .detail()
-            .is_some_and(|detail| detail.contains(HELPER_OF_ANOTHER_TYPE))
+    crate::redis::classify::names_a_helper_key(error, HELPER_OF_ANOTHER_TYPE)
 }
 
 /// What [`Node::naming_the_key`] says of a helper key of another type (and what

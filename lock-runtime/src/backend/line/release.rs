@@ -92,7 +92,8 @@ impl Node {
             match result {
                 Err(Failure::Redis(error))
                     if ((in_cluster
-                        && (cluster_in_flux(&error) || error.is_connection_refusal()))
+                        && (crate::redis::classify::cluster_in_flux(&error)
+                            || error.is_connection_refusal()))
                         || (sentinel
                             && crate::redis::sentinel::not_run_for_want_of_a_master(&error)))
                         && tokio::time::Instant::now() + pause < give_up =>
@@ -341,16 +342,6 @@ pub(super) const CLUSTER_IN_FLUX_GIVE_UP: Duration = Duration::from_secs(5);
 /// The first and the longest pause between those retries.
 pub(super) const CLUSTER_IN_FLUX_BACKOFF: Backoff =
     Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
-
-/// Whether a cluster refused to run the command for now (it did not run): the slot is being
-/// migrated, or has moved, or the cluster is failing over.
-pub(super) fn cluster_in_flux(error: &redis::RedisError) -> bool {
-    use redis::ServerErrorKind::{Ask, ClusterDown, MasterDown, Moved, TryAgain};
-    matches!(
-        error.kind(),
-        redis::ErrorKind::Server(TryAgain | Moved | Ask | ClusterDown | MasterDown)
-    )
-}
 
 /// The extend script's call: the lock, its forced mark and its since record; the token and the
 /// new ttl.
