@@ -716,7 +716,13 @@ impl LockManager {
             manager
                 .inner
                 .backend
-                .try_lock(&request_keys, &request_token, ttl_millis, fencing, wait)
+                .try_lock(crate::backend::LockRequest {
+                    keys: &request_keys,
+                    token: &request_token,
+                    ttl_millis,
+                    fencing,
+                    wait,
+                })
                 .await
         };
         let (manager, cleanup_keys, cleanup_token) =

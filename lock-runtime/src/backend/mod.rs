@@ -142,6 +142,29 @@ pub(crate) enum Wait {
     },
 }
 
+/// One attempt to take a lock, as the manager asks it of the store.
+#[derive(Debug)]
+pub(crate) struct LockRequest<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The caller's token: the lock key's value while it holds the lock.
+    pub(crate) token: &'a str,
+    pub(crate) ttl_millis: u64,
+    /// Whether a fencing token is issued with the lock.
+    pub(crate) fencing: bool,
+    /// What the attempt must do besides trying to take the lock.
+    pub(crate) wait: Wait,
+}
+
+/// Why a lock is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unlock {
+    /// Its holder is done with it: it goes to the next waiter.
+    Release,
+    /// A waiter gives up: its place leaves the line, and a lock handed to it meanwhile is
+    /// released as its holder would.
+    Leave,
+}
+
 /// One server to scan for lock keys, and which node of the backend reaches it.
 #[derive(Debug, Clone)]
 pub(crate) struct Scan {
@@ -367,24 +390,17 @@ impl Backend {
         }
     }
 
-    /// One attempt to take the lock; `wait` says what else it must find out or mark.
-    pub(crate) async fn try_lock(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
-    ) -> failure::Result<Attempt> {
+    /// One attempt to take the lock; its `wait` says what else it must find out or mark.
+    pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
-            Locks::Single(node) => node.attempt(keys, token, ttl_millis, fencing, wait).await,
-            Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
+            Locks::Single(node) => node.attempt(request).await,
+            Locks::Quorum(quorum) => quorum.try_lock(request).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
-                keys,
-                token,
-                Duration::from_millis(ttl_millis),
-                fencing,
-                &wait,
+                request.keys,
+                request.token,
+                Duration::from_millis(request.ttl_millis),
+                request.fencing,
+                &request.wait,
             )),
         }
     }
@@ -397,7 +413,7 @@ impl Backend {
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
             }
-            Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Release)),
         }
     }
 
@@ -443,7 +459,7 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
-            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true).is_ours()),
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
         }
     }
 

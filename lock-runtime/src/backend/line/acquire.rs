@@ -11,7 +11,7 @@ use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
 use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
-use crate::backend::{Attempt, Ownership, Place, Wait};
+use crate::backend::{Attempt, Ownership, Place, Unlock, Wait};
 use crate::redis::connection::{Connection, Connections};
 
 impl Node {
@@ -161,7 +161,7 @@ impl Node {
             // The script refuses a counter below 1 itself; should a token below 1 come
             // back anyway, it is never handed out as if it were one.
             [1, fence, _] if fencing && *fence < 1 => {
-                let _ = self.unlock(keys, token, true, None).await;
+                let _ = self.unlock(keys, token, Unlock::Leave, None).await;
                 Err(bad_fence(keys.fence(), *fence))
             }
             [1, fence, pttl] => {

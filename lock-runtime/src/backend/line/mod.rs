@@ -23,7 +23,7 @@ use redis::{RedisResult, Value};
 use super::failure::{self, Failure};
 use super::recent::Contended;
 use super::replicas::Replicas;
-use super::Capabilities;
+use super::{Capabilities, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{Connection, Connections};
 pub(crate) use acquire::set_nx;
@@ -218,7 +218,7 @@ impl Node {
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
-        self.unlock(probe, "no token matches this", false, None)
+        self.unlock(probe, "no token matches this", Unlock::Release, None)
             .await
             .map(drop)
     }
@@ -241,7 +241,7 @@ impl Node {
         acknowledged: u32,
         replicas: Replicas,
     ) -> Failure {
-        if let Err(error) = self.unlock(keys, token, true, None).await {
+        if let Err(error) = self.unlock(keys, token, Unlock::Leave, None).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not give back a lock too few replicas acknowledged; it expires with its ttl");
         }
         tracing::debug!(target: "distlock", key = %keys.lock, acknowledged, wanted = replicas.count, "too few replicas acknowledged the lock; given back");

@@ -10,13 +10,13 @@ use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
-use crate::backend::{Ownership, Released};
+use crate::backend::{Ownership, Released, Unlock};
 use crate::redis::connection::Connection;
 use crate::support::retry::Backoff;
 
 impl Node {
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
-    /// waiters); `false` if it was not ours. With `leave`, also takes `token` out of the line: a
+    /// waiters); `false` if it was not ours. [`Unlock::Leave`] also takes `token` out of the line: a
     /// waiter that gives up, and passes on a lock handed to it meanwhile.
     ///
     /// On a Redis Cluster in flux, or a Sentinel service failing over, the release is tried
@@ -40,9 +40,10 @@ impl Node {
         &self,
         keys: &LockKeys,
         token: &str,
-        leave: bool,
+        why: Unlock,
         redis_clock: Option<u64>,
     ) -> failure::Result<Released> {
+        let leave = why == Unlock::Leave;
         let rule = if leave {
             Resend::Idempotent
         } else {

@@ -11,20 +11,20 @@ use super::Node;
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::recent::Written;
-use crate::backend::{Attempt, Ownership, Released, Wait, LEASE};
+use crate::backend::{Attempt, LockRequest, Ownership, Released, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
 
 impl Node {
     /// One attempt to take the lock; `wait` says what else it must find out or mark (see
     /// `Backend::try_lock`).
-    pub(crate) async fn attempt(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
-    ) -> failure::Result<Attempt> {
+    pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            wait,
+        } = request;
         if let Some(pushed) = self
             .join_behind(keys, token, ttl_millis, fencing, &wait)
             .await?
@@ -140,7 +140,12 @@ impl Node {
     /// not ours.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         let released = self
-            .unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
+            .unlock(
+                keys,
+                token,
+                Unlock::Release,
+                self.contended.redis_clock(&keys.lock),
+            )
             .await;
         Ok(match self.naming_the_key(keys, released).await? {
             Released::HandedOver => {
@@ -159,7 +164,12 @@ impl Node {
     /// meanwhile (`true` then).
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let released = self
-            .unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
+            .unlock(
+                keys,
+                token,
+                Unlock::Leave,
+                self.contended.redis_clock(&keys.lock),
+            )
             .await;
         Ok(!matches!(
             self.naming_the_key(keys, released).await?,

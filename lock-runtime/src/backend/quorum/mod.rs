@@ -36,7 +36,7 @@ use super::line::Look;
 pub(crate) use master::Master;
 use master::Vote;
 
-use super::{Attempt, Capabilities, Wait};
+use super::{Attempt, Capabilities, LockRequest, Wait};
 use crate::backend::keys::LockKeys;
 
 /// Independent masters voting on every lock.
@@ -99,13 +99,15 @@ impl Quorum {
     }
 
     /// One attempt on every master; see the module documentation.
-    pub(crate) async fn try_lock(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        wait: Wait,
-    ) -> failure::Result<Attempt> {
+    pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
+        // Independent masters keep no common counter: a manager refuses fencing here.
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            wait,
+            ..
+        } = request;
         let member = match &wait {
             Wait::InLine {
                 channel: Some(channel),
