@@ -701,11 +701,7 @@ pub(crate) fn redlock_looping_worker() {
                 }
                 // A release that meets the restart itself (its connection to that master
                 // reset) cannot tell whether the master still held the lock: counted too.
-                Err(error)
-                    if error
-                        .to_string()
-                        .contains("can neither be confirmed nor ruled out") =>
-                {
+                Err(LockError::QuorumUndecided { .. }) => {
                     let _: i64 = redis::cmd("INCR")
                         .arg(format!("{name}:undecided"))
                         .query_async(&mut data)
