@@ -73,7 +73,7 @@ pub enum LockError {
     },
 
     /// Redis could not be reached or answered with an error.
-    #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
+    #[error("Redis error: {0}; {hint}", hint = crate::redis::classify::advice(.0))]
     Redis(#[source] redis::RedisError),
 
     /// Fewer replicas than `wait_for_replicas` asks for acknowledged a lock write in time, so
@@ -96,6 +96,81 @@ pub enum LockError {
         acknowledged: u32,
         /// How many `wait_for_replicas` asks for.
         wanted: u32,
+    },
+
+    /// Fewer Redlock masters than a majority answered, so no lock can be granted, released or
+    /// confirmed (a Redlock manager only).
+    ///
+    /// Match it with `LockError::NoQuorum { .. }`: more fields may come.
+    #[error(
+        "only {answered} of {masters} Redlock masters answered, and a majority ({needed}) is \
+         needed (last error: {last_error}); bring masters back or check the URLs"
+    )]
+    NoQuorum {
+        /// How many masters the manager was built with.
+        masters: usize,
+        /// How many answered.
+        answered: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+
+    /// Redlock masters that did not answer may still hold the lock for this holder: a majority
+    /// can neither be confirmed nor ruled out, so whether the lock is still its own is unknown
+    /// (a Redlock manager only).
+    ///
+    /// Match it with `LockError::QuorumUndecided { .. }`: more fields may come.
+    #[error(
+        "{confirmed} of {masters} Redlock masters confirmed and {silent} did not answer, which \
+         may still hold the lock: a majority ({needed}) can neither be confirmed nor ruled out \
+         (last error: {last_error}); treat the lock as possibly lost, bring the silent masters \
+         back (or check the URLs), then try again"
+    )]
+    QuorumUndecided {
+        /// How many masters the manager was built with.
+        masters: usize,
+        /// How many confirmed.
+        confirmed: usize,
+        /// How many did not answer.
+        silent: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+
+    /// The lock's fencing counter could not issue a token (it holds something other than a
+    /// number of at least 1), so the lock was not given to this caller, or passed on.
+    ///
+    /// Match it with `LockError::FencingBroken { .. }`: more fields may come.
+    #[error(
+        "the fencing counter {counter} could not issue a token (it gave {found}), so the lock \
+         was not taken; set the counter above the largest token your storage has accepted, or \
+         delete it if no storage has seen its tokens"
+    )]
+    FencingBroken {
+        /// The counter's Redis key.
+        counter: String,
+        /// What it gave.
+        found: String,
+    },
+
+    /// The server answered a lock command with a reply that no Redis server gives it: the
+    /// endpoint is something other than Redis (a proxy, another server speaking its protocol)
+    /// that does not run the lock scripts as Redis does.
+    ///
+    /// Match it with `LockError::UnexpectedReply { .. }`: more fields may come.
+    #[error(
+        "{what} answered {reply}, which Redis never answers: point the URL at a Redis (or \
+         Valkey) server, not a proxy or another server that speaks its protocol"
+    )]
+    UnexpectedReply {
+        /// The command or script.
+        what: String,
+        /// Its reply.
+        reply: String,
     },
 
     /// A setting is out of range or malformed (URL, ttl, timeout, ...), a lock key is
@@ -230,92 +305,9 @@ impl From<LockError> for std::io::Error {
     }
 }
 
-// By hand, not derived: a write too few replicas acknowledged travels through the backend as a
-// `RedisError` of its own code, and becomes the typed error here.
 impl From<redis::RedisError> for LockError {
     fn from(error: redis::RedisError) -> Self {
-        match crate::backend::as_not_replicated(&error) {
-            Some((key, acknowledged, wanted)) => LockError::NotReplicated {
-                key,
-                acknowledged,
-                wanted,
-            },
-            None => LockError::Redis(error),
-        }
-    }
-}
-
-/// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
-/// answered: a permission error or a server that is not Redis at all get their own advice.
-fn redis_hint(error: &redis::RedisError) -> &'static str {
-    use crate::redis::classify::{classify, Meaning};
-    use redis::ErrorKind;
-    match classify(error) {
-        // Refused by the client's own command: the user may lack the script commands.
-        Meaning::PermissionDenied if error.code() == Some("NOPERM") => {
-            "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
-             SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
-             PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET, LREM) on the lock keys, and SUBSCRIBE"
-        }
-        // Refused inside a script, which only runs the commands below.
-        Meaning::PermissionDenied => {
-            "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
-             GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
-        }
-        // The key at fault is named in the error (see `Node::naming_the_key`): a helper key
-        // of distlock's, or the lock key itself.
-        Meaning::WrongType
-            if error
-                .detail()
-                .is_some_and(|detail| detail.contains("delete it")) =>
-        {
-            "distlock's helper keys (`{<lock key>}:distlock:<word>`) are its own: delete the one \
-             named, and find what wrote it; distlock writes it anew when it needs it"
-        }
-        Meaning::WrongType
-            if error
-                .detail()
-                .is_some_and(|detail| detail.contains("distlock: the lock key")) =>
-        {
-            "something other than distlock uses that key name: give the locks a key prefix of \
-             their own (`LockManager::builder(url).key_prefix(..)`) or another name"
-        }
-        Meaning::WrongType => {
-            "a key of the lock holds a value of another type — the lock key, or one of its \
-             helper keys (`{<lock key>}:distlock:<word>`) —, so something other than distlock \
-             writes it: delete the helper key, or give the locks a key prefix of their own \
-             (`LockManager::builder(url).key_prefix(..)`)"
-        }
-        Meaning::ReadOnly => {
-            "the URL points at a read-only replica: point it at the master (or a cluster node, \
-             which follows failovers)"
-        }
-        Meaning::Loading | Meaning::BusyScript => {
-            "Redis is reachable but cannot answer yet (loading its data, or blocked by a slow \
-             script); distlock retries until the timeout"
-        }
-        Meaning::ScriptError | Meaning::OtherReply => {
-            "Redis is reachable and answered with this error"
-        }
-        Meaning::NotAReply => match error.kind() {
-            ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
-            ErrorKind::MasterNameNotFoundBySentinel => {
-                "the sentinels name no reachable master for the service: check the service name \
-                 (`sentinel monitor <name> ...`) and that its master is up; during a failover \
-                 this lasts until a replica is promoted"
-            }
-            ErrorKind::Parse => {
-                "the server at the configured URL does not speak the Redis protocol; check the \
-                 host and port"
-            }
-            // rustls refused the server's certificate: the server runs, the trust is missing.
-            _ if error.to_string().contains("invalid peer certificate") => {
-                "the server's TLS certificate was not accepted: trust the CA that signed it with \
-                 `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a \
-                 name the certificate was issued for"
-            }
-            _ => "check that Redis is running and reachable at the configured URL",
-        },
+        LockError::Redis(error)
     }
 }
 

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use crate::acquire::queue::Turn;
 use crate::backend::keys::LockKeys;
 use crate::hold::held::{Expiry, Finder, Held};
+use crate::meters::Meter;
 use crate::shared::Shared;
-use crate::support::meters::Meter;
 use crate::{LockError, LockOptions};
 
 /// A lock just acquired: what its guard is made of.

@@ -251,9 +251,7 @@ impl Walk {
                     // of another type is not one when the scan meets it. A helper key of
                     // another type is no reason to hide a lock that is held: its error,
                     // naming that key, is the operator's to act on.
-                    Err(error)
-                        if error.code() == Some("WRONGTYPE")
-                            && !crate::backend::names_a_helper(&error) => {}
+                    Err(error) if error.is_lock_key_of_another_type() => {}
                     Err(error) => return Err(error.into()),
                 }
             }

@@ -17,15 +17,18 @@
 //! # The path of a lock: acquire → body → release
 //!
 //! 1. **Acquire.** `#[distributed_lock]` formats the key, opens the call's `distlock.lock` span
-//!    (`attribute::span`) and calls `attribute::acquire`, which
-//!    asks the global manager (`global`) for [`LockManager::acquire`]. The manager names the
-//!    lock's Redis keys (`backend::keys`), waits for its turn among the tasks of this process that want
-//!    the same key (`acquire::queue`), then lets the state machine of `acquire::machine` decide each step, which `acquire::driver` performs: a first
-//!    try (a plain `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each
-//!    master's wake list), sleeping until a hand-off message or a wake-up (`backend::grants`), the
-//!    holder's expiry or the next renewal — until the lock is its own or the timeout runs out.
-//!    Every Redis operation goes through the one seam, `backend`. A Redis error is retried with
-//!    backoff (`support::retry`) unless `redis::classify` says retrying cannot cure it.
+//!    (`attribute::span`) and calls `attribute::acquire`, which asks the global manager
+//!    (`global`) for [`LockManager::acquire`]. The manager names the lock's Redis keys
+//!    (`backend::keys`) and waits for its turn among the tasks of this process that want the
+//!    same key (`acquire::queue`). Then the state machine (`acquire::machine`) decides each step
+//!    and the manager's driver (`manager::driver`) performs it: a first try (a plain
+//!    `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each master's wake
+//!    list), sleeping until a hand-off message or a wake-up (`backend::grants`), the holder's
+//!    expiry or the next renewal — until the lock is its own or the timeout runs out. Whether a
+//!    hand-off message is trusted or Redis is asked is the machine's decision
+//!    (`Acquisition::woke`). Every store operation goes through the one seam, `backend`. A
+//!    Redis error is retried with backoff (`support::retry`) unless `redis::classify` says
+//!    retrying cannot cure it.
 //! 2. **Body.** The caller gets a [`LockGuard`]. A lock handed over holds on a short claim
 //!    until its full ttl is confirmed, a third into the claim, on the background runtime
 //!    (`hold::confirm`). With auto-extension, a `hold::watchdog` task extends
@@ -39,24 +42,26 @@
 //!
 //! # The folders, from the bottom up
 //!
-//! The folders are listed from the bottom up: a folder's code uses the ones above it in the
-//! table, and the upward uses that remain are being taken out. The public types sit at the top of the crate, as thin faces over the
+//! The folders are listed from the bottom up: a folder's code uses only the ones above it in
+//! the table, never one below (`tests/layers.rs` reads the sources and fails on a use that
+//! points down the table). The public types sit at the top of the crate, as thin faces over the
 //! folders.
 //!
 //! | folder / module | what it holds |
 //! |---|---|
-//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`) — and metrics (`meters`) |
-//! | `error` | [`LockError`]: what went wrong and what to do |
-//! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
-//! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
+//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`) |
 //! | `diagnose` | which server settings can break locks (eviction), and their fix; the one `CLUSTER SLOTS` parser |
-//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches; one endpoint, a server or a cluster (`line`); Redlock's majority (`quorum`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
-//! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the driver that performs the I/O it asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); a waiter's place in line, left if it gives up (`place`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting (`finish`) |
-//! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process; the counts of what it holds (`ResourceCounts`, for leak tests) |
+//! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime and their `Timeouts` (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
+//! | `error` | [`LockError`]: what went wrong and what to do |
+//! | `options` | [`LockOptions`], the limits on durations |
+//! | `meters` | metrics of acquisitions and holds |
+//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
+//! | `acquire` | getting a lock, the parts without I/O: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting, which makes every attempt safe to cancel (`finish`) |
+//! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
 //! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
-//! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks; and [`LockManagerBuilder::connect`], which wraps the inside |
+//! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks, and [`LockManagerBuilder::connect`], which wraps the inside; the acquisition's driver, which performs the I/O the machine asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); a waiter's place in line, left if it gives up (`place`) |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
 //! | `global` | the global manager ([`init`], [`global()`]) |
 //! | `blocking` | the same API for synchronous code |
@@ -81,11 +86,14 @@ mod guard;
 mod hold;
 mod inspect;
 mod manager;
+mod meters;
 mod options;
 mod redis;
 mod shared;
 mod support;
 
+#[cfg(feature = "resource-counts")]
+pub use backend::ResourceCounts;
 pub use builder::LockManagerBuilder;
 pub use error::{LockError, LostCause};
 pub use global::{global, init, init_with};
@@ -93,8 +101,6 @@ pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
 pub use options::LockOptions;
-#[cfg(feature = "resource-counts")]
-pub use shared::ResourceCounts;
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
 #[doc(hidden)]
 pub use tracing::Instrument;

@@ -13,12 +13,8 @@ use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 /// itself lives in `lock_limits`, which the attribute checks at compile time too.
 pub(crate) const MAX_DURATION: Duration = Duration::from_millis(MAX_DURATION_MILLIS);
 
-/// Connection and response timeouts of one endpoint's connections.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub(crate) connect: Duration,
-    pub(crate) response: Duration,
-}
+// Beside the connections they bound, which lie below the options.
+pub(crate) use crate::redis::connection::Timeouts;
 
 /// How to take one lock: its ttl, how long to wait, auto-extension and fencing.
 ///

@@ -1,6 +1,6 @@
 //! The waiting protocol of one acquisition, as a state machine that does no I/O and reads no
 //! clock: every decision of an acquisition is made here, from what the driver
-//! (`acquire::driver`) reports and the time it passes in.
+//! (`manager::driver`) reports and the time it passes in.
 //!
 //! ```text
 //!              held, not subscribed            subscribed (or not: then it polls)

@@ -1,12 +1,9 @@
-//! Getting a lock: the state machine that decides every step of an acquisition without I/O
-//! (`machine`), the driver that performs the I/O it asks for (`driver`), one attempt safe to
-//! cancel and the clean-up after it (`attempt`, with `finish`, which completes an attempt whose
-//! caller stopped waiting), a waiter's place in line, left if it gives up (`place`), and the
-//! in-process first-come-first-served line in front of Redis (`queue`).
+//! Getting a lock, the parts that do no I/O of their own: the state machine that decides every
+//! step of an acquisition (`machine`), the in-process first-come-first-served line in front of
+//! the store (`queue`), and the finishing of a call whose caller stopped waiting (`finish`),
+//! which makes every attempt safe to cancel. The driver that performs the machine's I/O is the
+//! manager's (`manager::driver`): it works on the manager's inside and hands back its guard.
 
-pub(crate) mod attempt;
-pub(crate) mod driver;
 pub(crate) mod finish;
 pub(crate) mod machine;
-pub(crate) mod place;
 pub(crate) mod queue;

@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Attempt, Look, Ownership, Wait, CLAIM, LEASE};
+use super::{Attempt, Capabilities, Look, Ownership, Unlock, Wait, CLAIM, LEASE};
 use crate::backend::grants::{Grant, GrantHub};
 use crate::backend::keys::LockKeys;
 use crate::LostCause;
@@ -159,6 +159,17 @@ impl Table {
 }
 
 impl Memory {
+    /// What the in-process table can do: fencing tokens from its own counter. Its message to a
+    /// waiter is not trusted as a hand-off: the waiter looks at the table, which costs no round
+    /// trip. No connection, so nothing is re-sent and no connection drops.
+    pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+        fencing: true,
+        hands_over: false,
+        resends_commands: false,
+        waits_for_replicas: false,
+        keeps_place_on_drop: false,
+    };
+
     pub(crate) fn new() -> Self {
         static TABLE: once_cell::sync::Lazy<Mutex<Table>> =
             once_cell::sync::Lazy::new(Mutex::default);
@@ -246,9 +257,10 @@ impl Memory {
     }
 
     /// Frees the lock if `token` holds it, handing it to the first live waiter in line;
-    /// `false` if it was not ours (nothing touched). With `leave`, also takes `token` out of
+    /// `false` if it was not ours (nothing touched). [`Unlock::Leave`] also takes `token` out of
     /// the line.
-    pub(crate) fn unlock(&self, keys: &LockKeys, token: &str, leave: bool) -> Ownership {
+    pub(crate) fn unlock(&self, keys: &LockKeys, token: &str, why: Unlock) -> Ownership {
+        let leave = why == Unlock::Leave;
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
@@ -515,7 +527,7 @@ mod tests {
         let now = Instant::now();
         memory.table().slot(&lock.lock, now).line[0].lease_until = now;
         std::thread::sleep(Duration::from_millis(1));
-        assert!(memory.unlock(&lock, "holder", false).is_ours());
+        assert!(memory.unlock(&lock, "holder", Unlock::Release).is_ours());
         assert!(
             memory.is_held(&lock, "next"),
             "handed to the first live waiter"
@@ -534,10 +546,10 @@ mod tests {
             "a hand-off lasts the claim until confirmed"
         );
         assert!(
-            !memory.unlock(&lock, "holder", false).is_ours(),
+            !memory.unlock(&lock, "holder", Unlock::Release).is_ours(),
             "not the holder's any more"
         );
-        assert!(memory.unlock(&lock, "next", false).is_ours());
+        assert!(memory.unlock(&lock, "next", Unlock::Release).is_ours());
         let Attempt::Acquired {
             fence: Some(second),
             ..
@@ -546,7 +558,7 @@ mod tests {
             panic!("handed to the last waiter");
         };
         assert!(second > first);
-        assert!(memory.unlock(&lock, "last", false).is_ours());
+        assert!(memory.unlock(&lock, "last", Unlock::Release).is_ours());
         assert!(
             !memory.table().locks.contains_key(&lock.lock),
             "nothing left"

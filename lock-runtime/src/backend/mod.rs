@@ -5,50 +5,49 @@
 //! never learns which deployment it runs on:
 //!
 //! - **single**: one endpoint, a standalone server, the master of a Sentinel service, or a
-//!   Redis Cluster (`node`): every key of a lock shares one hash slot, so each script runs on
+//!   Redis Cluster (`line`): every key of a lock shares one hash slot, so each script runs on
 //!   the one node that owns it, and waiters queue in one line per lock that releases hand the
-//!   lock down ([`Protocol::Line`]);
-//! - **quorum**: Redlock over independent masters (`quorum`), which cannot agree on a line:
-//!   waiters take a place in the lock's wake list on each master where they find it held, and
-//!   a release on a master wakes the first live waiter there, which then competes
-//!   ([`Protocol::Wake`]);
+//!   lock down;
+//! - **quorum**: Redlock over independent masters (`quorum`, each master a `quorum::Master`),
+//!   which cannot agree on a line: waiters take a place in the lock's wake list on each master
+//!   where they find it held, and a release on a master wakes the first live waiter there,
+//!   which then competes;
 //! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
 //!   process's memory, for tests and single-process tools.
 //!
 //! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
 //! its last place in a line, Redis's clock — is kept in `recent`.
 
+#[cfg(feature = "resource-counts")]
+mod counts;
+pub(crate) mod failure;
 pub(crate) mod grants;
 pub(crate) mod keys;
 mod line;
 mod memory;
 mod quorum;
-mod recent;
+pub(crate) mod recent;
 mod replicas;
 pub(crate) mod scripts;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use redis::RedisResult;
-use tokio::time::Instant;
 
 use crate::backend::grants::{GrantHub, Servers};
 use crate::backend::keys::LockKeys;
 use crate::options::Timeouts;
-use crate::redis::classify::Meaning;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
 use crate::LostCause;
-pub(crate) use line::{names_a_helper, Look};
-use line::{Node, Protocol, ScanTarget};
+#[cfg(feature = "resource-counts")]
+pub use counts::ResourceCounts;
+pub(crate) use failure::Failure;
+pub(crate) use line::Look;
+use line::{Node, ScanTarget};
 use memory::Memory;
 use quorum::Quorum;
-use recent::Contended;
 pub(crate) use recent::Place;
-use recent::Written;
-pub(crate) use replicas::{as_not_replicated, Replicas};
+pub(crate) use replicas::Replicas;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews
 /// it: a waiter that dies in line is skipped at most this long after its last renewal.
@@ -143,6 +142,29 @@ pub(crate) enum Wait {
     },
 }
 
+/// One attempt to take a lock, as the manager asks it of the store.
+#[derive(Debug)]
+pub(crate) struct LockRequest<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The caller's token: the lock key's value while it holds the lock.
+    pub(crate) token: &'a str,
+    pub(crate) ttl_millis: u64,
+    /// Whether a fencing token is issued with the lock.
+    pub(crate) fencing: bool,
+    /// What the attempt must do besides trying to take the lock.
+    pub(crate) wait: Wait,
+}
+
+/// Why a lock is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unlock {
+    /// Its holder is done with it: it goes to the next waiter.
+    Release,
+    /// A waiter gives up: its place leaves the line, and a lock handed to it meanwhile is
+    /// released as its holder would.
+    Leave,
+}
+
 /// One server to scan for lock keys, and which node of the backend reaches it.
 #[derive(Debug, Clone)]
 pub(crate) struct Scan {
@@ -153,18 +175,64 @@ pub(crate) struct Scan {
 /// Where the locks live, and how their waiters hear of a release.
 pub(crate) struct Backend {
     locks: Locks,
+    /// What `locks` can do, as its store declares it.
+    capabilities: Capabilities,
     /// This manager's message channel: hand-offs (single endpoint) and wake-ups (Redlock).
     grants: GrantHub,
-    /// Keys recently handed over (single endpoint only).
-    contended: Contended,
-    /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
-    join_refused: AtomicBool,
 }
 
 enum Locks {
     Single(Box<Node>),
     Quorum(Quorum),
     Memory(Memory),
+}
+
+impl Locks {
+    /// What the store declares it can do.
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            Locks::Single(node) => node.capabilities(),
+            Locks::Quorum(_) => Quorum::CAPABILITIES,
+            Locks::Memory(_) => Memory::CAPABILITIES,
+        }
+    }
+}
+
+/// What a store can do: each store declares its own (`Node::capabilities`,
+/// `Quorum::CAPABILITIES`, `Memory::CAPABILITIES`), and the manager reads them here rather than
+/// asking which store it has.
+// Independent yes-or-no declarations, each read by name where it matters: not a state that
+// enums would model better.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// Fencing tokens can be issued: they need one counter that every acquisition increments
+    /// in order, which independent masters cannot provide.
+    pub(crate) fencing: bool,
+    /// A release hands the lock to a waiter by a message. A Redlock master cannot (a lock is
+    /// held only by a majority's grants), so there a message is only a wake-up.
+    pub(crate) hands_over: bool,
+    /// The connection may send a command again after losing its reply (a cluster connection
+    /// does, on a dropped connection or a response timeout), so that a command can run twice.
+    pub(crate) resends_commands: bool,
+    /// A lock write counts only once replicas acknowledged it (`wait_for_replicas`).
+    pub(crate) waits_for_replicas: bool,
+    /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
+    /// line (see [`Capabilities::keeps_place_through`]).
+    pub(crate) keeps_place_on_drop: bool,
+}
+
+impl Capabilities {
+    /// Whether a waiter whose attempt failed with `error` keeps its token and its place in
+    /// line: when the connection dropped (an idle timeout, a network blip; see
+    /// `classify::connection_dropped`) on a standalone server or a Sentinel master. Its next
+    /// attempt, on the connection made anew, is a renewal under the same token, which finds
+    /// whatever the failed one did — the place it took, the lock it was handed — so a blip
+    /// costs no place in line. (A cluster connection sends such a command again by itself, and
+    /// Redlock re-sends each master's vote.)
+    pub(crate) fn keeps_place_through(self, error: &Failure) -> bool {
+        self.keeps_place_on_drop && error.connection_dropped()
+    }
 }
 
 impl Backend {
@@ -177,10 +245,10 @@ impl Backend {
                 timeouts,
                 1,
             ),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(Endpoint::Standalone(client), timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(
+                Endpoint::Standalone(client),
+                timeouts,
+            )))),
         )
     }
 
@@ -193,10 +261,7 @@ impl Backend {
     ) -> Self {
         Backend::with(
             GrantHub::new(GRANTS, vec![Servers::Fixed(seeds)], timeouts, 1),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(endpoint, timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(endpoint, timeouts)))),
         )
     }
 
@@ -214,10 +279,10 @@ impl Backend {
                 timeouts,
                 1,
             ),
-            Locks::Single(Box::new(Node::new(
-                Connections::new(Endpoint::Sentinel(sentinels), timeouts),
-                Protocol::Line,
-            ))),
+            Locks::Single(Box::new(Node::new(Connections::new(
+                Endpoint::Sentinel(sentinels),
+                timeouts,
+            )))),
         )
     }
 
@@ -235,10 +300,10 @@ impl Backend {
         let nodes = masters
             .iter()
             .map(|client| {
-                Node::new(
-                    Connections::new(Endpoint::Standalone(client.clone()), timeouts),
-                    Protocol::Wake,
-                )
+                quorum::Master::new(Connections::new(
+                    Endpoint::Standalone(client.clone()),
+                    timeouts,
+                ))
             })
             .collect();
         // A waiter must hear a release from at least one master of any majority the holder
@@ -259,10 +324,9 @@ impl Backend {
     /// A backend over `locks`, its waiters told by `grants`, knowing nothing of any lock yet.
     fn with(grants: GrantHub, locks: Locks) -> Self {
         Backend {
+            capabilities: locks.capabilities(),
             locks,
             grants,
-            contended: Contended::default(),
-            join_refused: AtomicBool::new(false),
         }
     }
 
@@ -273,6 +337,7 @@ impl Backend {
         if let Locks::Single(node) = &mut self.locks {
             node.wait_for_replicas(replicas);
         }
+        self.capabilities = self.locks.capabilities();
     }
 
     /// With `wait_for_replicas`, checks that the server runs `WAIT`: a `Config` error that
@@ -282,11 +347,6 @@ impl Backend {
             Locks::Single(node) => node.check_wait().await,
             Locks::Quorum(_) | Locks::Memory(_) => Ok(()),
         }
-    }
-
-    /// Whether locks count only once replicas acknowledged them (`wait_for_replicas`).
-    pub(crate) fn waits_for_replicas(&self) -> bool {
-        matches!(&self.locks, Locks::Single(node) if node.waits_for_replicas())
     }
 
     /// Confirms a lock handed over to `token` with its full ttl, counted once the replicas
@@ -303,23 +363,16 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => node.confirm_replicated(keys, token, ttl_millis).await,
             Locks::Quorum(_) | Locks::Memory(_) => Ok(true),
         }
     }
 
-    /// Whether fencing tokens can be issued: they need one counter that every acquisition
-    /// increments in order, which independent masters cannot provide.
-    pub(crate) fn supports_fencing(&self) -> bool {
-        matches!(self.locks, Locks::Single(_) | Locks::Memory(_))
-    }
-
-    /// Whether a release hands the lock to a waiter by a message. A Redlock master cannot
-    /// (a lock is held only by a majority's grants), so there a message is only a wake-up.
-    pub(crate) fn hands_over(&self) -> bool {
-        matches!(self.locks, Locks::Single(_))
+    /// What the store can do, which the manager's choices depend on.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        self.capabilities
     }
 
     /// Where waiters hear of a hand-off or a wake-up.
@@ -327,31 +380,9 @@ impl Backend {
         &self.grants
     }
 
-    /// Whether the connection may send a command again after losing its reply (a cluster
-    /// connection does, on a dropped connection or a response timeout), so that a command can
-    /// run twice.
-    pub(crate) fn resends_commands(&self) -> bool {
-        match &self.locks {
-            Locks::Single(node) => node.resends_commands(),
-            Locks::Quorum(_) | Locks::Memory(_) => false,
-        }
-    }
-
-    /// Whether a waiter whose attempt failed with `error` keeps its token and its place in line:
-    /// when the connection dropped (an idle timeout, a network blip; see
-    /// `classify::connection_dropped`) on a standalone server or a Sentinel master. Its next
-    /// attempt, on the connection made anew, is a renewal under the same token, which finds
-    /// whatever the failed one did — the place it took, the lock it was handed — so a blip
-    /// costs no place in line. (A cluster connection sends such a command again by itself, and
-    /// Redlock re-sends each master's vote.)
-    pub(crate) fn keeps_place_through(&self, error: &redis::RedisError) -> bool {
-        matches!(&self.locks, Locks::Single(node) if !node.resends_commands())
-            && crate::redis::classify::connection_dropped(error)
-    }
-
     /// Checks that Redis answers (a majority of the masters, for Redlock) and lets us release
     /// `probe`, a lock nobody holds.
-    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         match &self.locks {
             Locks::Single(node) => node.ping(probe).await,
             Locks::Quorum(quorum) => quorum.ping(probe).await,
@@ -359,165 +390,30 @@ impl Backend {
         }
     }
 
-    /// One attempt to take the lock; `wait` says what else it must find out or mark.
-    pub(crate) async fn try_lock(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
-    ) -> RedisResult<Attempt> {
+    /// One attempt to take the lock; its `wait` says what else it must find out or mark.
+    pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
-            Locks::Single(node) => {
-                if let Some(pushed) = self
-                    .join_behind(node, keys, token, ttl_millis, fencing, &wait)
-                    .await?
-                {
-                    return Ok(pushed);
-                }
-                let sent = Instant::now();
-                let entry = match &wait {
-                    Wait::InLine { renewing: true, .. } => self.contended.entry(&keys.lock, token),
-                    _ => None,
-                };
-                let channel = match &wait {
-                    Wait::InLine {
-                        channel: Some(channel),
-                        ..
-                    } => Some(Arc::clone(channel)),
-                    _ => None,
-                };
-                let tried = node
-                    .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
-                    .await;
-                let (attempt, place) = node.naming_the_key(keys, tried).await?;
-                if let Some(place) = place {
-                    self.contended
-                        .place_given(&keys.lock, place, sent, Instant::now());
-                    // What the look did with the waiter's entry: its next renewal passes the
-                    // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
-                    let text = (place.written != Written::Lease).then(|| {
-                        crate::backend::scripts::line_entry(
-                            token,
-                            place.deadline,
-                            ttl_millis,
-                            fencing,
-                            channel.as_deref().unwrap_or(""),
-                        )
-                    });
-                    let lease = (place.written != Written::Entry).then_some(place.deadline);
-                    let token: Arc<str> = Arc::from(token);
-                    self.contended
-                        .entry_written(&keys.lock, &token, text, lease);
-                }
-                Ok(attempt)
-            }
-            Locks::Quorum(quorum) => quorum.try_lock(keys, token, ttl_millis, wait).await,
+            Locks::Single(node) => node.attempt(request).await,
+            Locks::Quorum(quorum) => quorum.try_lock(request).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
-                keys,
-                token,
-                Duration::from_millis(ttl_millis),
-                fencing,
-                &wait,
+                request.keys,
+                request.token,
+                Duration::from_millis(request.ttl_millis),
+                request.fencing,
+                &request.wait,
             )),
-        }
-    }
-
-    /// A join in one command: the waiter's entry appended with `RPUSHX`, which appends only
-    /// to a line that exists, that is, behind waiters who are served before it (a line with
-    /// waiters in it is not left with a free lock: each release hands it to the first of them,
-    /// and a lock that expires is taken by the first waiter's next look). Its lease deadline is
-    /// one Redis gave a place of this manager's in this line less than a renewal ago (see
-    /// `Contended::recent_place`), when the line's expiry was also set, two leases ahead. So a
-    /// process that goes on contending for a lock joins its line with one command rather than
-    /// a script that reads the clock.
-    ///
-    /// `None` when it cannot be used, and the acquire script must be run: the line is empty
-    /// (the lock may be free), no recent deadline is known, the waiter is not joining (a first
-    /// try, a renewal) or not subscribed (its entry would name no channel, and be judged by its
-    /// lease alone), or on a cluster, whose connection may send a command twice (a second entry
-    /// of the same waiter would be handed the lock after it is gone).
-    async fn join_behind(
-        &self,
-        node: &Node,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: &Wait,
-    ) -> RedisResult<Option<Attempt>> {
-        let Wait::InLine {
-            channel: Some(channel),
-            renewing: false,
-        } = wait
-        else {
-            return Ok(None);
-        };
-        if node.resends_commands() {
-            return Ok(None);
-        }
-        let Some(deadline) = self.contended.recent_place(&keys.lock) else {
-            return Ok(None);
-        };
-        if self.join_refused.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let entry =
-            crate::backend::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
-        match node.push_place(keys, &entry).await {
-            Ok(pushed) => {
-                if pushed {
-                    self.contended
-                        .entry_written(&keys.lock, &Arc::from(token), Some(entry), None);
-                }
-                Ok(pushed.then_some(Attempt::Held {
-                    // Behind another waiter: as the acquire script's `{0, -3, deadline, 2}`.
-                    remaining: Some(LEASE),
-                }))
-            }
-            // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
-            // at its cost, from now on.
-            Err(error) if crate::redis::classify::classify(&error) == Meaning::PermissionDenied => {
-                if !self.join_refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
-                }
-                Ok(None)
-            }
-            // A line key of another type, say: the acquire script tells what is wrong.
-            Err(error) if crate::redis::classify::is_permanent(&error) => Ok(None),
-            Err(error) => Err(error),
         }
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
     /// waiters); why not, if it was not ours.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<Ownership> {
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
-            Locks::Single(node) => Ok(
-                match node
-                    .naming_the_key(
-                        keys,
-                        node.unlock(keys, token, false, self.contended.redis_clock(&keys.lock))
-                            .await,
-                    )
-                    .await?
-                {
-                    Released::HandedOver => {
-                        self.contended.mark(&keys.lock);
-                        Ownership::Ours
-                    }
-                    Released::Freed => {
-                        self.contended.forget(&keys.lock);
-                        Ownership::Ours
-                    }
-                    Released::NotOurs(cause) => Ownership::Lost(cause),
-                },
-            ),
+            Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
             }
-            Locks::Memory(memory) => Ok(memory.unlock(keys, token, false)),
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Release)),
         }
     }
 
@@ -526,15 +422,9 @@ impl Backend {
     /// in process it also leaves a `forced` mark with `value`, so that the holder's next
     /// release, hold or extension learns it was force-released — and never mistakes the
     /// release for its own.
-    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> RedisResult<bool> {
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) => {
-                let freed = node
-                    .naming_the_key(keys, node.force_unlock(keys, value).await)
-                    .await?;
-                self.contended.forget(&keys.lock);
-                Ok(freed)
-            }
+            Locks::Single(node) => node.force_release(keys, value).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
             Locks::Memory(memory) => Ok(memory.force_unlock(keys, value)),
         }
@@ -544,8 +434,8 @@ impl Backend {
     /// came for it (a place is taken off the line when it is handed over), or messages may
     /// have been lost. Its next renewal looks for it rather than trusting its last lease.
     pub(crate) fn place_may_be_gone(&self, key: &str, token: &str) {
-        if matches!(self.locks, Locks::Single(_)) {
-            self.contended.place_may_be_gone(key, token);
+        if let Locks::Single(node) = &self.locks {
+            node.place_may_be_gone(key, token);
         }
     }
 
@@ -553,31 +443,23 @@ impl Backend {
     /// or to one of its acquisitions): a first try would most likely find it held, so the next
     /// acquisition joins the line at once. Only where releases hand locks over.
     pub(crate) fn recently_contended(&self, key: &str) -> bool {
-        self.hands_over() && self.contended.recently(key)
+        matches!(&self.locks, Locks::Single(node) if node.recently_contended(key))
     }
 
     /// Records that `key` was just handed to one of this manager's acquisitions.
     pub(crate) fn handed_over(&self, key: &Arc<str>) {
-        if self.hands_over() {
-            self.contended.mark(key);
+        if let Locks::Single(node) = &self.locks {
+            node.handed_over(key);
         }
     }
 
     /// Takes `token` out of the lock's line, and releases the lock as [`Backend::unlock`] does
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
-    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) => Ok(!matches!(
-                node.naming_the_key(
-                    keys,
-                    node.unlock(keys, token, true, self.contended.redis_clock(&keys.lock))
-                        .await
-                )
-                .await?,
-                Released::NotOurs(_)
-            )),
+            Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
-            Locks::Memory(memory) => Ok(memory.unlock(keys, token, true).is_ours()),
+            Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
         }
     }
 
@@ -589,7 +471,7 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
@@ -610,7 +492,7 @@ impl Backend {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<Ownership> {
+    ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
@@ -626,7 +508,7 @@ impl Backend {
     }
 
     /// Whether the lock is still ours.
-    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
@@ -636,7 +518,7 @@ impl Backend {
 
     /// One look at the lock as inspection shows it; `None` when it is free (on Redlock: not
     /// held by a majority of the masters).
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
         match &self.locks {
             Locks::Single(node) => node.naming_the_key(keys, node.inspect(keys).await).await,
             Locks::Quorum(quorum) => quorum.inspect(keys).await,
@@ -646,7 +528,7 @@ impl Backend {
 
     /// Every server to scan for lock keys: the standalone server, each master of a cluster,
     /// or each Redlock master (whose keyspaces overlap: the caller drops repeated names).
-    pub(crate) async fn scan_targets(&self) -> RedisResult<Vec<Scan>> {
+    pub(crate) async fn scan_targets(&self) -> failure::Result<Vec<Scan>> {
         match &self.locks {
             Locks::Single(node) => Ok(node
                 .scan_targets()
@@ -674,23 +556,26 @@ impl Backend {
         scan: &Scan,
         cursor: u64,
         pattern: &str,
-    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
-        let node = match &self.locks {
-            Locks::Single(node) => node,
-            Locks::Quorum(quorum) => &quorum.nodes()[scan.node],
+    ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
+        match &self.locks {
+            Locks::Single(node) => node.scan(&scan.target, cursor, pattern).await,
+            Locks::Quorum(quorum) => {
+                quorum.nodes()[scan.node]
+                    .scan(&scan.target, cursor, pattern)
+                    .await
+            }
             // The whole table in one step.
-            Locks::Memory(memory) => return Ok((0, memory.held_keys(pattern))),
-        };
-        node.scan(&scan.target, cursor, pattern).await
+            Locks::Memory(memory) => Ok((0, memory.held_keys(pattern))),
+        }
     }
 
     /// Resource counts for leak tests, with the manager's `queued_keys`.
     #[cfg(feature = "resource-counts")]
-    pub(crate) fn resource_counts(&self, queued_keys: usize) -> crate::ResourceCounts {
+    pub(crate) fn resource_counts(&self, queued_keys: usize) -> ResourceCounts {
         if let Locks::Memory(memory) = &self.locks {
             // No connection, no channel; the hub and the table are the process's, so what
             // they hold is counted as waiters.
-            return crate::ResourceCounts {
+            return ResourceCounts {
                 queued_keys,
                 watched_channels: 0,
                 wake_requests: 0,
@@ -707,12 +592,44 @@ impl Backend {
                 .sum(),
             Locks::Memory(_) => 0,
         };
-        crate::ResourceCounts {
+        ResourceCounts {
             queued_keys,
             watched_channels: usize::from(self.grants.is_subscribed()),
             wake_requests: 0,
             connections,
             registered_waiters: self.grants.waiters(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_store_declares_what_it_can_do() {
+        let in_process = Backend::in_process().capabilities();
+        assert_eq!(in_process, Memory::CAPABILITIES);
+        assert!(in_process.fencing && !in_process.hands_over);
+        // Redlock: no common counter, and a release only wakes a waiter.
+        let redlock = Quorum::CAPABILITIES;
+        assert!(!redlock.fencing && !redlock.hands_over);
+    }
+
+    #[test]
+    fn a_place_is_kept_through_a_dropped_connection_only_where_declared() {
+        let dropped = Failure::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        let refused = Failure::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let keeps = Capabilities {
+            keeps_place_on_drop: true,
+            ..Memory::CAPABILITIES
+        };
+        assert!(keeps.keeps_place_through(&dropped));
+        assert!(!keeps.keeps_place_through(&refused));
+        assert!(!Memory::CAPABILITIES.keeps_place_through(&dropped));
     }
 }

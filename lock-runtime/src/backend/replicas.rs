@@ -15,13 +15,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script};
+use redis::{Cmd, FromRedisValue, RedisResult, Script};
 
 use crate::redis::connection::{Connection, Connections};
-
-/// The error code of a write that too few replicas acknowledged in time (see
-/// [`not_replicated`]); `LockError`'s conversion turns it into `LockError::NotReplicated`.
-pub(crate) const NOT_REPLICATED: &str = "DISTLOCK_NOT_REPLICATED";
 
 /// How many replicas must acknowledge a lock write, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,11 +54,7 @@ impl Replicas {
         let mut pipeline = redis::pipe();
         pipeline.add_command(cmd.clone()).add_command(self.wait());
         let replied: RedisResult<(T, i64)> = match pipeline.query_async(connection).await {
-            Err(error)
-                if script.is_some()
-                    && error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
+            Err(error) if script.is_some() && crate::redis::classify::is_no_script(&error) => {
                 if let Some(script) = script {
                     script.load_async(connection).await?;
                 }
@@ -90,52 +82,15 @@ impl Replicas {
         match probe.query_async::<redis::Value>(connection).await {
             Ok(_) => Ok(()),
             // An answer of the server's (`ERR unknown command`, `NOPERM`), not a lost connection.
-            Err(error) if error.code().is_some() => Err(crate::LockError::config(format!(
-                "`wait_for_replicas` needs the WAIT command, which the server refused \
+            Err(error) if crate::redis::classify::is_server_reply(&error) => {
+                Err(crate::LockError::config(format!(
+                    "`wait_for_replicas` needs the WAIT command, which the server refused \
                      ({error}); allow it (`+wait` for the ACL user, no `rename-command WAIT`), \
                      or leave `wait_for_replicas` out where the service does not offer WAIT \
                      (some managed services replicate on their own terms and refuse it)"
-            ))),
+                )))
+            }
             Err(error) => Err(error.into()),
         }
-    }
-}
-
-/// The error for a lock write on `key` that `acknowledged` of the `wanted` replicas
-/// acknowledged in time.
-pub(crate) fn not_replicated(key: &str, acknowledged: u32, wanted: u32) -> RedisError {
-    redis::make_extension_error(
-        NOT_REPLICATED.to_owned(),
-        Some(format!("{acknowledged} {wanted} {key}")),
-    )
-}
-
-/// What [`not_replicated`] put in `error`: the key, and how many replicas acknowledged of how
-/// many wanted.
-pub(crate) fn as_not_replicated(error: &RedisError) -> Option<(String, u32, u32)> {
-    if error.code() != Some(NOT_REPLICATED) {
-        return None;
-    }
-    let mut parts = error.detail()?.splitn(3, ' ');
-    let acknowledged = parts.next()?.parse().ok()?;
-    let wanted = parts.next()?.parse().ok()?;
-    Some((parts.next()?.to_owned(), acknowledged, wanted))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_error_carries_the_key_and_the_counts() {
-        let error = not_replicated("lock:a b", 0, 2);
-        assert_eq!(
-            as_not_replicated(&error),
-            Some(("lock:a b".to_owned(), 0, 2))
-        );
-        assert_eq!(
-            as_not_replicated(&redis::make_extension_error("OTHER".into(), None)),
-            None
-        );
     }
 }

@@ -4,7 +4,7 @@
 
 use once_cell::sync::Lazy;
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+use redis::{Cmd, FromRedisValue, RedisResult, Script};
 
 /// `EVALSHA <sha> <number of keys> <keys...>`; the caller appends `argv_count` values of up to
 /// `argv_bytes` bytes in all.
@@ -34,7 +34,7 @@ where
     C: ConnectionLike,
 {
     match cmd.query_async(connection).await {
-        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+        Err(error) if crate::redis::classify::is_no_script(&error) => {
             script.load_async(connection).await?;
             cmd.query_async(connection).await
         }

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use crate::backend::keys::LockKeys;
 use crate::backend::Ownership;
+use crate::meters::Hold;
 use crate::shared::Shared;
-use crate::support::meters::Hold;
 use crate::{LockError, LostCause};
 
 /// One held lock.

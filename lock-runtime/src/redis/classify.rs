@@ -103,6 +103,53 @@ pub(crate) fn is_permanent(error: &RedisError) -> bool {
     }
 }
 
+/// Whether `error` is a plain `WRONGTYPE` reply (the code itself, not one quoted inside a
+/// script error): the key named holds a value of another type.
+pub(crate) fn is_wrong_type_reply(error: &RedisError) -> bool {
+    error.code() == Some("WRONGTYPE")
+}
+
+/// Whether Redis answered `NOSCRIPT`: it does not know the script's SHA (a restart, a
+/// failover, `SCRIPT FLUSH`), which loading the script cures.
+pub(crate) fn is_no_script(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Whether `error` is an answer of the server's (`ERR unknown command`, `NOPERM`, ...), not a
+/// lost connection or another client-side failure.
+pub(crate) fn is_server_reply(error: &RedisError) -> bool {
+    error.code().is_some()
+}
+
+/// Whether a cluster refused to run the command for now (it did not run): the slot is being
+/// migrated, or has moved, or the cluster is failing over.
+pub(crate) fn cluster_in_flux(error: &RedisError) -> bool {
+    use redis::ServerErrorKind::{Ask, ClusterDown, MasterDown, Moved, TryAgain};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(TryAgain | Moved | Ask | ClusterDown | MasterDown)
+    )
+}
+
+/// Whether the sentinels named no master for the service (a failover under way, or a wrong
+/// service name).
+pub(crate) fn no_master_named(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::MasterNameNotFoundBySentinel
+}
+
+/// Whether `error` is one that names, in its text, a helper key of a lock that holds another
+/// type (`marker` is the words `line::naming_the_key` writes into it).
+pub(crate) fn names_a_helper_key(error: &RedisError, marker: &str) -> bool {
+    is_wrong_type_reply(error) && error.detail().is_some_and(|detail| detail.contains(marker))
+}
+
+/// Whether `error` is a wrong-type error whose text already names the key at fault (it
+/// contains `marker`).
+pub(crate) fn wrong_type_named(error: &RedisError, marker: &str) -> bool {
+    classify(error) == Meaning::WrongType
+        && error.detail().is_some_and(|detail| detail.contains(marker))
+}
+
 /// Whether a request that failed with `error` may still have reached Redis and run there: it
 /// timed out, or its connection dropped after it was sent (a refused connection sent nothing).
 pub(crate) fn may_have_run(error: &RedisError) -> bool {
@@ -115,6 +162,78 @@ pub(crate) fn may_have_run(error: &RedisError) -> bool {
 /// made anew for the request after it.
 pub(crate) fn connection_dropped(error: &RedisError) -> bool {
     error.is_connection_dropped() && !error.is_connection_refusal()
+}
+
+/// What to do about a Redis error. "Is it running?" fits an unreachable server, not one that
+/// answered: a permission error or a server that is not Redis at all get their own advice.
+pub(crate) fn advice(error: &RedisError) -> &'static str {
+    match classify(error) {
+        // Refused by the client's own command: the user may lack the script commands.
+        Meaning::PermissionDenied if error.code() == Some("NOPERM") => {
+            "the Redis user of the URL lacks a permission distlock needs: allow it EVALSHA and \
+             SCRIPT LOAD, the commands the lock scripts run (SET, GET, DEL, PEXPIRE, PTTL, INCR, \
+             PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET, LREM) on the lock keys, and SUBSCRIBE"
+        }
+        // Refused inside a script, which only runs the commands below.
+        Meaning::PermissionDenied => {
+            "the Redis user of the URL may not run a command of the lock scripts: allow it SET, \
+             GET, DEL, PEXPIRE, PTTL, INCR, PUBLISH, TIME, LPOP, RPUSH, LRANGE, LSET and LREM"
+        }
+        // The key at fault is named in the error (see `Node::naming_the_key`): a helper key
+        // of distlock's, or the lock key itself.
+        Meaning::WrongType
+            if error
+                .detail()
+                .is_some_and(|detail| detail.contains("delete it")) =>
+        {
+            "distlock's helper keys (`{<lock key>}:distlock:<word>`) are its own: delete the one \
+             named, and find what wrote it; distlock writes it anew when it needs it"
+        }
+        Meaning::WrongType
+            if error
+                .detail()
+                .is_some_and(|detail| detail.contains("distlock: the lock key")) =>
+        {
+            "something other than distlock uses that key name: give the locks a key prefix of \
+             their own (`LockManager::builder(url).key_prefix(..)`) or another name"
+        }
+        Meaning::WrongType => {
+            "a key of the lock holds a value of another type — the lock key, or one of its \
+             helper keys (`{<lock key>}:distlock:<word>`) —, so something other than distlock \
+             writes it: delete the helper key, or give the locks a key prefix of their own \
+             (`LockManager::builder(url).key_prefix(..)`)"
+        }
+        Meaning::ReadOnly => {
+            "the URL points at a read-only replica: point it at the master (or a cluster node, \
+             which follows failovers)"
+        }
+        Meaning::Loading | Meaning::BusyScript => {
+            "Redis is reachable but cannot answer yet (loading its data, or blocked by a slow \
+             script); distlock retries until the timeout"
+        }
+        Meaning::ScriptError | Meaning::OtherReply => {
+            "Redis is reachable and answered with this error"
+        }
+        Meaning::NotAReply => match error.kind() {
+            ErrorKind::AuthenticationFailed => "check the user name and password in the URL",
+            ErrorKind::MasterNameNotFoundBySentinel => {
+                "the sentinels name no reachable master for the service: check the service name \
+                 (`sentinel monitor <name> ...`) and that its master is up; during a failover \
+                 this lasts until a replica is promoted"
+            }
+            ErrorKind::Parse => {
+                "the server at the configured URL does not speak the Redis protocol; check the \
+                 host and port"
+            }
+            // rustls refused the server's certificate: the server runs, the trust is missing.
+            _ if error.to_string().contains("invalid peer certificate") => {
+                "the server's TLS certificate was not accepted: trust the CA that signed it with \
+                 `LockManagerBuilder::tls_root_certificate`, and check that the URL's host is a \
+                 name the certificate was issued for"
+            }
+            _ => "check that Redis is running and reachable at the configured URL",
+        },
+    }
 }
 
 #[cfg(test)]

@@ -17,11 +17,17 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::options::Timeouts;
 use crate::redis::eviction::Checked;
 use crate::redis::sentinel::Sentinels;
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
+
+/// Connection and response timeouts of one endpoint's connections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) response: Duration,
+}
 
 /// How many times a cluster connection sends a command again (after a dropped connection, a
 /// response timeout, a redirection), and its longest pause before doing so, in milliseconds.

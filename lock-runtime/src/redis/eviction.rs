@@ -133,7 +133,7 @@ fn judge(server: &str, reply: RedisResult<Value>) -> bool {
 
 /// Says what `eviction` means for locks on `server`: a warning when locks can be evicted.
 fn report(server: &str, eviction: &Eviction) {
-    crate::support::meters::eviction_risk(server, eviction.can_evict_locks());
+    eviction_risk(server, eviction.can_evict_locks());
     if let Eviction::Evicts { policy } = eviction {
         tracing::warn!(
             target: "distlock",
@@ -157,4 +157,16 @@ fn config_get() -> redis::Cmd {
 
 fn timed_out() -> RedisError {
     RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+/// Records whether `server` may evict lock keys, as the check at connect found.
+pub(crate) fn eviction_risk(server: &str, evicts: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("distlock_eviction_risk", "server" => server.to_owned()).set(if evicts {
+        1.0
+    } else {
+        0.0
+    });
+    #[cfg(not(feature = "metrics"))]
+    let _ = (server, evicts);
 }

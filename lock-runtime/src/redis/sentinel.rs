@@ -31,8 +31,8 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use crate::options::Timeouts;
 use crate::redis::classify::{classify, Meaning};
+use crate::redis::connection::Timeouts;
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {
@@ -281,7 +281,7 @@ pub(crate) fn master_tls_mode(sentinels: &[ConnectionInfo]) -> Result<Option<Tls
 /// cannot run it twice.
 pub(crate) fn not_run_for_want_of_a_master(error: &RedisError) -> bool {
     error.is_connection_refusal()
-        || error.kind() == ErrorKind::MasterNameNotFoundBySentinel
+        || crate::redis::classify::no_master_named(error)
         || classify(error) == Meaning::ReadOnly
 }
 

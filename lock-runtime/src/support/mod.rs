@@ -1,8 +1,6 @@
 //! What every part uses and no part owns: pauses between tries (`retry`), the process-wide
-//! runtime for clean-up (`background`), the value a lock key holds (`identity`), and metrics
-//! (`meters`).
+//! runtime for clean-up (`background`), and the value a lock key holds (`identity`).
 
 pub(crate) mod background;
 pub(crate) mod identity;
-pub(crate) mod meters;
 pub(crate) mod retry;

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::acquire::attempt::{fence_failed, micros, new_token, timeout};
 use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, Terms, Via, Won};
-use crate::acquire::place::PlaceInLine;
 use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::LockKeys;
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
+use crate::manager::attempt::{fence_failed, micros, new_token, timeout};
+use crate::manager::place::PlaceInLine;
 use crate::support::retry::jitter;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
@@ -117,7 +117,7 @@ impl LockManager {
                 }
                 Step::FenceFailed => {
                     place.give_up();
-                    return Err(LockError::Redis(fence_failed(&keys)));
+                    return Err(fence_failed(&keys).into());
                 }
                 Step::TimedOut => {
                     place.give_up();
@@ -153,9 +153,9 @@ impl LockManager {
             renew: Some(crate::backend::RENEW),
             ttl: options.ttl_duration(),
             fencing: options.fencing_enabled(),
-            messages: if !backend.hands_over() {
+            messages: if !backend.capabilities().hands_over {
                 Messages::WakeUp
-            } else if backend.waits_for_replicas() {
+            } else if backend.capabilities().waits_for_replicas {
                 Messages::ReplicatedHandOff
             } else {
                 Messages::HandOff
@@ -168,8 +168,8 @@ impl LockManager {
         &self,
         keys: &LockKeys,
         first_try: bool,
-        attempt: redis::RedisResult<Attempt>,
-        last_error: &mut Option<redis::RedisError>,
+        attempt: crate::backend::failure::Result<Attempt>,
+        last_error: &mut Option<crate::backend::Failure>,
     ) -> Outcome {
         let error = match attempt {
             Ok(Attempt::Acquired { fence, expires_in }) => {
@@ -183,11 +183,15 @@ impl LockManager {
             }
             Err(error) => error,
         };
-        let permanent = crate::redis::classify::is_permanent(&error);
+        let permanent = error.is_permanent();
         if !permanent {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "Redis error while acquiring; retrying");
         }
-        let kept = self.inner.backend.keeps_place_through(&error);
+        let kept = self
+            .inner
+            .backend
+            .capabilities()
+            .keeps_place_through(&error);
         *last_error = Some(error);
         if kept {
             Outcome::Interrupted

@@ -20,29 +20,35 @@
 //! lock may be free once every contender has given back, and each master given back wakes one
 //! waiter, as a release does.
 
+mod master;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::{RedisError, RedisResult};
+use redis::RedisError;
 use tokio::time::Instant;
 
-use super::line::{Look, Node, Vote};
-use super::{Attempt, Wait};
+use super::failure::{self, Failure};
+use super::line::Look;
+pub(crate) use master::Master;
+use master::Vote;
+
+use super::{Attempt, Capabilities, LockRequest, Wait};
 use crate::backend::keys::LockKeys;
 
 /// Independent masters voting on every lock.
 pub(crate) struct Quorum {
-    nodes: Vec<Node>,
+    nodes: Vec<Master>,
     node_timeout: Duration,
     /// This manager's wake-up channel, named in its waiters' places.
     channel: Arc<str>,
 }
 
 impl Quorum {
-    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, channel: Arc<str>) -> Self {
+    pub(crate) fn new(nodes: Vec<Master>, node_timeout: Duration, channel: Arc<str>) -> Self {
         Quorum {
             nodes,
             node_timeout,
@@ -50,7 +56,17 @@ impl Quorum {
         }
     }
 
-    pub(crate) fn nodes(&self) -> &[Node] {
+    /// What Redlock can do: no fencing (independent masters keep no common counter), no
+    /// hand-off (a release only wakes a waiter), each master's vote sent again on its own.
+    pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+        fencing: false,
+        hands_over: false,
+        resends_commands: false,
+        waits_for_replicas: false,
+        keeps_place_on_drop: false,
+    };
+
+    pub(crate) fn nodes(&self) -> &[Master] {
         &self.nodes
     }
 
@@ -66,7 +82,7 @@ impl Quorum {
     /// 100 ms, so that bound would fail `connect` on healthy masters. Each master's connect and
     /// response timeouts bound it instead, and a frozen minority costs nothing once a majority
     /// answered.
-    pub(crate) async fn ping(&self, probe: &LockKeys) -> RedisResult<()> {
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         let mut pending: FuturesUnordered<_> =
             self.nodes.iter().map(|node| node.ping(probe)).collect();
         let (mut results, mut answered) = (Vec::new(), 0);
@@ -83,13 +99,15 @@ impl Quorum {
     }
 
     /// One attempt on every master; see the module documentation.
-    pub(crate) async fn try_lock(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        wait: Wait,
-    ) -> RedisResult<Attempt> {
+    pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
+        // Independent masters keep no common counter: a manager refuses fencing here.
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            wait,
+            ..
+        } = request;
         let member = match &wait {
             Wait::InLine {
                 channel: Some(channel),
@@ -189,7 +207,7 @@ impl Quorum {
     /// was ours, and takes `token`'s places in the wake lists out (a waiter that gives up, or
     /// one that won a majority while some masters were held by others); ours if a majority
     /// still held it.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let member = member(&self.channel, token);
         let results = self
             .on_each(|node| node.release_vote(keys, token, Some(&member), true))
@@ -204,7 +222,7 @@ impl Quorum {
         keys: &LockKeys,
         token: &str,
         keep_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let results = self
             .on_each(|node| async move { Ok(node.hold(keys, token, keep_millis).await?.is_ours()) })
             .await;
@@ -217,7 +235,7 @@ impl Quorum {
         keys: &LockKeys,
         token: &str,
         ttl_millis: u64,
-    ) -> RedisResult<bool> {
+    ) -> failure::Result<bool> {
         let started = Instant::now();
         let results = self
             .on_each(
@@ -229,7 +247,7 @@ impl Quorum {
     }
 
     /// Whether a majority of the masters hold `token` for the lock.
-    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let results = self.on_each(|node| node.is_held(keys, token)).await;
         self.majority_true(&results)
     }
@@ -238,7 +256,7 @@ impl Quorum {
     /// shortest time left among them; `None` when no value has a majority (free, or taken on
     /// too few masters to count as held). Masters have no line, so no waiters are counted, and
     /// no fencing counter.
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> RedisResult<Option<Look>> {
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
         let results = self.on_each(|node| node.inspect(keys)).await;
         let answered = results.iter().filter(|result| result.is_ok()).count();
         self.check_quorum(&results, answered)?;
@@ -266,17 +284,17 @@ impl Quorum {
     }
 
     /// Runs `operation` on every master at once, each bounded by the per-node timeout.
-    async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<RedisResult<T>>
+    async fn on_each<'a, T, F, Fut>(&'a self, operation: F) -> Vec<failure::Result<T>>
     where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = RedisResult<T>> + 'a,
+        F: Fn(&'a Master) -> Fut,
+        Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(self.nodes.iter().map(|node| {
             let call = operation(node);
             async move {
                 tokio::time::timeout(self.node_timeout, call)
                     .await
-                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
             }
         }))
         .await
@@ -288,10 +306,10 @@ impl Quorum {
         &'a self,
         which: &[bool],
         operation: F,
-    ) -> Vec<RedisResult<T>>
+    ) -> Vec<failure::Result<T>>
     where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = RedisResult<T>> + 'a,
+        F: Fn(&'a Master) -> Fut,
+        Fut: Future<Output = failure::Result<T>> + 'a,
     {
         join_all(
             self.nodes
@@ -303,7 +321,7 @@ impl Quorum {
                     async move {
                         tokio::time::timeout(self.node_timeout, call)
                             .await
-                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
+                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
                     }
                 }),
         )
@@ -313,7 +331,7 @@ impl Quorum {
     /// `true` when a majority answered `true`, `false` when enough answered `false` that no
     /// majority is left; an error when the silent masters could still make up a majority (they
     /// may hold our token: "not ours" would then be false).
-    fn majority_true(&self, results: &[RedisResult<bool>]) -> RedisResult<bool> {
+    fn majority_true(&self, results: &[failure::Result<bool>]) -> failure::Result<bool> {
         let yes = results
             .iter()
             .filter(|result| matches!(result, Ok(true)))
@@ -330,39 +348,42 @@ impl Quorum {
         Ok(false)
     }
 
-    /// The error of an answer that the silent masters could still turn either way.
-    fn undecided<T>(&self, results: &[RedisResult<T>], yes: usize, silent: usize) -> RedisError {
-        let last_error = results
-            .iter()
-            .rev()
-            .find_map(|result| result.as_ref().err())
-            .map_or_else(String::new, ToString::to_string);
-        RedisError::from(std::io::Error::other(format!(
-            "{yes} of {} Redlock masters confirmed and {silent} did not answer, which may \
-             still hold the lock: a majority ({}) can neither be confirmed nor ruled out \
-             (last error: {last_error})",
-            self.nodes.len(),
-            self.majority()
-        )))
+    /// The failure of an answer that the silent masters could still turn either way.
+    fn undecided<T>(&self, results: &[failure::Result<T>], yes: usize, silent: usize) -> Failure {
+        Failure::Undecided {
+            masters: self.nodes.len(),
+            confirmed: yes,
+            silent,
+            needed: self.majority(),
+            last_error: last_error(results),
+        }
     }
 
-    /// An error naming how many masters answered, when fewer than a majority did.
-    fn check_quorum<T>(&self, results: &[RedisResult<T>], answered: usize) -> RedisResult<()> {
+    /// A failure naming how many masters answered, when fewer than a majority did.
+    fn check_quorum<T>(
+        &self,
+        results: &[failure::Result<T>],
+        answered: usize,
+    ) -> failure::Result<()> {
         if answered >= self.majority() {
             return Ok(());
         }
-        let last_error = results
-            .iter()
-            .rev()
-            .find_map(|result| result.as_ref().err())
-            .map_or_else(String::new, ToString::to_string);
-        Err(RedisError::from(std::io::Error::other(format!(
-            "only {answered} of {} Redlock masters answered, and a majority ({}) is needed \
-             (last error: {last_error}); bring masters back or check the URLs",
-            self.nodes.len(),
-            self.majority()
-        ))))
+        Err(Failure::NoQuorum {
+            masters: self.nodes.len(),
+            answered,
+            needed: self.majority(),
+            last_error: last_error(results),
+        })
     }
+}
+
+/// The last error among `results`, as text (empty when none failed).
+fn last_error<T>(results: &[failure::Result<T>]) -> String {
+    results
+        .iter()
+        .rev()
+        .find_map(|result| result.as_ref().err())
+        .map_or_else(String::new, ToString::to_string)
 }
 
 /// The holder on the most masters, and on how many: only it can have a majority. Holders that
@@ -422,10 +443,7 @@ mod tests {
         let nodes = (0..n)
             .map(|_| {
                 let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-                Node::new(
-                    Connections::new(Endpoint::Standalone(client), timeouts),
-                    super::super::line::Protocol::Wake,
-                )
+                Master::new(Connections::new(Endpoint::Standalone(client), timeouts))
             })
             .collect();
         Quorum::new(nodes, Duration::from_millis(100), Arc::from("channel"))
@@ -436,8 +454,8 @@ mod tests {
     }
 
     /// A master that did not answer.
-    fn silent() -> RedisResult<bool> {
-        Err(RedisError::from(std::io::Error::other("master down")))
+    fn silent() -> failure::Result<bool> {
+        Err(RedisError::from(std::io::Error::other("master down")).into())
     }
 
     // An `Option` because the remaining ttls it stands for are: a master may not say.

@@ -28,18 +28,6 @@ use tokio::time::Instant;
 
 use crate::{LockError, LockOptions};
 
-/// Records whether `server` may evict lock keys, as the check at connect found.
-pub(crate) fn eviction_risk(server: &str, evicts: bool) {
-    #[cfg(feature = "metrics")]
-    metrics::gauge!("distlock_eviction_risk", "server" => server.to_owned()).set(if evicts {
-        1.0
-    } else {
-        0.0
-    });
-    #[cfg(not(feature = "metrics"))]
-    let _ = (server, evicts);
-}
-
 /// The label of a lock without one.
 #[cfg(feature = "metrics")]
 const UNLABELLED: &str = "unlabelled";

@@ -56,7 +56,7 @@ impl LockManager {
             // A connection that sends a command again after a dropped reply may have been
             // answered "held" by the lock its first send took: ask whose it is.
             Attempt::Held { .. }
-                if self.inner.backend.resends_commands()
+                if self.inner.backend.capabilities().resends_commands
                     && self.inner.backend.is_held(&keys, &token).await? =>
             {
                 tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
@@ -89,7 +89,7 @@ impl LockManager {
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> redis::RedisResult<Attempt> {
+    ) -> crate::backend::failure::Result<Attempt> {
         let in_line = matches!(wait, Wait::InLine { .. });
         let (manager, request_keys, request_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
@@ -97,12 +97,18 @@ impl LockManager {
             manager
                 .inner
                 .backend
-                .try_lock(&request_keys, &request_token, ttl_millis, fencing, wait)
+                .try_lock(crate::backend::LockRequest {
+                    keys: &request_keys,
+                    token: &request_token,
+                    ttl_millis,
+                    fencing,
+                    wait,
+                })
                 .await
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
-        let clean_up = move |outcome: Option<redis::RedisResult<Attempt>>| async move {
+        let clean_up = move |outcome: Option<crate::backend::failure::Result<Attempt>>| async move {
             match outcome {
                 // Granted to a caller that is gone; or it took (or renewed) a place in line,
                 // maybe after the waiter's own leaving ran (a call finished in the background
@@ -116,7 +122,7 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !crate::redis::classify::may_have_run(&error) => {}
+                Some(Err(error)) if !error.may_have_run() => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -130,8 +136,8 @@ impl LockManager {
         if let Err(error) = &outcome {
             // A waiter that keeps its place goes on under this token: its next look finds what
             // this attempt did, and its place is left if it gives up.
-            let kept = in_line && self.inner.backend.keeps_place_through(error);
-            if crate::redis::classify::may_have_run(error) && !kept {
+            let kept = in_line && self.inner.backend.capabilities().keeps_place_through(error);
+            if error.may_have_run() && !kept {
                 crate::acquire::finish::spawn_clean_up(clean_up, None);
             }
         }
@@ -192,16 +198,10 @@ pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The error of a hand-off that could not issue the waiter's fencing token.
-pub(crate) fn fence_failed(keys: &LockKeys) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "fencing counter unusable",
-        format!(
-            "the fencing counter {} could not issue a token (it is not a number, or below 0), so \
-             the lock was passed on; set the counter above the largest token your storage has \
-             accepted, or delete it if no storage has seen its tokens",
-            keys.fence()
-        ),
-    ))
+/// The failure of a hand-off that could not issue the waiter's fencing token.
+pub(crate) fn fence_failed(keys: &LockKeys) -> crate::backend::Failure {
+    crate::backend::Failure::FencingBroken {
+        counter: keys.fence(),
+        value: None,
+    }
 }

@@ -1,5 +1,9 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
+mod attempt;
+mod driver;
+mod place;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -9,8 +13,8 @@ use tokio::time::Instant;
 use crate::backend::keys::LockKeys;
 use crate::backend::Backend;
 use crate::builder::{LockManagerBuilder, Topology};
+use crate::meters::Meter;
 use crate::shared::Shared;
-use crate::support::meters::Meter;
 use crate::{LockError, LockGuard, LockOptions};
 
 /// Takes and releases locks on one Redis deployment.
@@ -281,7 +285,7 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<(u64, LockKeys), LockError> {
         let ttl_millis = options.validate()?;
-        if options.fencing_enabled() && !self.inner.backend.supports_fencing() {
+        if options.fencing_enabled() && !self.inner.backend.capabilities().fencing {
             return Err(LockError::config(
                 "fencing tokens are not available on Redlock: they need one counter that every \
                  acquisition increments in order, and independent masters each count on their \

@@ -1,0 +1,214 @@
+//! [`Failure`]: why a store operation failed, as the store saw it. Every backend operation
+//! returns one; `LockError`'s conversion (the one place that turns it into what a user is told)
+//! is `From<Failure> for LockError` below.
+//!
+//! A store's own failures — no majority of Redlock masters, a fencing counter that cannot issue
+//! a token, a write too few replicas acknowledged — are variants of their own, never dressed as
+//! a [`redis::RedisError`]: only what Redis (or the connection to it) said is a
+//! [`Failure::Redis`].
+
+use redis::RedisError;
+
+use crate::LockError;
+
+/// A backend operation's result.
+pub(crate) type Result<T> = std::result::Result<T, Failure>;
+
+/// Why a backend operation failed.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// Redis answered with an error, or could not be reached in time.
+    Redis(RedisError),
+    /// Fewer Redlock masters than a majority answered.
+    NoQuorum {
+        /// How many masters there are.
+        masters: usize,
+        /// How many answered.
+        answered: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+    /// Redlock masters that did not answer could still turn the answer either way.
+    Undecided {
+        /// How many masters there are.
+        masters: usize,
+        /// How many confirmed.
+        confirmed: usize,
+        /// How many did not answer.
+        silent: usize,
+        /// How many make a majority.
+        needed: usize,
+        /// The last error a master gave.
+        last_error: String,
+    },
+    /// The fencing counter could not issue a token: it gave `value` (`None`: the hand-off that
+    /// would have issued one could not).
+    FencingBroken { counter: String, value: Option<i64> },
+    /// Fewer replicas than `wait_for_replicas` asks for acknowledged a lock write in time.
+    NotReplicated {
+        key: String,
+        acknowledged: u32,
+        wanted: u32,
+    },
+    /// A store answered something its lock operation never answers: `what` answered `reply`.
+    UnexpectedReply { what: &'static str, reply: String },
+}
+
+impl Failure {
+    /// Whether retrying cannot help (see `classify::is_permanent`): a store's own failures
+    /// may pass (masters come back, a replica catches up), a broken fencing counter does not
+    /// mend by itself but is reported at once by the acquisition that meets it.
+    pub(crate) fn is_permanent(&self) -> bool {
+        match self {
+            Failure::Redis(error) => crate::redis::classify::is_permanent(error),
+            _ => false,
+        }
+    }
+
+    /// Whether the request may still have reached the store and run there (see
+    /// `classify::may_have_run`): only a Redis error without an answer can say so; a store's
+    /// own failure comes with every answer it needed.
+    pub(crate) fn may_have_run(&self) -> bool {
+        match self {
+            Failure::Redis(error) => crate::redis::classify::may_have_run(error),
+            _ => false,
+        }
+    }
+
+    /// Whether the request failed because its connection dropped (see
+    /// `classify::connection_dropped`).
+    pub(crate) fn connection_dropped(&self) -> bool {
+        match self {
+            Failure::Redis(error) => crate::redis::classify::connection_dropped(error),
+            _ => false,
+        }
+    }
+
+    /// Whether Redis answered `WRONGTYPE` for the lock key itself (not for one of its helper
+    /// keys, see `line::names_a_helper`): the key is no lock.
+    pub(crate) fn is_lock_key_of_another_type(&self) -> bool {
+        matches!(self, Failure::Redis(error)
+            if crate::redis::classify::is_wrong_type_reply(error)
+                && !super::line::names_a_helper(error))
+    }
+}
+
+impl From<RedisError> for Failure {
+    fn from(error: RedisError) -> Self {
+        Failure::Redis(error)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Redis(error) => error.fmt(f),
+            Failure::UnexpectedReply { what, reply } => write!(f, "{what} answered {reply}"),
+            other => LockError::from(other.clone()).fmt(f),
+        }
+    }
+}
+
+/// The one place a store's failure becomes what the user is told.
+impl From<Failure> for LockError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Redis(error) => LockError::Redis(error),
+            Failure::NoQuorum {
+                masters,
+                answered,
+                needed,
+                last_error,
+            } => LockError::NoQuorum {
+                masters,
+                answered,
+                needed,
+                last_error,
+            },
+            Failure::Undecided {
+                masters,
+                confirmed,
+                silent,
+                needed,
+                last_error,
+            } => LockError::QuorumUndecided {
+                masters,
+                confirmed,
+                silent,
+                needed,
+                last_error,
+            },
+            Failure::FencingBroken { counter, value } => LockError::FencingBroken {
+                counter,
+                found: value.map_or_else(
+                    || "a value that is not a number, or below 0".to_owned(),
+                    |value| value.to_string(),
+                ),
+            },
+            Failure::NotReplicated {
+                key,
+                acknowledged,
+                wanted,
+            } => LockError::NotReplicated {
+                key,
+                acknowledged,
+                wanted,
+            },
+            Failure::UnexpectedReply { what, reply } => LockError::UnexpectedReply {
+                what: what.to_owned(),
+                reply,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stores_own_failures_are_typed_errors_not_redis_ones() {
+        let not_replicated = Failure::NotReplicated {
+            key: "lock:a b".into(),
+            acknowledged: 0,
+            wanted: 2,
+        };
+        assert!(matches!(
+            LockError::from(not_replicated),
+            LockError::NotReplicated { key, acknowledged: 0, wanted: 2 } if key == "lock:a b"
+        ));
+        let no_quorum = Failure::NoQuorum {
+            masters: 5,
+            answered: 2,
+            needed: 3,
+            last_error: "down".into(),
+        };
+        assert!(!no_quorum.is_permanent() && !no_quorum.may_have_run());
+        assert!(no_quorum
+            .to_string()
+            .contains("only 2 of 5 Redlock masters answered"));
+        assert!(matches!(
+            LockError::from(no_quorum),
+            LockError::NoQuorum { answered: 2, .. }
+        ));
+        let fence = Failure::FencingBroken {
+            counter: "{lock:a}:distlock:fence".into(),
+            value: Some(0),
+        };
+        assert!(matches!(
+            LockError::from(fence),
+            LockError::FencingBroken { .. }
+        ));
+    }
+
+    #[test]
+    fn a_redis_error_is_read_as_classify_reads_it() {
+        let dropped = Failure::from(RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert!(dropped.connection_dropped() && dropped.may_have_run());
+        assert!(!dropped.is_permanent());
+    }
+}

@@ -1,0 +1,136 @@
+//! Looking at a lock on one endpoint, and scanning it for lock keys.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::Node;
+use crate::backend::failure;
+use crate::backend::keys::LockKeys;
+use crate::backend::scripts;
+use crate::redis::connection::Connection;
+
+impl Node {
+    /// One look at the lock, as inspection shows it; `None` when it is free.
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> failure::Result<Option<Look>> {
+        let mut connection = self.connection().await?;
+        let (line, fence, since, leases) = (keys.line(), keys.fence(), keys.since(), keys.leases());
+        let cmd = scripts::evalsha(
+            &scripts::INSPECT,
+            &[&keys.lock, &line, &fence, &since, &leases],
+            0,
+            0,
+        );
+        let reply: Option<InspectReply> =
+            scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
+        Ok(reply.map(|(value, pttl, waiters, fence, since)| {
+            let granted = since.and_then(|record| granted_at(&record, &value));
+            Look {
+                value,
+                ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
+                waiters,
+                fence: fence.and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok()),
+                granted,
+            }
+        }))
+    }
+
+    /// Where to scan for lock keys: this server, or each master of the cluster.
+    pub(crate) async fn scan_targets(&self) -> failure::Result<Vec<ScanTarget>> {
+        let mut connection = self.connection().await?;
+        if !matches!(connection, Connection::Cluster(_)) {
+            return Ok(vec![ScanTarget::Server]);
+        }
+        let slots: Vec<Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut connection)
+            .await?;
+        Ok(crate::diagnose::cluster_masters(&slots)
+            .into_iter()
+            .map(|(host, port)| ScanTarget::Address(host, port))
+            .collect())
+    }
+
+    /// One `SCAN` step on `target`: the next cursor (0 when done) and the string keys found
+    /// that match `pattern`.
+    pub(crate) async fn scan(
+        &self,
+        target: &ScanTarget,
+        cursor: u64,
+        pattern: &str,
+    ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
+        let mut connection = self.connection().await?;
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .arg("TYPE")
+            .arg("string");
+        match (target, &mut connection) {
+            (ScanTarget::Address(host, port), Connection::Cluster(cluster)) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let reply = cluster.route_command(cmd, routing).await?;
+                Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
+            }
+            _ => Ok(cmd.query_async(&mut connection).await?),
+        }
+    }
+
+    /// Whether the lock key holds `token` now.
+    pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
+        let mut connection = self.connection().await?;
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(&*keys.lock)
+            .query_async(&mut connection)
+            .await?;
+        Ok(holder.as_deref() == Some(token))
+    }
+}
+
+/// How many keys one `SCAN` step asks a server to look at: large enough that listing a big
+/// keyspace takes few round trips, small enough that no step blocks the server for long.
+pub(super) const SCAN_COUNT: u64 = 1000;
+
+/// The inspect script's reply for a held lock: value, pttl, waiters, fencing counter, `since`
+/// record.
+pub(super) type InspectReply = (Vec<u8>, i64, u64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The grant time in a `since` record (`"<UUID> <Redis time in ms>"`, see `granted` in
+/// `scripts.rs`), if it names the holder of `value` (whose value starts with its UUID): a record
+/// left by an earlier holder names another UUID.
+pub(super) fn granted_at(record: &[u8], value: &[u8]) -> Option<std::time::SystemTime> {
+    let (uuid, millis) = std::str::from_utf8(record).ok()?.split_once(' ')?;
+    if uuid.len() != 36 || value.get(..36) != Some(uuid.as_bytes()) {
+        return None;
+    }
+    std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis.parse().ok()?))
+}
+
+/// What one look at a lock found (see `scripts::INSPECT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Look {
+    /// The lock key's value: distlock's token and holder, or whatever else wrote it.
+    pub(crate) value: Vec<u8>,
+    /// `None`: the key has no expiry.
+    pub(crate) ttl_left: Option<Duration>,
+    pub(crate) waiters: u64,
+    pub(crate) fence: Option<u64>,
+    /// When its holder got it, for a holder that waited first (whose value was made before
+    /// its wait); `None` when the value's own time is right.
+    pub(crate) granted: Option<std::time::SystemTime>,
+}
+
+/// One server to scan for lock keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScanTarget {
+    /// The one server of a standalone endpoint (or a Redlock master).
+    Server,
+    /// A cluster master, by the address the cluster gives for it.
+    Address(String, u16),
+}

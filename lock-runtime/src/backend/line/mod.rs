@@ -1,0 +1,311 @@
+//! One Redis endpoint — a standalone server or a whole cluster — and the lock operations on it.
+
+//!
+//! Every key of a lock shares one hash slot, so each script runs on the one node that owns it,
+//! and waiters queue in one line per lock, served first come, first served, each release
+//! handing the lock to the next waiter (`scripts::ACQUIRE`, `scripts::RELEASE`). A Redlock
+//! master, which cannot hand a lock over on its own, is a `quorum::Master` built on a `Node`.
+//!
+//! The operations by what they do: taking the lock or a place in line (`acquire`), giving it
+//! back, holding or extending it (`release`), looking at it (`look`).
+
+mod acquire;
+mod look;
+mod release;
+mod remembered;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+
+use super::failure::{self, Failure};
+use super::recent::Contended;
+use super::replicas::Replicas;
+use super::{Capabilities, Unlock};
+use crate::backend::keys::LockKeys;
+use crate::redis::connection::{Connection, Connections};
+pub(crate) use acquire::set_nx;
+pub(crate) use look::{Look, ScanTarget};
+
+/// One endpoint: its per-runtime connections and the lock scripts run on them.
+pub(crate) struct Node {
+    connections: Arc<Connections>,
+    /// What this manager recently learned of each lock (see `remembered`); a Redlock master's
+    /// stays empty, as its operations are the quorum's.
+    contended: Contended,
+    /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
+    join_refused: AtomicBool,
+    /// How many replicas must acknowledge a lock or an extension (`wait_for_replicas`).
+    replicas: Option<Replicas>,
+}
+
+/// May a command be sent twice? Each operation names its rule where it sends the command, and
+/// [`Node::sends_again`] applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Never sent again: a second run whose first reached the server would answer falsely (a
+    /// release without the `released` marker, or Redlock's release and hold, which have none,
+    /// would find the lock gone and report it lost).
+    AtMostOnce,
+    /// Runs the same twice: an extension, a forced release (its `forced` mark knows the first
+    /// run), a Redlock vote, a first try (which finds the lock its first run took), a waiter
+    /// leaving the line.
+    Idempotent,
+    /// Carries the lock's `released` marker, by which a second run learns what the first did
+    /// (see `scripts::RELEASE`, `scripts::HOLD`).
+    Marked,
+}
+
+impl Node {
+    pub(crate) fn new(connections: Arc<Connections>) -> Self {
+        Node {
+            connections,
+            contended: Contended::default(),
+            join_refused: AtomicBool::new(false),
+            replicas: None,
+        }
+    }
+
+    /// Counts a lock or an extension only once `replicas` acknowledged it.
+    pub(crate) fn wait_for_replicas(&mut self, replicas: Replicas) {
+        self.replicas = Some(replicas);
+    }
+
+    pub(crate) async fn connection(&self) -> RedisResult<Connection> {
+        self.connections.get().await
+    }
+
+    #[cfg(feature = "resource-counts")]
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.connections
+    }
+
+    /// What a single endpoint can do: issue fencing tokens from its one counter, hand a lock
+    /// over by a message; a cluster's connection re-sends commands by itself, any other keeps a
+    /// waiter's place through a dropped connection.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: true,
+            hands_over: true,
+            resends_commands: self.resends_commands(),
+            waits_for_replicas: self.waits_for_replicas(),
+            keeps_place_on_drop: !self.resends_commands(),
+        }
+    }
+
+    /// Whether this endpoint's connection sends a command again after losing its reply.
+    pub(crate) fn resends_commands(&self) -> bool {
+        self.connections.is_cluster()
+    }
+
+    /// Runs `operation`, and once more — on the connection made anew — when its connection had
+    /// dropped (see `classify::connection_dropped`) and `rule` allows it (see [`Resend`]): else
+    /// a lock released after a long idle section would stay taken until its ttl, and every
+    /// waiter with it. A cluster connection sends commands again by itself.
+    pub(crate) async fn send<T, F>(
+        &self,
+        rule: Resend,
+        operation: impl Fn() -> F,
+    ) -> failure::Result<T>
+    where
+        F: std::future::Future<Output = failure::Result<T>>,
+    {
+        match operation().await {
+            Err(error) if self.sends_again(rule, &error) => operation().await,
+            other => other,
+        }
+    }
+
+    /// The rule of a release or hold that leaves the lock to another: [`Resend::Marked`] when
+    /// its connection may have been closed for being idle, the one case where a drop is
+    /// likely; else [`Resend::AtMostOnce`], as a release without the marker would, run twice,
+    /// find the lock gone and report it lost.
+    pub(crate) fn release_rule(&self) -> Resend {
+        if self.may_be_idle_closed() {
+            Resend::Marked
+        } else {
+            Resend::AtMostOnce
+        }
+    }
+
+    /// Whether this runtime's connection has gone unused long enough that a server may have
+    /// closed it for being idle: Redis counts its `timeout` in whole seconds. (Not on a
+    /// cluster, whose connection sends a command again by itself.)
+    fn may_be_idle_closed(&self) -> bool {
+        !self.resends_commands() && self.connections.idle_for() >= IDLE_CLOSE_POSSIBLE
+    }
+
+    /// The one answer to "is this request sent again?": when `rule` allows a second run, its
+    /// connection dropped, and the endpoint's connection does not send it again by itself.
+    pub(crate) fn sends_again(&self, rule: Resend, error: &Failure) -> bool {
+        let again =
+            rule != Resend::AtMostOnce && !self.resends_commands() && error.connection_dropped();
+        if again {
+            tracing::debug!(target: "distlock", %error, "connection dropped; sending once more on a new one");
+        }
+        again
+    }
+
+    /// `result`, with a `WRONGTYPE` error that names no key — Redis's own, from a command
+    /// inside a lock script — made into one that names the key at fault: the lock's keys are
+    /// read one by one (`GET`, `LRANGE` for the line: commands the lock scripts run anyway, so
+    /// allowed by their ACL) until one answers `WRONGTYPE`. Only on that error: it costs
+    /// nothing otherwise. The error is kept as it was when no key answers so by then.
+    pub(crate) async fn naming_the_key<T>(
+        &self,
+        keys: &LockKeys,
+        result: failure::Result<T>,
+    ) -> failure::Result<T> {
+        let error = match result {
+            Err(Failure::Redis(error))
+                if crate::redis::classify::classify(&error)
+                    == crate::redis::classify::Meaning::WrongType
+                    && !crate::redis::classify::wrong_type_named(&error, "distlock:") =>
+            {
+                error
+            }
+            other => return other,
+        };
+        let Ok(mut connection) = self.connection().await else {
+            return Err(error.into());
+        };
+        let (line, fence, released, forced) =
+            (keys.line(), keys.fence(), keys.released(), keys.forced());
+        let candidates = [
+            (&*keys.lock, None),
+            (line.as_str(), Some("line of waiters")),
+            (fence.as_str(), Some("fencing counter")),
+            (released.as_str(), Some("`released` marker")),
+            (forced.as_str(), Some("`forced` mark")),
+        ];
+        for (key, helper) in candidates {
+            let read = if helper == Some("line of waiters") {
+                let mut cmd = redis::cmd("LRANGE");
+                cmd.arg(key).arg(0).arg(0);
+                cmd
+            } else {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(key);
+                cmd
+            };
+            let answer: RedisResult<Value> = read.query_async(&mut connection).await;
+            let Err(looked) = answer else { continue };
+            if !crate::redis::classify::is_wrong_type_reply(&looked) {
+                continue;
+            }
+            let detail = match helper {
+                None => format!(
+                    "distlock: the lock key {key} holds a value of another type, not a lock"
+                ),
+                Some(role) => format!(
+                    "distlock: the {role} {key} of the lock {lock} {HELPER_OF_ANOTHER_TYPE}; \
+                     delete it",
+                    lock = keys.lock
+                ),
+            };
+            return Err(redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into());
+        }
+        Err(error.into())
+    }
+
+    /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
+    /// `PING`, then the release script on a probe key with a token that matches nothing (it
+    /// deletes nothing, and loads the script for the first real release).
+    pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
+        let mut connection = self.connection().await?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut connection)
+            .await?;
+        self.unlock(probe, "no token matches this", Unlock::Release, None)
+            .await
+            .map(drop)
+    }
+
+    /// With `wait_for_replicas`, checks that the server runs `WAIT` (see `Replicas::check`).
+    pub(crate) async fn check_wait(&self) -> Result<(), crate::LockError> {
+        match &self.replicas {
+            Some(replicas) => replicas.check(&mut self.connection().await?).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Gives back a lock that too few replicas acknowledged (and the place in line of its
+    /// token, if any): the error that says so. Should the give-back fail, the lock expires at
+    /// the end of its ttl.
+    async fn not_acknowledged(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        acknowledged: u32,
+        replicas: Replicas,
+    ) -> Failure {
+        if let Err(error) = self.unlock(keys, token, Unlock::Leave, None).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not give back a lock too few replicas acknowledged; it expires with its ttl");
+        }
+        tracing::debug!(target: "distlock", key = %keys.lock, acknowledged, wanted = replicas.count, "too few replicas acknowledged the lock; given back");
+        Failure::NotReplicated {
+            key: keys.lock.to_string(),
+            acknowledged,
+            wanted: replicas.count,
+        }
+    }
+
+    /// Whether locks count only once replicas acknowledged them.
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        self.replicas.is_some()
+    }
+}
+
+/// Whether `error` is one that [`Node::naming_the_key`] made to name a helper key of the
+/// lock (its line, fencing counter or a marker) that holds another type: the lock itself may
+/// be held all the same.
+pub(crate) fn names_a_helper(error: &redis::RedisError) -> bool {
+    crate::redis::classify::names_a_helper_key(error, HELPER_OF_ANOTHER_TYPE)
+}
+
+/// What [`Node::naming_the_key`] says of a helper key of another type (and what
+/// [`Node::names_a_helper`] looks for).
+pub(super) const HELPER_OF_ANOTHER_TYPE: &str =
+    "holds a value of another type: something other than distlock wrote that key";
+
+/// How long a connection must have gone unused before a server may have closed it for being
+/// idle (see [`Node::may_be_idle_closed`]).
+pub(super) const IDLE_CLOSE_POSSIBLE: Duration = Duration::from_secs(1);
+
+/// The failure of a lock script that answered `reply`, which it never answers.
+pub(super) fn unexpected_reply(what: &'static str, reply: &[i64]) -> Failure {
+    Failure::UnexpectedReply {
+        what,
+        reply: format!("{reply:?}"),
+    }
+}
+
+/// The failure of a fencing token below 1, naming the counter.
+pub(super) fn bad_fence(counter: String, value: i64) -> Failure {
+    Failure::FencingBroken {
+        counter,
+        value: Some(value),
+    }
+}
+
+/// Whether `PUBLISH` on `connection` answers how many of the waiters' connections received the
+/// message, which tells a dead waiter (see `scripts::LINE_PRELUDE`): everywhere but on a
+/// cluster, which forwards a publish to every node and counts only the receivers on the one
+/// the lock lives on.
+pub(super) fn counts_receivers(connection: &Connection) -> bool {
+    !matches!(connection, Connection::Cluster(_))
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}

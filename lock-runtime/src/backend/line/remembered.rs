@@ -1,0 +1,206 @@
+//! What a single endpoint remembers of each lock as it goes — a key just handed over, its last
+//! place in a line, Redis's clock (`recent::Contended`), whether Redis refused the one-command
+//! join — and the lock operations that use it: the ones the backend's dispatch calls.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::Node;
+use crate::backend::failure::{self, Failure};
+use crate::backend::keys::LockKeys;
+use crate::backend::recent::Written;
+use crate::backend::{Attempt, LockRequest, Ownership, Released, Unlock, Wait, LEASE};
+use crate::redis::classify::Meaning;
+
+impl Node {
+    /// One attempt to take the lock; `wait` says what else it must find out or mark (see
+    /// `Backend::try_lock`).
+    pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            wait,
+        } = request;
+        if let Some(pushed) = self
+            .join_behind(keys, token, ttl_millis, fencing, &wait)
+            .await?
+        {
+            return Ok(pushed);
+        }
+        let sent = Instant::now();
+        let entry = match &wait {
+            Wait::InLine { renewing: true, .. } => self.contended.entry(&keys.lock, token),
+            _ => None,
+        };
+        let channel = match &wait {
+            Wait::InLine {
+                channel: Some(channel),
+                ..
+            } => Some(Arc::clone(channel)),
+            _ => None,
+        };
+        let tried = self
+            .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
+            .await;
+        let (attempt, place) = self.naming_the_key(keys, tried).await?;
+        if let Some(place) = place {
+            self.contended
+                .place_given(&keys.lock, place, sent, Instant::now());
+            // What the look did with the waiter's entry: its next renewal passes the
+            // entry's text and its lease, and needs not look for it (see `ACQUIRE`).
+            let text = (place.written != Written::Lease).then(|| {
+                crate::backend::scripts::line_entry(
+                    token,
+                    place.deadline,
+                    ttl_millis,
+                    fencing,
+                    channel.as_deref().unwrap_or(""),
+                )
+            });
+            let lease = (place.written != Written::Entry).then_some(place.deadline);
+            let token: Arc<str> = Arc::from(token);
+            self.contended
+                .entry_written(&keys.lock, &token, text, lease);
+        }
+        Ok(attempt)
+    }
+
+    /// A join in one command: the waiter's entry appended with `RPUSHX`, which appends only
+    /// to a line that exists, that is, behind waiters who are served before it (a line with
+    /// waiters in it is not left with a free lock: each release hands it to the first of them,
+    /// and a lock that expires is taken by the first waiter's next look). Its lease deadline is
+    /// one Redis gave a place of this manager's in this line less than a renewal ago (see
+    /// `Contended::recent_place`), when the line's expiry was also set, two leases ahead. So a
+    /// process that goes on contending for a lock joins its line with one command rather than
+    /// a script that reads the clock.
+    ///
+    /// `None` when it cannot be used, and the acquire script must be run: the line is empty
+    /// (the lock may be free), no recent deadline is known, the waiter is not joining (a first
+    /// try, a renewal) or not subscribed (its entry would name no channel, and be judged by its
+    /// lease alone), or on a cluster, whose connection may send a command twice (a second entry
+    /// of the same waiter would be handed the lock after it is gone).
+    async fn join_behind(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        fencing: bool,
+        wait: &Wait,
+    ) -> failure::Result<Option<Attempt>> {
+        let Wait::InLine {
+            channel: Some(channel),
+            renewing: false,
+        } = wait
+        else {
+            return Ok(None);
+        };
+        if self.resends_commands() {
+            return Ok(None);
+        }
+        let Some(deadline) = self.contended.recent_place(&keys.lock) else {
+            return Ok(None);
+        };
+        if self.join_refused.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let entry =
+            crate::backend::scripts::line_entry(token, deadline, ttl_millis, fencing, channel);
+        match self.push_place(keys, &entry).await {
+            Ok(pushed) => {
+                if pushed {
+                    self.contended
+                        .entry_written(&keys.lock, &Arc::from(token), Some(entry), None);
+                }
+                Ok(pushed.then_some(Attempt::Held {
+                    // Behind another waiter: as the acquire script's `{0, -3, deadline, 2}`.
+                    remaining: Some(LEASE),
+                }))
+            }
+            // An ACL written before distlock used `RPUSHX`: the acquire script joins as well,
+            // at its cost, from now on.
+            Err(Failure::Redis(error))
+                if crate::redis::classify::classify(&error) == Meaning::PermissionDenied =>
+            {
+                if !self.join_refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(target: "distlock", %error, "RPUSHX refused: joining the line with the acquire script instead, which costs Redis more; add +rpushx to the ACL user (see docs/tls-acl.md)");
+                }
+                Ok(None)
+            }
+            // A line key of another type, say: the acquire script tells what is wrong.
+            Err(error) if error.is_permanent() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Deletes the lock if it is still ours, handing it to the next waiter; why not, if it was
+    /// not ours.
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
+        let released = self
+            .unlock(
+                keys,
+                token,
+                Unlock::Release,
+                self.contended.redis_clock(&keys.lock),
+            )
+            .await;
+        Ok(match self.naming_the_key(keys, released).await? {
+            Released::HandedOver => {
+                self.contended.mark(&keys.lock);
+                Ownership::Ours
+            }
+            Released::Freed => {
+                self.contended.forget(&keys.lock);
+                Ownership::Ours
+            }
+            Released::NotOurs(cause) => Ownership::Lost(cause),
+        })
+    }
+
+    /// Takes `token` out of the lock's line, and releases the lock if it was handed to `token`
+    /// meanwhile (`true` then).
+    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
+        let released = self
+            .unlock(
+                keys,
+                token,
+                Unlock::Leave,
+                self.contended.redis_clock(&keys.lock),
+            )
+            .await;
+        Ok(!matches!(
+            self.naming_the_key(keys, released).await?,
+            Released::NotOurs(_)
+        ))
+    }
+
+    /// Breaks the lock for an operator (see `Backend::force_unlock`); `true` if it did.
+    pub(crate) async fn force_release(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+    ) -> failure::Result<bool> {
+        let broken = self.force_unlock(keys, value).await;
+        let freed = self.naming_the_key(keys, broken).await?;
+        self.contended.forget(&keys.lock);
+        Ok(freed)
+    }
+
+    /// See `Backend::place_may_be_gone`.
+    pub(crate) fn place_may_be_gone(&self, key: &str, token: &str) {
+        self.contended.place_may_be_gone(key, token);
+    }
+
+    /// See `Backend::recently_contended`.
+    pub(crate) fn recently_contended(&self, key: &str) -> bool {
+        self.contended.recently(key)
+    }
+
+    /// See `Backend::handed_over`.
+    pub(crate) fn handed_over(&self, key: &Arc<str>) {
+        self.contended.mark(key);
+    }
+}
