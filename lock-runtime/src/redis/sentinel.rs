@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 
 use crate::redis::classify::{classify, Meaning};
 use crate::redis::connection::Timeouts;
+use crate::support::retry::Backoff;
 
 /// The sentinels of one service, and how to ask them for its master.
 pub(crate) struct Sentinels {
@@ -187,12 +188,16 @@ impl Sentinels {
     }
 }
 
+/// The pauses between the switch watcher's reconnections to the sentinels.
+const SWITCH_WATCH_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+
 /// Listens to the sentinels' `+switch-master` events for as long as `sentinels` lives, on one
 /// sentinel at a time (the next after a failure), and counts those of our service. Runs on the
 /// background runtime.
 pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
     let mut next = 0usize;
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = SWITCH_WATCH_BACKOFF;
     loop {
         let (client, service, timeouts) = {
             let Some(sentinels) = sentinels.upgrade() else {
@@ -220,7 +225,7 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
             Ok::<_, RedisError>(pubsub)
         };
         if let Ok(pubsub) = subscribed.await {
-            pause = Duration::from_millis(50);
+            backoff.reset();
             let mut messages = pubsub.into_on_message();
             loop {
                 // Woken now and then to notice that the manager is gone.
@@ -245,8 +250,7 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
                 }
             }
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next_pause()).await;
     }
 }
 

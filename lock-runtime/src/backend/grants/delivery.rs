@@ -96,7 +96,7 @@ pub(super) async fn deliver_grants(
 ) {
     let mut next_server = 0usize;
     let mut connection: Option<(PubSubSink, PubSubStream)> = None;
-    let mut backoff = RECONNECT_BACKOFF.first;
+    let mut backoff = RECONNECT_BACKOFF;
     let mut reconnect_at: Option<Instant> = None;
     // Sentinel: the master switches counted when the connection was made.
     let mut connected_at_switch = 0u64;
@@ -154,11 +154,10 @@ pub(super) async fn deliver_grants(
             if let Err(error) = &result {
                 tracing::debug!(target: "distlock", %error, "grant channel subscription failed; waiters look at Redis on their own meanwhile");
                 connection = None;
-                reconnect_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF.max);
+                reconnect_at = Some(Instant::now() + backoff.next_pause());
             } else {
                 reconnect_at = None;
-                backoff = RECONNECT_BACKOFF.first;
+                backoff.reset();
             }
             hub.confirm(index, &result);
             continue;
@@ -226,7 +225,7 @@ pub(super) async fn deliver_grants(
                     tracing::debug!(target: "distlock", "grant channel connection lost; reconnecting");
                     connection = None;
                     woken.state().subscribed[index] = false;
-                    reconnect_at = Some(Instant::now() + backoff);
+                    reconnect_at = Some(Instant::now() + backoff.next_pause());
                     woken.wake_all();
                 }
             },

@@ -67,7 +67,7 @@ impl Node {
         marked: bool,
     ) -> failure::Result<Released> {
         let give_up = tokio::time::Instant::now() + CLUSTER_IN_FLUX_GIVE_UP;
-        let mut pause = CLUSTER_IN_FLUX_BACKOFF.first;
+        let mut backoff = CLUSTER_IN_FLUX_BACKOFF;
         let sentinel = self.connections.is_sentinel();
         loop {
             let mut in_cluster = false;
@@ -90,6 +90,7 @@ impl Node {
                 }
                 Err(error) => Err(error.into()),
             };
+            let pause = backoff.next_pause();
             match result {
                 Err(Failure::Redis(error))
                     if ((in_cluster
@@ -100,7 +101,6 @@ impl Node {
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(CLUSTER_IN_FLUX_BACKOFF.max);
                 }
                 result => return result,
             }
