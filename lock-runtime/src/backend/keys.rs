@@ -60,6 +60,10 @@ use crate::LockError;
 
 /// What follows a helper's tag, before its word.
 const MARKER: &str = ":distlock:";
+/// The longest helper key name assembled on the stack (see `HelperKey`'s `ToRedisArgs`).
+const STACK_NAME: usize = 256;
+/// The end of a helper key's tag and the marker after it, as one piece.
+const CLOSE_MARKER: &str = "}:distlock:";
 
 /// Number of Redis Cluster hash slots.
 const SLOTS: usize = 16384;
@@ -166,6 +170,16 @@ impl LockKeys {
     /// Built by hand into one allocation of the right size, not with `format!`: the release of
     /// every lock names its line or wake list.
     pub(crate) fn helper(&self, word: &str) -> String {
+        let key = self.helper_arg(word);
+        let mut name = Vec::with_capacity(key.len());
+        // Into a `Vec`, which cannot fail; from `&str`s, so UTF-8.
+        let _ = key.write_to(&mut name);
+        String::from_utf8(name).unwrap_or_default()
+    }
+
+    /// The helper key `word` of this lock as a command argument, written straight into the
+    /// command: no `String` of its own (every release names five of them).
+    pub(crate) fn helper_arg<'a>(&'a self, word: &'a str) -> HelperKey<'a> {
         debug_assert!(!word.contains(':'), "a helper word without `:`: {word:?}");
         let lock = &*self.lock;
         let (tag, names_lock) = match self.tag {
@@ -173,18 +187,68 @@ impl LockKeys {
             Tag::Whole => (lock, false),
             Tag::OfSlot(slot) => (SLOT_TAGS.tag(slot), true),
         };
-        let tail = if names_lock { 1 + lock.len() } else { 0 };
-        let mut name = String::with_capacity(2 + tag.len() + MARKER.len() + word.len() + tail);
-        name.push('{');
-        name.push_str(tag);
-        name.push('}');
-        name.push_str(MARKER);
-        name.push_str(word);
-        if names_lock {
-            name.push(':');
-            name.push_str(lock);
+        HelperKey {
+            tag,
+            word,
+            lock: if names_lock { lock } else { "" },
         }
-        name
+    }
+}
+
+/// A helper key's name in pieces (see [`LockKeys::helper_arg`]):
+/// `{<tag>}:distlock:<word>[:<lock key>]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HelperKey<'a> {
+    tag: &'a str,
+    word: &'a str,
+    /// The lock key, or empty when the tag is the whole lock key.
+    lock: &'a str,
+}
+
+impl HelperKey<'_> {
+    /// The name's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        let lock = if self.lock.is_empty() {
+            0
+        } else {
+            1 + self.lock.len()
+        };
+        1 + self.tag.len() + CLOSE_MARKER.len() + self.word.len() + lock
+    }
+
+    /// Writes the name to `out`: a piece at a time, as few pieces as can be.
+    fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"{")?;
+        out.write_all(self.tag.as_bytes())?;
+        out.write_all(CLOSE_MARKER.as_bytes())?;
+        out.write_all(self.word.as_bytes())?;
+        if !self.lock.is_empty() {
+            out.write_all(b":")?;
+            out.write_all(self.lock.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+impl redis::ToRedisArgs for HelperKey<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        // Assembled on the stack, then copied into the command at once: cheaper than a write
+        // through the command's `io::Write` per piece, and no allocation. A longer name (a
+        // long lock key) takes the slower way.
+        let mut name = [0u8; STACK_NAME];
+        let len = self.len();
+        match name.get_mut(..len) {
+            Some(mut rest) => {
+                // Exactly `len` bytes: cannot run out.
+                let _ = self.write_to(&mut rest);
+                out.write_arg(&name[..len]);
+            }
+            // Into the command's own buffer, which cannot fail.
+            None => drop(self.write_to(&mut out.writer_for_next_arg())),
+        }
     }
 }
 
@@ -426,12 +490,44 @@ mod tests {
                     lock_slot,
                     "helper {helper:?} of {key:?}"
                 );
+                // The same name, written straight into a command.
+                let mut cmd = redis::Cmd::new();
+                cmd.arg(keys.helper_arg(word));
+                let written: Vec<_> = cmd.args_iter().collect();
+                assert!(
+                    matches!(written[..], [redis::Arg::Simple(name)] if name == helper.as_bytes()),
+                    "{written:?} is not {helper:?}"
+                );
+                assert_eq!(keys.helper_arg(word).len(), helper.len());
             }
             assert_eq!(keys.wake_list(), keys.helper("wake"));
             assert_eq!(keys.line(), keys.helper("line"));
             assert_eq!(keys.leases(), keys.helper("leases"));
             assert_eq!(keys.fence(), keys.helper("fence"));
             assert_eq!(keys.released(), keys.helper("released"));
+        }
+    }
+
+    /// A helper name too long for the stack (a long lock key) is written the slower way, and
+    /// is the same name.
+    #[test]
+    fn long_helper_names_are_written_whole() {
+        for lock in [
+            "lock:".to_owned() + &"x".repeat(400),
+            format!("lock:{{{}}}", "y".repeat(300)),
+        ] {
+            let keys = LockKeys::new(lock).unwrap();
+            let mut cmd = redis::Cmd::new();
+            cmd.arg(keys.helper_arg("line"))
+                .arg(keys.helper_arg("leases"));
+            let written: Vec<_> = cmd.args_iter().collect();
+            let (line, leases) = (keys.line(), keys.leases());
+            assert!(line.len() > STACK_NAME, "{}", line.len());
+            assert!(
+                matches!(written[..], [redis::Arg::Simple(a), redis::Arg::Simple(b)]
+                    if a == line.as_bytes() && b == leases.as_bytes()),
+                "{written:?}"
+            );
         }
     }
 

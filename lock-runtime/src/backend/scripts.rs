@@ -14,15 +14,25 @@ use redis::{Cmd, FromRedisValue, RedisResult, Script};
 /// reallocates: this runs for every lock.
 pub(crate) fn evalsha(script: &Script, keys: &[&str], argv_count: usize, argv_bytes: usize) -> Cmd {
     let keys_bytes: usize = keys.iter().map(|key| key.len()).sum();
-    // "EVALSHA", the 40-hex-digit SHA, the key count (one or two digits).
-    let mut cmd = Cmd::with_capacity(
-        3 + keys.len() + argv_count,
-        7 + 40 + 2 + keys_bytes + argv_bytes,
-    );
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    let mut cmd = evalsha_head(script, keys.len(), argv_count, keys_bytes + argv_bytes);
     for key in keys {
         cmd.arg(*key);
     }
+    cmd
+}
+
+/// `EVALSHA <sha> <key_count>`, sized for `key_count` keys and `argv_count` values of up to
+/// `bytes` bytes in all, which the caller appends: for keys that are not at hand as `&str`
+/// (helper keys written straight into the command, see `LockKeys::helper_arg`).
+pub(crate) fn evalsha_head(
+    script: &Script,
+    key_count: usize,
+    argv_count: usize,
+    bytes: usize,
+) -> Cmd {
+    // "EVALSHA", the 40-hex-digit SHA, the key count (one or two digits).
+    let mut cmd = Cmd::with_capacity(3 + key_count + argv_count, 7 + 40 + 2 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(key_count);
     cmd
 }
 

@@ -42,23 +42,104 @@ pub(crate) fn encode_label(label: &str) -> Arc<str> {
 /// A fresh lock value: a new UUID v4, this host, process `pid` (the caller's: it knows it, and
 /// a process forked without exec is another holder than its parent), the time now, and `label`
 /// (escaped, from [`encode_label`]) when there is one.
+///
+/// Every acquisition makes one, so the part that stays the same, `;h=<host>;p=<pid>;t=`, is
+/// kept per thread, for the `pid` it was made with: a forked child passes its own pid and
+/// makes its own. The value is written into a buffer kept per thread too, then copied once
+/// into the `Arc`: no allocation but the `Arc`'s own, and no `fmt` machinery for the numbers.
 pub(crate) fn new_value(label: Option<&str>, pid: u32) -> Arc<str> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Scratch> = const {
+            std::cell::RefCell::new(Scratch { pid: None, holder: String::new(), value: String::new() })
+        };
+    }
     let mut buffer = uuid::Uuid::encode_buffer();
     let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_millis();
-    let label_len = label.map_or(0, |label| 3 + label.len());
-    let mut value = String::with_capacity(uuid.len() + HOST.len() + 30 + label_len);
-    value.push_str(uuid);
-    value.push_str(&HOST);
-    let _ = write!(value, ";p={pid};t={since}");
-    if let Some(label) = label {
-        value.push_str(";l=");
-        value.push_str(label);
+    // Milliseconds since 1970 fit a `u64` for 584 million years; its division is the CPU's,
+    // where a `u128`'s is a library call per digit.
+    let since = u64::try_from(since).unwrap_or(u64::MAX);
+    SCRATCH.with(|scratch| {
+        // Never re-entered (nothing here calls back into it); should that change, a value
+        // made without the cache is still right.
+        let Ok(mut scratch) = scratch.try_borrow_mut() else {
+            return Arc::from(Scratch::write(
+                &mut String::new(),
+                uuid,
+                &holder(pid),
+                since,
+                label,
+            ));
+        };
+        let Scratch {
+            pid: made_for,
+            holder: cached,
+            value,
+        } = &mut *scratch;
+        if *made_for != Some(pid) {
+            *cached = holder(pid);
+            *made_for = Some(pid);
+        }
+        Arc::from(Scratch::write(value, uuid, cached, since, label))
+    })
+}
+
+/// What [`new_value`] keeps per thread.
+struct Scratch {
+    /// The process `holder` was made for.
+    pid: Option<u32>,
+    /// `;h=<host>;p=<pid>;t=`
+    holder: String,
+    /// The buffer values are written into.
+    value: String,
+}
+
+impl Scratch {
+    fn write<'a>(
+        value: &'a mut String,
+        uuid: &str,
+        holder: &str,
+        since: u64,
+        label: Option<&str>,
+    ) -> &'a str {
+        value.clear();
+        value.push_str(uuid);
+        value.push_str(holder);
+        push_decimal(value, since);
+        if let Some(label) = label {
+            value.push_str(";l=");
+            value.push_str(label);
+        }
+        value
     }
-    Arc::from(value)
+}
+
+/// `;h=<host>;p=<pid>;t=`: the part of a value that stays the same in one process.
+fn holder(pid: u32) -> String {
+    let mut text = String::with_capacity(HOST.len() + 16);
+    text.push_str(&HOST);
+    let _ = write!(text, ";p={pid};t=");
+    text
+}
+
+/// Appends `number` in decimal.
+fn push_decimal(out: &mut String, mut number: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // The remainder of a division by 10 is below 10: it fits in a `u8`.
+        digits[at] = b'0' + u8::try_from(number % 10).unwrap_or(0);
+        number /= 10;
+        if number == 0 {
+            break;
+        }
+    }
+    // ASCII digits only: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// Who holds a lock, as read back from its value.
@@ -229,6 +310,20 @@ mod tests {
         );
         let label = parse(value.as_bytes()).unwrap().label.unwrap();
         assert_eq!(label, "é".repeat(MAX_LABEL / 2));
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal_and_each_pid_gets_its_own_holder() {
+        for number in [0, 7, 10, 1_764_610_000_000, u64::MAX] {
+            let mut text = String::from("x");
+            push_decimal(&mut text, number);
+            assert_eq!(text, format!("x{number}"));
+        }
+        // A forked child passes its own pid: the per-thread holder must not keep the parent's.
+        for pid in [1, 42, 1, u32::MAX] {
+            let value = new_value(None, pid);
+            assert_eq!(parse(value.as_bytes()).unwrap().pid, pid, "{value}");
+        }
     }
 
     #[test]

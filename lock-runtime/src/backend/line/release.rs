@@ -117,27 +117,38 @@ impl Node {
         redis_clock: Option<u64>,
     ) -> failure::Result<Released> {
         let released: i64 = {
+            // Written straight into the command, in `RELEASE`'s order: this runs for every
+            // lock (see `LockKeys::helper_arg`).
             let (line, fence, since, forced, leases) = (
-                keys.line(),
-                keys.fence(),
-                keys.since(),
-                keys.forced(),
-                keys.leases(),
+                keys.helper_arg("line"),
+                keys.helper_arg("fence"),
+                keys.helper_arg("since"),
+                keys.helper_arg("forced"),
+                keys.helper_arg("leases"),
             );
             // The `released` marker only where a command may be re-sent (see `RELEASE`).
-            let released = re_sent_within.map(|_| keys.released());
-            let keys_sent: &[&str] = match &released {
-                Some(released) => &[
-                    &keys.lock, &line, &fence, &since, &forced, released, &leases,
-                ],
-                None => &[&keys.lock, &line, &fence, &since, &forced, &leases],
-            };
-            let mut cmd = scripts::evalsha(
+            let released = re_sent_within.map(|_| keys.helper_arg("released"));
+            let helpers_bytes = line.len()
+                + fence.len()
+                + since.len()
+                + forced.len()
+                + leases.len()
+                + released.map_or(0, |released| released.len());
+            let mut cmd = scripts::evalsha_head(
                 &scripts::RELEASE,
-                keys_sent,
+                6 + usize::from(released.is_some()),
                 6,
-                token.len() + 20 + 1 + 20 + 1 + 20,
+                keys.lock.len() + helpers_bytes + token.len() + 20 + 1 + 20 + 1 + 20,
             );
+            cmd.arg(&*keys.lock)
+                .arg(line)
+                .arg(fence)
+                .arg(since)
+                .arg(forced);
+            if let Some(released) = released {
+                cmd.arg(released);
+            }
+            cmd.arg(leases);
             cmd.arg(token)
                 .arg(millis(crate::backend::CLAIM))
                 .arg(flag(leave))
