@@ -24,21 +24,31 @@
 //!    and the manager's driver (`manager::driver`) performs it: a first try (a plain
 //!    `SET NX PX`), then a place in the lock's line in Redis (on Redlock, in each master's wake
 //!    list), sleeping until a hand-off message or a wake-up (`backend::grants`), the holder's
-//!    expiry or the next renewal — until the lock is its own or the timeout runs out. Whether a
-//!    hand-off message is trusted or Redis is asked is the machine's decision
-//!    (`Acquisition::woke`). Every store operation goes through the one seam, `backend`. A
-//!    Redis error is retried with backoff (`support::retry`) unless `redis::classify` says
-//!    retrying cannot cure it.
+//!    expiry or the next renewal — until the lock is its own or the timeout runs out.
+//!    Whether a hand-off message is trusted is the machine's decision (`Acquisition::woke`):
+//!    only on a store that hands locks over (`backend::Capabilities`), only while the claim the
+//!    message gives, counted from the attempt that took the place, is still well ahead
+//!    (`GRANT_MARGIN`). Otherwise the driver asks the store: another attempt under the same
+//!    token, which renews the place or finds the lock handed to it (`Step::Attempt`), or with
+//!    `wait_for_replicas`, a confirmation that the replicas have it (`Step::Confirm`). Every
+//!    store operation goes through the one seam, `backend`. A Redis error is retried with
+//!    backoff (`support::retry`) unless `redis::classify` says retrying cannot cure it.
 //! 2. **Body.** The caller gets a [`LockGuard`]. A lock handed over holds on a short claim
 //!    until its full ttl is confirmed, a third into the claim, on the background runtime
 //!    (`hold::confirm`). With auto-extension, a `hold::watchdog` task extends
 //!    the lock every ttl/3, sharing what it knows (`hold::held`) with the guard; `attribute::run` races
 //!    the body against the watchdog and cancels the body when the lock is lost.
-//! 3. **Release.** [`LockGuard::release`] runs the release script (`backend::scripts`): compare-and-delete
-//!    by token, handing the lock to the next in line. A guard dropped without a release (panic,
-//!    cancellation) releases on the process-wide `support::background` runtime, and an acquire dropped
-//!    while its command was in flight is finished there too (`acquire::finish`), so no clean-up depends on
-//!    the caller's runtime.
+//! 3. **Release.** [`LockGuard::release`] asks what the guard and its watchdog share
+//!    (`hold::held`) to give the lock back: with `hold_at_least` not yet reached, the lock is
+//!    left to expire then (the `HOLD` script); otherwise the store's release runs — on one
+//!    endpoint `Node::release` (`backend::line`), the `RELEASE` script: compare-and-delete by
+//!    token, and, when someone waits, the Lua function `hand_off` (in `line_prelude.lua`) gives
+//!    the lock to the first live waiter and publishes its grant. `RELEASE` is
+//!    `release_uncontended.lua`, `line_prelude.lua`, `not_ours.lua` and `release_contended.lua`
+//!    joined, so that an uncontended release returns before the line's code. A guard dropped
+//!    without a release (panic, cancellation) releases on the process-wide
+//!    `support::background` runtime, and an acquire dropped while its command was in flight is
+//!    finished there too (`acquire::finish`), so no clean-up depends on the caller's runtime.
 //!
 //! # The folders, from the bottom up
 //!
@@ -55,7 +65,7 @@
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `options` | [`LockOptions`], the limits on durations |
 //! | `meters` | metrics of acquisitions and holds |
-//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
+//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`; the `semaphore_*`, `rw_*`, `multi_*` and `family_prelude` files are the server side of semaphores, read-write locks and multi-key locks, which the runtime does not call yet: docs/family.md); what a manager holds, for leak tests (`counts`) |
 //! | `acquire` | getting a lock, the parts without I/O: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting, which makes every attempt safe to cancel (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
 //! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |

@@ -3,9 +3,10 @@
 //! It keeps the line protocol of a single Redis endpoint ([`super::line`] with the scripts in
 //! `scripts.rs`), step for step, so that a manager on it behaves as one on Redis: a lock is a
 //! token with an expiry; a release frees it only for the token that holds it and hands it to the
-//! first live waiter in line (for at most the claim, which the new holder confirms); waiters
-//! renew their place within the lease; fencing tokens come from one counter per key. The only
-//! difference is the transport: a hand-off is delivered to the waiter's mailbox directly.
+//! first live waiter in line; waiters renew their place within the lease; fencing tokens come
+//! from one counter per key. The difference is the transport: the hand-off's message goes to
+//! the waiter's mailbox directly, and the waiter, rather than trust it, reads the table (a map
+//! lookup) — so this store declares no hand-off in its `Capabilities`.
 //!
 //! There is one table per process, shared by every in-process manager — as every client of a
 //! Redis shares its keys — so two managers exclude each other, and one lock is never held twice

@@ -13,7 +13,14 @@
 //!   where they find it held, and a release on a master wakes the first live waiter there,
 //!   which then competes;
 //! - **in-process** (`memory`): the line protocol of a single endpoint on a table in this
-//!   process's memory, for tests and single-process tools.
+//!   process's memory, for tests and single-process tools. A release hands the lock over in
+//!   the table, and the waiter is told by a message to its mailbox; it reads the table to
+//!   see that the lock is its own (the look is a map lookup), so it declares no hand-off.
+//!
+//! The seam is an enum (`Locks`), not a trait: each operation below is one `match` with one
+//! arm per store, and each store declares its [`Capabilities`] and maps its own failures into
+//! [`failure::Failure`]. A new store is one file or folder here, one arm per operation and one
+//! constructor (docs/backends.md, "Adding a store", walks through the in-process one).
 //!
 //! What a single endpoint's manager learns of each lock as it goes — a key just handed over,
 //! its last place in a line, Redis's clock — is kept in `recent`.

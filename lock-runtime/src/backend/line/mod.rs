@@ -7,7 +7,10 @@
 //! master, which cannot hand a lock over on its own, is a `quorum::Master` built on a `Node`.
 //!
 //! The operations by what they do: taking the lock or a place in line (`acquire`), giving it
-//! back, holding or extending it (`release`), looking at it (`look`).
+//! back, holding or extending it (`release`), looking at it (`look`). The entry points the
+//! dispatch calls, `Node::attempt` and `Node::release`, are in `remembered`, with what this
+//! manager remembers of each lock (a key just handed over, its last place in line, Redis's
+//! clock) that they read and keep up to date around the operations above.
 
 mod acquire;
 mod look;
