@@ -46,9 +46,29 @@ pub fn span(key: &str, label: &str) -> tracing::Span {
 /// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`] (or [`LockError::InitFailed`]).
 pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
-    let guard = global()?.acquire(key, options).await?;
+    let manager = global()?;
+    // Only an acquisition that waits can close a deadlock, so only its order is recorded.
+    if let Some(label) = options.label_text() {
+        crate::hold::reentry::for_each_class_held(manager, key, |held| {
+            crate::support::order::record(held, label);
+        });
+    }
+    let guard = manager.acquire(key, options).await?;
+    Ok(held_by_body(guard, options, started))
+}
+
+/// A guard the body will hold: its lock-order class set (the attribute's label, shared
+/// rather than copied), and its wait and fencing token recorded in the current span.
+fn held_by_body(
+    mut guard: LockGuard,
+    options: &LockOptions,
+    started: std::time::Instant,
+) -> LockGuard {
+    if !guard.reentry.reentered {
+        guard.reentry.class = options.shared_label();
+    }
     record_held(started, guard.fencing_token());
-    Ok(guard)
+    guard
 }
 
 /// Records in the current span (the call's [`span`]) how long the lock took since `started`
@@ -73,12 +93,10 @@ pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<Lock
     let started = std::time::Instant::now();
     let manager = global()?;
     let guard = manager.try_acquire(key, options).await?;
-    if let Some(guard) = &guard {
-        record_held(started, guard.fencing_token());
-    } else {
+    if guard.is_none() {
         tracing::debug!(target: "distlock", key = %format_args!("{}{key}", manager.key_prefix()), "held elsewhere; the body is skipped (on_busy = \"skip\")");
     }
-    Ok(guard)
+    Ok(guard.map(|guard| held_by_body(guard, options, started)))
 }
 
 /// One attempt at the lock `key` (`on_busy = "fail"`).
@@ -90,25 +108,23 @@ pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGua
     let started = std::time::Instant::now();
     let manager = global()?;
     match manager.try_acquire(key, options).await? {
-        Some(guard) => {
-            record_held(started, guard.fencing_token());
-            Ok(guard)
-        }
+        Some(guard) => Ok(held_by_body(guard, options, started)),
         None => Err(LockError::Busy {
             key: format!("{}{key}", manager.key_prefix()),
         }),
     }
 }
 
-/// Runs the body while the lock is held. With auto-extension, the body is raced against the
-/// watchdog: when it gives the lock up, the body is dropped (it stops at its next `.await`) and
-/// `Err(LockError::Lost)` is returned. A body that completes wins a tie. A loss the body learns
-/// from its own `extend` is the body's to handle: it does not cancel it.
+/// Runs the body while the lock is held, in the scope of its guard: inside it, this task taking
+/// the same lock again re-enters it (see [`LockGuard::scope`]). With auto-extension, the body is
+/// raced against the watchdog: when it gives the lock up, the body is dropped (it stops at its
+/// next `.await`) and `Err(LockError::Lost)` is returned. A body that completes wins a tie. A
+/// loss the body learns from its own `extend` is the body's to handle: it does not cancel it.
 ///
 /// # Errors
 /// [`LockError::Lost`] when the watchdog gave the lock up before the body completed.
 pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, LockError> {
-    let mut body = pin!(body);
+    let mut body = pin!(crate::hold::reentry::within(guard, body));
     let mut lost = pin!(guard.lost_by_watchdog());
     poll_fn(|cx| {
         if let Poll::Ready(output) = body.as_mut().poll(cx) {

@@ -12,6 +12,26 @@
 //! and where it was made, instead of blocking: a blocked runtime thread cannot run the tasks
 //! that would release the lock, which can deadlock. Use the async API there.
 //!
+//! # Re-entry
+//!
+//! A lock belongs to the thread that took it through this API. Asking for it again on that
+//! thread while its guard is held (a locked `fn` calling another one on the same key, say) is
+//! refused at once with [`LockError::Config`], which names the lock: waiting would last until
+//! the timeout, since only this thread can release it. Pass the guard down instead, or release
+//! it first. (Async tasks re-enter the locks they hold instead: see
+//! [`crate::LockGuard::scope`].)
+//!
+//! ```
+//! use distlock::{blocking, LockError, LockOptions};
+//!
+//! let manager = blocking::LockManager::in_process();
+//! let guard = manager.acquire("job", &LockOptions::new())?;
+//! let again = manager.acquire("job", &LockOptions::new());
+//! assert!(matches!(again, Err(LockError::Config(_))));
+//! guard.release()?;
+//! # Ok::<(), distlock::LockError>(())
+//! ```
+//!
 //! A process forked without exec (a pre-fork server, a job runner) may go on using the
 //! managers, guards and global manager of its parent: the first call in the child starts a
 //! runtime and connections of the child's own, since the parent's threads did not come along.
@@ -168,7 +188,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime.
+    /// of an async runtime; [`LockError::Config`] at once, without waiting, when this thread
+    /// holds the lock already (see [Re-entry](self#re-entry)).
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -179,6 +200,7 @@ impl LockManager {
     /// ```
     #[track_caller]
     pub fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        crate::hold::reentry::refuse_if_thread_holds(&self.inner, name, "LockManager::acquire")?;
         let guard = block_on(
             "LockManager::acquire",
             Location::caller(),
@@ -192,7 +214,7 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::try_acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime.
+    /// of an async runtime; [`LockError::Config`] when this thread holds the lock already.
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -208,6 +230,11 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
+        crate::hold::reentry::refuse_if_thread_holds(
+            &self.inner,
+            name,
+            "LockManager::try_acquire",
+        )?;
         let guard = block_on(
             "LockManager::try_acquire",
             Location::caller(),
@@ -353,11 +380,17 @@ impl From<crate::LockManagerBuilder> for LockManagerBuilder {
 pub struct LockGuard {
     /// `None` once released.
     inner: Option<crate::LockGuard>,
+    /// The lock in its thread's list of held locks, until after the release (fields drop
+    /// after `Drop::drop`, which releases).
+    _thread: Option<crate::hold::reentry::ThreadHold>,
 }
 
 impl LockGuard {
     fn new(inner: crate::LockGuard) -> Self {
-        LockGuard { inner: Some(inner) }
+        LockGuard {
+            _thread: crate::hold::reentry::ThreadHold::record(&inner),
+            inner: Some(inner),
+        }
     }
 
     fn held(&self) -> &crate::LockGuard {

@@ -41,6 +41,8 @@ pub struct LockGuard {
     turn: Option<Turn>,
     watchdog: Option<JoinHandle<()>>,
     released: bool,
+    /// Re-entry by task: a re-entered guard releases nothing (see `hold::reentry`).
+    pub(crate) reentry: crate::hold::reentry::Reentry,
 }
 
 impl LockGuard {
@@ -62,7 +64,27 @@ impl LockGuard {
             turn: Some(turn),
             watchdog: None,
             released: false,
+            reentry: crate::hold::reentry::Reentry::default(),
         }
+    }
+
+    /// A guard of a lock that an outer guard of the same task holds (see `hold::reentry`).
+    pub(crate) fn reentered(held: Arc<Held>) -> Self {
+        LockGuard {
+            held,
+            turn: None,
+            watchdog: None,
+            released: false,
+            reentry: crate::hold::reentry::Reentry {
+                reentered: true,
+                class: None,
+            },
+        }
+    }
+
+    /// What the guard shares with its watchdog and its re-entered guards.
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
     }
 
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
@@ -269,6 +291,9 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
+        if self.reentry.reentered {
+            return Ok(());
+        }
         self.stop_watchdog();
         let held = Arc::clone(&self.held);
         let mut unlock = pin!(held.unlock());
@@ -310,6 +335,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.reentry.reentered {
+            return;
+        }
         self.stop_watchdog();
         if self.released {
             return;
@@ -342,6 +370,7 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.fence)
             .field("auto_extend", &self.watchdog.is_some())
             .field("lost", &self.is_lost())
+            .field("reentered", &self.reentry.reentered)
             .finish_non_exhaustive()
     }
 }
