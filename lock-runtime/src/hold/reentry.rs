@@ -113,7 +113,7 @@ fn is_lock(held: &Held, manager: &LockManager, name: &str) -> bool {
     let Ok(backend) = manager.backend() else {
         return false;
     };
-    std::ptr::eq(&held.shared.backend, backend)
+    std::ptr::eq(&raw const held.shared.backend, backend)
         && held.keys.lock.strip_prefix(manager.key_prefix()) == Some(name)
 }
 
