@@ -283,6 +283,7 @@ impl LockGuard {
     /// holds it now — their lock is left untouched); [`LockError::Redis`] if Redis could not be
     /// reached, in which case the lock expires at the end of its ttl; [`LockError::Config`] for
     /// a guard its process inherited from the one it was forked from, whose lock is left to it.
+    /// A re-entered guard (see [`scope`](Self::scope)) releases nothing: `Ok(())`.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {

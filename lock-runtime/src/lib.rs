@@ -30,7 +30,10 @@
 //!    until its full ttl is confirmed, a third into the claim, on the background runtime
 //!    (`hold::confirm`). With auto-extension, a `hold::watchdog` task extends
 //!    the lock every ttl/3, sharing what it knows (`hold::held`) with the guard; `attribute::run` races
-//!    the body against the watchdog and cancels the body when the lock is lost.
+//!    the body against the watchdog and cancels the body when the lock is lost. It runs the body
+//!    in the guard's scope (`hold::reentry`): there, the task asking for the same lock again
+//!    re-enters it, and asking for another records the order of the two templates
+//!    (`support::order`), which warns when two templates are taken in both orders.
 //! 3. **Release.** [`LockGuard::release`] runs the release script (`backend::scripts`): compare-and-delete
 //!    by token, handing the lock to the next in line. A guard dropped without a release (panic,
 //!    cancellation) releases on the process-wide `support::background` runtime, and an acquire dropped
@@ -45,7 +48,7 @@
 //!
 //! | folder / module | what it holds |
 //! |---|---|
-//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`) — and metrics (`meters`) |
+//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`) — metrics (`meters`), and the lock orders seen in this process, with their warnings (`order`) |
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `options` | [`LockOptions`], the limits on durations, a connection's `Timeouts` |
 //! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
@@ -53,7 +56,7 @@
 //! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches; one endpoint, a server or a cluster (`line`); Redlock's majority (`quorum`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`) |
 //! | `acquire` | getting a lock: the waiting protocol as a state machine without I/O (`machine`), the in-process first-come-first-served line (`queue`), finishing a call whose caller stopped waiting (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
-//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |
+//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`), which locks a task (or a blocking thread) holds, for re-entry, and [`LockGuard::scope`] (`reentry`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
 //! | `manager` | [`LockManager`], the acquisition's driver, and [`LockManagerBuilder::connect`], which wraps the inside |

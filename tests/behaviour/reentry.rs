@@ -424,3 +424,38 @@ async fn an_inversion_that_never_deadlocked_is_warned_about_once_and_one_order_n
         warnings_naming("order-ledger:{id}")
     );
 }
+
+/// A locked plain `fn` calling another on the same key: the inner call is refused at once.
+#[distributed_lock(key = "blocking-nested:{id}", ttl = 10, timeout = 8)]
+fn nightly(id: u32) -> Result<Result<(), LockError>, LockError> {
+    Ok(nightly_part(id))
+}
+
+#[distributed_lock(key = "blocking-nested:{id}", ttl = 10, timeout = 8)]
+fn nightly_part(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[test]
+fn a_locked_plain_fn_calling_another_on_the_same_key_is_refused_at_once() {
+    match distlock::blocking::init(&test_support::shared_server().url()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("blocking::init failed: {error}"),
+    }
+    let started = Instant::now();
+    let inner = nightly(1).expect("the outer call takes the lock");
+    assert!(
+        matches!(inner, Err(LockError::Config(ref message)) if message.contains("lock:blocking-nested:1")),
+        "{inner:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !test_support::shared_server().exists("lock:blocking-nested:1"),
+        "the outer call released"
+    );
+}
