@@ -179,14 +179,25 @@ pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld
     let started = std::time::Instant::now();
     let guard = crate::blocking::global()?.acquire(key, options)?;
     record_held(started, guard.fencing_token());
-    Ok(BlockingHeld(Some(guard)))
+    // The body runs on this thread, holding the lock until it returns: this thread asking for
+    // it again meanwhile is refused (see `hold::reentry`).
+    let thread = crate::hold::reentry::ThreadHold::record(guard.held());
+    Ok(BlockingHeld {
+        guard: Some(guard),
+        _thread: thread,
+    })
 }
 
 /// A lock held by a plain `fn` (see [`acquire_blocking`]). A synchronous body cannot be
 /// interrupted, so with `auto_extend` the watchdog extends the lock while it runs, but a lock
 /// lost anyway is only reported: as a warning at release, and to a body that checks
 /// `guard.is_lost()`.
-pub struct BlockingHeld(Option<crate::blocking::LockGuard>);
+pub struct BlockingHeld {
+    guard: Option<crate::blocking::LockGuard>,
+    /// The lock in its thread's list of held locks, until after the release (fields drop
+    /// after `Drop::drop`, which releases).
+    _thread: Option<crate::hold::reentry::ThreadHold>,
+}
 
 impl BlockingHeld {
     /// The guard, for `guard = name`.
@@ -195,7 +206,7 @@ impl BlockingHeld {
     /// Never: it is only taken by `Drop`.
     #[must_use]
     pub fn guard(&self) -> &crate::blocking::LockGuard {
-        self.0
+        self.guard
             .as_ref()
             .expect("distlock: the lock is held until the function returns")
     }
@@ -203,7 +214,7 @@ impl BlockingHeld {
 
 impl Drop for BlockingHeld {
     fn drop(&mut self) {
-        let Some(guard) = self.0.take() else {
+        let Some(guard) = self.guard.take() else {
             return;
         };
         let key = guard.shared_key();

@@ -14,23 +14,14 @@
 //!
 //! # Re-entry
 //!
-//! A lock belongs to the thread that took it through this API. Asking for it again on that
-//! thread while its guard is held (a locked `fn` calling another one on the same key, say) is
-//! refused at once with [`LockError::Config`], which names the lock: waiting would last until
-//! the timeout, since only this thread can release it. Pass the guard down instead, or release
-//! it first. (Async tasks re-enter the locks they hold instead: see
-//! [`crate::LockGuard::scope`].)
-//!
-//! ```
-//! use distlock::{blocking, LockError, LockOptions};
-//!
-//! let manager = blocking::LockManager::in_process();
-//! let guard = manager.acquire("job", &LockOptions::new())?;
-//! let again = manager.acquire("job", &LockOptions::new());
-//! assert!(matches!(again, Err(LockError::Config(_))));
-//! guard.release()?;
-//! # Ok::<(), distlock::LockError>(())
-//! ```
+//! The lock of a `#[distributed_lock]` plain `fn` belongs to the thread that runs its body.
+//! Asking for it again on that thread while the body runs (the body, or a locked `fn` it calls,
+//! taking the same key) is refused at once with [`LockError::Config`], which names the lock:
+//! waiting would last until the timeout, since only this thread can release it. Pass the guard
+//! down instead. A guard of the manual API is not tied to a thread — it may be handed to
+//! another thread, which releases it while this one waits for the lock again — so a second
+//! `acquire` of it waits as any other does. (Async tasks re-enter the locks they hold instead:
+//! see [`crate::LockGuard::scope`].)
 //!
 //! A process forked without exec (a pre-fork server, a job runner) may go on using the
 //! managers, guards and global manager of its parent: the first call in the child starts a
@@ -188,8 +179,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime; [`LockError::Config`] at once, without waiting, when this thread
-    /// holds the lock already (see [Re-entry](self#re-entry)).
+    /// of an async runtime; [`LockError::Config`] at once, without waiting, when a locked `fn`
+    /// running on this thread holds the lock already (see [Re-entry](self#re-entry)).
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -214,7 +205,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::try_acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime; [`LockError::Config`] when this thread holds the lock already.
+    /// of an async runtime; [`LockError::Config`] when a locked `fn` running on this thread holds
+    /// the lock already.
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -380,20 +372,15 @@ impl From<crate::LockManagerBuilder> for LockManagerBuilder {
 pub struct LockGuard {
     /// `None` once released.
     inner: Option<crate::LockGuard>,
-    /// The lock in its thread's list of held locks, until after the release (fields drop
-    /// after `Drop::drop`, which releases).
-    _thread: Option<crate::hold::reentry::ThreadHold>,
 }
 
 impl LockGuard {
     fn new(inner: crate::LockGuard) -> Self {
-        LockGuard {
-            _thread: crate::hold::reentry::ThreadHold::record(&inner),
-            inner: Some(inner),
-        }
+        LockGuard { inner: Some(inner) }
     }
 
-    fn held(&self) -> &crate::LockGuard {
+    /// The async guard inside.
+    pub(crate) fn held(&self) -> &crate::LockGuard {
         self.inner
             .as_ref()
             .expect("distlock: a blocking guard holds its lock until release or drop")

@@ -257,17 +257,41 @@ async fn a_scope_does_not_reenter_another_lock_or_another_manager() {
 // distlock::blocking: refused at once on the same thread
 // ---------------------------------------------------------------------------------------------
 
+/// A locked plain `fn` whose body asks for its own lock again, through the manual blocking API,
+/// once with `acquire`, once with `try_acquire`; then for another lock, and from another thread.
+#[distributed_lock(key = "blocking-again:{id}", ttl = 10, timeout = 8)]
+fn asks_again(
+    id: u32,
+    manager: &distlock::blocking::LockManager,
+) -> Result<(Result<(), LockError>, Result<(), LockError>, Duration), LockError> {
+    let options = LockOptions::new().timeout(Duration::from_secs(8));
+    let name = format!("blocking-again:{id}");
+    let started = Instant::now();
+    let again = manager.acquire(&name, &options).map(drop);
+    let once = manager.try_acquire(&name, &options).map(drop);
+    let took = started.elapsed();
+    // Another lock is fine on this thread.
+    manager
+        .acquire(&format!("{name}:other"), &options)?
+        .release()?;
+    // Another thread is another holder: it finds the lock taken.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            assert!(manager.try_acquire(&name, &options).unwrap().is_none());
+        });
+    });
+    Ok((again, once, took))
+}
+
 #[test]
 fn a_blocking_thread_asking_again_for_a_lock_it_holds_is_refused_at_once() {
-    let server = RedisServer::start();
-    let manager = distlock::blocking::LockManager::connect(&server.url()).unwrap();
-    let options = LockOptions::new().timeout(Duration::from_secs(8));
-    let guard = manager.acquire("blocking-again:1", &options).unwrap();
-
-    let started = Instant::now();
-    let again = manager.acquire("blocking-again:1", &options);
-    let once = manager.try_acquire("blocking-again:1", &options);
-    let took = started.elapsed();
+    let server = test_support::shared_server();
+    match distlock::blocking::init(&server.url()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("blocking::init failed: {error}"),
+    }
+    let manager = distlock::blocking::global().unwrap();
+    let (again, once, took) = asks_again(1, manager).unwrap();
     match again {
         Err(LockError::Config(message)) => {
             assert!(message.contains("lock:blocking-again:1"), "{message}");
@@ -277,29 +301,33 @@ fn a_blocking_thread_asking_again_for_a_lock_it_holds_is_refused_at_once() {
     }
     assert!(matches!(once, Err(LockError::Config(_))), "{once:?}");
     assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    assert!(!server.exists("lock:blocking-again:1"), "released");
+    // Once the body returned, this thread may take it again.
+    manager
+        .acquire("blocking-again:1", &LockOptions::new())
+        .unwrap()
+        .release()
+        .unwrap();
+}
 
-    // Another thread is another holder: it finds the lock taken.
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            assert!(manager
-                .try_acquire("blocking-again:1", &options)
-                .unwrap()
-                .is_none());
-        });
+/// A guard of the manual blocking API may be handed to another thread, which releases it
+/// while this thread waits for the lock again: a wait that ends, not a refusal.
+#[test]
+fn a_blocking_guard_handed_to_another_thread_is_waited_for() {
+    let server = RedisServer::start();
+    let manager = distlock::blocking::LockManager::connect(&server.url()).unwrap();
+    let options = LockOptions::new().timeout(Duration::from_secs(8));
+    let guard = manager.acquire("blocking-handed:1", &options).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        guard.release().unwrap();
     });
-    // Another lock is fine on this thread.
     manager
-        .acquire("blocking-again:2", &options)
-        .unwrap()
+        .acquire("blocking-handed:1", &options)
+        .expect("the lock, once the other thread released it")
         .release()
         .unwrap();
-    guard.release().unwrap();
-    // Released: this thread may take it again.
-    manager
-        .acquire("blocking-again:1", &options)
-        .unwrap()
-        .release()
-        .unwrap();
+    releaser.join().unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

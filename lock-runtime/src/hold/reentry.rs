@@ -15,11 +15,13 @@
 //! effect. A lock the task's guard already knows lost is not re-entered: the inner call gets
 //! [`LockError::Lost`].
 //!
-//! **Blocking: by thread, and refused.** A lock taken through `distlock::blocking` belongs to
-//! the thread that took it (a guard moved to another thread still counts for the thread that
-//! took it). Asking for it again on that thread is an immediate [`LockError::Config`] that says
-//! so, not a wait until the timeout: synchronous code has no scope to tell which calls are the
-//! holder's own, and the blocking API does not re-enter.
+//! **Blocking: by thread, and refused.** The lock of a `#[distributed_lock]` plain `fn`
+//! belongs to the thread that runs its body, which cannot move to another thread. Asking for it
+//! again through `distlock::blocking` on that thread while the body runs is an immediate
+//! [`LockError::Config`] that says so, not a wait until the timeout: synchronous code has no
+//! scope to tell which calls are the holder's own, and the blocking API does not re-enter. A
+//! guard of the manual blocking API is not recorded: it may be handed to another thread that
+//! releases it while this one waits for the lock again, a wait that ends.
 //!
 //! **Cost.** A task that holds nothing pays one read of a task-local per acquisition, and the
 //! scope a locked body runs in costs no allocation and no lock while the task held nothing
@@ -222,16 +224,16 @@ impl LockGuard {
     }
 }
 
-/// The locks the threads of this process took through `distlock::blocking` and hold.
+/// The locks held by the locked plain `fn`s running on one thread.
 type ThreadList = Arc<Mutex<Vec<Arc<Held>>>>;
 
 thread_local! {
-    /// The locks this thread took through `distlock::blocking` and still holds.
+    /// The locks held by the locked plain `fn`s running on this thread.
     static THREAD_HELD: ThreadList = ThreadList::default();
 }
 
-/// A blocking guard's entry in the list of its thread's locks: removed when dropped (after
-/// the guard's release), on whichever thread that happens.
+/// A locked plain `fn`'s entry in the list of its thread's locks: removed when dropped, after
+/// the lock's release.
 pub(crate) struct ThreadHold {
     list: ThreadList,
     held: Arc<Held>,
@@ -265,8 +267,8 @@ impl Drop for ThreadHold {
     }
 }
 
-/// An error if the current thread holds the lock `name` of `manager` through
-/// `distlock::blocking`: taking it again would wait for a release only this thread can make.
+/// An error if a locked plain `fn` running on the current thread holds the lock `name` of
+/// `manager`: taking it again would wait for a release only this thread can make.
 pub(crate) fn refuse_if_thread_holds(
     manager: &LockManager,
     name: &str,
@@ -284,10 +286,11 @@ pub(crate) fn refuse_if_thread_holds(
     match held {
         None => Ok(()),
         Some(key) => Err(LockError::config(format!(
-            "distlock::blocking::{call}: lock `{key}` is already held by this thread, through a \
-             guard it has not released; asking for it again would wait for that release, which \
-             only this thread can make, until the timeout. The blocking API does not re-enter: \
-             use the guard you hold (pass it down), or release it before asking again"
+            "distlock::blocking::{call}: lock `{key}` is already held by this thread, by a \
+             `#[distributed_lock]` function whose body is running; asking for it again would \
+             wait for its release, which only this thread can make, until the timeout. The \
+             blocking API does not re-enter: pass the guard down (`guard = name`) instead of \
+             taking the lock again"
         ))),
     }
 }
