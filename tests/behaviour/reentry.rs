@@ -257,13 +257,14 @@ async fn a_scope_does_not_reenter_another_lock_or_another_manager() {
 // distlock::blocking: refused at once on the same thread
 // ---------------------------------------------------------------------------------------------
 
+/// What a locked body got asking for its own lock again (`acquire`, `try_acquire`), and how
+/// long the two took.
+type AskedAgain = (Result<(), LockError>, Result<(), LockError>, Duration);
+
 /// A locked plain `fn` whose body asks for its own lock again, through the manual blocking API,
 /// once with `acquire`, once with `try_acquire`; then for another lock, and from another thread.
 #[distributed_lock(key = "blocking-again:{id}", ttl = 10, timeout = 8)]
-fn asks_again(
-    id: u32,
-    manager: &distlock::blocking::LockManager,
-) -> Result<(Result<(), LockError>, Result<(), LockError>, Duration), LockError> {
+fn asks_again(id: u32, manager: &distlock::blocking::LockManager) -> Result<AskedAgain, LockError> {
     let options = LockOptions::new().timeout(Duration::from_secs(8));
     let name = format!("blocking-again:{id}");
     let started = Instant::now();

@@ -87,8 +87,10 @@ impl Entry {
         }
     }
 
+    /// Whether this is the lock `name` of `manager`, still held: a guard released while a
+    /// future of its scope still runs (the scope does not borrow it) holds nothing to re-enter.
     fn is(&self, manager: &LockManager, name: &str) -> bool {
-        is_lock(&self.held, manager, name)
+        !self.held.is_closed() && is_lock(&self.held, manager, name)
     }
 
     /// A re-entered guard of this lock, asked for in `wanted`.
