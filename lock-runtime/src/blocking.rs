@@ -15,12 +15,13 @@
 //! # Re-entry
 //!
 //! The lock of a `#[distributed_lock]` plain `fn` belongs to the thread that runs its body.
-//! Asking for it again on that thread while the body runs (the body, or a locked `fn` it calls,
+//! Waiting for it on that thread while the body runs (the body, or a locked `fn` it calls,
 //! taking the same key) is refused at once with [`LockError::Config`], which names the lock:
 //! waiting would last until the timeout, since only this thread can release it. Pass the guard
 //! down instead. A guard of the manual API is not tied to a thread — it may be handed to
 //! another thread, which releases it while this one waits for the lock again — so a second
-//! `acquire` of it waits as any other does. (Async tasks re-enter the locks they hold instead:
+//! `acquire` of it waits as any other does. `try_acquire` never waits, so it is never refused:
+//! it finds the lock held. (Async tasks re-enter the locks they hold instead:
 //! see [`crate::LockGuard::scope`].)
 //!
 //! A process forked without exec (a pre-fork server, a job runner) may go on using the
@@ -205,8 +206,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::try_acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime; [`LockError::Config`] when a locked `fn` running on this thread holds
-    /// the lock already.
+    /// of an async runtime. (One attempt never waits: on a lock that a locked `fn` running on
+    /// this thread holds, it finds it held, `None`.)
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -222,11 +223,6 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        crate::hold::reentry::refuse_if_thread_holds(
-            &self.inner,
-            name,
-            "LockManager::try_acquire",
-        )?;
         let guard = block_on(
             "LockManager::try_acquire",
             Location::caller(),

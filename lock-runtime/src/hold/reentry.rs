@@ -16,10 +16,12 @@
 //! [`LockError::Lost`].
 //!
 //! **Blocking: by thread, and refused.** The lock of a `#[distributed_lock]` plain `fn`
-//! belongs to the thread that runs its body, which cannot move to another thread. Asking for it
-//! again through `distlock::blocking` on that thread while the body runs is an immediate
+//! belongs to the thread that runs its body, which cannot move to another thread. Waiting for
+//! it through `distlock::blocking::LockManager::acquire` on that thread while the body runs is
+//! an immediate
 //! [`LockError::Config`] that says so, not a wait until the timeout: synchronous code has no
-//! scope to tell which calls are the holder's own, and the blocking API does not re-enter. A
+//! scope to tell which calls are the holder's own, and the blocking API does not re-enter
+//! (`try_acquire` never waits, so it is not refused: it finds the lock held). A
 //! guard of the manual blocking API is not recorded: it may be handed to another thread that
 //! releases it while this one waits for the lock again, a wait that ends.
 //!
