@@ -24,6 +24,22 @@
 //! it finds the lock held. (Async tasks re-enter the locks they hold instead:
 //! see [`crate::LockGuard::scope`].)
 //!
+//! ```
+//! use distlock::{blocking, distributed_lock, LockError, LockOptions};
+//!
+//! #[distributed_lock(key = "report:{id}")]
+//! fn report(id: u32) -> Result<(), LockError> {
+//!     // Waiting here for the lock this body holds would last until the timeout: refused.
+//!     let again = blocking::global()?.acquire(&format!("report:{id}"), &LockOptions::new());
+//!     assert!(matches!(again, Err(LockError::Config(_))));
+//!     Ok(())
+//! }
+//!
+//! blocking::init_with(blocking::LockManager::in_process())?;
+//! report(7)?;
+//! # Ok::<(), LockError>(())
+//! ```
+//!
 //! A process forked without exec (a pre-fork server, a job runner) may go on using the
 //! managers, guards and global manager of its parent: the first call in the child starts a
 //! runtime and connections of the child's own, since the parent's threads did not come along.
