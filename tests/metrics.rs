@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use test_support::{eventually, RedisServer};
@@ -261,4 +261,60 @@ fn a_huge_label_is_cut_in_the_metrics_as_in_the_lock_value() {
             "the metrics' label is not the one inspection shows"
         );
     }
+}
+
+#[distributed_lock(key = "metrics-order-a:{id}", ttl = 10)]
+async fn a_then_b(id: u32) -> Result<(), LockError> {
+    b_alone(id).await
+}
+
+#[distributed_lock(key = "metrics-order-b:{id}", ttl = 10)]
+async fn b_alone(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[distributed_lock(key = "metrics-order-b:{id}", ttl = 10)]
+async fn b_then_a(id: u32) -> Result<(), LockError> {
+    a_alone(id).await
+}
+
+#[distributed_lock(key = "metrics-order-a:{id}", ttl = 10)]
+async fn a_alone(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+/// Two key templates taken in both orders count one inversion, however often either order
+/// runs afterwards.
+#[test]
+fn a_lock_order_inversion_is_counted_once_per_pair() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            test_support::global_server().await;
+            for id in 0..3 {
+                a_then_b(id).await.unwrap();
+                b_then_a(id).await.unwrap();
+            }
+        });
+    });
+    let seen = read(&snapshotter);
+    assert_eq!(
+        get(
+            &seen,
+            "distlock_lock_order_inversions_total",
+            &[
+                ("first", "metrics-order-b:{id}"),
+                ("second", "metrics-order-a:{id}")
+            ]
+        ),
+        1,
+        "{seen:#?}"
+    );
 }

@@ -46,9 +46,29 @@ pub fn span(key: &str, label: &str) -> tracing::Span {
 /// As [`crate::LockManager::acquire`], plus [`LockError::NotInitialized`] (or [`LockError::InitFailed`]).
 pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
-    let guard = global()?.acquire(key, options).await?;
+    let manager = global()?;
+    // Only an acquisition that waits can close a deadlock, so only its order is recorded.
+    if let Some(label) = options.label_text() {
+        crate::manager::reentry::for_each_class_held(manager, key, |held| {
+            crate::hold::order::record(held, label);
+        });
+    }
+    let guard = manager.acquire(key, options).await?;
+    Ok(held_by_body(guard, options, started))
+}
+
+/// A guard the body will hold: its lock-order class set (the attribute's label, shared
+/// rather than copied), and its wait and fencing token recorded in the current span.
+fn held_by_body(
+    mut guard: LockGuard,
+    options: &LockOptions,
+    started: std::time::Instant,
+) -> LockGuard {
+    if !guard.reentry.reentered {
+        guard.reentry.class = options.shared_label();
+    }
     record_held(started, guard.fencing_token());
-    Ok(guard)
+    guard
 }
 
 /// Records in the current span (the call's [`span`]) how long the lock took since `started`
@@ -73,12 +93,10 @@ pub async fn try_acquire(key: &str, options: &LockOptions) -> Result<Option<Lock
     let started = std::time::Instant::now();
     let manager = global()?;
     let guard = manager.try_acquire(key, options).await?;
-    if let Some(guard) = &guard {
-        record_held(started, guard.fencing_token());
-    } else {
+    if guard.is_none() {
         tracing::debug!(target: "distlock", key = %format_args!("{}{key}", manager.key_prefix()), "held elsewhere; the body is skipped (on_busy = \"skip\")");
     }
-    Ok(guard)
+    Ok(guard.map(|guard| held_by_body(guard, options, started)))
 }
 
 /// One attempt at the lock `key` (`on_busy = "fail"`).
@@ -90,25 +108,23 @@ pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGua
     let started = std::time::Instant::now();
     let manager = global()?;
     match manager.try_acquire(key, options).await? {
-        Some(guard) => {
-            record_held(started, guard.fencing_token());
-            Ok(guard)
-        }
+        Some(guard) => Ok(held_by_body(guard, options, started)),
         None => Err(LockError::Busy {
             key: format!("{}{key}", manager.key_prefix()),
         }),
     }
 }
 
-/// Runs the body while the lock is held. With auto-extension, the body is raced against the
-/// watchdog: when it gives the lock up, the body is dropped (it stops at its next `.await`) and
-/// `Err(LockError::Lost)` is returned. A body that completes wins a tie. A loss the body learns
-/// from its own `extend` is the body's to handle: it does not cancel it.
+/// Runs the body while the lock is held, in the scope of its guard: inside it, this task taking
+/// the same lock again re-enters it (see [`LockGuard::scope`]). With auto-extension, the body is
+/// raced against the watchdog: when it gives the lock up, the body is dropped (it stops at its
+/// next `.await`) and `Err(LockError::Lost)` is returned. A body that completes wins a tie. A
+/// loss the body learns from its own `extend` is the body's to handle: it does not cancel it.
 ///
 /// # Errors
 /// [`LockError::Lost`] when the watchdog gave the lock up before the body completed.
 pub async fn run<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, LockError> {
-    let mut body = pin!(body);
+    let mut body = pin!(crate::manager::reentry::within(guard, body));
     let mut lost = pin!(guard.lost_by_watchdog());
     poll_fn(|cx| {
         if let Poll::Ready(output) = body.as_mut().poll(cx) {
@@ -163,14 +179,25 @@ pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld
     let started = std::time::Instant::now();
     let guard = crate::blocking::global()?.acquire(key, options)?;
     record_held(started, guard.fencing_token());
-    Ok(BlockingHeld(Some(guard)))
+    // The body runs on this thread, holding the lock until it returns: this thread asking for
+    // it again meanwhile is refused (see `manager::reentry`).
+    let thread = crate::manager::reentry::ThreadHold::record(guard.held());
+    Ok(BlockingHeld {
+        guard: Some(guard),
+        _thread: thread,
+    })
 }
 
 /// A lock held by a plain `fn` (see [`acquire_blocking`]). A synchronous body cannot be
 /// interrupted, so with `auto_extend` the watchdog extends the lock while it runs, but a lock
 /// lost anyway is only reported: as a warning at release, and to a body that checks
 /// `guard.is_lost()`.
-pub struct BlockingHeld(Option<crate::blocking::LockGuard>);
+pub struct BlockingHeld {
+    guard: Option<crate::blocking::LockGuard>,
+    /// The lock in its thread's list of held locks, until after the release (fields drop
+    /// after `Drop::drop`, which releases).
+    _thread: Option<crate::manager::reentry::ThreadHold>,
+}
 
 impl BlockingHeld {
     /// The guard, for `guard = name`.
@@ -179,7 +206,7 @@ impl BlockingHeld {
     /// Never: it is only taken by `Drop`.
     #[must_use]
     pub fn guard(&self) -> &crate::blocking::LockGuard {
-        self.0
+        self.guard
             .as_ref()
             .expect("distlock: the lock is held until the function returns")
     }
@@ -187,7 +214,7 @@ impl BlockingHeld {
 
 impl Drop for BlockingHeld {
     fn drop(&mut self) {
-        let Some(guard) = self.0.take() else {
+        let Some(guard) = self.guard.take() else {
             return;
         };
         let key = guard.shared_key();

@@ -12,6 +12,34 @@
 //! and where it was made, instead of blocking: a blocked runtime thread cannot run the tasks
 //! that would release the lock, which can deadlock. Use the async API there.
 //!
+//! # Re-entry
+//!
+//! The lock of a `#[distributed_lock]` plain `fn` belongs to the thread that runs its body.
+//! Waiting for it on that thread while the body runs (the body, or a locked `fn` it calls,
+//! taking the same key) is refused at once with [`LockError::Config`], which names the lock:
+//! waiting would last until the timeout, since only this thread can release it. Pass the guard
+//! down instead. A guard of the manual API is not tied to a thread — it may be handed to
+//! another thread, which releases it while this one waits for the lock again — so a second
+//! `acquire` of it waits as any other does. `try_acquire` never waits, so it is never refused:
+//! it finds the lock held. (Async tasks re-enter the locks they hold instead:
+//! see [`crate::LockGuard::scope`].)
+//!
+//! ```
+//! use distlock::{blocking, distributed_lock, LockError, LockOptions};
+//!
+//! #[distributed_lock(key = "report:{id}")]
+//! fn report(id: u32) -> Result<(), LockError> {
+//!     // Waiting here for the lock this body holds would last until the timeout: refused.
+//!     let again = blocking::global()?.acquire(&format!("report:{id}"), &LockOptions::new());
+//!     assert!(matches!(again, Err(LockError::Config(_))));
+//!     Ok(())
+//! }
+//!
+//! blocking::init_with(blocking::LockManager::in_process())?;
+//! report(7)?;
+//! # Ok::<(), LockError>(())
+//! ```
+//!
 //! A process forked without exec (a pre-fork server, a job runner) may go on using the
 //! managers, guards and global manager of its parent: the first call in the child starts a
 //! runtime and connections of the child's own, since the parent's threads did not come along.
@@ -168,7 +196,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime.
+    /// of an async runtime; [`LockError::Config`] at once, without waiting, when a locked `fn`
+    /// running on this thread holds the lock already (see [Re-entry](self#re-entry)).
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -179,6 +208,7 @@ impl LockManager {
     /// ```
     #[track_caller]
     pub fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        crate::manager::reentry::refuse_if_thread_holds(&self.inner, name, "LockManager::acquire")?;
         let guard = block_on(
             "LockManager::acquire",
             Location::caller(),
@@ -192,7 +222,8 @@ impl LockManager {
     ///
     /// # Errors
     /// As [`crate::LockManager::try_acquire`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime.
+    /// of an async runtime. (One attempt never waits: on a lock that a locked `fn` running on
+    /// this thread holds, it finds it held, `None`.)
     ///
     /// ```no_run
     /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
@@ -360,7 +391,8 @@ impl LockGuard {
         LockGuard { inner: Some(inner) }
     }
 
-    fn held(&self) -> &crate::LockGuard {
+    /// The async guard inside.
+    pub(crate) fn held(&self) -> &crate::LockGuard {
         self.inner
             .as_ref()
             .expect("distlock: a blocking guard holds its lock until release or drop")

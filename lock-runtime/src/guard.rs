@@ -57,6 +57,8 @@ pub struct LockGuard {
     turn: Option<Turn>,
     watchdog: Option<JoinHandle<()>>,
     released: bool,
+    /// Re-entry by task: a re-entered guard releases nothing (see `manager::reentry`).
+    pub(crate) reentry: crate::guard::Reentry,
 }
 
 impl LockGuard {
@@ -78,6 +80,7 @@ impl LockGuard {
             turn: Some(turn),
             watchdog: None,
             released: false,
+            reentry: crate::guard::Reentry::default(),
         }
     }
 
@@ -127,6 +130,25 @@ impl LockGuard {
             guard.start_watchdog();
         }
         guard
+    }
+
+    /// A guard of a lock that an outer guard of the same task holds (see `manager::reentry`).
+    pub(crate) fn reentered(held: Arc<Held>) -> Self {
+        LockGuard {
+            held,
+            turn: None,
+            watchdog: None,
+            released: false,
+            reentry: crate::guard::Reentry {
+                reentered: true,
+                class: None,
+            },
+        }
+    }
+
+    /// What the guard shares with its watchdog and its re-entered guards.
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
     }
 
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
@@ -325,6 +347,7 @@ impl LockGuard {
     /// holds it now — their lock is left untouched); [`LockError::Redis`] if Redis could not be
     /// reached, in which case the lock expires at the end of its ttl; [`LockError::Config`] for
     /// a guard its process inherited from the one it was forked from, whose lock is left to it.
+    /// A re-entered guard (see [`scope`](Self::scope)) releases nothing: `Ok(())`.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) -> Result<(), distlock::LockError> {
@@ -333,6 +356,9 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
+        if self.reentry.reentered {
+            return Ok(());
+        }
         self.stop_watchdog();
         let held = Arc::clone(&self.held);
         let mut unlock = pin!(held.unlock());
@@ -374,6 +400,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.reentry.reentered {
+            return;
+        }
         self.stop_watchdog();
         if self.released {
             return;
@@ -406,6 +435,18 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.fence)
             .field("auto_extend", &self.watchdog.is_some())
             .field("lost", &self.is_lost())
+            .field("reentered", &self.reentry.reentered)
             .finish_non_exhaustive()
     }
+}
+
+/// What a guard knows about its place in its task's held locks: whether it is a re-entry,
+/// and the lock-order class of the lock (for `#[distributed_lock]`, its label: the function's
+/// path and the key template).
+#[derive(Debug, Default)]
+pub(crate) struct Reentry {
+    /// A re-entered guard: a view of a lock an outer guard holds, which it does not release.
+    pub(crate) reentered: bool,
+    /// The attribute's label (`path::to::function template`), for lock-order checks.
+    pub(crate) class: Option<Arc<str>>,
 }

@@ -37,7 +37,10 @@
 //!    until its full ttl is confirmed, a third into the claim, on the background runtime
 //!    (`hold::confirm`). With auto-extension, a `hold::watchdog` task extends
 //!    the lock every ttl/3, sharing what it knows (`hold::held`) with the guard; `attribute::run` races
-//!    the body against the watchdog and cancels the body when the lock is lost.
+//!    the body against the watchdog and cancels the body when the lock is lost. It runs the body
+//!    in the guard's scope (`manager::reentry`): there, the task asking for the same lock again
+//!    re-enters it, and asking for another records the order of the two templates
+//!    (`hold::order`), which warns when two templates are taken in both orders.
 //! 3. **Release.** [`LockGuard::release`] asks what the guard and its watchdog share
 //!    (`hold::held`) to give the lock back: with `hold_at_least` not yet reached, the lock is
 //!    left to expire then (the `HOLD` script); otherwise the store's release runs — on one
@@ -68,10 +71,10 @@
 //! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`; the `semaphore_*`, `rw_*`, `multi_*` and `family_prelude` files are the server side of semaphores, read-write locks and multi-key locks, which the runtime does not call yet: docs/family.md); what a manager holds, for leak tests (`counts`) |
 //! | `acquire` | getting a lock, the parts without I/O: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting, which makes every attempt safe to cancel (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
-//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`) |
+//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`), the orders in which this process's tasks took locks of two key templates, warned about when both were seen (`order`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
-//! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks, and [`LockManagerBuilder::connect`], which wraps the inside; the acquisition's driver, which performs the I/O the machine asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); a waiter's place in line, left if it gives up (`place`) |
+//! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks, and [`LockManagerBuilder::connect`], which wraps the inside; the acquisition's driver, which performs the I/O the machine asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); a waiter's place in line, left if it gives up (`place`); which locks a task (or a blocking thread) holds, for re-entry, and [`LockGuard::scope`] (`reentry`) |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
 //! | `global` | the global manager ([`init`], [`global()`]) |
 //! | `blocking` | the same API for synchronous code |

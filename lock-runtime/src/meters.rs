@@ -10,6 +10,7 @@
 //! | `distlock_lost_total` | counter | `label` | locks found lost while held: expired, or taken over |
 //! | `distlock_release_failures_total` | counter | `label` | releases Redis did not answer or refused: the lock is left to its ttl |
 //! | `distlock_held` | gauge | `label` | locks this process holds now |
+//! | `distlock_lock_order_inversions_total` | counter | `first`, `second` | pairs of key templates that tasks of this process took in both orders (see `hold::order`): once per pair |
 //! | `distlock_eviction_risk` | gauge | `server` | 1 when the server (`host:port`, checked at connect) may evict lock keys under memory pressure, 0 when it keeps them (see [`diagnose`](crate::diagnose)) |
 //!
 //! `label` is [`LockOptions::label`](crate::LockOptions::label) — for the attribute, the
@@ -27,6 +28,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::{LockError, LockOptions};
+
+/// Counts a lock-order inversion between the key templates `first` and `second` (once per
+/// pair: rare, so the labels are made here).
+pub(crate) fn order_inversion(first: &str, second: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "distlock_lock_order_inversions_total",
+        "first" => first.to_owned(),
+        "second" => second.to_owned()
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (first, second);
+}
 
 /// The label of a lock without one.
 #[cfg(feature = "metrics")]

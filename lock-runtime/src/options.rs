@@ -194,8 +194,7 @@ impl LockOptions {
         self.label.as_ref().map(|label| &*label.encoded)
     }
 
-    /// The label shared, for metrics kept past the options' life.
-    #[cfg(feature = "metrics")]
+    /// The label shared, for metrics and lock-order checks kept past the options' life.
     pub(crate) fn shared_label(&self) -> Option<Arc<str>> {
         self.label.as_ref().map(|label| Arc::clone(&label.text))
     }

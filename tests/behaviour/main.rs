@@ -1,5 +1,6 @@
 //! What distlock does, against a real Redis: the manual API, the attribute, auto-extension,
-//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, TLS and ACL users,
+//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, re-entry and lock order,
+//! TLS and ACL users,
 //! inspection (who holds a lock), the synchronous API (`distlock::blocking`), and the behaviour
 //! tests written once for every backend (`parity`, run on Redis and on the in-process backend);
 //! and that the README's quick start and links hold.
@@ -31,6 +32,7 @@ mod parity;
 mod parity_in_process;
 mod parity_redis;
 mod readme;
+mod reentry;
 mod tls_acl;
 mod wake_on_release;
 

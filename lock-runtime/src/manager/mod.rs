@@ -3,6 +3,7 @@
 mod attempt;
 mod driver;
 mod place;
+pub(crate) mod reentry;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -204,7 +205,9 @@ impl LockManager {
     /// holder that died releases nothing). Waiters are served first come, first served across
     /// every process that uses the lock (on Redlock, whose masters keep no shared line, among
     /// the tasks of this process only). Cancel-safe: if this future is dropped, nothing is left
-    /// held — not even a lock that Redis granted just as the caller gave up.
+    /// held — not even a lock that Redis granted just as the caller gave up. A task that holds
+    /// the lock already, inside its guard's [`scope`](LockGuard::scope) (or a
+    /// `#[distributed_lock]` body), gets a re-entered guard at once, without a Redis command.
     ///
     /// # Errors
     /// [`LockError::Timeout`] if the lock was still held when the timeout ran out,
@@ -221,6 +224,10 @@ impl LockManager {
     /// # }
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        // A lock this task holds already is re-entered at once (see `reentry`).
+        if let Some(reentered) = reentry::reenter(self, name) {
+            return reentered;
+        }
         let started = Instant::now();
         let result = match self.here() {
             Ok(here) => here.acquire_waiting(name, options).await,
@@ -254,6 +261,9 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
+        if let Some(reentered) = reentry::reenter(self, name) {
+            return reentered.map(Some);
+        }
         let started = Instant::now();
         let result = match self.here() {
             Ok(here) => here.try_acquire_once(name, options).await,

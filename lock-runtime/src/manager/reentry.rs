@@ -1,0 +1,289 @@
+//! Re-entry: which locks a task holds, so that asking again for one of them returns at once
+//! instead of waiting for a release only this task can make.
+//!
+//! **Async: by task.** A task holds a lock while it runs inside the scope of that lock's guard:
+//! the body of a `#[distributed_lock]` function (`attribute::run` opens the scope), or a future
+//! run by [`LockGuard::scope`]. The scope is a `tokio::task_local!`, so it follows the task and
+//! not the thread — a task moved between worker threads keeps it, and a task spawned from inside
+//! it (`tokio::spawn`) is another owner, which waits as any other holder would. Inside the scope,
+//! [`LockManager::acquire`](crate::LockManager::acquire) and `try_acquire` of a lock the task
+//! holds (same manager, same name) return a *re-entered* guard at once: no Redis command, no
+//! wait. A re-entered guard is a view of the lock in effect: its `key`, `token` and
+//! `fencing_token` are those of the outermost guard, its `extend` and `is_held` act on that lock,
+//! and its `release` and drop do nothing — the lock is released when the outermost guard is. The
+//! inner call's options (ttl, fencing, auto-extension) are not applied: the outer hold's are in
+//! effect. A lock the task's guard already knows lost is not re-entered: the inner call gets
+//! [`LockError::Lost`].
+//!
+//! **Blocking: by thread, and refused.** The lock of a `#[distributed_lock]` plain `fn`
+//! belongs to the thread that runs its body, which cannot move to another thread. Waiting for
+//! it through `distlock::blocking::LockManager::acquire` on that thread while the body runs is
+//! an immediate
+//! [`LockError::Config`] that says so, not a wait until the timeout: synchronous code has no
+//! scope to tell which calls are the holder's own, and the blocking API does not re-enter
+//! (`try_acquire` never waits, so it is not refused: it finds the lock held). A
+//! guard of the manual blocking API is not recorded: it may be handed to another thread that
+//! releases it while this one waits for the lock again, a wait that ends.
+//!
+//! **Cost.** A task that holds nothing pays one read of a task-local per acquisition, and the
+//! scope a locked body runs in costs no allocation and no lock while the task held nothing
+//! before it; a nested scope copies the list of the locks around it.
+//!
+//! **Modes.** Every lock is exclusive today; each entry records the [`Mode`] it is held in, and
+//! [`Mode::covers`] is where re-entry will compare the mode asked for with the one held (read
+//! held, write asked: refused at once, never a wait) once read-write locks exist.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::hold::held::Held;
+use crate::{LockError, LockGuard, LockManager};
+
+tokio::task_local! {
+    /// The locks the current task holds, innermost first: set only inside a guard's scope.
+    static HELD: HeldSet;
+}
+
+/// How a lock is held, for re-entry's comparison of the mode asked for with the one held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The mutex: one holder at a time.
+    Exclusive,
+}
+
+impl Mode {
+    /// Whether a hold in this mode may serve an acquisition in `wanted` by re-entry. An
+    /// exclusive hold covers every mode; a shared one will cover only a shared one.
+    fn covers(self, wanted: Mode) -> bool {
+        match self {
+            Mode::Exclusive => matches!(wanted, Mode::Exclusive),
+        }
+    }
+}
+
+/// One lock the task holds.
+#[derive(Clone)]
+struct Entry {
+    held: Arc<Held>,
+    mode: Mode,
+    class: Option<Arc<str>>,
+}
+
+impl Entry {
+    fn of(guard: &LockGuard) -> Entry {
+        Entry {
+            held: Arc::clone(guard.held()),
+            mode: Mode::Exclusive,
+            class: guard.reentry.class.clone(),
+        }
+    }
+
+    /// Whether this is the lock `name` of `manager`, still held: a guard released while a
+    /// future of its scope still runs (the scope does not borrow it) holds nothing to re-enter.
+    fn is(&self, manager: &LockManager, name: &str) -> bool {
+        !self.held.is_closed() && is_lock(&self.held, manager, name)
+    }
+
+    /// A re-entered guard of this lock, asked for in `wanted`.
+    fn reenter(&self, wanted: Mode) -> Result<LockGuard, LockError> {
+        if !self.mode.covers(wanted) {
+            return Err(LockError::config(format!(
+                "lock `{}` is held by this task in a weaker mode than the one asked for; \
+                 asking for more while holding less would wait for this task's own release: \
+                 release it first, or take it in the stronger mode from the start",
+                self.held.keys.lock
+            )));
+        }
+        if self.held.is_lost() {
+            return Err(self.held.lost_error());
+        }
+        tracing::debug!(target: "distlock", key = %self.held.keys.lock, "re-entered: this task already holds the lock");
+        Ok(LockGuard::reentered(Arc::clone(&self.held)))
+    }
+}
+
+/// Whether `held` is the lock `name` of `manager`: the same manager's inside (its backend),
+/// and the same full key.
+fn is_lock(held: &Held, manager: &LockManager, name: &str) -> bool {
+    let Ok(backend) = manager.backend() else {
+        return false;
+    };
+    std::ptr::eq(&raw const held.shared.backend, backend)
+        && held.keys.lock.strip_prefix(manager.key_prefix()) == Some(name)
+}
+
+/// The locks of one task's scope: the innermost, then those of the scopes around it.
+struct HeldSet {
+    innermost: Entry,
+    /// Outermost first. Empty (not allocated) for the first lock a task takes.
+    around: Vec<Entry>,
+}
+
+impl HeldSet {
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        std::iter::once(&self.innermost).chain(self.around.iter().rev())
+    }
+}
+
+/// The held set of a new scope for `entry`, inside the current one, if any.
+fn opened(entry: Entry) -> HeldSet {
+    let around = HELD
+        .try_with(|outer| {
+            let mut around = Vec::with_capacity(outer.around.len() + 1);
+            around.extend(outer.around.iter().cloned());
+            around.push(outer.innermost.clone());
+            around
+        })
+        .unwrap_or_default();
+    HeldSet {
+        innermost: entry,
+        around,
+    }
+}
+
+/// The re-entered guard of `name`, if the current task holds that lock of `manager`;
+/// `None` (go and acquire it) otherwise. Outside any scope this is one task-local read.
+pub(crate) fn reenter(manager: &LockManager, name: &str) -> Option<Result<LockGuard, LockError>> {
+    HELD.try_with(|set| {
+        set.entries()
+            .find(|entry| entry.is(manager, name))
+            .map(|entry| entry.reenter(Mode::Exclusive))
+    })
+    .ok()
+    .flatten()
+}
+
+/// Calls `each` with the lock-order class of every lock the current task holds, unless it
+/// holds `name` of `manager` itself (then the acquisition is a re-entry, which orders nothing).
+/// Nothing at all outside a scope.
+pub(crate) fn for_each_class_held(manager: &LockManager, name: &str, mut each: impl FnMut(&str)) {
+    let _ = HELD.try_with(|set| {
+        if set.entries().any(|entry| entry.is(manager, name)) {
+            return;
+        }
+        for entry in set.entries() {
+            if let Some(class) = &entry.class {
+                each(class);
+            }
+        }
+    });
+}
+
+/// Runs `body` in the scope of `guard`'s lock (see the module). A re-entered guard's lock is
+/// in the task's scope already: its body runs as it is.
+pub(crate) async fn within<F: Future>(guard: &LockGuard, body: F) -> F::Output {
+    if guard.reentry.reentered {
+        return body.await;
+    }
+    HELD.scope(opened(Entry::of(guard)), body).await
+}
+
+impl LockGuard {
+    /// Runs `future` as the holder of this lock: inside it, this task asking the same manager
+    /// for the same lock again (directly, or through a function it calls) gets it at once, as a
+    /// *re-entered* guard — no Redis command, no wait — instead of waiting for its own release
+    /// until the timeout.
+    ///
+    /// A re-entered guard shows the outer lock (`key`, `token`, `fencing_token` are this
+    /// guard's), its `extend` and `is_held` act on that lock, and its `release` and drop do
+    /// nothing: the lock stays held until this guard is released. The scope belongs to the
+    /// task: a task spawned inside it is another owner and waits for the lock as any other
+    /// holder does. The body of a `#[distributed_lock]` function runs in such a scope already.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::{LockManager, LockOptions};
+    ///
+    /// let manager = LockManager::in_process();
+    /// let options = LockOptions::new();
+    /// let outer = manager.acquire("invoice:42", &options).await?;
+    /// outer
+    ///     .scope(async {
+    ///         // e.g. a helper that takes the lock itself: re-entered, no wait
+    ///         let inner = manager.acquire("invoice:42", &options).await?;
+    ///         assert_eq!(inner.token(), outer.token());
+    ///         inner.release().await // releases nothing: the outer guard still holds it
+    ///     })
+    ///     .await?;
+    /// assert!(manager.try_acquire("invoice:42", &options).await?.is_none());
+    /// outer.release().await
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        let entry = Entry::of(self);
+        // The scopes around it are read when the future first runs, in the task that runs it.
+        async move { HELD.scope(opened(entry), future).await }
+    }
+}
+
+/// The locks held by the locked plain `fn`s running on one thread.
+type ThreadList = Arc<Mutex<Vec<Arc<Held>>>>;
+
+thread_local! {
+    /// The locks held by the locked plain `fn`s running on this thread.
+    static THREAD_HELD: ThreadList = ThreadList::default();
+}
+
+/// A locked plain `fn`'s entry in the list of its thread's locks: removed when dropped, after
+/// the lock's release.
+pub(crate) struct ThreadHold {
+    list: ThreadList,
+    held: Arc<Held>,
+}
+
+impl ThreadHold {
+    /// Records that the current thread holds `guard`'s lock; `None` on a thread that is
+    /// exiting (its list is gone, and it takes no more locks).
+    pub(crate) fn record(guard: &LockGuard) -> Option<ThreadHold> {
+        let held = Arc::clone(guard.held());
+        THREAD_HELD
+            .try_with(|list| {
+                list.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Arc::clone(&held));
+                ThreadHold {
+                    list: Arc::clone(list),
+                    held,
+                }
+            })
+            .ok()
+    }
+}
+
+impl Drop for ThreadHold {
+    fn drop(&mut self) {
+        let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = list.iter().position(|held| Arc::ptr_eq(held, &self.held)) {
+            list.swap_remove(at);
+        }
+    }
+}
+
+/// An error if a locked plain `fn` running on the current thread holds the lock `name` of
+/// `manager`: taking it again would wait for a release only this thread can make.
+pub(crate) fn refuse_if_thread_holds(
+    manager: &LockManager,
+    name: &str,
+    call: &str,
+) -> Result<(), LockError> {
+    let held = THREAD_HELD
+        .try_with(|list| {
+            let list = list.lock().unwrap_or_else(PoisonError::into_inner);
+            list.iter()
+                .find(|held| is_lock(held, manager, name))
+                .map(|held| held.keys.lock.to_string())
+        })
+        .ok()
+        .flatten();
+    match held {
+        None => Ok(()),
+        Some(key) => Err(LockError::config(format!(
+            "distlock::blocking::{call}: lock `{key}` is already held by this thread, by a \
+             `#[distributed_lock]` function whose body is running; asking for it again would \
+             wait for its release, which only this thread can make, until the timeout. The \
+             blocking API does not re-enter: pass the guard down (`guard = name`) instead of \
+             taking the lock again"
+        ))),
+    }
+}
