@@ -539,3 +539,52 @@ fn a_redlock_release_whose_replies_were_lost_on_a_majority_is_not_reported_lost(
         );
     });
 }
+
+/// An operator's forced release whose reply is lost with its connection is sent once more (its
+/// `forced` mark tells the second run what the first did): it reports the lock broken — not
+/// "not broken", which would send the operator after a lock nobody holds —, the lock is free,
+/// and the holder learns it was force-released.
+#[test]
+fn a_forced_release_whose_reply_was_lost_reports_the_lock_broken() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:forced-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let operator = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(30));
+        // The forced release's script is loaded by one run first: the reply lost below is
+        // that of a run, not of a `NOSCRIPT`.
+        let primer = holder.acquire("dropped:primer", &options).await.unwrap();
+        let primer_info = operator.inspect("dropped:primer").await.unwrap().unwrap();
+        assert!(operator.force_release(&primer_info).await.unwrap());
+        drop(primer);
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the lock is held");
+        proxy.lose_next_reply_to(&key);
+        let broken = operator.force_release(&info).await;
+        assert_eq!(proxy.replies_lost(), 1, "the forced release's reply was lost");
+        assert!(
+            matches!(broken, Ok(true)),
+            "a forced release that ran, whose reply was lost, answered {broken:?}"
+        );
+        assert!(!server.exists(&key), "the lock is still there");
+        let released = guard.release().await;
+        assert!(
+            matches!(
+                released,
+                Err(LockError::Lost {
+                    cause: distlock::LostCause::ForceReleased,
+                    ..
+                })
+            ),
+            "the holder was told {released:?}"
+        );
+    });
+}
