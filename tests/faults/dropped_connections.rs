@@ -569,7 +569,11 @@ fn a_forced_release_whose_reply_was_lost_reports_the_lock_broken() {
             .expect("the lock is held");
         proxy.lose_next_reply_to(&key);
         let broken = operator.force_release(&info).await;
-        assert_eq!(proxy.replies_lost(), 1, "the forced release's reply was lost");
+        assert_eq!(
+            proxy.replies_lost(),
+            1,
+            "the forced release's reply was lost"
+        );
         assert!(
             matches!(broken, Ok(true)),
             "a forced release that ran, whose reply was lost, answered {broken:?}"

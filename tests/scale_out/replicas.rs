@@ -529,10 +529,15 @@ async fn a_waiter_dropped_while_confirming_its_hand_off_leaves_no_lock() {
     tokio::time::sleep(ACK / 3).await;
     let handed_to = pair.master().get("lock:confirming");
     assert!(
-        handed_to.as_deref().is_some_and(|token| token != released_token),
+        handed_to
+            .as_deref()
+            .is_some_and(|token| token != released_token),
         "the lock was not handed to the waiter: {handed_to:?}"
     );
-    assert!(!waiter.is_finished(), "the waiter did not wait for its replica");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter did not wait for its replica"
+    );
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     pair.replica().resume();

@@ -221,7 +221,9 @@ mod tests {
                     needed: 3,
                     last_error: "timed out".into(),
                 },
-                RedisError::from(std::io::Error::other("only 2 of 5 Redlock masters answered")),
+                RedisError::from(std::io::Error::other(
+                    "only 2 of 5 Redlock masters answered",
+                )),
             ),
             (
                 Failure::Undecided {

@@ -382,7 +382,11 @@ mod tests {
                 answered.clone(),
                 no_quorum.clone(),
             ] {
-                assert_eq!(runs(&node, rule, &other).await, 1, "{rule:?} after {other:?}");
+                assert_eq!(
+                    runs(&node, rule, &other).await,
+                    1,
+                    "{rule:?} after {other:?}"
+                );
             }
         }
         // A release or hold on a connection in use is sent once: unmarked, a second run that
