@@ -592,3 +592,46 @@ fn a_forced_release_whose_reply_was_lost_reports_the_lock_broken() {
         );
     });
 }
+
+/// A waiter that gives up (its acquisition is dropped) just after its connection broke leaves
+/// the line all the same: its leave meets the dropped connection and is sent once more on a new
+/// one. Sent only once, it would leave its place in line — a waiter nobody is — for the next
+/// release to skip, and the line key alive until the place's lease ran out.
+#[test]
+fn a_waiter_that_gives_up_after_its_connection_broke_leaves_the_line() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:leave-after-cut";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let leaver = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(30))
+            .timeout(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let leaving = {
+            let (leaver, options) = (leaver.clone(), options.clone());
+            tokio::spawn(async move { leaver.acquire(name, &options).await })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        // Just after a renewal, so that the leave, not the next renewal, is what meets the cut.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.cut();
+        leaving.abort();
+        assert!(leaving.await.unwrap_err().is_cancelled());
+        let started = Instant::now();
+        test_support::eventually(Duration::from_secs(2), "the place to be left", || {
+            line_len(&server, name) == 0
+        })
+        .await;
+        eprintln!("place left {:?} after the cut", started.elapsed());
+        assert_eq!(server.get(&key).as_deref(), Some(guard.token()));
+        guard.release().await.unwrap();
+        assert!(!server.exists(&key));
+    });
+}
