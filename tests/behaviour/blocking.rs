@@ -596,6 +596,31 @@ pub(crate) fn fork_worker() {
         held.release().unwrap();
     });
 
+    // Lock values are built from a per-thread cache of `;h=<host>;p=<pid>;t=`: make one on
+    // this thread, the one the child goes on with, so that the child inherits a cache made
+    // for the parent's pid (and must not write it into its own locks).
+    let this_thread = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    this_thread.block_on(async {
+        let guard = manager
+            .as_async()
+            .acquire("blocking:fork:this-thread", &options)
+            .await
+            .unwrap();
+        let holder = manager
+            .as_async()
+            .inspect("blocking:fork:this-thread")
+            .await
+            .unwrap()
+            .and_then(|info| info.holder)
+            .expect("the lock shows its holder");
+        assert_eq!(holder.pid, std::process::id());
+        guard.release().await.unwrap();
+    });
+    drop(this_thread);
+
     let child = || -> Result<(), String> {
         let quick = LockOptions::new().timeout(Duration::from_secs(2));
         let error = |what: &'static str| move |error: LockError| format!("{what}: {error}");

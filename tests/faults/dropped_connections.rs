@@ -539,3 +539,99 @@ fn a_redlock_release_whose_replies_were_lost_on_a_majority_is_not_reported_lost(
         );
     });
 }
+
+/// An operator's forced release whose reply is lost with its connection is sent once more (its
+/// `forced` mark tells the second run what the first did): it reports the lock broken — not
+/// "not broken", which would send the operator after a lock nobody holds —, the lock is free,
+/// and the holder learns it was force-released.
+#[test]
+fn a_forced_release_whose_reply_was_lost_reports_the_lock_broken() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:forced-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let operator = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(30));
+        // The forced release's script is loaded by one run first: the reply lost below is
+        // that of a run, not of a `NOSCRIPT`.
+        let primer = holder.acquire("dropped:primer", &options).await.unwrap();
+        let primer_info = operator.inspect("dropped:primer").await.unwrap().unwrap();
+        assert!(operator.force_release(&primer_info).await.unwrap());
+        drop(primer);
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the lock is held");
+        proxy.lose_next_reply_to(&key);
+        let broken = operator.force_release(&info).await;
+        assert_eq!(
+            proxy.replies_lost(),
+            1,
+            "the forced release's reply was lost"
+        );
+        assert!(
+            matches!(broken, Ok(true)),
+            "a forced release that ran, whose reply was lost, answered {broken:?}"
+        );
+        assert!(!server.exists(&key), "the lock is still there");
+        let released = guard.release().await;
+        assert!(
+            matches!(
+                released,
+                Err(LockError::Lost {
+                    cause: distlock::LostCause::ForceReleased,
+                    ..
+                })
+            ),
+            "the holder was told {released:?}"
+        );
+    });
+}
+
+/// A waiter that gives up (its acquisition is dropped) just after its connection broke leaves
+/// the line all the same: its leave meets the dropped connection and is sent once more on a new
+/// one. Sent only once, it would leave its place in line — a waiter nobody is — for the next
+/// release to skip, and the line key alive until the place's lease ran out.
+#[test]
+fn a_waiter_that_gives_up_after_its_connection_broke_leaves_the_line() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:leave-after-cut";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = test_support::connect(&server).await;
+        let leaver = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new()
+            .ttl(Duration::from_secs(30))
+            .timeout(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let leaving = {
+            let (leaver, options) = (leaver.clone(), options.clone());
+            tokio::spawn(async move { leaver.acquire(name, &options).await })
+        };
+        test_support::eventually(Duration::from_secs(5), "the waiter in line", || {
+            line_len(&server, name) == 1
+        })
+        .await;
+        // Just after a renewal, so that the leave, not the next renewal, is what meets the cut.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.cut();
+        leaving.abort();
+        assert!(leaving.await.unwrap_err().is_cancelled());
+        let started = Instant::now();
+        test_support::eventually(Duration::from_secs(2), "the place to be left", || {
+            line_len(&server, name) == 0
+        })
+        .await;
+        eprintln!("place left {:?} after the cut", started.elapsed());
+        assert_eq!(server.get(&key).as_deref(), Some(guard.token()));
+        guard.release().await.unwrap();
+        assert!(!server.exists(&key));
+    });
+}

@@ -496,3 +496,62 @@ async fn the_connection_of_a_wait_is_kept_for_the_next() {
         "a WAIT opened a connection anew"
     );
 }
+
+/// An acquisition dropped while it confirms a hand-off with the replicas (the replica is
+/// stopped, so its `WAIT` is still out) leaves no lock behind: the lock handed to it, whose
+/// full ttl that confirmation set on the master, is passed on at once, not held by nobody
+/// until it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_confirming_its_hand_off_leaves_no_lock() {
+    let pair = Replicated::start();
+    let manager = replicated(&pair.master().url()).await;
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .timeout(Duration::from_secs(20));
+    let holder = manager.acquire("confirming", &long).await.unwrap();
+    let waiter = {
+        let manager = replicated(&pair.master().url()).await;
+        let long = long.clone();
+        tokio::spawn(async move { manager.acquire("confirming", &long).await })
+    };
+    test_support::eventually(
+        Duration::from_secs(10),
+        "the waiter to join the line",
+        || !pair.master().keys("*line*").is_empty(),
+    )
+    .await;
+
+    pair.replica().pause();
+    let released_token = holder.token().to_owned();
+    holder.release().await.unwrap();
+    // The hand-off message reaches the waiter at once; its confirmation waits up to `ACK` for
+    // the stopped replica: drop it within that wait.
+    tokio::time::sleep(ACK / 3).await;
+    let handed_to = pair.master().get("lock:confirming");
+    assert!(
+        handed_to
+            .as_deref()
+            .is_some_and(|token| token != released_token),
+        "the lock was not handed to the waiter: {handed_to:?}"
+    );
+    assert!(
+        !waiter.is_finished(),
+        "the waiter did not wait for its replica"
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    pair.replica().resume();
+
+    test_support::eventually(
+        Duration::from_secs(5),
+        "the dropped waiter's lock to be passed on",
+        || !pair.master().exists("lock:confirming"),
+    )
+    .await;
+    let next = manager
+        .try_acquire("confirming", &LockOptions::new())
+        .await
+        .unwrap()
+        .expect("the lock handed to a dropped waiter is free again");
+    next.release().await.unwrap();
+}

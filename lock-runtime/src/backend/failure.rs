@@ -203,6 +203,101 @@ mod tests {
         ));
     }
 
+    /// Each store failure is read as the `RedisError` it travelled as before it had a type of
+    /// its own was read: not permanent (an acquisition retries it until its deadline), not run
+    /// (no clean-up of a grant that cannot be), no dropped connection (no second send, no place
+    /// kept). A quorum failure read as permanent would end a waiting acquisition at once; one
+    /// read as "may have run" would release a lock nobody was granted.
+    #[test]
+    fn a_stores_own_failures_read_as_their_redis_dressing_did() {
+        use crate::redis::classify;
+        use redis::ErrorKind;
+        let text = |kind: ErrorKind| RedisError::from((kind, "dressing", "detail".to_owned()));
+        let cases: [(Failure, RedisError); 6] = [
+            (
+                Failure::NoQuorum {
+                    masters: 5,
+                    answered: 2,
+                    needed: 3,
+                    last_error: "timed out".into(),
+                },
+                RedisError::from(std::io::Error::other(
+                    "only 2 of 5 Redlock masters answered",
+                )),
+            ),
+            (
+                Failure::Undecided {
+                    masters: 5,
+                    confirmed: 2,
+                    silent: 2,
+                    needed: 3,
+                    last_error: "timed out".into(),
+                },
+                RedisError::from(std::io::Error::other("2 of 5 Redlock masters confirmed")),
+            ),
+            (
+                Failure::FencingBroken {
+                    counter: "{l}:distlock:fence".into(),
+                    value: Some(0),
+                },
+                text(ErrorKind::UnexpectedReturnType),
+            ),
+            (
+                Failure::FencingBroken {
+                    counter: "{l}:distlock:fence".into(),
+                    value: None,
+                },
+                text(ErrorKind::UnexpectedReturnType),
+            ),
+            (
+                Failure::NotReplicated {
+                    key: "l".into(),
+                    acknowledged: 0,
+                    wanted: 1,
+                },
+                redis::make_extension_error(
+                    "DISTLOCK_NOT_REPLICATED".to_owned(),
+                    Some("0 1 l".to_owned()),
+                ),
+            ),
+            (
+                Failure::UnexpectedReply {
+                    what: "the acquire script",
+                    reply: "[7]".into(),
+                },
+                text(ErrorKind::UnexpectedReturnType),
+            ),
+        ];
+        for (failure, dressed) in cases {
+            assert_eq!(
+                failure.is_permanent(),
+                classify::is_permanent(&dressed),
+                "{failure:?}"
+            );
+            assert_eq!(
+                failure.may_have_run(),
+                classify::may_have_run(&dressed),
+                "{failure:?}"
+            );
+            assert_eq!(
+                failure.connection_dropped(),
+                classify::connection_dropped(&dressed),
+                "{failure:?}"
+            );
+            assert!(!failure.is_lock_key_of_another_type(), "{failure:?}");
+            for keeps_place_on_drop in [false, true] {
+                let capabilities = crate::backend::Capabilities {
+                    fencing: true,
+                    hands_over: true,
+                    resends_commands: false,
+                    waits_for_replicas: false,
+                    keeps_place_on_drop,
+                };
+                assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
+            }
+        }
+    }
+
     #[test]
     fn a_redis_error_is_read_as_classify_reads_it() {
         let dropped = Failure::from(RedisError::from(std::io::Error::from(

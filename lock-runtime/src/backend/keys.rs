@@ -602,6 +602,67 @@ mod tests {
         );
     }
 
+    /// The name a helper key must have, spelt out as the module docs give it, independently of
+    /// `HelperKey`: `{<tag>}:distlock:<word>`, then `:<lock key>` unless the tag is the whole
+    /// lock key.
+    fn documented_helper(lock: &str, word: &str) -> String {
+        match hash_tag(lock.as_bytes()) {
+            Some((start, end)) => format!("{{{}}}:distlock:{word}:{lock}", &lock[start..end]),
+            None if !lock.contains('}') => format!("{{{lock}}}:distlock:{word}"),
+            None => format!(
+                "{{{}}}:distlock:{word}:{lock}",
+                SLOT_TAGS.tag(slot(lock.as_bytes()))
+            ),
+        }
+    }
+
+    /// Names whose helper keys are just below, at and just above the length assembled on the
+    /// stack, for each kind of tag (the whole key, its own hash tag, the table's tag of its
+    /// slot) and with multi-byte characters: the bytes written into a command, after other
+    /// arguments and through `to_redis_args`, are the documented name.
+    #[test]
+    fn helper_names_around_the_stack_length_are_written_exactly() {
+        let mut checked = 0;
+        for word in WORDS {
+            for shape in 0..4 {
+                for len in (STACK_NAME - 24)..=(STACK_NAME + 8) {
+                    let lock = match shape {
+                        // The whole key is the tag: `{` + key + `}:distlock:` + word.
+                        0 => "w".repeat(len.saturating_sub(2 + MARKER.len() + word.len())),
+                        // Its own hash tag, then the key again.
+                        1 => format!("lock:{{u}}:{}", "o".repeat(len / 2)),
+                        // A `}` but no hash tag: the slot's tag.
+                        2 => format!("lock:a}}{}", "s".repeat(len / 2)),
+                        // Multi-byte characters across the boundary.
+                        _ => format!("lock:{}", "é".repeat(len / 4)),
+                    };
+                    let keys = LockKeys::new(lock.clone()).unwrap();
+                    let expected = documented_helper(&lock, word);
+                    assert_eq!(keys.helper(word), expected, "{lock:?}");
+                    let arg = keys.helper_arg(word);
+                    assert_eq!(arg.len(), expected.len(), "{lock:?}");
+                    let mut cmd = redis::Cmd::new();
+                    cmd.arg("EVALSHA").arg(arg).arg(&*keys.lock).arg(arg);
+                    let written: Vec<_> = cmd.args_iter().collect();
+                    assert!(
+                        matches!(written[..], [_, redis::Arg::Simple(a), _, redis::Arg::Simple(b)]
+                            if a == expected.as_bytes() && b == expected.as_bytes()),
+                        "{lock:?}: {written:?}"
+                    );
+                    assert_eq!(
+                        redis::ToRedisArgs::to_redis_args(&arg),
+                        vec![expected.clone().into_bytes()],
+                        "{lock:?}"
+                    );
+                    if expected.len() == STACK_NAME || expected.len() == STACK_NAME + 1 {
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 0, "no name at the stack's length");
+    }
+
     #[test]
     fn common_names_keep_readable_helpers() {
         let keys = LockKeys::new("lock:trace:1".to_owned()).unwrap();

@@ -326,6 +326,41 @@ mod tests {
         }
     }
 
+    /// The per-thread buffer is reused: a value after a much longer one (a long label, then a
+    /// short one, then none, then another pid) is exactly what `format!` makes of its parts,
+    /// with nothing of the longer one left over.
+    #[test]
+    fn a_short_value_after_a_long_one_on_the_same_thread_keeps_nothing_of_it() {
+        let long = encode_label(&"l".repeat(MAX_LABEL));
+        let short = encode_label("s");
+        let me = std::process::id();
+        for (label, pid) in [
+            (Some(&*long), me),
+            (Some(&*short), me),
+            (None, me),
+            (Some(&*long), 7),
+            (None, 7),
+            (Some(&*short), me),
+        ] {
+            let value = new_value(label, pid);
+            let (uuid, rest) = value.split_at(36);
+            uuid::Uuid::try_parse(uuid).unwrap();
+            let holder = format!("{};p={pid};t=", &*HOST);
+            let since = rest
+                .strip_prefix(&holder)
+                .unwrap_or_else(|| panic!("{value} after {holder}"));
+            let digits = since.bytes().take_while(u8::is_ascii_digit).count();
+            assert!(digits >= 13, "{value}");
+            let tail = label.map_or_else(String::new, |label| format!(";l={label}"));
+            assert_eq!(&since[digits..], tail, "{value}");
+            assert_eq!(
+                value.len(),
+                36 + holder.len() + digits + tail.len(),
+                "{value}"
+            );
+        }
+    }
+
     #[test]
     fn values_are_fresh_uuids_first() {
         let (a, b) = (

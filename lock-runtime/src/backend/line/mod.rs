@@ -312,3 +312,88 @@ pub(crate) fn flag(on: bool) -> &'static str {
         "0"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::options::Timeouts;
+    use crate::redis::connection::Endpoint;
+
+    /// A standalone endpoint that is never contacted.
+    fn standalone() -> Node {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Duration::from_secs(1),
+        };
+        Node::new(Connections::new(Endpoint::Standalone(client), timeouts))
+    }
+
+    fn io(kind: std::io::ErrorKind) -> Failure {
+        Failure::from(redis::RedisError::from(std::io::Error::from(kind)))
+    }
+
+    /// How many times `Node::send` runs an operation that fails with `error` each time.
+    async fn runs(node: &Node, rule: Resend, error: &Failure) -> usize {
+        let count = AtomicUsize::new(0);
+        let result: failure::Result<()> = node
+            .send(rule, || async {
+                count.fetch_add(1, Ordering::Relaxed);
+                Err(error.clone())
+            })
+            .await;
+        assert!(result.is_err());
+        count.into_inner()
+    }
+
+    /// The resend rule as each operation relies on it: a command that must run at most once
+    /// (an unmarked release, a Redlock release or hold, a join, a look in line) is never sent
+    /// twice; the others are sent once more only when their connection dropped — never after a
+    /// refused connection (nothing was sent), a timeout (the connection is still there, and the
+    /// command may still run on it), an answer, or a store's own failure.
+    #[tokio::test]
+    async fn only_a_command_allowed_to_run_twice_is_sent_again_and_only_after_a_drop() {
+        use std::io::ErrorKind;
+        let node = standalone();
+        let dropped = io(ErrorKind::ConnectionReset);
+        let answered = Failure::from(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR",
+            "an answer".to_owned(),
+        )));
+        let no_quorum = Failure::NoQuorum {
+            masters: 5,
+            answered: 2,
+            needed: 3,
+            last_error: String::new(),
+        };
+        for (rule, twice) in [
+            (Resend::AtMostOnce, false),
+            (Resend::Idempotent, true),
+            (Resend::Marked, true),
+        ] {
+            assert_eq!(
+                runs(&node, rule, &dropped).await,
+                if twice { 2 } else { 1 },
+                "{rule:?} after a dropped connection"
+            );
+            for other in [
+                io(ErrorKind::ConnectionRefused),
+                io(ErrorKind::TimedOut),
+                answered.clone(),
+                no_quorum.clone(),
+            ] {
+                assert_eq!(
+                    runs(&node, rule, &other).await,
+                    1,
+                    "{rule:?} after {other:?}"
+                );
+            }
+        }
+        // A release or hold on a connection in use is sent once: unmarked, a second run that
+        // followed a first one that did reach Redis would find the lock gone.
+        assert_eq!(node.release_rule(), Resend::AtMostOnce);
+    }
+}
