@@ -225,7 +225,10 @@ pub(super) async fn deliver_grants(
                     tracing::debug!(target: "distlock", "grant channel connection lost; reconnecting");
                     connection = None;
                     woken.state().subscribed[index] = false;
+                    // The first pause after a lost connection, not a doubled one: the
+                    // subscription before it had succeeded.
                     reconnect_at = Some(Instant::now() + backoff.next_pause());
+                    backoff.reset();
                     woken.wake_all();
                 }
             },
