@@ -374,6 +374,45 @@ async fn another_holder(manager: &distlock::LockManager, options: &LockOptions) 
         .unwrap()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_reenters_an_odd_name_exactly_and_a_blocking_thread_inside_it_waits() {
+    let server = RedisServer::start();
+    let manager = test_support::connect(&server).await;
+    let options = LockOptions::new().timeout(Duration::from_millis(300));
+    let name = "odd:{tag}:\u{e9}\n x";
+    let outer = manager.acquire(name, &options).await.unwrap();
+    outer
+        .scope(async {
+            let again = manager.acquire(name, &options).await.unwrap();
+            assert_eq!(again.token(), outer.token());
+            // A name that differs only after the prefix, or by one character, is another lock.
+            let near = manager
+                .acquire("odd:{tag}:\u{e9}\n y", &options)
+                .await
+                .unwrap();
+            assert_ne!(near.token(), outer.token());
+            near.release().await.unwrap();
+            // A thread of the blocking pool is not this task: it waits, and here times out.
+            let (pool_manager, pool_options) = (manager.clone(), options.clone());
+            let handle = tokio::runtime::Handle::current();
+            let waited = tokio::task::spawn_blocking(move || {
+                handle.block_on(pool_manager.acquire(name, &pool_options))
+            })
+            .await
+            .unwrap();
+            assert!(
+                matches!(waited, Err(LockError::Timeout { .. })),
+                "a blocking-pool thread re-entered the task's lock: {waited:?}"
+            );
+        })
+        .await;
+    assert_eq!(
+        server.get(&format!("lock:{name}")).as_deref(),
+        Some(outer.token())
+    );
+    outer.release().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // distlock::blocking: refused at once on the same thread
 // ---------------------------------------------------------------------------------------------
