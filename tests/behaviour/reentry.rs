@@ -253,6 +253,166 @@ async fn a_scope_does_not_reenter_another_lock_or_another_manager() {
     outer.release().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_scope_whose_lock_expired_does_not_reenter_a_lock_it_no_longer_has() {
+    let server = RedisServer::start();
+    let manager = test_support::connect(&server).await;
+    let other = test_support::connect(&server).await;
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300));
+    let outer = manager.acquire("scope:expired", &short).await.unwrap();
+    outer
+        .scope(async {
+            // The hold outlives its ttl (no auto-extension), and another client takes the lock.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let theirs = other
+                .try_acquire("scope:expired", &short)
+                .await
+                .unwrap()
+                .expect("the expired lock is free for another client");
+            let again = manager.acquire("scope:expired", &short).await;
+            assert!(
+                matches!(again, Err(LockError::Lost { .. })),
+                "re-entry of an expired lock now held by another client: {again:?}"
+            );
+            let once = manager.try_acquire("scope:expired", &short).await;
+            assert!(
+                matches!(once, Err(LockError::Lost { .. })),
+                "try_acquire re-entered an expired lock: {once:?}"
+            );
+            theirs.release().await.unwrap();
+        })
+        .await;
+    assert!(matches!(outer.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test]
+async fn a_scope_whose_lock_expired_unclaimed_does_not_reenter_it_either() {
+    let server = RedisServer::start();
+    let manager = test_support::connect(&server).await;
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300));
+    let outer = manager.acquire("scope:lapsed", &short).await.unwrap();
+    outer
+        .scope(async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert!(!server.exists("lock:scope:lapsed"));
+            // Nobody holds it: a re-entered guard would show a lock that is in no one's hands.
+            let again = manager.acquire("scope:lapsed", &short).await;
+            assert!(
+                matches!(again, Err(LockError::Lost { .. })),
+                "re-entry of a lapsed lock: {again:?}"
+            );
+        })
+        .await;
+    assert!(outer.is_lost(), "the re-entry's finding is the guard's too");
+}
+
+#[tokio::test]
+async fn a_reentered_guard_kept_past_its_outer_release_tells_the_truth() {
+    let server = RedisServer::start();
+    let manager = test_support::connect(&server).await;
+    let other = test_support::connect(&server).await;
+    let options = LockOptions::new().timeout(Duration::from_millis(300));
+    let outer = manager.acquire("scope:kept", &options).await.unwrap();
+    let kept: LockGuard = outer
+        .scope(async { manager.acquire("scope:kept", &options).await.unwrap() })
+        .await;
+    assert!(kept.is_held().await.unwrap());
+    outer.release().await.unwrap();
+    // The outermost release released the lock: the view kept outside knows it is not held.
+    assert!(!server.exists("lock:scope:kept"));
+    assert!(!kept.is_held().await.unwrap());
+    let theirs = other
+        .try_acquire("scope:kept", &options)
+        .await
+        .unwrap()
+        .expect("released by the outer guard, though a re-entered guard lives on");
+    assert!(matches!(
+        kept.extend(Duration::from_secs(30)).await,
+        Err(LockError::Lost { .. })
+    ));
+    assert_eq!(
+        server.get("lock:scope:kept").as_deref(),
+        Some(theirs.token())
+    );
+    kept.release().await.unwrap();
+    assert_eq!(
+        server.get("lock:scope:kept").as_deref(),
+        Some(theirs.token())
+    );
+    // Inside the scope of a guard already released, the lock is not re-entered: it is found
+    // held by its new holder.
+    outer_scope_after_release(&manager, &options).await;
+    theirs.release().await.unwrap();
+}
+
+/// A scope run by a guard after its release: asking for its lock again finds the new holder.
+async fn outer_scope_after_release(manager: &distlock::LockManager, options: &LockOptions) {
+    let outer = manager.acquire("scope:kept2", options).await.unwrap();
+    let scope = outer.scope(async {
+        manager
+            .try_acquire("scope:kept2", options)
+            .await
+            .unwrap()
+            .is_none()
+    });
+    outer.release().await.unwrap();
+    let other = another_holder(manager, options).await;
+    assert!(scope.await, "a released guard's scope re-entered its lock");
+    other.release().await.unwrap();
+}
+
+/// Another holder of `scope:kept2`, through a clone of `manager` in a spawned task (another
+/// owner).
+async fn another_holder(manager: &distlock::LockManager, options: &LockOptions) -> LockGuard {
+    let (manager, options) = (manager.clone(), options.clone());
+    tokio::spawn(async move { manager.acquire("scope:kept2", &options).await.unwrap() })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_reenters_an_odd_name_exactly_and_a_blocking_thread_inside_it_waits() {
+    let server = RedisServer::start();
+    let manager = test_support::connect(&server).await;
+    let options = LockOptions::new().timeout(Duration::from_millis(300));
+    let name = "odd:{tag}:\u{e9}\n x";
+    let outer = manager.acquire(name, &options).await.unwrap();
+    outer
+        .scope(async {
+            let again = manager.acquire(name, &options).await.unwrap();
+            assert_eq!(again.token(), outer.token());
+            // A name that differs only after the prefix, or by one character, is another lock.
+            let near = manager
+                .acquire("odd:{tag}:\u{e9}\n y", &options)
+                .await
+                .unwrap();
+            assert_ne!(near.token(), outer.token());
+            near.release().await.unwrap();
+            // A thread of the blocking pool is not this task: it waits, and here times out.
+            let (pool_manager, pool_options) = (manager.clone(), options.clone());
+            let handle = tokio::runtime::Handle::current();
+            let waited = tokio::task::spawn_blocking(move || {
+                handle.block_on(pool_manager.acquire(name, &pool_options))
+            })
+            .await
+            .unwrap();
+            assert!(
+                matches!(waited, Err(LockError::Timeout { .. })),
+                "a blocking-pool thread re-entered the task's lock: {waited:?}"
+            );
+        })
+        .await;
+    assert_eq!(
+        server.get(&format!("lock:{name}")).as_deref(),
+        Some(outer.token())
+    );
+    outer.release().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // distlock::blocking: refused at once on the same thread
 // ---------------------------------------------------------------------------------------------

@@ -225,7 +225,7 @@ impl LockManager {
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         // A lock this task holds already is re-entered at once (see `reentry`).
-        if let Some(reentered) = reentry::reenter(self, name) {
+        if let Some(reentered) = reentry::reenter(self, name).await {
             return reentered;
         }
         let started = Instant::now();
@@ -261,7 +261,7 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        if let Some(reentered) = reentry::reenter(self, name) {
+        if let Some(reentered) = reentry::reenter(self, name).await {
             return reentered.map(Some);
         }
         let started = Instant::now();

@@ -13,7 +13,9 @@
 //! and its `release` and drop do nothing — the lock is released when the outermost guard is. The
 //! inner call's options (ttl, fencing, auto-extension) are not applied: the outer hold's are in
 //! effect. A lock the task's guard already knows lost is not re-entered: the inner call gets
-//! [`LockError::Lost`].
+//! [`LockError::Lost`]. Nor is one past the time its guard knows it lives until (a ttl that
+//! ran out without an extension) that Redis, asked once, says is no longer the task's: a
+//! re-entered guard of a lock gone to another holder would let the task act as its holder.
 //!
 //! **Blocking: by thread, and refused.** The lock of a `#[distributed_lock]` plain `fn`
 //! belongs to the thread that runs its body, which cannot move to another thread. Waiting for
@@ -36,8 +38,10 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::hold::held::Held;
-use crate::{LockError, LockGuard, LockManager};
+use tokio::time::Instant;
+
+use crate::hold::held::{Finder, Held};
+use crate::{LockError, LockGuard, LockManager, LostCause};
 
 tokio::task_local! {
     /// The locks the current task holds, innermost first: set only inside a guard's scope.
@@ -85,7 +89,7 @@ impl Entry {
     }
 
     /// A re-entered guard of this lock, asked for in `wanted`.
-    fn reenter(&self, wanted: Mode) -> Result<LockGuard, LockError> {
+    async fn reenter(&self, wanted: Mode) -> Result<LockGuard, LockError> {
         if !self.mode.covers(wanted) {
             return Err(LockError::config(format!(
                 "lock `{}` is held by this task in a weaker mode than the one asked for; \
@@ -96,6 +100,25 @@ impl Entry {
         }
         if self.held.is_lost() {
             return Err(self.held.lost_error());
+        }
+        // Past the time the lock is known to live until (no auto-extension, or one that could
+        // not renew it), it may have expired and gone to another holder: only Redis can say
+        // whether it is still ours, and a lock that is not is lost, not re-entered.
+        if Instant::now() >= self.held.expiry().valid_until {
+            self.held.not_inherited()?;
+            let ours = self
+                .held
+                .shared
+                .backend
+                .is_held(&self.held.keys, &self.held.token)
+                .await?;
+            if !ours {
+                return Err(self.held.lost(
+                    LostCause::Expired,
+                    "it was no longer ours when re-entered",
+                    Finder::Holder,
+                ));
+            }
         }
         tracing::debug!(target: "distlock", key = %self.held.keys.lock, "re-entered: this task already holds the lock");
         Ok(LockGuard::reentered(Arc::clone(&self.held)))
@@ -143,14 +166,15 @@ fn opened(entry: Entry) -> HeldSet {
 
 /// The re-entered guard of `name`, if the current task holds that lock of `manager`;
 /// `None` (go and acquire it) otherwise. Outside any scope this is one task-local read.
-pub(crate) fn reenter(manager: &LockManager, name: &str) -> Option<Result<LockGuard, LockError>> {
-    HELD.try_with(|set| {
-        set.entries()
-            .find(|entry| entry.is(manager, name))
-            .map(|entry| entry.reenter(Mode::Exclusive))
-    })
-    .ok()
-    .flatten()
+pub(crate) async fn reenter(
+    manager: &LockManager,
+    name: &str,
+) -> Option<Result<LockGuard, LockError>> {
+    let entry = HELD
+        .try_with(|set| set.entries().find(|entry| entry.is(manager, name)).cloned())
+        .ok()
+        .flatten()?;
+    Some(entry.reenter(Mode::Exclusive).await)
 }
 
 /// Calls `each` with the lock-order class of every lock the current task holds, unless it
