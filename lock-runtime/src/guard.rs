@@ -234,7 +234,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         self.held.set_ttl(Some(ttl), Finder::Holder).await?;
-        tracing::debug!(target: "distlock", key = %self.held.keys.lock, ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX), "extended");
+        tracing::debug!(target: "distlock", key = %self.held.keys.lock, ttl_ms = crate::support::units::millis(ttl), "extended");
         Ok(())
     }
 

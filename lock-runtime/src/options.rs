@@ -297,7 +297,7 @@ fn whole_millis(duration: Duration) -> u64 {
     if duration > MAX_DURATION {
         return u64::MAX;
     }
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+    crate::support::units::millis(duration)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{LEASE, RENEW};
+use crate::support::units::millis;
 
 /// How long a key stays known as contended after a hand-off: its next acquisition in this
 /// manager joins the line at once instead of sending a plain `SET NX` first.
@@ -184,8 +185,8 @@ impl Contended {
         if since >= CLOCK_READING_FOR {
             return None;
         }
-        let read = given.place.deadline.checked_sub(millis_of(LEASE))?;
-        Some(read + millis_of(since))
+        let read = given.place.deadline.checked_sub(millis(LEASE))?;
+        Some(read + millis(since))
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
@@ -259,9 +260,4 @@ impl Contended {
             None => false,
         }
     }
-}
-
-/// `duration` in whole milliseconds.
-fn millis_of(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -31,7 +31,7 @@ impl Replicas {
     fn wait(&self) -> Cmd {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.count)
-            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
+            .arg(crate::support::units::millis(self.timeout));
         wait
     }
 

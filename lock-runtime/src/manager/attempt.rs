@@ -194,10 +194,6 @@ pub(crate) fn timeout(keys: &LockKeys, started: Instant) -> LockError {
     }
 }
 
-pub(crate) fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
 /// The failure of a hand-off that could not issue the waiter's fencing token.
 pub(crate) fn fence_failed(keys: &LockKeys) -> crate::backend::Failure {
     crate::backend::Failure::FencingBroken {

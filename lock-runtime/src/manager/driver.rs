@@ -12,9 +12,10 @@ use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::LockKeys;
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
-use crate::manager::attempt::{fence_failed, micros, new_token, timeout};
+use crate::manager::attempt::{fence_failed, new_token, timeout};
 use crate::manager::place::PlaceInLine;
 use crate::support::retry::jitter;
+use crate::support::units::micros;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
 impl LockManager {

@@ -1,6 +1,8 @@
 //! What every part uses and no part owns: pauses between tries (`retry`), the process-wide
-//! runtime for clean-up (`background`), and the value a lock key holds (`identity`).
+//! runtime for clean-up (`background`), the value a lock key holds (`identity`), and durations in
+//! whole milliseconds or microseconds (`units`).
 
 pub(crate) mod background;
 pub(crate) mod identity;
 pub(crate) mod retry;
+pub(crate) mod units;

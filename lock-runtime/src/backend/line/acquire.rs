@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::{bad_fence, counts_receivers, flag, millis, unexpected_reply, Node, Resend};
+use super::{bad_fence, counts_receivers, flag, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
@@ -13,6 +13,7 @@ use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
 use crate::backend::{Attempt, Ownership, Place, Unlock, Wait};
 use crate::redis::connection::{Connection, Connections};
+use crate::support::units::millis;
 
 impl Node {
     /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,

@@ -301,10 +301,6 @@ pub(super) fn counts_receivers(connection: &Connection) -> bool {
     !matches!(connection, Connection::Cluster(_))
 }
 
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 pub(crate) fn flag(on: bool) -> &'static str {
     if on {
         "1"

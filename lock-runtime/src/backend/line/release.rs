@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::{counts_receivers, flag, millis, unexpected_reply, Node, Resend};
+use super::{counts_receivers, flag, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::replicas::Replicas;
@@ -13,6 +13,7 @@ use crate::backend::scripts;
 use crate::backend::{Ownership, Released, Unlock};
 use crate::redis::connection::Connection;
 use crate::support::retry::Backoff;
+use crate::support::units::millis;
 
 impl Node {
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the

@@ -13,10 +13,11 @@ use redis::Value;
 
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
-use crate::backend::line::{flag, millis, set_nx, Look, Node, Resend, ScanTarget};
+use crate::backend::line::{flag, set_nx, Look, Node, Resend, ScanTarget};
 use crate::backend::scripts;
 use crate::backend::Ownership;
 use crate::redis::connection::{Connection, Connections};
+use crate::support::units::millis;
 
 /// One Redlock master.
 pub(crate) struct Master {
