@@ -35,14 +35,14 @@ pub(crate) struct Memory {
 
 #[derive(Default)]
 struct Table {
-    locks: HashMap<Arc<str>, Slot>,
+    locks: HashMap<Arc<str>, LockRow>,
     /// The last fencing token issued for each key that ever had one: one counter per key, as
     /// Redis keeps (and, like Redis, never forgets), so that a key's tokens count its own
     /// acquisitions and inspection shows its counter under any holder. Only fenced
     /// acquisitions add one, so this grows with the names locked with fencing, not with every
     /// name.
     fences: HashMap<Arc<str>, u64>,
-    /// Number of slots after the last sweep of expired ones: the next sweep runs at twice it.
+    /// Number of rows after the last sweep of expired ones: the next sweep runs at twice it.
     swept_at: usize,
     /// The `forced` marks: per key, the token of the holder an operator force-released last,
     /// and until when it is kept (see `scripts::FORCE_RELEASE`).
@@ -51,12 +51,13 @@ struct Table {
 
 /// One lock: its holder, and who waits for it.
 #[derive(Default)]
-struct Slot {
-    holder: Option<Holder>,
-    line: VecDeque<Place>,
+struct LockRow {
+    holder: Option<TableHolder>,
+    line: VecDeque<TableWaiter>,
 }
 
-struct Holder {
+/// Who holds a lock in the table: its token, until when, and its fencing token.
+struct TableHolder {
     token: Arc<str>,
     expires: Instant,
     fence: u64,
@@ -66,7 +67,7 @@ struct Holder {
 }
 
 /// A waiter's place in line: what a hand-off needs to give it the lock.
-struct Place {
+struct TableWaiter {
     token: Arc<str>,
     lease_until: Instant,
     ttl: Duration,
@@ -75,7 +76,7 @@ struct Place {
     listening: bool,
 }
 
-impl Slot {
+impl LockRow {
     /// Forgets a holder whose ttl ran out and places whose lease ran out.
     fn expire(&mut self, now: Instant) {
         if self
@@ -116,7 +117,7 @@ impl Table {
             .is_some_and(|(forced, _)| &**forced == token)
         {
             LostCause::ForceReleased
-        } else if self.slot(key, now).holder.is_some() {
+        } else if self.row(key, now).holder.is_some() {
             LostCause::Taken
         } else {
             LostCause::Expired
@@ -135,25 +136,25 @@ impl Table {
         self.fences.get(key).copied()
     }
 
-    /// The slot of `key`, with what has expired forgotten.
-    fn slot(&mut self, key: &Arc<str>, now: Instant) -> &mut Slot {
+    /// The row of `key`, with what has expired forgotten.
+    fn row(&mut self, key: &Arc<str>, now: Instant) -> &mut LockRow {
         if self.locks.len() >= (2 * self.swept_at).max(64) {
             // Locks nobody touches again (a holder that died, a name used once) would otherwise
             // stay: sweep when the table has doubled, so the cost per operation stays constant.
-            self.locks.retain(|_, slot| {
-                slot.expire(now);
-                !slot.is_empty()
+            self.locks.retain(|_, row| {
+                row.expire(now);
+                !row.is_empty()
             });
             self.swept_at = self.locks.len();
         }
-        let slot = self.locks.entry(Arc::clone(key)).or_default();
-        slot.expire(now);
-        slot
+        let row = self.locks.entry(Arc::clone(key)).or_default();
+        row.expire(now);
+        row
     }
 
-    /// Removes the slot of `key` once nothing is in it.
+    /// Removes the row of `key` once nothing is in it.
     fn tidy(&mut self, key: &str) {
-        if self.locks.get(key).is_some_and(Slot::is_empty) {
+        if self.locks.get(key).is_some_and(LockRow::is_empty) {
             self.locks.remove(key);
         }
     }
@@ -198,18 +199,14 @@ impl Memory {
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
-        let slot = table.slot(&keys.lock, now);
-        if let Some(holder) = slot
-            .holder
-            .as_ref()
-            .filter(|holder| &*holder.token == token)
-        {
+        let row = table.row(&keys.lock, now);
+        if let Some(holder) = row.holder.as_ref().filter(|holder| &*holder.token == token) {
             return Attempt::Acquired {
                 fence: fencing.then_some(holder.fence),
                 expires_in: holder.expires.saturating_duration_since(now),
             };
         }
-        if slot.holder.is_none() {
+        if row.holder.is_none() {
             match self.hand_off(table, &keys.lock, now, None, Some(token)) {
                 None => {
                     let fence = if fencing {
@@ -217,8 +214,8 @@ impl Memory {
                     } else {
                         0
                     };
-                    let slot = table.slot(&keys.lock, now);
-                    slot.holder = Some(Holder {
+                    let row = table.row(&keys.lock, now);
+                    row.holder = Some(TableHolder {
                         token: Arc::from(token),
                         expires: now + ttl,
                         fence,
@@ -238,10 +235,10 @@ impl Memory {
                 Some(_) => {}
             }
         }
-        let slot = table.slot(&keys.lock, now);
-        let remaining = slot.remaining(now);
+        let row = table.row(&keys.lock, now);
+        let remaining = row.remaining(now);
         if let Wait::InLine { channel, .. } = wait {
-            let place = Place {
+            let place = TableWaiter {
                 token: Arc::from(token),
                 lease_until: now + LEASE,
                 ttl,
@@ -249,9 +246,9 @@ impl Memory {
                 listening: channel.is_some(),
             };
             // A renewal whose place lapsed joins again at the end, as on Redis.
-            match slot.line.iter_mut().find(|place| &*place.token == token) {
+            match row.line.iter_mut().find(|place| &*place.token == token) {
                 Some(existing) => *existing = place,
-                None => slot.line.push_back(place),
+                None => row.line.push_back(place),
             }
         }
         Attempt::Held { remaining }
@@ -265,12 +262,12 @@ impl Memory {
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
-        let slot = table.slot(&keys.lock, now);
+        let row = table.row(&keys.lock, now);
         if leave {
-            slot.line.retain(|place| &*place.token != token);
+            row.line.retain(|place| &*place.token != token);
         }
-        let ours = if slot.held_by(token) {
-            slot.holder = None;
+        let ours = if row.held_by(token) {
+            row.holder = None;
             self.hand_off(table, &keys.lock, now, Some(token), None);
             Ownership::Ours
         } else {
@@ -287,10 +284,10 @@ impl Memory {
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
-        let slot = table.slot(&keys.lock, now);
-        let broken = slot.held_by(value);
+        let row = table.row(&keys.lock, now);
+        let broken = row.held_by(value);
         if broken {
-            slot.holder = None;
+            row.holder = None;
             self.hand_off(table, &keys.lock, now, Some(value), None);
             table.forced.insert(
                 Arc::clone(&keys.lock),
@@ -305,12 +302,8 @@ impl Memory {
     pub(crate) fn extend(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Ownership {
         let now = Instant::now();
         let mut table = self.table();
-        let slot = table.slot(&keys.lock, now);
-        if let Some(holder) = slot
-            .holder
-            .as_mut()
-            .filter(|holder| &*holder.token == token)
-        {
+        let row = table.row(&keys.lock, now);
+        if let Some(holder) = row.holder.as_mut().filter(|holder| &*holder.token == token) {
             holder.expires = now + ttl;
             return Ownership::Ours;
         }
@@ -325,18 +318,14 @@ impl Memory {
     pub(crate) fn hold(&self, keys: &LockKeys, token: &str, keep: Duration) -> Ownership {
         let now = Instant::now();
         let mut table = self.table();
-        let slot = table.slot(&keys.lock, now);
-        let Some(holder) = slot
-            .holder
-            .as_mut()
-            .filter(|holder| &*holder.token == token)
-        else {
+        let row = table.row(&keys.lock, now);
+        let Some(holder) = row.holder.as_mut().filter(|holder| &*holder.token == token) else {
             let why = table.why_not_ours(&keys.lock, token, now);
             table.tidy(&keys.lock);
             return Ownership::Lost(why);
         };
         holder.expires = now + keep;
-        if let Some(first) = slot.line.front().filter(|place| place.listening) {
+        if let Some(first) = row.line.front().filter(|place| place.listening) {
             self.hub.wake(&first.token);
         }
         Ownership::Ours
@@ -346,7 +335,7 @@ impl Memory {
     pub(crate) fn is_held(&self, keys: &LockKeys, token: &str) -> bool {
         let now = Instant::now();
         let mut table = self.table();
-        let held = table.slot(&keys.lock, now).held_by(token);
+        let held = table.row(&keys.lock, now).held_by(token);
         table.tidy(&keys.lock);
         held
     }
@@ -364,7 +353,7 @@ impl Memory {
         quiet: Option<&str>,
     ) -> Option<(Arc<str>, u64, Duration)> {
         loop {
-            let place = table.slot(key, now).line.pop_front()?;
+            let place = table.row(key, now).line.pop_front()?;
             if Some(&*place.token) == except {
                 continue;
             }
@@ -374,7 +363,7 @@ impl Memory {
                 0
             };
             let claim = place.ttl.min(CLAIM);
-            table.slot(key, now).holder = Some(Holder {
+            table.row(key, now).holder = Some(TableHolder {
                 token: Arc::clone(&place.token),
                 expires: now + claim,
                 fence,
@@ -392,11 +381,11 @@ impl Memory {
         let now = Instant::now();
         let mut table = self.table();
         let fence = table.last_fence(&keys.lock);
-        let slot = table.slot(&keys.lock, now);
-        let look = slot.holder.as_ref().map(|holder| Look {
+        let row = table.row(&keys.lock, now);
+        let look = row.holder.as_ref().map(|holder| Look {
             value: holder.token.as_bytes().to_vec(),
             ttl_left: Some(holder.expires.saturating_duration_since(now)),
-            waiters: u64::try_from(slot.line.len()).unwrap_or(u64::MAX),
+            waiters: u64::try_from(row.line.len()).unwrap_or(u64::MAX),
             fence,
             granted: holder.granted,
         });
@@ -411,7 +400,7 @@ impl Memory {
         table
             .locks
             .iter()
-            .filter(|(_, slot)| slot.holder.as_ref().is_some_and(|h| h.expires > now))
+            .filter(|(_, row)| row.holder.as_ref().is_some_and(|h| h.expires > now))
             .filter(|(key, _)| glob_matches(pattern.as_bytes(), key.as_bytes()))
             .map(|(key, _)| key.as_bytes().to_vec())
             .collect()
@@ -422,9 +411,9 @@ impl Memory {
     pub(crate) fn len(&self) -> usize {
         let now = Instant::now();
         let mut table = self.table();
-        table.locks.retain(|_, slot| {
-            slot.expire(now);
-            !slot.is_empty()
+        table.locks.retain(|_, row| {
+            row.expire(now);
+            !row.is_empty()
         });
         table.locks.len()
     }
@@ -526,7 +515,7 @@ mod tests {
         }
         // The first waiter stopped renewing: its place ran out.
         let now = Instant::now();
-        memory.table().slot(&lock.lock, now).line[0].lease_until = now;
+        memory.table().row(&lock.lock, now).line[0].lease_until = now;
         std::thread::sleep(Duration::from_millis(1));
         assert!(memory.unlock(&lock, "holder", Unlock::Release).is_ours());
         assert!(

@@ -53,7 +53,7 @@ pub(crate) use line::Look;
 use line::{Node, ScanTarget};
 use memory::Memory;
 use quorum::Quorum;
-pub(crate) use recent::Place;
+pub(crate) use recent::RedisPlace;
 pub(crate) use replicas::Replicas;
 
 /// How long a place in line (or in a Redlock master's wake list) lasts unless its waiter renews

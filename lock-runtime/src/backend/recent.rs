@@ -30,9 +30,10 @@ const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// oldest place gives way): a hint, never a table of every key.
 const CONTENDED_KEYS: usize = 256;
 
-/// A place in line the acquire script gave one of this manager's waiters.
+/// A place in a lock's line on Redis (its deadline in Redis time) that the acquire script gave
+/// one of this manager's waiters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Place {
+pub(crate) struct RedisPlace {
     /// Its lease deadline, Redis time in ms.
     pub(crate) deadline: u64,
     /// Whether it was first in line, the line being empty before it.
@@ -75,7 +76,7 @@ impl Entry {
 /// The latest place the acquire script gave one of this manager's waiters in a lock's line.
 #[derive(Debug, Clone, Copy)]
 struct Given {
-    place: Place,
+    place: RedisPlace,
     /// When the command was sent: Redis read its clock for the deadline after this.
     asked: Instant,
     /// When its answer came: Redis had read its clock before this.
@@ -131,7 +132,7 @@ impl Contended {
     pub(crate) fn place_given(
         &self,
         key: &Arc<str>,
-        place: Place,
+        place: RedisPlace,
         asked: Instant,
         answered: Instant,
     ) {

@@ -212,7 +212,7 @@ impl Endpoint {
 pub(crate) struct Connections {
     endpoint: Endpoint,
     timeouts: Timeouts,
-    slots: Mutex<Vec<Slot>>,
+    slots: Mutex<Vec<RuntimeConnection>>,
     /// The servers whose eviction policy was checked.
     checked: Checked,
     /// Set by the endpoint's first connect: only that one is checked before its caller gets
@@ -223,7 +223,7 @@ pub(crate) struct Connections {
 }
 
 /// What one runtime has of the endpoint: a connection, or the one connect in flight.
-struct Slot {
+struct RuntimeConnection {
     runtime: Id,
     state: State,
     /// When this runtime last took its connection for a request.
@@ -294,7 +294,7 @@ impl Connections {
                     }
                     .boxed()
                     .shared();
-                    slots.push(Slot {
+                    slots.push(RuntimeConnection {
                         runtime: id,
                         state: State::Connecting(attempt.clone()),
                         last_used: std::time::Instant::now(),
@@ -365,7 +365,8 @@ impl Connections {
         };
         let connection = match spare {
             Some(connection) => connection,
-            // Made on the caller's runtime, whose task drives it: kept with that runtime's slot.
+            // Made on the caller's runtime, whose task drives it: kept with that runtime's
+            // `RuntimeConnection`.
             // Boxed: a connect (a Sentinel lookup, a connection manager) nests deep, and inlined
             // in every lock operation's future it would overflow the compiler's layout depth.
             None => self.endpoint.connect(self.timeouts).boxed().await?,
@@ -438,7 +439,7 @@ impl Connections {
         self.slots().len()
     }
 
-    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<RuntimeConnection>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -457,8 +458,8 @@ impl Lent {
     }
 
     /// Keeps the connection for the next request that needs one of its own, when its runtime
-    /// still has a connection (a slot dropped with its runtime, or for a stale Sentinel master,
-    /// takes its spares with it) and keeps fewer than [`SPARES_KEPT`].
+    /// still has a connection (a runtime's `RuntimeConnection`, dropped with the runtime or for
+    /// a stale Sentinel master, takes its spares with it) and keeps fewer than [`SPARES_KEPT`].
     pub(crate) fn give_back(self) {
         let mut slots = self.connections.slots();
         if let Some(slot) = slots.iter_mut().find(|slot| {
@@ -503,7 +504,7 @@ impl EndAttempt {
         };
         match slots.iter_mut().find(|slot| slot.runtime == self.runtime) {
             Some(slot) => slot.state = state,
-            None => slots.push(Slot {
+            None => slots.push(RuntimeConnection {
                 runtime: self.runtime,
                 state,
                 last_used: std::time::Instant::now(),

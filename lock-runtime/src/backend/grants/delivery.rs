@@ -10,7 +10,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use redis::RedisResult;
 use tokio::time::Instant;
 
-use super::{Servers, Shared, LINGER, RECONNECT_BACKOFF};
+use super::{HubCore, Servers, LINGER, RECONNECT_BACKOFF};
 use crate::options::Timeouts;
 
 /// Starts the task of the hub's connection `index` ([`deliver_grants`]): on the caller's
@@ -25,7 +25,7 @@ use crate::options::Timeouts;
 /// down, the task is dropped with it, and starts again on the background runtime, which is
 /// always there: its waiters are told to look again meanwhile, as after a lost connection.
 pub(super) fn spawn_delivery(
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<HubCore>,
     index: usize,
     servers: Servers,
     timeouts: Timeouts,
@@ -52,7 +52,7 @@ pub(super) fn spawn_delivery(
 /// dropped before it is done (its runtime shut down), the connection went with it, and the
 /// task starts again on the background runtime.
 pub(super) struct Relocate {
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<HubCore>,
     index: usize,
     servers: Option<Servers>,
     timeouts: Timeouts,
@@ -89,7 +89,7 @@ impl Drop for Relocate {
 /// The task of the hub's connection `index`: keeps the channel subscribed there while it is
 /// wanted, and delivers messages. Ends when the hub is dropped.
 pub(super) async fn deliver_grants(
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<HubCore>,
     index: usize,
     servers: Servers,
     timeouts: Timeouts,

@@ -59,10 +59,12 @@ pub(crate) enum Grant {
 
 /// The message channel of one lock manager.
 pub(crate) struct GrantHub {
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
 }
 
-struct Shared {
+/// What a hub, its waiters and its connection tasks share: the channel, who waits, and which
+/// connections are subscribed.
+struct HubCore {
     channel: Arc<str>,
     state: Mutex<State>,
     /// Wakes the hub's tasks, one per connection: a subscription is wanted, or the last waiter
@@ -94,7 +96,7 @@ struct Mailbox {
 
 /// A waiter registered for its token's hand-off message; unregistered on drop.
 pub(crate) struct GrantWaiter {
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
     token: Arc<str>,
     mailbox: Arc<Mailbox>,
 }
@@ -110,7 +112,7 @@ impl GrantHub {
         timeouts: Timeouts,
         confirmations: usize,
     ) -> Self {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HubCore {
             channel: Arc::from(format!("{prefix}{}", uuid::Uuid::new_v4().simple())),
             state: Mutex::new(State {
                 waiters: HashMap::new(),
@@ -132,8 +134,8 @@ impl GrantHub {
     /// a hand-off reaches the waiter whichever in-process manager it waits through. Nothing
     /// travels over a network: it counts as subscribed, and has no task.
     pub(crate) fn in_process() -> Self {
-        static SHARED: once_cell::sync::Lazy<Arc<Shared>> = once_cell::sync::Lazy::new(|| {
-            Arc::new(Shared {
+        static SHARED: once_cell::sync::Lazy<Arc<HubCore>> = once_cell::sync::Lazy::new(|| {
+            Arc::new(HubCore {
                 channel: Arc::from("distlock:grants:in-process"),
                 state: Mutex::new(State {
                     waiters: HashMap::new(),
@@ -280,7 +282,7 @@ impl State {
     }
 }
 
-impl Shared {
+impl HubCore {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -374,7 +376,7 @@ mod tests {
     /// A hub over `connections` connections, with no task behind it.
     fn hub(connections: usize, confirmations: usize) -> GrantHub {
         GrantHub {
-            shared: Arc::new(Shared {
+            shared: Arc::new(HubCore {
                 channel: Arc::from("distlock:wake:test"),
                 state: Mutex::new(State {
                     waiters: HashMap::new(),

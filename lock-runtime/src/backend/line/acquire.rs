@@ -11,7 +11,7 @@ use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
 use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
-use crate::backend::{Attempt, Ownership, Place, Unlock, Wait};
+use crate::backend::{Attempt, Ownership, RedisPlace, Unlock, Wait};
 use crate::redis::connection::{Connection, Connections};
 use crate::support::units::millis;
 
@@ -28,7 +28,7 @@ impl Node {
         fencing: bool,
         wait: Wait,
         entry: Option<&Entry>,
-    ) -> failure::Result<(Attempt, Option<Place>)> {
+    ) -> failure::Result<(Attempt, Option<RedisPlace>)> {
         let mut connection = self.connection().await?;
         let mut sent_again = false;
         if !fencing && wait == Wait::FirstTry {
@@ -152,7 +152,7 @@ impl Node {
             u64::try_from(deadline)
                 .ok()
                 .filter(|&at| at > 0)
-                .map(|deadline| Place {
+                .map(|deadline| RedisPlace {
                     deadline,
                     first,
                     written,
