@@ -55,13 +55,13 @@ pub(crate) fn new_value(label: Option<&str>, pid: u32) -> Arc<str> {
     }
     let mut buffer = uuid::Uuid::encode_buffer();
     let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_millis();
     // Milliseconds since 1970 fit a `u64` for 584 million years; its division is the CPU's,
     // where a `u128`'s is a library call per digit.
-    let since = u64::try_from(since).unwrap_or(u64::MAX);
+    let since = super::units::millis(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO),
+    );
     SCRATCH.with(|scratch| {
         // Never re-entered (nothing here calls back into it); should that change, a value
         // made without the cache is still right.

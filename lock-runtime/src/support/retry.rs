@@ -36,7 +36,7 @@ impl Backoff {
 
 /// A random duration in `0..=max`.
 pub(crate) fn jitter(max: Duration) -> Duration {
-    let max_micros = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    let max_micros = super::units::micros(max);
     if max_micros == 0 {
         return Duration::ZERO;
     }
