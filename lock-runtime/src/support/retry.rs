@@ -45,7 +45,8 @@ pub(crate) fn jitter(max: Duration) -> Duration {
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    Duration::from_micros(random % (max_micros + 1))
+    // Saturating: a bound of u64::MAX µs then leaves out only that one value.
+    Duration::from_micros(random % max_micros.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -58,6 +59,8 @@ mod tests {
             assert!(jitter(Duration::from_millis(2)) <= Duration::from_millis(2));
         }
         assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+        // The largest Duration must not overflow the bound.
+        let _ = jitter(Duration::MAX);
     }
 
     #[test]
