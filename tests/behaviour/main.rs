@@ -34,6 +34,7 @@ mod parity_redis;
 mod readme;
 mod reentry;
 mod tls_acl;
+mod traced;
 mod wake_on_release;
 
 /// The entry of the worker processes that this binary's tests start with

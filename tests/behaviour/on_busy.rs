@@ -2,13 +2,13 @@
 //! (the global client on the binary's shared server); `scale_out/on_busy.rs` runs them on a
 //! Redis Cluster.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::{distributed_lock, LockError, LockManager, LockOptions};
 use tokio::time::Instant;
+
+use crate::traced::{self, Recorder};
 
 static NIGHTLY_RAN: AtomicU32 = AtomicU32::new(0);
 static CLEANUP_RAN: AtomicU32 = AtomicU32::new(0);
@@ -72,7 +72,7 @@ async fn skip_returns_none_without_running_the_body_and_traces_the_skip() {
         before,
         "the body did not run"
     );
-    let traced = TRACED.lock().unwrap().clone();
+    let traced = traced::events().join("\n");
     assert!(
         traced.contains("lock:nightly:1") && traced.contains("skipped"),
         "a debug event records the skip: {traced}"
@@ -154,40 +154,4 @@ async fn hold_at_least_makes_a_second_run_within_the_hold_skip() {
         tick("x").await.unwrap().is_some(),
         "runs again after the hold"
     );
-}
-
-/// Every `tracing` event of the thread, as text.
-static TRACED: Mutex<String> = Mutex::new(String::new());
-
-struct Recorder;
-
-struct Fields<'a>(&'a mut String);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, " {}={value:?}", field.name());
-    }
-}
-
-impl tracing::Subscriber for Recorder {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut traced = TRACED.lock().unwrap();
-        let _ = write!(
-            traced,
-            "\n{} {}",
-            event.metadata().level(),
-            event.metadata().target()
-        );
-        event.record(&mut Fields(&mut traced));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }

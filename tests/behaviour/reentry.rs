@@ -5,12 +5,12 @@
 //! both orders are warned about once, and one order is not warned about.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, LockError, LockGuard, LockOptions};
 use test_support::RedisServer;
+
+use crate::traced::{self, Recorder};
 
 // ---------------------------------------------------------------------------------------------
 // What reached Redis
@@ -498,48 +498,11 @@ fn a_blocking_guard_handed_to_another_thread_is_waited_for() {
 // Lock order
 // ---------------------------------------------------------------------------------------------
 
-/// The `distlock` warnings traced on this thread.
-static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Warnings;
-
-struct Message<'a>(&'a mut String);
-
-impl tracing::field::Visit for Message<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, " {}={value:?}", field.name());
-    }
-}
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let metadata = event.metadata();
-        if *metadata.level() == tracing::Level::WARN && metadata.target() == "distlock" {
-            let mut text = String::new();
-            event.record(&mut Message(&mut text));
-            WARNINGS.lock().unwrap().push(text);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// The warnings that name `template`.
 fn warnings_naming(template: &str) -> Vec<String> {
-    WARNINGS
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|warning| warning.contains(template))
-        .cloned()
+    traced::events()
+        .into_iter()
+        .filter(|event| event.starts_with("WARN distlock ") && event.contains(template))
         .collect()
 }
 
@@ -579,7 +542,7 @@ async fn post_entry(id: u32) -> Result<(), LockError> {
 // One thread: the subscriber is this thread's, and so is every task of the test.
 #[tokio::test(flavor = "current_thread")]
 async fn an_inversion_that_never_deadlocked_is_warned_about_once_and_one_order_never() {
-    let _tracing = tracing::subscriber::set_default(Warnings);
+    let _tracing = tracing::subscriber::set_default(Recorder);
     test_support::global_server().await;
 
     for id in 0..3 {
