@@ -35,8 +35,8 @@ if ARGV[4] then
 end
 local read, waiter, channel, now = pcall(first_live, ARGV[1])
 if not read then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return redis.error_reply('WRONGTYPE distlock: the lock ' .. KEYS[1] .. ' was released to ' ..
     'expire when its hold ends, but its line ' .. KEYS[2] .. ' holds a value of another ' ..
     'type, so nobody in it could be told: something other than distlock wrote that key; ' ..
@@ -49,13 +49,15 @@ end
 if waiter then
   local keep = tonumber(ARGV[2])
   local claim = tonumber(ARGV[3])
-  redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
   redis.call('PEXPIRE', KEYS[4], keep + claim)
+  redis.call('SET', KEYS[1], ARGV[1] .. ';hold=' .. (now + keep), 'PX', keep + claim)
   if channel ~= '' then
     redis.call('PUBLISH', channel, waiter .. ' ?')
   end
   return 1
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- The since record before the lock, here and above: a server that reads its clock per command
+-- may cross a millisecond between the two, and then the record must be the one that ends first.
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

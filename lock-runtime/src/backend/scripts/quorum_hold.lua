@@ -11,8 +11,9 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- The since record first: across a millisecond between the two, it ends before the lock.
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf', 'LIMIT', 0, 1)[1]
