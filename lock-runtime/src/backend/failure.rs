@@ -60,7 +60,10 @@ pub(crate) enum Failure {
     UnexpectedReply { what: &'static str, reply: String },
     /// `what` did not answer within `waited`, a bound of distlock's own (a Redlock master's
     /// per-node timeout): the request was sent, and may still run there.
-    NoAnswer { what: &'static str, waited: Duration },
+    NoAnswer {
+        what: &'static str,
+        waited: Duration,
+    },
     /// The sentinels of a Sentinel service named no master in time: no request was sent.
     NoMaster(NoMaster),
 }

@@ -211,9 +211,9 @@ impl Endpoint {
                     address,
                 }))
             }
-            Endpoint::Cluster(client) => Ok(Connection::Cluster(
-                client.get_async_connection().await?,
-            )),
+            Endpoint::Cluster(client) => {
+                Ok(Connection::Cluster(client.get_async_connection().await?))
+            }
         }
     }
 

@@ -214,10 +214,11 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
         // Either bound running out is a failed subscription like any other: try the next
         // sentinel after a pause.
         let subscribed = async {
-            let mut pubsub = tokio::time::timeout(timeouts.connect, client.ok()?.get_async_pubsub())
-                .await
-                .ok()?
-                .ok()?;
+            let mut pubsub =
+                tokio::time::timeout(timeouts.connect, client.ok()?.get_async_pubsub())
+                    .await
+                    .ok()?
+                    .ok()?;
             tokio::time::timeout(timeouts.response, pubsub.subscribe("+switch-master"))
                 .await
                 .ok()?
@@ -291,8 +292,10 @@ pub(crate) fn tls_logins_agree(sentinels: &[ConnectionInfo]) -> Result<(), &'sta
         })
         .collect();
     if logins.windows(2).any(|pair| pair[0] != pair[1]) {
-        return Err("the `rediss://` sentinel URLs log in differently, and sentinels over TLS \
-                    must share one login: give every sentinel URL the same user and password");
+        return Err(
+            "the `rediss://` sentinel URLs log in differently, and sentinels over TLS \
+                    must share one login: give every sentinel URL the same user and password",
+        );
     }
     Ok(())
 }

@@ -265,12 +265,14 @@ pub(super) async fn subscribe(
         *connection = Some(pubsub.split());
     }
     let (sink, _) = connection.as_mut().expect("connected above");
-    Ok(tokio::time::timeout(timeouts.response, sink.subscribe(channel))
-        .await
-        .map_err(|_| SubscribeError::TimedOut {
-            what: "the confirmation of SUBSCRIBE",
-            limit: timeouts.response,
-        })??)
+    Ok(
+        tokio::time::timeout(timeouts.response, sink.subscribe(channel))
+            .await
+            .map_err(|_| SubscribeError::TimedOut {
+                what: "the confirmation of SUBSCRIBE",
+                limit: timeouts.response,
+            })??,
+    )
 }
 
 /// Why the hand-off channel is not subscribed: waiters then look at Redis on their own.
@@ -281,10 +283,7 @@ pub(crate) enum SubscribeError {
     /// The sentinels named no master to subscribe on in time.
     NoMaster(NoMaster),
     /// `what` did not finish within `limit`.
-    TimedOut {
-        what: &'static str,
-        limit: Duration,
-    },
+    TimedOut { what: &'static str, limit: Duration },
     /// The hub's delivery task has stopped: its manager is gone.
     Stopped,
 }

@@ -200,9 +200,7 @@ impl GrantHub {
             confirmed
         };
         self.shared.notify_tasks();
-        confirmed
-            .await
-            .unwrap_or(Err(SubscribeError::Stopped))
+        confirmed.await.unwrap_or(Err(SubscribeError::Stopped))
     }
 
     /// Whether the last attempt to subscribe failed: a subscription asked for now would wait out

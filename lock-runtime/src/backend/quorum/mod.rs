@@ -573,7 +573,7 @@ mod tests {
         assert!(
             error.contains("only 2 of 5 Redlock masters answered")
                 && error.contains("a majority (3) is needed")
-                && error.contains("master down")
+                && error.contains("(last error: a Redlock master did not answer within 100ms)")
                 && error.contains("bring masters back or check the URLs"),
             "{error}"
         );
