@@ -250,9 +250,10 @@ mod tests {
     }
 
     /// Each store failure is read as a `RedisError` with the same news would be read: not
-    /// permanent (an acquisition retries it until its deadline), not run
-    /// (no clean-up of a grant that cannot be), no dropped connection (no second send, no place
-    /// kept). A quorum failure read as permanent would end a waiting acquisition at once; one
+    /// permanent (an acquisition retries it until its deadline); not run (no clean-up of a
+    /// grant that cannot be), but for a request that got no answer in time, which may have run
+    /// (its grant is cleaned up); no dropped connection (no second send, no place kept); a
+    /// missing Sentinel master is waited out by a release, as a failover is. A quorum failure read as permanent would end a waiting acquisition at once; one
     /// read as "may have run" would release a lock nobody was granted.
     #[test]
     fn a_stores_own_failures_read_as_their_redis_dressing_did() {
