@@ -102,6 +102,12 @@ impl Node {
 }
 
 impl Backend {
+    /// Whether this store keeps a record of the fleet's orders: not in process, where this
+    /// process's own memory of them is the record.
+    pub(crate) fn records_orders(&self) -> bool {
+        !matches!(self.locks, Locks::Memory(_))
+    }
+
     /// The endpoints that keep the record: the one endpoint, or every Redlock master; `None`
     /// in process.
     fn record_nodes(&self) -> Option<Vec<&Node>> {

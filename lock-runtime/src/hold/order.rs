@@ -146,7 +146,8 @@ fn this_process() -> String {
 /// Records a new order in the fleet's record, in the background, and warns when another
 /// process recorded the opposite one.
 fn record_in_fleet(shared: Arc<Shared>, order: SeenOrder) {
-    let Some(key) = orders_key(&shared.key_prefix) else {
+    let Some(key) = orders_key(&shared.key_prefix).filter(|_| shared.backend.records_orders())
+    else {
         return;
     };
     if IN_FLIGHT.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
