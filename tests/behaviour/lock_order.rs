@@ -194,7 +194,10 @@ fn two_processes_taking_two_templates_in_opposite_orders_are_warned_once_and_lis
     assert!(forward.is_opposite(backward), "{orders:?}");
     assert_eq!(
         (forward.holder.as_str(), forward.taker.as_str()),
-        ("behaviour::lock_order::charge", "behaviour::lock_order::debit")
+        (
+            "behaviour::lock_order::charge",
+            "behaviour::lock_order::debit"
+        )
     );
     assert!(
         forward.process.ends_with(&format!(" {charged}")),
@@ -202,7 +205,10 @@ fn two_processes_taking_two_templates_in_opposite_orders_are_warned_once_and_lis
     );
     assert_eq!(
         (backward.holder.as_str(), backward.taker.as_str()),
-        ("behaviour::lock_order::refund", "behaviour::lock_order::credit")
+        (
+            "behaviour::lock_order::refund",
+            "behaviour::lock_order::credit"
+        )
     );
     assert!(
         backward.process.ends_with(&format!(" {refunded}")),
