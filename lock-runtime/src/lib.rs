@@ -40,7 +40,9 @@
 //!    the body against the watchdog and cancels the body when the lock is lost. It runs the body
 //!    in the guard's scope (`manager::reentry`): there, the task asking for the same lock again
 //!    re-enters it, and asking for another records the order of the two templates
-//!    (`hold::order`), which warns when two templates are taken in both orders.
+//!    (`hold::order`), which warns when two templates are taken in both orders — and records a
+//!    new order once in Redis (`backend::orders`), in the background, so that a process taking
+//!    them the other way round is warned too.
 //! 3. **Release.** [`LockGuard::release`] asks what the guard and its watchdog share
 //!    (`hold::held`) to give the lock back: with `hold_at_least` not yet reached, the lock is
 //!    left to expire then (the `HOLD` script); otherwise the store's release runs — on one
