@@ -49,9 +49,8 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
     let manager = global()?;
     // Only an acquisition that waits can close a deadlock, so only its order is recorded.
     if let Some(label) = options.label_text() {
-        let fleet = manager.inner.current().ok();
         crate::manager::reentry::for_each_class_held(manager, key, |held| {
-            crate::hold::order::record(fleet, held, label);
+            crate::hold::order::record(Some(&manager.inner), held, label);
         });
     }
     let guard = manager.acquire(key, options).await?;
@@ -182,7 +181,7 @@ pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld
     // As for a task (see `acquire`): the orders of this thread's locked `fn`s' templates.
     let label = options.shared_label();
     if let Some(label) = &label {
-        crate::hold::order::record_on_thread(manager.as_async().inner.current().ok(), label);
+        crate::hold::order::record_on_thread(Some(&manager.as_async().inner), label);
     }
     let guard = manager.acquire(key, options)?;
     record_held(started, guard.fencing_token());

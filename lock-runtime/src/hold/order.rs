@@ -74,8 +74,9 @@ fn split(label: &str) -> (&str, &str) {
 }
 
 /// A task holding the lock labelled `held` waits for the one labelled `taken`: records the
-/// order, and warns if the opposite order was recorded before. `fleet`: the manager's inside,
-/// whose Redis records a new order for the other processes of the fleet.
+/// order, and warns if the opposite order was recorded before. `fleet`: the manager's inside
+/// (as made, not yet asked which one works in this process: only a new order needs it), whose
+/// Redis records a new order for the other processes of the fleet.
 pub(crate) fn record(fleet: Option<&Arc<Shared>>, held: &str, taken: &str) {
     let (holder, first) = split(held);
     let (taker, second) = split(taken);
@@ -130,7 +131,7 @@ pub(crate) fn record(fleet: Option<&Arc<Shared>>, held: &str, taken: &str) {
         );
     }
     if let Some(shared) = fleet {
-        record_in_fleet(Arc::clone(shared), order);
+        record_in_fleet(shared, order);
     }
 }
 
@@ -143,18 +144,43 @@ fn this_process() -> String {
     )
 }
 
+/// A record in flight to Redis, counted in [`IN_FLIGHT`] until dropped (done, or dropped with
+/// the runtime that ran it).
+struct InFlight;
+
+impl InFlight {
+    /// A place among the records in flight; `None` when all [`MAX_IN_FLIGHT`] are taken.
+    fn take() -> Option<InFlight> {
+        if IN_FLIGHT.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
+            IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(InFlight)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Records a new order in the fleet's record, in the background, and warns when another
 /// process recorded the opposite one.
-fn record_in_fleet(shared: Arc<Shared>, order: SeenOrder) {
+fn record_in_fleet(shared: &Arc<Shared>, order: SeenOrder) {
+    // The manager as it works in this process (made anew in a forked one): asked here, on a
+    // new order only, rather than by every acquisition.
+    let Ok(shared) = shared.current().map(Arc::clone) else {
+        return;
+    };
     let Some(key) = orders_key(&shared.key_prefix).filter(|_| shared.backend.records_orders())
     else {
         return;
     };
-    if IN_FLIGHT.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
-        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    let Some(in_flight) = InFlight::take() else {
         tracing::debug!(target: "distlock", first = %order.first, second = %order.second, "lock order not recorded in Redis: {MAX_IN_FLIGHT} records already in flight");
         return;
-    }
+    };
     // The warning goes where the caller's events go, though it is made on another thread.
     let write = async move {
         match shared.backend.record_order(&key, &order).await {
@@ -171,7 +197,7 @@ fn record_in_fleet(shared: Arc<Shared>, order: SeenOrder) {
                 tracing::debug!(target: "distlock", key = %key, first = %order.first, second = %order.second, %error, "lock order not recorded in Redis");
             }
         }
-        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        drop(in_flight);
     };
     crate::support::background::spawn(write.with_current_subscriber());
 }
