@@ -316,9 +316,13 @@ impl Drop for ThreadClass {
 /// after each lock the thread's locked `fn`s hold. Nothing when they hold none.
 pub(crate) fn record_on_thread(fleet: Option<&Arc<Shared>>, taken: &str) {
     let _ = THREAD_CLASSES.try_with(|classes| {
-        // Cloned out: recording may log, and a subscriber may take a lock of its own.
-        let held: Vec<Arc<str>> = classes.borrow().clone();
-        for class in held {
+        // One class at a time, borrowed only to take it: recording may log, and a subscriber
+        // may take a lock of its own on this thread. No copy of the list, so a repeated order
+        // allocates nothing.
+        for at in 0.. {
+            // Its own statement, so that the borrow ends before the record.
+            let class = classes.borrow().get(at).cloned();
+            let Some(class) = class else { break };
             record(fleet, &class, taken);
         }
     });
