@@ -119,7 +119,7 @@ enum Command {
     /// The orders in which the fleet's tasks took locks of two key templates (holding one,
     /// waiting for the other), and the inversions: two templates taken in both orders, which
     /// deadlock when two tasks do both at once. Read from the record the applications keep in
-    /// Redis (its first 10 000 orders, kept 7 days after the last new one).
+    /// Redis (its first 10 000 orders, kept 7 days after the last record).
     Order {
         /// One JSON object (`orders`, `inversions`), for scripts.
         #[arg(long)]
