@@ -50,7 +50,7 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
     // Only an acquisition that waits can close a deadlock, so only its order is recorded.
     if let Some(label) = options.label_text() {
         crate::manager::reentry::for_each_class_held(manager, key, |held| {
-            crate::hold::order::record(held, label);
+            crate::hold::order::record(Some(&manager.inner), held, label);
         });
     }
     let guard = manager.acquire(key, options).await?;
@@ -177,14 +177,22 @@ fn warn_release(key: &str, error: &LockError) {
 #[track_caller]
 pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld, LockError> {
     let started = std::time::Instant::now();
-    let guard = crate::blocking::global()?.acquire(key, options)?;
+    let manager = crate::blocking::global()?;
+    // As for a task (see `acquire`): the orders of this thread's locked `fn`s' templates.
+    let label = options.shared_label();
+    if let Some(label) = &label {
+        crate::hold::order::record_on_thread(Some(&manager.as_async().inner), label);
+    }
+    let guard = manager.acquire(key, options)?;
     record_held(started, guard.fencing_token());
     // The body runs on this thread, holding the lock until it returns: this thread asking for
-    // it again meanwhile is refused (see `manager::reentry`).
+    // it again meanwhile is refused (see `manager::reentry`), and a lock it waits for is
+    // ordered after this one (see `hold::order`).
     let thread = crate::manager::reentry::ThreadHold::record(guard.held());
     Ok(BlockingHeld {
         guard: Some(guard),
         _thread: thread,
+        _class: label.and_then(crate::hold::order::ThreadClass::enter),
     })
 }
 
@@ -197,6 +205,8 @@ pub struct BlockingHeld {
     /// The lock in its thread's list of held locks, until after the release (fields drop
     /// after `Drop::drop`, which releases).
     _thread: Option<crate::manager::reentry::ThreadHold>,
+    /// The lock's template in its thread's list of lock-order classes, until after the release.
+    _class: Option<crate::hold::order::ThreadClass>,
 }
 
 impl BlockingHeld {

@@ -24,6 +24,16 @@
 //! it finds the lock held. (Async tasks re-enter the locks they hold instead:
 //! see [`crate::LockGuard::scope`].)
 //!
+//! # Lock order
+//!
+//! A locked plain `fn` that waits for a lock of another key template while a locked `fn`
+//! running on the same thread holds one orders the two templates, as a task does: when two
+//! templates are taken in both orders, in this process or by any process of the fleet (the
+//! order is recorded once in Redis), one `tracing` warning names both and their functions
+//! (see [`crate::LockManager::orders`]). Locks of the manual API have no template: they are not
+//! ordered. Their name identifies one lock, not a class, so `invoice:42` then `account:42`
+//! would never meet `account:43` then `invoice:43`.
+//!
 //! ```
 //! use distlock::{blocking, distributed_lock, LockError, LockOptions};
 //!
