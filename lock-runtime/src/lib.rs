@@ -113,7 +113,7 @@ pub use global::{global, init, init_with};
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
-pub use options::LockOptions;
+pub use options::{LockMode, LockOptions};
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
 #[doc(hidden)]
 pub use tracing::Instrument;

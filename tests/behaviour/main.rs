@@ -33,6 +33,7 @@ mod parity_in_process;
 mod parity_redis;
 mod readme;
 mod reentry;
+mod semaphores;
 mod tls_acl;
 mod traced;
 mod wake_on_release;
@@ -49,6 +50,11 @@ fn worker() {
             mutual_exclusion::mutex_worker,
         ),
         ("blocking::blocking_worker", blocking::blocking_worker),
+        ("semaphores::semaphore_worker", semaphores::semaphore_worker),
+        (
+            "semaphores::permit_holder_worker",
+            semaphores::permit_holder_worker,
+        ),
         ("blocking::fork_worker", blocking::fork_worker),
         (
             "blocking::fork_inherited_guard_worker",

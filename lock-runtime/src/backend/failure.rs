@@ -54,6 +54,9 @@ pub(crate) enum Failure {
     },
     /// A store answered something its lock operation never answers: `what` answered `reply`.
     UnexpectedReply { what: &'static str, reply: String },
+    /// The name is used another way by another caller — as a mutex and as a semaphore, or as
+    /// semaphores of different sizes —: what to do, said in full. Nothing was taken.
+    Usage(String),
 }
 
 impl Failure {
@@ -63,7 +66,25 @@ impl Failure {
     pub(crate) fn is_permanent(&self) -> bool {
         match self {
             Failure::Redis(error) => crate::redis::classify::is_permanent(error),
+            Failure::Usage(_) => true,
             _ => false,
+        }
+    }
+
+    /// A leased-set script's error reply made into what it means: `MODE <found> <wanted> ...`
+    /// (a name used in two ways) and `PERMITS <stored> <asked> ...` (callers that disagree on
+    /// n) are [`Failure::Usage`], with the script's own words (which name both values); any
+    /// other error stays what Redis said.
+    pub(crate) fn from_family(error: RedisError) -> Self {
+        match error.code() {
+            Some("MODE" | "PERMITS") => {
+                let detail = error.detail().unwrap_or_default();
+                // After the two values the script heads its reply with comes its sentence.
+                let sentence = detail.splitn(3, ' ').nth(2).unwrap_or(detail);
+                let sentence = sentence.strip_prefix("distlock: ").unwrap_or(sentence);
+                Failure::Usage(sentence.to_owned())
+            }
+            _ => Failure::Redis(error),
         }
     }
 
@@ -160,6 +181,7 @@ impl From<Failure> for LockError {
                 what: what.to_owned(),
                 reply,
             },
+            Failure::Usage(message) => LockError::Config(message),
         }
     }
 }
@@ -167,6 +189,26 @@ impl From<Failure> for LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_used_two_ways_is_a_config_error_in_the_scripts_words() {
+        let error = redis::make_extension_error(
+            "PERMITS".to_owned(),
+            Some(
+                "5 3 distlock: the semaphore lock:a has 5 permits and this caller asks for 3"
+                    .into(),
+            ),
+        );
+        let failure = Failure::from_family(error);
+        assert!(failure.is_permanent());
+        assert!(matches!(
+            LockError::from(failure),
+            LockError::Config(message)
+                if message.starts_with("the semaphore lock:a has 5 permits") && message.contains('3')
+        ));
+        let other = redis::make_extension_error("ERR".to_owned(), Some("boom".into()));
+        assert!(matches!(Failure::from_family(other), Failure::Redis(_)));
+    }
 
     #[test]
     fn a_stores_own_failures_are_typed_errors_not_redis_ones() {

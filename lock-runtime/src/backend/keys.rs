@@ -79,6 +79,20 @@ pub(crate) struct LockKeys {
     pub(crate) lock: Arc<str>,
     /// The tag `T` of the helper keys (see the module docs).
     tag: Tag,
+    /// What the lock is taken as: which scripts and helper keys its operations use.
+    pub(crate) kind: Kind,
+}
+
+/// What a lock is taken as. The store's operations branch on it, so that the mutex keeps its
+/// own commands and a semaphore or a reader gets the leased set's (docs/family.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The mutex, and a read-write lock's writer: one holder.
+    Mutex,
+    /// A semaphore of this many permits (at least 2).
+    Permits(u32),
+    /// A read-write lock's reader.
+    Read,
 }
 
 /// Where the helper keys' tag `T` comes from.
@@ -120,7 +134,25 @@ impl LockKeys {
         Ok(LockKeys {
             lock: Arc::from(lock),
             tag,
+            kind: Kind::Mutex,
         })
+    }
+
+    /// These keys, taken as `kind`.
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// A semaphore's line of waiters, in the mutex line's format; a helper of its own so that a
+    /// mutex's release never finds a permit's waiter in its line.
+    pub(crate) fn permit_line(&self) -> String {
+        self.helper("permit-line")
+    }
+
+    /// The fencing tokens of a leased set's holders (permits, readers): a hash token → fence.
+    pub(crate) fn permit_fences(&self) -> String {
+        self.helper("permit-fences")
     }
 
     /// Redlock only: the waiters to wake on this master, a sorted set of `"<channel> <token>"`

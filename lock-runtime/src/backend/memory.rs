@@ -170,6 +170,7 @@ impl Memory {
         resends_commands: false,
         waits_for_replicas: false,
         keeps_place_on_drop: false,
+        leases: true,
     };
 
     pub(crate) fn new() -> Self {

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::grants::{GrantHub, Servers};
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::options::Timeouts;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
@@ -227,6 +227,9 @@ pub(crate) struct Capabilities {
     /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
     /// line (see [`Capabilities::keeps_place_through`]).
     pub(crate) keeps_place_on_drop: bool,
+    /// Semaphores and read locks can be given with the mutex's guarantees: they need one
+    /// line and one count of holders, which independent masters cannot keep.
+    pub(crate) leases: bool,
 }
 
 impl Capabilities {
@@ -400,6 +403,9 @@ impl Backend {
     /// One attempt to take the lock; its `wait` says what else it must find out or mark.
     pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
+            Locks::Single(node) if request.keys.kind != Kind::Mutex => {
+                node.leased_attempt(request).await
+            }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
@@ -416,6 +422,9 @@ impl Backend {
     /// waiters); why not, if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                node.leased_release(keys, token).await
+            }
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
@@ -464,6 +473,7 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => node.leased_leave(keys, token).await,
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
@@ -480,6 +490,11 @@ impl Backend {
         keep_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            // A permit or read lock keeps its lease until the hold's end, then comes back at
+            // the next look after it, with no hand-off.
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                node.leased_extend(keys, token, keep_millis).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
                     .await
@@ -501,6 +516,9 @@ impl Backend {
         ttl_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                node.leased_extend(keys, token, ttl_millis).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
                     .await
@@ -517,6 +535,9 @@ impl Backend {
     /// Whether the lock is still ours.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                node.leased_is_held(keys, token).await
+            }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
             Locks::Memory(memory) => Ok(memory.is_held(keys, token)),

@@ -64,6 +64,7 @@ impl Quorum {
         resends_commands: false,
         waits_for_replicas: false,
         keeps_place_on_drop: false,
+        leases: false,
     };
 
     pub(crate) fn nodes(&self) -> &[Master] {
