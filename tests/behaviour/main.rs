@@ -31,6 +31,7 @@ mod on_busy;
 mod parity;
 mod parity_in_process;
 mod parity_redis;
+mod read_write;
 mod readme;
 mod reentry;
 mod semaphores;

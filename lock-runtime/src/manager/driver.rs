@@ -111,6 +111,9 @@ impl LockManager {
                     place.vacate();
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
+                        if keys.kind == Kind::Read {
+                            self.let_readers_in(&keys, &token, ttl_millis).await;
+                        }
                     }
                     log_acquired(&keys, &won, started);
                     let (fence, since, expires_in) = (won.fence, won.since, won.expires_in);

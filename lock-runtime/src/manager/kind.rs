@@ -38,4 +38,26 @@ impl LockManager {
         }
         Ok(keys.with_kind(kind))
     }
+
+    /// After a reader is handed the lock, one look of its own: a writer's release (the
+    /// mutex's, which knows no readers) hands a reader the whole lock, and this look moves it
+    /// into the readers' set and lets in the readers behind it (see `rw_acquire.lua`). A
+    /// reader let in among readers finds its lease and nothing changes. Should it fail, the
+    /// readers behind come in at this reader's release instead.
+    pub(super) async fn let_readers_in(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
+        let look = self
+            .inner
+            .backend
+            .try_lock(crate::backend::LockRequest {
+                keys,
+                token,
+                ttl_millis,
+                fencing: false,
+                wait: crate::backend::Wait::FirstTry,
+            })
+            .await;
+        if let Err(error) = look {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not let in the readers behind a reader handed the lock; they come in at its release");
+        }
+    }
 }
