@@ -64,7 +64,7 @@ pub use lock_runtime::blocking;
 pub use lock_runtime::diagnose;
 pub use lock_runtime::redact_url;
 pub use lock_runtime::{
-    global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
+    global, init, init_with, HeldMode, Holder, LockError, LockGuard, LockInfo, LockManager,
     LockManagerBuilder, LockMode, LockOptions, LostCause,
 };
 

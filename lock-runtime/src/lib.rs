@@ -111,7 +111,7 @@ pub use builder::LockManagerBuilder;
 pub use error::{LockError, LostCause};
 pub use global::{global, init, init_with};
 pub use guard::LockGuard;
-pub use inspect::{Holder, LockInfo};
+pub use inspect::{HeldMode, Holder, LockInfo};
 pub use manager::LockManager;
 pub use options::{LockMode, LockOptions};
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.

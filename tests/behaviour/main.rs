@@ -29,6 +29,7 @@ mod manual_api;
 mod mutual_exclusion;
 mod on_busy;
 mod parity;
+mod parity_family;
 mod parity_in_process;
 mod parity_redis;
 mod read_write;

@@ -405,3 +405,38 @@ async fn auto_extend_keeps_a_permit_past_its_ttl() {
     assert_eq!(outlives_its_ttl(7).await.unwrap(), 7);
     assert!(!server.exists("lock:sem:auto:7"), "released after the body");
 }
+
+#[tokio::test]
+async fn inspection_and_list_show_every_permit_and_n() {
+    use futures_util::StreamExt;
+    let server = shared_server();
+    let manager = connect(server).await;
+    let options = permits(3).label("payments::call");
+    let a = manager.acquire("sem:shown", &options).await.unwrap();
+    let b = manager.acquire("sem:shown", &options).await.unwrap();
+    let info = manager.inspect("sem:shown").await.unwrap().expect("held");
+    assert_eq!(info.mode, distlock::HeldMode::Semaphore { permits: 3 });
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert!(info
+        .holders
+        .iter()
+        .all(|holder| holder.label == "payments::call" && holder.ttl_left.is_some()));
+    assert_eq!(info.holder.as_ref(), info.holders.first());
+    let listed: Vec<_> = manager
+        .list("sem:shown*")
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].holders.len(), 2);
+    let error = manager
+        .force_release(&info)
+        .await
+        .expect_err("not one by one");
+    assert!(matches!(error, LockError::Config(_)), "{error:?}");
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    assert!(manager.inspect("sem:shown").await.unwrap().is_none());
+}

@@ -9,6 +9,7 @@
 
 use redis::RedisError;
 
+use crate::backend::keys::{Kind, LockKeys};
 use crate::LockError;
 
 /// A backend operation's result.
@@ -184,6 +185,26 @@ impl From<Failure> for LockError {
             Failure::Usage(message) => LockError::Config(message),
         }
     }
+}
+
+/// The failure of an operation, for a lock taken as `keys.kind`, on a name held as `found`: the
+/// name is used another way elsewhere.
+pub(crate) fn used_otherwise(keys: &LockKeys, found: Kind) -> Failure {
+    let held_as = match found {
+        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
+        Kind::Read => "a read-write lock's readers".to_owned(),
+        Kind::Mutex => "a mutex (or a write lock)".to_owned(),
+    };
+    let used_as = match keys.kind {
+        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
+        Kind::Read => "a read lock".to_owned(),
+        Kind::Mutex => "a mutex".to_owned(),
+    };
+    Failure::Usage(format!(
+        "{} is held as {held_as}, and this caller uses it as {used_as}: every caller of a name \
+         must use it the same way; use another name for one of them",
+        keys.lock
+    ))
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ use crate::LostCause;
 #[cfg(feature = "resource-counts")]
 pub use counts::ResourceCounts;
 pub(crate) use failure::Failure;
-pub(crate) use line::Look;
+pub(crate) use line::{LeasedLook, Look};
 use line::{Node, ScanTarget};
 use memory::Memory;
 use quorum::Quorum;
@@ -177,6 +177,9 @@ pub(crate) enum Unlock {
 pub(crate) struct Scan {
     node: usize,
     target: ScanTarget,
+    /// The Redis type of the keys looked for: `string` (a mutex, a writer) or `zset` (a
+    /// semaphore's permits, readers).
+    of_type: &'static str,
 }
 
 /// Where the locks live, and how their waiters hear of a release.
@@ -408,13 +411,20 @@ impl Backend {
             }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
-            Locks::Memory(memory) => Ok(memory.try_lock(
+            Locks::Memory(memory) if request.keys.kind != Kind::Mutex => memory.try_lease(
                 request.keys,
                 request.token,
                 Duration::from_millis(request.ttl_millis),
                 request.fencing,
                 &request.wait,
-            )),
+            ),
+            Locks::Memory(memory) => memory.try_lock(
+                request.keys,
+                request.token,
+                Duration::from_millis(request.ttl_millis),
+                request.fencing,
+                &request.wait,
+            ),
         }
     }
 
@@ -428,6 +438,12 @@ impl Backend {
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
+            }
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(match memory.unlock_lease(keys, token, false)? {
+                    Released::Freed | Released::HandedOver => Ownership::Ours,
+                    Released::NotOurs(cause) => Ownership::Lost(cause),
+                })
             }
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Release)),
         }
@@ -476,6 +492,10 @@ impl Backend {
             Locks::Single(node) if keys.kind != Kind::Mutex => node.leased_leave(keys, token).await,
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => Ok(!matches!(
+                memory.unlock_lease(keys, token, true)?,
+                Released::NotOurs(_)
+            )),
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
         }
     }
@@ -502,6 +522,9 @@ impl Backend {
             Locks::Quorum(quorum) => Ok(Ownership::from_majority(
                 quorum.hold(keys, token, keep_millis).await?,
             )),
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.extend_lease(keys, token, Duration::from_millis(keep_millis)))
+            }
             Locks::Memory(memory) => {
                 Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))
             }
@@ -526,6 +549,9 @@ impl Backend {
             Locks::Quorum(quorum) => Ok(Ownership::from_majority(
                 quorum.extend(keys, token, ttl_millis).await?,
             )),
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.extend_lease(keys, token, Duration::from_millis(ttl_millis)))
+            }
             Locks::Memory(memory) => {
                 Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
             }
@@ -540,6 +566,9 @@ impl Backend {
             }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.holds_lease(keys, token))
+            }
             Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
     }
@@ -562,17 +591,25 @@ impl Backend {
                 .scan_targets()
                 .await?
                 .into_iter()
-                .map(|target| Scan { node: 0, target })
+                .flat_map(|target| {
+                    ["string", "zset"].map(|of_type| Scan {
+                        node: 0,
+                        target: target.clone(),
+                        of_type,
+                    })
+                })
                 .collect()),
             Locks::Quorum(quorum) => Ok((0..quorum.nodes().len())
                 .map(|node| Scan {
                     node,
                     target: ScanTarget::Server,
+                    of_type: "string",
                 })
                 .collect()),
             Locks::Memory(_) => Ok(vec![Scan {
                 node: 0,
                 target: ScanTarget::Server,
+                of_type: "string",
             }]),
         }
     }
@@ -586,7 +623,7 @@ impl Backend {
         pattern: &str,
     ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
         match &self.locks {
-            Locks::Single(node) => node.scan(&scan.target, cursor, pattern).await,
+            Locks::Single(node) => node.scan(&scan.target, cursor, pattern, scan.of_type).await,
             Locks::Quorum(quorum) => {
                 quorum.nodes()[scan.node]
                     .scan(&scan.target, cursor, pattern)

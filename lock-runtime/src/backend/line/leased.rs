@@ -223,22 +223,3 @@ impl Node {
             .map(Kind::Permits)
     }
 }
-
-/// The failure of a mutex's operation on a name that a leased set of `found` holds: the name
-/// is used another way elsewhere.
-pub(crate) fn used_otherwise(keys: &LockKeys, found: Kind) -> Failure {
-    let held_as = match found {
-        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
-        Kind::Read | Kind::Mutex => "a read-write lock's readers".to_owned(),
-    };
-    let used_as = match keys.kind {
-        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
-        Kind::Read => "a read lock".to_owned(),
-        Kind::Mutex => "a mutex".to_owned(),
-    };
-    Failure::Usage(format!(
-        "{} is held as {held_as}, and this caller uses it as {used_as}: every caller of a name \
-         must use it the same way; use another name for one of them",
-        keys.lock
-    ))
-}

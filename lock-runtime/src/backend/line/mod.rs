@@ -31,7 +31,7 @@ use super::{Capabilities, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{Connection, Connections};
 pub(crate) use acquire::set_nx;
-pub(crate) use look::{Look, ScanTarget};
+pub(crate) use look::{LeasedLook, Look, ScanTarget};
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
 pub(crate) struct Node {
@@ -214,7 +214,7 @@ impl Node {
             // way elsewhere, which the caller is told as such.
             if helper.is_none() {
                 if let Some(found) = self.leased_marker(keys).await {
-                    return Err(leased::used_otherwise(keys, found));
+                    return Err(failure::used_otherwise(keys, found));
                 }
             }
             return Err(redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into());

@@ -278,6 +278,7 @@ impl Quorum {
                     fence: None,
                     // Each master recorded its own grant, by its own clock: the earliest.
                     granted: agreeing.iter().filter_map(|look| look.granted).min(),
+                    leased: None,
                 }));
             }
         }
