@@ -440,3 +440,62 @@ async fn inspection_and_list_show_every_permit_and_n() {
     b.release().await.unwrap();
     assert!(manager.inspect("sem:shown").await.unwrap().is_none());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The blocking API and a blocking `fn`
+// ---------------------------------------------------------------------------------------------
+
+static BLOCKING_INSIDE: AtomicUsize = AtomicUsize::new(0);
+static BLOCKING_MOST: AtomicUsize = AtomicUsize::new(0);
+
+#[distributed_lock(key = "sem:blocking:attr", ttl = 30, timeout = 60, permits = 2)]
+fn blocking_section() -> Result<(), LockError> {
+    let now = BLOCKING_INSIDE.fetch_add(1, Ordering::SeqCst) + 1;
+    BLOCKING_MOST.fetch_max(now, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(20));
+    BLOCKING_INSIDE.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[test]
+fn permits_through_the_blocking_api_and_a_blocking_fn() {
+    let server = shared_server();
+    let manager = distlock::blocking::LockManager::connect(&server.url()).unwrap();
+    let options = permits(2);
+    let a = manager.acquire("sem:blocking", &options).unwrap();
+    let b = manager.acquire("sem:blocking", &options).unwrap();
+    assert!(
+        manager
+            .try_acquire("sem:blocking", &options)
+            .unwrap()
+            .is_none(),
+        "both permits are taken"
+    );
+    a.release().unwrap();
+    let c = manager
+        .try_acquire("sem:blocking", &options)
+        .unwrap()
+        .expect("the permit given back");
+    b.release().unwrap();
+    c.release().unwrap();
+
+    crate::blocking::install_global();
+    let threads: Vec<_> = (0..5)
+        .map(|_| {
+            std::thread::spawn(|| {
+                for _ in 0..3 {
+                    blocking_section().expect("a permit within the timeout");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("no thread panicked");
+    }
+    assert_eq!(
+        BLOCKING_MOST.load(Ordering::SeqCst),
+        2,
+        "two at once, never three"
+    );
+    assert!(!server.exists("lock:sem:blocking:attr"));
+}

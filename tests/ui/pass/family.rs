@@ -18,7 +18,7 @@ async fn rewrite_catalog(shop: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "reports", permits = 2, on_busy = "skip")]
+#[distributed_lock(key = "reports", permits = 2)]
 fn report_now() -> Result<(), LockError> {
     Ok(())
 }
