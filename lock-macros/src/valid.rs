@@ -947,6 +947,26 @@ mod tests {
     }
 
     #[test]
+    fn permits_and_mode_follow_the_shared_rule() {
+        let message = rules(quote!(key = "k", permits = 0), FN);
+        assert!(
+            message.contains("`permits = 0` lets nobody in"),
+            "{message}"
+        );
+        let message = rules(quote!(key = "k", permits = 3, mode = "read"), FN);
+        assert!(message.contains("pick one"), "{message}");
+        let message = rules(quote!(key = "k", permits = 99999999999), FN);
+        assert!(message.contains("at most 4294967295"), "{message}");
+        for fine in [
+            quote!(key = "k", permits = 3),
+            quote!(key = "k", permits = 1, mode = "read"),
+            quote!(key = "k", mode = "write", permits = 7),
+        ] {
+            assert_eq!(rules(fine.clone(), FN), "", "{fine}");
+        }
+    }
+
+    #[test]
     fn fencing_needs_a_guard() {
         let message = rules(quote!(key = "k", fencing = true), FN);
         assert!(message.contains("add `guard = lock`"), "{message}");

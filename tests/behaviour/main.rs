@@ -57,6 +57,10 @@ fn worker() {
             "semaphores::permit_holder_worker",
             semaphores::permit_holder_worker,
         ),
+        (
+            "semaphores::permit_waiter_worker",
+            semaphores::permit_waiter_worker,
+        ),
         ("blocking::fork_worker", blocking::fork_worker),
         (
             "blocking::fork_inherited_guard_worker",

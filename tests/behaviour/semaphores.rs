@@ -499,3 +499,84 @@ fn permits_through_the_blocking_api_and_a_blocking_fn() {
     );
     assert!(!server.exists("lock:sem:blocking:attr"));
 }
+
+/// Waits for a permit of `sem:fifo-procs`, then records its index (`SEMAPHORE_WAITER`) in line
+/// order and holds the permit a while.
+pub(crate) fn permit_waiter_worker() {
+    let url = std::env::var("DISTLOCK_WORKER_URL").expect("DISTLOCK_WORKER_URL is set");
+    let index = std::env::var("SEMAPHORE_WAITER").expect("SEMAPHORE_WAITER is set");
+    let runtime = test_support::runtime(1);
+    runtime.block_on(async {
+        let manager = LockManager::connect(&url).await.unwrap();
+        let guard = manager
+            .acquire("sem:fifo-procs", &permits(2))
+            .await
+            .expect("a permit in turn");
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        redis::cmd("RPUSH")
+            .arg("sem:fifo-procs:order")
+            .arg(&index)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.release().await.unwrap();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_waiters_in_other_processes_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let first = manager
+        .acquire("sem:fifo-procs", &permits(2))
+        .await
+        .unwrap();
+    let second = manager
+        .acquire("sem:fifo-procs", &permits(2))
+        .await
+        .unwrap();
+    let line = test_support::keys::helper("lock:sem:fifo-procs", "permit-line");
+    let mut workers = Vec::new();
+    for index in 0..3_usize {
+        workers.push(spawn_worker(
+            "semaphores::permit_waiter_worker",
+            &[
+                ("DISTLOCK_WORKER_URL", server.url()),
+                ("SEMAPHORE_WAITER", index.to_string()),
+            ],
+        ));
+        test_support::eventually(Duration::from_secs(30), "the worker is in line", || {
+            redis::cmd("LLEN")
+                .arg(&line)
+                .query::<usize>(&mut server.conn())
+                .unwrap()
+                == index + 1
+        })
+        .await;
+    }
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    second.release().await.unwrap();
+    for status in wait_all(workers, Duration::from_secs(60)) {
+        assert!(
+            status.success(),
+            "a worker failed: {status} (its output is above)"
+        );
+    }
+    let order: Vec<String> = redis::cmd("LRANGE")
+        .arg("sem:fifo-procs:order")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(
+        order,
+        ["0", "1", "2"],
+        "served in the order they joined the line"
+    );
+}

@@ -355,6 +355,7 @@ mod tests {
                     resends_commands: false,
                     waits_for_replicas: false,
                     keeps_place_on_drop,
+                    leases: true,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }
