@@ -404,10 +404,13 @@ impl Backend {
     }
 
     /// One attempt to take the lock; its `wait` says what else it must find out or mark.
+    ///
+    /// A permit's or reader's operations are boxed here and below: their futures stay out of
+    /// the mutex's, whose size every acquisition and release carries.
     pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
             Locks::Single(node) if request.keys.kind != Kind::Mutex => {
-                node.leased_attempt(request).await
+                Box::pin(node.leased_attempt(request)).await
             }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
@@ -433,7 +436,7 @@ impl Backend {
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                node.leased_release(keys, token).await
+                Box::pin(node.leased_release(keys, token)).await
             }
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
@@ -489,7 +492,9 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) if keys.kind != Kind::Mutex => node.leased_leave(keys, token).await,
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_leave(keys, token)).await
+            }
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) if keys.kind != Kind::Mutex => Ok(!matches!(
@@ -513,7 +518,7 @@ impl Backend {
             // A permit or read lock keeps its lease until the hold's end, then comes back at
             // the next look after it, with no hand-off.
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                node.leased_extend(keys, token, keep_millis).await
+                Box::pin(node.leased_extend(keys, token, keep_millis)).await
             }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
@@ -540,7 +545,7 @@ impl Backend {
     ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                node.leased_extend(keys, token, ttl_millis).await
+                Box::pin(node.leased_extend(keys, token, ttl_millis)).await
             }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
@@ -562,7 +567,7 @@ impl Backend {
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                node.leased_is_held(keys, token).await
+                Box::pin(node.leased_is_held(keys, token)).await
             }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,

@@ -112,7 +112,7 @@ impl LockManager {
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
                         if keys.kind == Kind::Read {
-                            self.let_readers_in(&keys, &token, ttl_millis).await;
+                            Box::pin(self.let_readers_in(&keys, &token, ttl_millis)).await;
                         }
                     }
                     log_acquired(&keys, &won, started);

@@ -59,15 +59,14 @@ impl Node {
         if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type())
             && self.leased_marker(keys).await == Some(Kind::Read)
         {
-            return self
-                .leased_attempt(LockRequest {
-                    keys,
-                    token,
-                    ttl_millis,
-                    fencing,
-                    wait,
-                })
-                .await;
+            return Box::pin(self.leased_attempt(LockRequest {
+                keys,
+                token,
+                ttl_millis,
+                fencing,
+                wait,
+            }))
+            .await;
         }
         let (attempt, place) = self.naming_the_key(keys, tried).await?;
         if let Some(place) = place {

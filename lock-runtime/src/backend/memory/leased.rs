@@ -235,7 +235,7 @@ impl Memory {
                 let Some(place) = table.row(key, now).permit_line.pop_front() else {
                     break;
                 };
-                self.grant_lease(table, key, now, place, Kind::Permits(0));
+                self.grant_lease(table, key, now, &place, Kind::Permits(0));
                 admitted += 1;
             }
             return admitted;
@@ -247,7 +247,7 @@ impl Memory {
             Some(place) if is_reader(&place.token) => {
                 let place = table.row(key, now).line.pop_front();
                 place.map_or(0, |place| {
-                    self.admit_readers(table, key, now, place, None);
+                    self.admit_readers(table, key, now, &place, None);
                     1
                 })
             }
@@ -266,7 +266,7 @@ impl Memory {
         table: &mut Table,
         key: &Arc<str>,
         now: Instant,
-        first: TableWaiter,
+        first: &TableWaiter,
         quiet: Option<&str>,
     ) -> (Arc<str>, u64, Duration) {
         let claim = first.ttl.min(CLAIM);
@@ -279,7 +279,7 @@ impl Memory {
             .is_some_and(|place| is_reader(&place.token))
         {
             if let Some(place) = table.row(key, now).line.pop_front() {
-                self.grant_lease(table, key, now, place, Kind::Read);
+                self.grant_lease(table, key, now, &place, Kind::Read);
             }
         }
         (token, fence, claim)
@@ -290,7 +290,7 @@ impl Memory {
         table: &mut Table,
         key: &Arc<str>,
         now: Instant,
-        place: TableWaiter,
+        place: &TableWaiter,
         kind: Kind,
     ) -> u64 {
         self.grant_lease_quietly(table, key, now, place, kind, None)
@@ -303,7 +303,7 @@ impl Memory {
         table: &mut Table,
         key: &Arc<str>,
         now: Instant,
-        place: TableWaiter,
+        place: &TableWaiter,
         kind: Kind,
         quiet: Option<&str>,
     ) -> u64 {

@@ -381,7 +381,7 @@ impl Memory {
                 continue;
             }
             if leased::is_reader(&place.token) {
-                return Some(self.admit_readers(table, key, now, place, quiet));
+                return Some(self.admit_readers(table, key, now, &place, quiet));
             }
             let fence = if place.fencing {
                 table.next_fence(key)
