@@ -43,15 +43,12 @@ impl Node {
             } => Some(Arc::clone(channel)),
             _ => None,
         };
+        let renewing = match &wait {
+            Wait::FirstTry => None,
+            Wait::InLine { renewing, .. } => Some(*renewing),
+        };
         let tried = self
-            .try_lock(
-                keys,
-                token,
-                ttl_millis,
-                fencing,
-                wait.clone(),
-                entry.as_ref(),
-            )
+            .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
             .await;
         // The mutex's script cannot wait for readers: a writer that finds them (a leased set
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
@@ -59,6 +56,13 @@ impl Node {
         if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type())
             && self.leased_marker(keys).await == Some(Kind::Read)
         {
+            let wait = match renewing {
+                None => Wait::FirstTry,
+                Some(renewing) => Wait::InLine {
+                    channel: channel.clone(),
+                    renewing,
+                },
+            };
             return Box::pin(self.leased_attempt(LockRequest {
                 keys,
                 token,
