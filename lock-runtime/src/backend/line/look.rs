@@ -57,12 +57,18 @@ impl Node {
             0,
             0,
         );
+        let reply: Value = match scripts::invoke(&scripts::LEASED_INSPECT, &cmd, connection).await {
+            // Neither a string nor a leased set: no lock, as the mutex's script said.
+            Err(error) if error.code() == Some("MODE") => return Err(wrong_type.into()),
+            reply => reply?,
+        };
+        // The lock key is a string after all: the mutex's script met another type in one of
+        // its helper keys, which its error (named by `naming_the_key`) is about.
+        if matches!(&reply, Value::Array(items) if items.len() == 1) {
+            return Err(wrong_type.into());
+        }
         let reply: Option<LeasedReply> =
-            match scripts::invoke(&scripts::LEASED_INSPECT, &cmd, connection).await {
-                // Neither a string nor a leased set: no lock, as the mutex's script said.
-                Err(error) if error.code() == Some("MODE") => return Err(wrong_type.into()),
-                reply => reply?,
-            };
+            redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
         let Some((kind, permits, flat, waiters, fence)) = reply else {
             return Ok(None);
         };
