@@ -62,7 +62,7 @@ async fn permits_on_a_cluster_let_in_exactly_n_in_arrival_order() {
     // First come, first served.
     let holder = cluster_manager().await;
     let name = "family:cluster:fifo";
-    let held = holder.acquire(name, &permits(1 + 1)).await.unwrap();
+    let held = holder.acquire(name, &permits(2)).await.unwrap();
     let other = holder.acquire(name, &permits(2)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
@@ -147,4 +147,41 @@ async fn redlock_refuses_semaphores_and_read_locks_saying_why() {
         .await
         .unwrap();
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_and_readers_through_the_sentinels() {
+    let set = test_support::SentinelSet::start();
+    let (one, other) = (
+        crate::sentinel::connect(&set).await,
+        crate::sentinel::connect(&set).await,
+    );
+    let a = one.acquire("family:sentinel", &permits(2)).await.unwrap();
+    let b = other.acquire("family:sentinel", &permits(2)).await.unwrap();
+    assert!(
+        other
+            .try_acquire("family:sentinel", &permits(2))
+            .await
+            .unwrap()
+            .is_none(),
+        "two permits, both taken"
+    );
+    // A waiter is handed the permit a release gives back.
+    let waiter = tokio::spawn(async move { other.acquire("family:sentinel", &permits(2)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.release().await.unwrap();
+    let c = waiter.await.unwrap().expect("handed the permit");
+    b.release().await.unwrap();
+    c.release().await.unwrap();
+
+    let read = LockOptions::new().mode(LockMode::Read);
+    let r1 = one.acquire("family:sentinel:rw", &read).await.unwrap();
+    let r2 = one.acquire("family:sentinel:rw", &read).await.unwrap();
+    assert!(one
+        .try_acquire("family:sentinel:rw", &LockOptions::new())
+        .await
+        .unwrap()
+        .is_none());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
 }
