@@ -38,8 +38,9 @@ pub struct LockInfo {
     pub name: String,
     /// The full Redis key.
     pub key: String,
-    /// Who holds it; `None` when its value was not written by distlock (a hand-written lock
-    /// sharing the key, another library).
+    /// Who holds it — for a semaphore or readers, the first of [`LockInfo::holders`]; `None`
+    /// when its value was not written by distlock (a hand-written lock sharing the key,
+    /// another library).
     pub holder: Option<Holder>,
     /// How long until it expires unless extended; `None` when the key has no expiry. For a
     /// lock released within its `hold_at_least` and kept for the waiters in line, how long
