@@ -64,8 +64,8 @@ pub use lock_runtime::blocking;
 pub use lock_runtime::diagnose;
 pub use lock_runtime::redact_url;
 pub use lock_runtime::{
-    global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
-    LockManagerBuilder, LockOptions, LockOrder, LostCause,
+    global, init, init_with, HeldMode, Holder, LockError, LockGuard, LockInfo, LockManager,
+    LockManagerBuilder, LockMode, LockOptions, LockOrder, LostCause,
 };
 
 /// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in
@@ -79,5 +79,5 @@ pub mod __private {
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;
     pub use lock_runtime::Instrument;
-    pub use lock_runtime::{LockError, LockGuard, LockOptions};
+    pub use lock_runtime::{LockError, LockGuard, LockMode, LockOptions};
 }

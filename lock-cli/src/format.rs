@@ -4,20 +4,37 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::{LockInfo, LockOrder};
+use distlock::{HeldMode, Holder, LockInfo, LockOrder};
 use serde_json::{json, Value};
 
 /// "label (pid 42 on host)", or what is known of a lock distlock did not write; printable
 /// (see [`cell`]).
 pub(crate) fn whose(info: &LockInfo) -> String {
-    match &info.holder {
-        Some(holder) => format!(
+    let of = |holder: &Holder| {
+        format!(
             "{} (pid {} on {})",
             cell(&holder.label),
             holder.pid,
             cell(&holder.host)
-        ),
-        None => "an unknown holder (not written by distlock)".to_owned(),
+        )
+    };
+    let every = || info.holders.iter().map(of).collect::<Vec<_>>().join(", ");
+    match (info.mode, &info.holder) {
+        (HeldMode::Semaphore { permits }, _) => {
+            format!("{} of {permits} permits: {}", info.holders.len(), every())
+        }
+        (HeldMode::Read, _) => format!("{} readers: {}", info.holders.len(), every()),
+        (_, Some(holder)) => of(holder),
+        (_, None) => "an unknown holder (not written by distlock)".to_owned(),
+    }
+}
+
+/// How the lock is held, as `show` and JSON name it.
+fn mode(info: &LockInfo) -> String {
+    match info.mode {
+        HeldMode::Semaphore { permits } => format!("semaphore of {permits} permits"),
+        HeldMode::Read => "read (readers share it)".to_owned(),
+        _ => "exclusive".to_owned(),
     }
 }
 
@@ -129,6 +146,19 @@ pub(crate) fn detail(info: &LockInfo) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "name:      {}", cell(&info.name));
     let _ = writeln!(out, "key:       {}", cell(&info.key));
+    if info.mode != HeldMode::Exclusive {
+        let _ = writeln!(out, "mode:      {}", mode(info));
+        for holder in &info.holders {
+            let _ = writeln!(
+                out,
+                "holder:    {} (pid {} on {}), {} left",
+                cell(&holder.label),
+                holder.pid,
+                cell(&holder.host),
+                holder.ttl_left.map_or_else(|| "-".to_owned(), duration)
+            );
+        }
+    }
     match &info.holder {
         Some(holder) => {
             let _ = writeln!(out, "label:     {}", cell(&holder.label));
@@ -166,9 +196,29 @@ pub(crate) fn json(info: &LockInfo) -> Value {
             "held_for_ms": held_for(info).map(millis),
         })
     });
+    let holders: Vec<Value> = info
+        .holders
+        .iter()
+        .map(|holder| {
+            json!({
+                "label": holder.label,
+                "host": holder.host,
+                "pid": holder.pid,
+                "since_unix_ms": holder.since.duration_since(UNIX_EPOCH).map_or(0, millis),
+                "ttl_left_ms": holder.ttl_left.map(millis),
+            })
+        })
+        .collect();
+    let permits = match info.mode {
+        HeldMode::Semaphore { permits } => Some(permits),
+        _ => None,
+    };
     json!({
         "name": info.name,
         "key": info.key,
+        "mode": mode(info),
+        "permits": permits,
+        "holders": holders,
         "holder": holder,
         "ttl_left_ms": info.ttl_left.map(millis),
         "waiters": info.waiters,

@@ -97,6 +97,22 @@ fn held_line(info: &LockInfo) -> String {
     )
 }
 
+/// Who holds a lock, every holder by what names it (not by its lease left, which changes with
+/// every look).
+fn who(info: &LockInfo) -> Vec<(&str, u32, &str, std::time::SystemTime)> {
+    info.holders
+        .iter()
+        .map(|holder| {
+            (
+                holder.host.as_str(),
+                holder.pid,
+                holder.label.as_str(),
+                holder.since,
+            )
+        })
+        .collect()
+}
+
 /// What changed between two looks, the earlier one started `elapsed` ago.
 fn changes(
     before: &BTreeMap<String, LockInfo>,
@@ -111,7 +127,7 @@ fn changes(
                 format::cell(&info.key),
                 format::whose(info)
             )),
-            Some(old) if old.holder != info.holder => changes.push(format!(
+            Some(old) if who(old) != who(info) => changes.push(format!(
                 "handed over {} from {} to {}",
                 format::cell(&info.key),
                 format::whose(old),

@@ -1499,3 +1499,30 @@ async fn order_lists_the_inversions_then_every_order_seen() {
     assert_eq!(forward["inverted"], true);
     assert!(forward["first_seen_unix_ms"].as_u64().unwrap() > 1_700_000_000_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_show_give_every_permit_of_a_semaphore_and_every_reader() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let permits = labelled("payments").permits(3);
+    let a = manager.acquire("api:pay", &permits).await.unwrap();
+    let b = manager.acquire("api:pay", &permits).await.unwrap();
+    let read = labelled("catalog").mode(distlock::LockMode::Read);
+    let reader = manager.acquire("cat:eu", &read).await.unwrap();
+
+    let (out, _) = expect(&url, &["list"], 0);
+    assert!(out.contains("2 of 3 permits: payments (pid"), "{out}");
+    assert!(out.contains("1 readers: catalog (pid"), "{out}");
+    let (out, _) = expect(&url, &["show", "api:pay"], 0);
+    assert!(out.contains("mode:      semaphore of 3 permits"), "{out}");
+    assert_eq!(out.matches("holder:    payments (pid").count(), 2, "{out}");
+    let (out, _) = expect(&url, &["show", "cat:eu", "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["mode"], "read (readers share it)", "{out}");
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1, "{out}");
+
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    reader.release().await.unwrap();
+}

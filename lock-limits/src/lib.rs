@@ -1,4 +1,4 @@
-//! The limits on a lock's durations, shared by distlock's runtime (which refuses a value outside
+//! The limits on a lock's durations and kind (permits, read), shared by distlock's runtime (which refuses a value outside
 //! them with `LockError::Config`) and by the `#[distributed_lock]` attribute (which refuses the same
 //! value at compile time). Both crates depend on this one so that a limit is defined once and the
 //! two can never disagree.
@@ -111,9 +111,78 @@ pub const fn check_timeout(millis: u64) -> Result<(), Violation> {
     }
 }
 
+/// The fewest permits a semaphore can have: one permit is the mutex.
+///
+/// ```
+/// assert_eq!(lock_limits::MIN_PERMITS, 1);
+/// ```
+pub const MIN_PERMITS: u64 = 1;
+
+/// The most permits a semaphore can have: `u32::MAX`, what `LockOptions::permits` takes.
+///
+/// ```
+/// assert_eq!(lock_limits::MAX_PERMITS, u64::from(u32::MAX));
+/// ```
+pub const MAX_PERMITS: u64 = 4_294_967_295;
+
+/// Why a lock's kind — its number of permits and whether it is taken to read — cannot be.
+///
+/// ```
+/// assert_eq!(lock_limits::check_kind(0, false), Err(lock_limits::KindViolation::NoPermits));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindViolation {
+    /// Zero permits: a semaphore nobody can enter.
+    NoPermits,
+    /// More than [`MAX_PERMITS`].
+    TooManyPermits,
+    /// Permits and a read lock together: readers already share a name without a count, and a
+    /// semaphore's holders are all alike, so the two cannot be one lock.
+    PermitsWithRead,
+}
+
+/// Checks a lock's kind: `permits` at least [`MIN_PERMITS`] and at most [`MAX_PERMITS`], and more
+/// than one permit only for a lock that is not taken to read (`read`).
+///
+/// ```
+/// use lock_limits::{check_kind, KindViolation};
+///
+/// assert_eq!(check_kind(1, true), Ok(()));
+/// assert_eq!(check_kind(5, false), Ok(()));
+/// assert_eq!(check_kind(5, true), Err(KindViolation::PermitsWithRead));
+/// ```
+///
+/// # Errors
+///
+/// The [`KindViolation`] the values commit.
+pub const fn check_kind(permits: u64, read: bool) -> Result<(), KindViolation> {
+    if permits < MIN_PERMITS {
+        Err(KindViolation::NoPermits)
+    } else if permits > MAX_PERMITS {
+        Err(KindViolation::TooManyPermits)
+    } else if permits > 1 && read {
+        Err(KindViolation::PermitsWithRead)
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_needs_a_permit_and_no_count_for_readers() {
+        assert_eq!(check_kind(0, false), Err(KindViolation::NoPermits));
+        assert_eq!(check_kind(0, true), Err(KindViolation::NoPermits));
+        assert_eq!(check_kind(MAX_PERMITS, false), Ok(()));
+        assert_eq!(
+            check_kind(MAX_PERMITS + 1, false),
+            Err(KindViolation::TooManyPermits)
+        );
+        assert_eq!(check_kind(2, true), Err(KindViolation::PermitsWithRead));
+        assert_eq!(check_kind(1, true), Ok(()));
+    }
 
     #[test]
     fn ttl_bounds_are_inclusive() {

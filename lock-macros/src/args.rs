@@ -96,6 +96,22 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "permits",
+        example: "permits = 5",
+        parse: |input, args| {
+            args.permits = Some(parse_permits(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "mode",
+        example: "mode = \"read\"",
+        parse: |input, args| {
+            args.mode = Some(parse_mode(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "crate",
         example: "crate = \"::distlock\"",
         parse: |input, args| {
@@ -138,6 +154,10 @@ pub(crate) struct Args {
     pub(crate) on_busy: Option<OnBusy>,
     /// `hold_at_least = ...`.
     pub(crate) hold_at_least: Option<DurationArg>,
+    /// `permits = n`: a semaphore of n permits.
+    pub(crate) permits: Option<PermitsArg>,
+    /// `mode = "read" | "write"`.
+    pub(crate) mode: Option<ModeArg>,
     /// `crate = "path"`: where the facade crate is, if renamed.
     pub(crate) crate_path: Option<CratePath>,
     /// Every option written, parsed or not, in order, with the span of its name (for the
@@ -185,6 +205,23 @@ impl OnBusy {
             OnBusy::Fail => "on_busy = \"fail\"",
         }
     }
+}
+
+/// The `permits` option: the number as written (its rules are checked in `valid`), and its
+/// tokens for spans.
+pub(crate) struct PermitsArg {
+    /// The number; `u64::MAX` for one too large for a `u64`, which the rules refuse as such.
+    pub(crate) value: u64,
+    /// The value's tokens, so that an error underlines it.
+    pub(crate) tokens: TokenStream,
+    /// The literal's span, given to the generated builder call.
+    pub(crate) span: Span,
+}
+
+/// The `mode` option: whether it is `"read"`, and the span of the string.
+pub(crate) struct ModeArg {
+    pub(crate) read: bool,
+    pub(crate) span: Span,
 }
 
 /// The `crate` option: the path, and the span of the string it was written in.
@@ -434,6 +471,62 @@ fn parse_bool(input: ParseStream, name: &str) -> syn::Result<LitBool> {
     })
 }
 
+fn parse_permits(input: ParseStream) -> syn::Result<PermitsArg> {
+    const HINT: &str = "`permits` takes a whole number of holders allowed at once, at least 1 \
+                        (1 is the mutex), e.g. `permits = 5`";
+    let value = value_tokens(input);
+    if input.peek(Token![-]) {
+        return Err(syn::Error::new_spanned(value, HINT));
+    }
+    let Ok(literal) = input.parse::<syn::LitInt>() else {
+        return Err(syn::Error::new_spanned(value, HINT));
+    };
+    if !literal.suffix().is_empty() {
+        return Err(syn::Error::new(
+            literal.span(),
+            format!("{HINT}, without a type suffix"),
+        ));
+    }
+    Ok(PermitsArg {
+        value: literal.base10_parse::<u64>().unwrap_or(u64::MAX),
+        span: literal.span(),
+        tokens: value,
+    })
+}
+
+fn parse_mode(input: ParseStream) -> syn::Result<ModeArg> {
+    const HINT: &str = "`mode` takes `\"read\"` (shared with other readers) or `\"write\"` \
+                        (alone, the default)";
+    let value = value_tokens(input);
+    if input.peek(Ident) {
+        let ident: Ident = input.parse()?;
+        return Err(syn::Error::new(
+            ident.span(),
+            format!("{HINT}, as a string: write `mode = \"{ident}\"`"),
+        ));
+    }
+    let Ok(literal) = input.parse::<LitStr>() else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!("{HINT}, e.g. `mode = \"read\"`"),
+        ));
+    };
+    match literal.value().as_str() {
+        "read" => Ok(ModeArg {
+            read: true,
+            span: literal.span(),
+        }),
+        "write" => Ok(ModeArg {
+            read: false,
+            span: literal.span(),
+        }),
+        other => Err(syn::Error::new(
+            literal.span(),
+            format!("`mode = \"{other}\"` is not a mode: {HINT}"),
+        )),
+    }
+}
+
 fn parse_on_busy(input: ParseStream) -> syn::Result<OnBusy> {
     const HINT: &str = "`on_busy` takes `\"wait\"` (wait up to `timeout`, the default), \
                         `\"skip\"` (if the lock is held, return without running the body) or \
@@ -679,7 +772,7 @@ mod tests {
         assert!(
             message.contains(
                 "`key`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
-                 `hold_at_least`, `crate`"
+                 `hold_at_least`, `permits`, `mode`, `crate`"
             ),
             "{message}"
         );

@@ -101,6 +101,16 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
         .as_ref()
         .map(|value| quote!(.auto_extend(#value)));
     let fencing = args.fencing.as_ref().map(|value| quote!(.fencing(#value)));
+    let permits = args.permits.as_ref().map(|permits| {
+        let method = Ident::new("permits", permits.span);
+        let count = proc_macro2::Literal::u64_unsuffixed(permits.value);
+        quote!(.#method(#count))
+    });
+    let mode = args.mode.as_ref().map(|mode| {
+        let method = Ident::new("mode", mode.span);
+        let variant = Ident::new(if mode.read { "Read" } else { "Write" }, mode.span);
+        quote!(.#method(#private::LockMode::#variant))
+    });
 
     let from_error = convert_error(&sig.output, krate, &private_ident, &error);
     let prelude = quote! {
@@ -115,6 +125,8 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #auto_extend
             #fencing
             #hold_at_least
+            #permits
+            #mode
             .label(#label_var);
         // The acquisition, the body and the release run in the call's `distlock.lock` span.
         let #span_var = #private::span(&#key_var, #label_var);

@@ -228,6 +228,41 @@ mod valid;
 /// }
 /// ```
 ///
+/// ## `permits = <n>` (default 1)
+///
+/// A semaphore: at most n holders of the name at once, fleet-wide, each permit a lease with the
+/// ttl (extended, kept alive by `auto_extend`, given back at its ttl when its holder dies);
+/// waiters are served first come, first served. 1 is the mutex. At least 1, and not with
+/// `mode = "read"`; every caller of a name must give the same n:
+///
+/// ```no_run
+/// # use distlock::{distributed_lock, LockError};
+/// # async fn charge(order: u64) -> Result<(), LockError> { Ok(()) }
+/// #[distributed_lock(key = "payments:api", permits = 5, auto_extend = true)]
+/// async fn call_payments(order: u64) -> Result<(), LockError> {
+///     charge(order).await
+/// }
+/// ```
+///
+/// ## `mode = "read" | "write"` (default `"write"`)
+///
+/// A read-write lock: readers share the name, a writer (`"write"`, the mutex) is alone. The line
+/// is fair: a writer is never overtaken by readers that come after it. A task holding the read
+/// lock that asks for the write lock of the same name gets `LockError::Config` at once:
+///
+/// ```no_run
+/// # use distlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "catalog:{shop}", mode = "read")]
+/// async fn show_catalog(shop: &str) -> Result<usize, LockError> {
+///     Ok(shop.len())
+/// }
+///
+/// #[distributed_lock(key = "catalog:{shop}", mode = "write")]
+/// async fn rebuild_catalog(shop: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
 /// ## `crate = "<path>"` (default `"::distlock"`)
 ///
 /// The path of the `distlock` crate, for code that renames the dependency or re-exports it:
@@ -286,7 +321,8 @@ mod valid;
 /// runtime refuses the same values, so none of them compiles and then fails on every call); a
 /// value of the wrong kind; a `const fn`, or a function that does not return a `Result`; a
 /// `timeout` with `on_busy = "skip"` or `"fail"`; a return type that does not say what a skipped
-/// call returns; a `hold_at_least` longer than the ttl; `fencing = true` without `guard`, whose
+/// call returns; a `hold_at_least` longer than the ttl; `permits = 0`, or `permits` with
+/// `mode = "read"`; a `mode` other than `"read"` or `"write"`; `fencing = true` without `guard`, whose
 /// token the body could never read; a body that calls the guard's methods on `lock` (or
 /// `guard`) without binding it with `guard = ...`. If the error type has no `From<LockError>`,
 /// rustc points at it, saying to add one.

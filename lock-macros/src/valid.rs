@@ -288,6 +288,44 @@ fn check_options(args: &Args, errors: &mut Errors) {
         }
     }
     check_on_busy_timeout(args, errors);
+    check_kind(args, errors);
+}
+
+/// `permits` and `mode`: the rule the runtime applies too (`lock_limits::check_kind`), each
+/// violation pointing at the value at fault.
+fn check_kind(args: &Args, errors: &mut Errors) {
+    let permits = args.permits.as_ref().map_or(1, |permits| permits.value);
+    let read = args.mode.as_ref().is_some_and(|mode| mode.read);
+    let Err(violation) = lock_limits::check_kind(permits, read) else {
+        return;
+    };
+    match (violation, &args.permits, &args.mode) {
+        (lock_limits::KindViolation::NoPermits, Some(written), _) => {
+            errors.push(syn::Error::new_spanned(
+                &written.tokens,
+                "`permits = 0` lets nobody in: write `permits = 1` for a mutex (or leave it out), \
+                 or the number of holders allowed at once, e.g. `permits = 5`",
+            ));
+        }
+        (lock_limits::KindViolation::TooManyPermits, Some(written), _) => {
+            errors.push(syn::Error::new_spanned(
+                &written.tokens,
+                "`permits` is at most 4294967295 (a u32): write fewer permits",
+            ));
+        }
+        (lock_limits::KindViolation::PermitsWithRead, Some(written), Some(mode)) => {
+            let mut error = syn::Error::new_spanned(
+                &written.tokens,
+                "`permits` with `mode = \"read\"`: readers already share the lock without a \
+                 count; pick one — remove `mode` for a semaphore of n holders, or remove \
+                 `permits` for a read-write lock",
+            );
+            error.combine(syn::Error::new(mode.span, "the read mode is given here"));
+            errors.push(error);
+        }
+        // Without a written `permits` the count is 1, which every mode takes.
+        _ => {}
+    }
 }
 
 /// `on_busy = "skip"` or `"fail"` make one attempt: a `timeout` would be ignored, so writing one
@@ -906,6 +944,26 @@ mod tests {
             "async fn f(lock: u8) -> Result<(), E> { Ok(()) }",
         );
         assert!(message.contains("`guard = held`"), "{message}");
+    }
+
+    #[test]
+    fn permits_and_mode_follow_the_shared_rule() {
+        let message = rules(quote!(key = "k", permits = 0), FN);
+        assert!(
+            message.contains("`permits = 0` lets nobody in"),
+            "{message}"
+        );
+        let message = rules(quote!(key = "k", permits = 3, mode = "read"), FN);
+        assert!(message.contains("pick one"), "{message}");
+        let message = rules(quote!(key = "k", permits = 99999999999), FN);
+        assert!(message.contains("at most 4294967295"), "{message}");
+        for fine in [
+            quote!(key = "k", permits = 3),
+            quote!(key = "k", permits = 1, mode = "read"),
+            quote!(key = "k", mode = "write", permits = 7),
+        ] {
+            assert_eq!(rules(fine.clone(), FN), "", "{fine}");
+        }
     }
 
     #[test]

@@ -182,8 +182,9 @@ impl LockGuard {
 
     /// The value stored in the lock key: a fresh UUID v4 for every acquisition (what makes it
     /// unguessable), then who holds it — `;h=<host>;p=<pid>;t=<since, Unix ms>[;l=<label>]`,
-    /// escaped, without whitespace — which [`LockManager::inspect`](crate::LockManager::inspect)
-    /// reads back. Release and extension compare the whole value.
+    /// escaped, without whitespace, and `;m=r` for a reader
+    /// ([`LockMode::Read`](crate::LockMode::Read)) — which
+    /// [`LockManager::inspect`](crate::LockManager::inspect) reads back. Release and extension compare the whole value.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) {

@@ -38,8 +38,9 @@ pub struct LockInfo {
     pub name: String,
     /// The full Redis key.
     pub key: String,
-    /// Who holds it; `None` when its value was not written by distlock (a hand-written lock
-    /// sharing the key, another library).
+    /// Who holds it — for a semaphore or readers, the first of [`LockInfo::holders`]; `None`
+    /// when its value was not written by distlock (a hand-written lock sharing the key,
+    /// another library).
     pub holder: Option<Holder>,
     /// How long until it expires unless extended; `None` when the key has no expiry. For a
     /// lock released within its `hold_at_least` and kept for the waiters in line, how long
@@ -52,6 +53,12 @@ pub struct LockInfo {
     pub waiters: u64,
     /// The last fencing token issued for this key, if any ever was.
     pub fence: Option<u64>,
+    /// How the lock is held: by one holder, by a semaphore's permits or by readers.
+    pub mode: HeldMode,
+    /// Every holder: the one of a mutex or writer (when distlock wrote its value), each permit
+    /// of a semaphore, each reader — the earliest lease to run out first. `holder` is the
+    /// first of them.
+    pub holders: Vec<Holder>,
     /// The lock key's value as it was read (`None`: not UTF-8), for
     /// [`LockManager::force_release`], which breaks the lock only if it still holds it.
     value: Option<String>,
@@ -82,6 +89,37 @@ pub struct Holder {
     /// that grant, recorded by the script that made it, by the Redis server's clock (on
     /// Redlock, the earliest among the masters that hold it; in-process, this process's).
     pub since: SystemTime,
+    /// How long until this holder's lease runs out unless extended: a semaphore's permits and
+    /// readers each have their own; for a mutex, the lock's `ttl_left`.
+    pub ttl_left: Option<Duration>,
+}
+
+/// How a lock is held, as [`LockInfo::mode`] shows it.
+///
+/// ```no_run
+/// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+/// use distlock::HeldMode;
+///
+/// if let Some(info) = manager.inspect("payments:api").await? {
+///     if let HeldMode::Semaphore { permits } = info.mode {
+///         println!("{} of {permits} permits taken", info.holders.len());
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldMode {
+    /// One holder: a mutex, or a read-write lock's writer.
+    Exclusive,
+    /// A semaphore's permits ([`LockOptions::permits`](crate::LockOptions::permits)).
+    Semaphore {
+        /// How many permits the semaphore has.
+        permits: u32,
+    },
+    /// A read-write lock's readers ([`LockMode::Read`](crate::LockMode::Read)).
+    Read,
 }
 
 impl LockManager {
@@ -208,6 +246,14 @@ impl LockManager {
     /// ```
     pub async fn force_release(&self, info: &LockInfo) -> Result<bool, LockError> {
         let keys = LockKeys::new(info.key.clone())?;
+        if info.mode != HeldMode::Exclusive {
+            return Err(LockError::config(format!(
+                "`{}` is held by a semaphore's permits or by readers, which are not broken one \
+                 by one: each lease runs out at its ttl; delete the key by hand (`redis-cli \
+                 DEL`) only if every holder is gone",
+                info.key
+            )));
+        }
         let Some(value) = &info.value else {
             return Err(LockError::config(format!(
                 "the value of `{}` is not UTF-8 text, so distlock did not write it; delete the \
@@ -298,17 +344,40 @@ impl Walk {
 }
 
 fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
-    let holder = crate::support::identity::parse(&look.value).map(|identity| Holder {
-        host: identity.host,
-        pid: identity.pid,
-        label: identity.label.unwrap_or_else(|| name.to_owned()),
-        // A holder that waited wrote its value before the wait: the grant's record tells.
-        since: look.granted.unwrap_or(identity.since),
-    });
+    let holder_of = |value: &[u8], granted: Option<SystemTime>, ttl_left: Option<Duration>| {
+        crate::support::identity::parse(value).map(|identity| Holder {
+            host: identity.host,
+            pid: identity.pid,
+            label: identity.label.unwrap_or_else(|| name.to_owned()),
+            // A holder that waited wrote its value before the wait: the grant's record tells.
+            since: granted.unwrap_or(identity.since),
+            ttl_left,
+        })
+    };
+    let (mode, holders) = match &look.leased {
+        Some(leased) => (
+            leased
+                .permits
+                .map_or(HeldMode::Read, |permits| HeldMode::Semaphore { permits }),
+            leased
+                .holders
+                .iter()
+                .filter_map(|(value, left)| holder_of(value, None, Some(*left)))
+                .collect(),
+        ),
+        None => (
+            HeldMode::Exclusive,
+            holder_of(&look.value, look.granted, look.ttl_left)
+                .into_iter()
+                .collect::<Vec<_>>(),
+        ),
+    };
     LockInfo {
         name: name.to_owned(),
         key: keys.lock.to_string(),
-        holder,
+        holder: holders.first().cloned(),
+        holders,
+        mode,
         ttl_left: look.ttl_left,
         waiters: look.waiters,
         fence: look.fence,

@@ -40,6 +40,29 @@ pub struct LockOptions {
     fencing: bool,
     hold_at_least: Option<Duration>,
     label: Option<Label>,
+    /// How many may hold the lock at once: 1 is the mutex.
+    permits: u32,
+    mode: LockMode,
+}
+
+/// How a read-write lock is taken (see [`LockOptions::mode`]): to read, sharing it with other
+/// readers, or to write, alone. A lock taken without a mode is taken to write: the mutex.
+///
+/// ```
+/// use distlock::{LockMode, LockOptions};
+///
+/// let readers = LockOptions::new().mode(LockMode::Read);
+/// assert_eq!(readers.lock_mode(), LockMode::Read);
+/// assert_eq!(LockOptions::new().lock_mode(), LockMode::Write);
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LockMode {
+    /// Shared with every other reader; excludes writers.
+    Read,
+    /// Alone: excludes readers and other writers. The mutex.
+    #[default]
+    Write,
 }
 
 /// A label as given, and as it is written into the lock's value (cut and escaped once, here).
@@ -64,6 +87,8 @@ impl Default for LockOptions {
             fencing: false,
             hold_at_least: None,
             label: None,
+            permits: 1,
+            mode: LockMode::Write,
         }
     }
 }
@@ -189,6 +214,75 @@ impl LockOptions {
         self.label.as_ref().map(|label| &*label.text)
     }
 
+    /// Make the lock a semaphore of `permits` permits: at most that many holders at once, each
+    /// holding a permit as a lock of its own — with the ttl, [`extend`](crate::LockGuard::extend),
+    /// `auto_extend`, a fencing token of its own (from the name's one counter, so tokens are
+    /// strictly increasing per name across permits, not per permit), released on every path and
+    /// given back at its ttl when its holder dies. Waiters for a permit wait in one line, first
+    /// come, first served, and a release hands its permit straight to the next. One permit (the
+    /// default) is the mutex, with exactly its keys and commands.
+    ///
+    /// Every caller of a name must give the same number: one that asks for another number gets
+    /// [`LockError::Config`] naming both, and from then on nobody gets in beyond the smaller of
+    /// the two until the last permit is given back. A name used as a mutex by one caller and as
+    /// a semaphore by another is a `Config` error too. Zero permits are refused with
+    /// `Config` at acquisition, and so is a semaphore on a Redlock manager (each master could
+    /// admit n holders, and holders need only a majority: more than n would get in), and a
+    /// semaphore taken to read ([`LockOptions::mode`]).
+    ///
+    /// ```
+    /// let options = distlock::LockOptions::new().permits(5);
+    /// assert_eq!(options.permits_count(), 5);
+    /// assert_eq!(distlock::LockOptions::new().permits_count(), 1);
+    /// ```
+    #[must_use]
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// Take a read-write lock to read ([`LockMode::Read`]: shared with every other reader, no
+    /// writer meanwhile) or to write ([`LockMode::Write`], the default: alone — the mutex).
+    ///
+    /// The line is fair: a writer in line is never overtaken by a reader that came after it (no
+    /// writer starvation), and the readers at the head of the line are let in together. A task
+    /// that holds the read lock and asks for the write lock of the same name would wait for
+    /// itself: it gets [`LockError::Config`] at once (no upgrade). The same or a weaker mode
+    /// re-enters (see [`LockManager::acquire`](crate::LockManager::acquire)). Not on Redlock,
+    /// whose masters keep no common line: `Config` there.
+    ///
+    /// ```
+    /// use distlock::{LockMode, LockOptions};
+    ///
+    /// let options = LockOptions::new().mode(LockMode::Read);
+    /// assert_eq!(options.lock_mode(), LockMode::Read);
+    /// ```
+    #[must_use]
+    pub fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The number of permits set with [`LockOptions::permits`] (1: the mutex).
+    ///
+    /// ```
+    /// assert_eq!(distlock::LockOptions::new().permits_count(), 1);
+    /// ```
+    #[must_use]
+    pub fn permits_count(&self) -> u32 {
+        self.permits
+    }
+
+    /// The mode set with [`LockOptions::mode`] ([`LockMode::Write`] unless set).
+    ///
+    /// ```
+    /// assert_eq!(distlock::LockOptions::new().lock_mode(), distlock::LockMode::Write);
+    /// ```
+    #[must_use]
+    pub fn lock_mode(&self) -> LockMode {
+        self.mode
+    }
+
     /// The label as written into the lock's value.
     pub(crate) fn encoded_label(&self) -> Option<&str> {
         self.label.as_ref().map(|label| &*label.encoded)
@@ -269,7 +363,30 @@ impl LockOptions {
                 )));
             }
         }
+        if let Err(violation) =
+            lock_limits::check_kind(u64::from(self.permits), self.mode == LockMode::Read)
+        {
+            return Err(LockError::config(kind_message(violation)));
+        }
         Ok(ttl_millis)
+    }
+}
+
+/// What a [`lock_limits::KindViolation`] means to the caller of [`LockOptions`].
+fn kind_message(violation: lock_limits::KindViolation) -> &'static str {
+    match violation {
+        lock_limits::KindViolation::NoPermits => {
+            "permits(0): a semaphore of no permits can never be taken; use permits(1) for a \
+             mutex, or the number of holders allowed at once"
+        }
+        lock_limits::KindViolation::TooManyPermits => {
+            "more permits than a u32 holds; use at most u32::MAX"
+        }
+        lock_limits::KindViolation::PermitsWithRead => {
+            "permits(n > 1) with mode(LockMode::Read): readers already share the lock without a \
+             count; pick one — permits(n) for at most n holders, or mode(LockMode::Read) for \
+             readers and writers"
+        }
     }
 }
 
@@ -353,6 +470,25 @@ mod tests {
                 .hold_at_least_duration(),
             None
         );
+    }
+
+    #[test]
+    fn zero_permits_and_permits_with_readers_are_config_errors() {
+        for (options, says) in [
+            (LockOptions::new().permits(0), "permits(0)"),
+            (
+                LockOptions::new().permits(3).mode(LockMode::Read),
+                "pick one",
+            ),
+        ] {
+            let error = options.validate().unwrap_err();
+            assert!(
+                matches!(&error, LockError::Config(message) if message.contains(says)),
+                "{error}"
+            );
+        }
+        assert!(LockOptions::new().permits(3).validate().is_ok());
+        assert!(LockOptions::new().mode(LockMode::Read).validate().is_ok());
     }
 
     #[test]

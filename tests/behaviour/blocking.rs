@@ -10,7 +10,7 @@ use distlock::{distributed_lock, LockError, LockOptions};
 use test_support::{shared_server, spawn_worker, wait_all};
 
 /// The global blocking manager on the shared server: once per process.
-fn install_global() {
+pub(crate) fn install_global() {
     match blocking::init(&shared_server().url()) {
         Ok(()) | Err(LockError::AlreadyInitialized) => {}
         Err(error) => panic!("blocking::init failed: {error}"),

@@ -31,10 +31,13 @@ mod manual_api;
 mod mutual_exclusion;
 mod on_busy;
 mod parity;
+mod parity_family;
 mod parity_in_process;
 mod parity_redis;
+mod read_write;
 mod readme;
 mod reentry;
+mod semaphores;
 mod tls_acl;
 mod traced;
 mod wake_on_release;
@@ -58,6 +61,15 @@ fn worker() {
         ),
         ("lock_order::blocking_worker", lock_order::blocking_worker),
         ("lock_order::cap_worker", lock_order::cap_worker),
+        ("semaphores::semaphore_worker", semaphores::semaphore_worker),
+        (
+            "semaphores::permit_holder_worker",
+            semaphores::permit_holder_worker,
+        ),
+        (
+            "semaphores::permit_waiter_worker",
+            semaphores::permit_waiter_worker,
+        ),
         ("blocking::fork_worker", blocking::fork_worker),
         (
             "blocking::fork_inherited_guard_worker",

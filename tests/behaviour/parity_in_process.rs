@@ -3,6 +3,7 @@
 use distlock::{LockError, LockManager};
 
 use crate::parity::{self, parity_tests};
+use crate::parity_family::{self, family_parity_tests};
 
 async fn connect() -> LockManager {
     LockManager::in_process()
@@ -24,6 +25,7 @@ fn install_global(module: &str, test: &str) -> std::future::Ready<bool> {
 }
 
 parity_tests!(connect, install_global);
+family_parity_tests!(connect);
 
 /// Separate in-process managers share the process's table, as clients of one Redis do.
 #[tokio::test]

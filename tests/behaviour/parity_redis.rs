@@ -4,6 +4,7 @@
 use distlock::LockManager;
 
 use crate::parity::{self, parity_tests};
+use crate::parity_family::{self, family_parity_tests};
 
 async fn connect() -> LockManager {
     test_support::connect(test_support::shared_server()).await
@@ -17,3 +18,4 @@ async fn install_global(_module: &str, _test: &str) -> bool {
 }
 
 parity_tests!(connect, install_global);
+family_parity_tests!(connect);

@@ -13,6 +13,7 @@ use redis::RedisError;
 
 use crate::redis::connection::ConnectError;
 use crate::redis::sentinel::NoMaster;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::LockError;
 
 /// A backend operation's result.
@@ -66,6 +67,9 @@ pub(crate) enum Failure {
     },
     /// The sentinels of a Sentinel service named no master in time: no request was sent.
     NoMaster(NoMaster),
+    /// The name is used another way by another caller — as a mutex and as a semaphore, or as
+    /// semaphores of different sizes —: what to do, said in full. Nothing was taken.
+    Usage(String),
 }
 
 impl Failure {
@@ -75,7 +79,25 @@ impl Failure {
     pub(crate) fn is_permanent(&self) -> bool {
         match self {
             Failure::Redis(error) => crate::redis::classify::is_permanent(error),
+            Failure::Usage(_) => true,
             _ => false,
+        }
+    }
+
+    /// A leased-set script's error reply made into what it means: `MODE <found> <wanted> ...`
+    /// (a name used in two ways) and `PERMITS <stored> <asked> ...` (callers that disagree on
+    /// n) are [`Failure::Usage`], with the script's own words (which name both values); any
+    /// other error stays what Redis said.
+    pub(crate) fn from_family(error: RedisError) -> Self {
+        match error.code() {
+            Some("MODE" | "PERMITS") => {
+                let detail = error.detail().unwrap_or_default();
+                // After the two values the script heads its reply with comes its sentence.
+                let sentence = detail.splitn(3, ' ').nth(2).unwrap_or(detail);
+                let sentence = sentence.strip_prefix("distlock: ").unwrap_or(sentence);
+                Failure::Usage(sentence.to_owned())
+            }
+            _ => Failure::Redis(error),
         }
     }
 
@@ -206,13 +228,54 @@ impl From<Failure> for LockError {
                 what: format!("the sentinels of service `{service}` (or the master they named)"),
                 waited,
             },
+            Failure::Usage(message) => LockError::Config(message),
         }
     }
+}
+
+/// The failure of an operation, for a lock taken as `keys.kind`, on a name held as `found`: the
+/// name is used another way elsewhere.
+pub(crate) fn used_otherwise(keys: &LockKeys, found: Kind) -> Failure {
+    let held_as = match found {
+        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
+        Kind::Read => "a read-write lock's readers".to_owned(),
+        Kind::Mutex => "a mutex (or a write lock)".to_owned(),
+    };
+    let used_as = match keys.kind {
+        Kind::Permits(permits) => format!("a semaphore of {permits} permits"),
+        Kind::Read => "a read lock".to_owned(),
+        Kind::Mutex => "a mutex".to_owned(),
+    };
+    Failure::Usage(format!(
+        "{} is held as {held_as}, and this caller uses it as {used_as}: every caller of a name \
+         must use it the same way; use another name for one of them",
+        keys.lock
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_used_two_ways_is_a_config_error_in_the_scripts_words() {
+        let error = redis::make_extension_error(
+            "PERMITS".to_owned(),
+            Some(
+                "5 3 distlock: the semaphore lock:a has 5 permits and this caller asks for 3"
+                    .into(),
+            ),
+        );
+        let failure = Failure::from_family(error);
+        assert!(failure.is_permanent());
+        assert!(matches!(
+            LockError::from(failure),
+            LockError::Config(message)
+                if message.starts_with("the semaphore lock:a has 5 permits") && message.contains('3')
+        ));
+        let other = redis::make_extension_error("ERR".to_owned(), Some("boom".into()));
+        assert!(matches!(Failure::from_family(other), Failure::Redis(_)));
+    }
 
     #[test]
     fn a_stores_own_failures_are_typed_errors_not_redis_ones() {
@@ -358,6 +421,7 @@ mod tests {
                     resends_commands: false,
                     waits_for_replicas: false,
                     keeps_place_on_drop,
+                    leases: true,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::grants::{GrantHub, Servers};
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::options::Timeouts;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
@@ -50,7 +50,7 @@ use crate::LostCause;
 #[cfg(feature = "resource-counts")]
 pub use counts::ResourceCounts;
 pub(crate) use failure::Failure;
-pub(crate) use line::Look;
+pub(crate) use line::{LeasedLook, Look};
 use line::{Node, ScanTarget};
 use memory::Memory;
 use quorum::Quorum;
@@ -178,6 +178,9 @@ pub(crate) enum Unlock {
 pub(crate) struct Scan {
     node: usize,
     target: ScanTarget,
+    /// The Redis type of the keys looked for: `string` (a mutex, a writer) or `zset` (a
+    /// semaphore's permits, readers).
+    of_type: &'static str,
 }
 
 /// Where the locks live, and how their waiters hear of a release.
@@ -228,6 +231,9 @@ pub(crate) struct Capabilities {
     /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
     /// line (see [`Capabilities::keeps_place_through`]).
     pub(crate) keeps_place_on_drop: bool,
+    /// Semaphores and read locks can be given with the mutex's guarantees: they need one
+    /// line and one count of holders, which independent masters cannot keep.
+    pub(crate) leases: bool,
 }
 
 impl Capabilities {
@@ -399,17 +405,30 @@ impl Backend {
     }
 
     /// One attempt to take the lock; its `wait` says what else it must find out or mark.
+    ///
+    /// A permit's or reader's operations are boxed here and below: their futures stay out of
+    /// the mutex's, whose size every acquisition and release carries.
     pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
+            Locks::Single(node) if request.keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_attempt(request)).await
+            }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
-            Locks::Memory(memory) => Ok(memory.try_lock(
+            Locks::Memory(memory) if request.keys.kind != Kind::Mutex => memory.try_lease(
                 request.keys,
                 request.token,
                 Duration::from_millis(request.ttl_millis),
                 request.fencing,
                 &request.wait,
-            )),
+            ),
+            Locks::Memory(memory) => memory.try_lock(
+                request.keys,
+                request.token,
+                Duration::from_millis(request.ttl_millis),
+                request.fencing,
+                &request.wait,
+            ),
         }
     }
 
@@ -417,9 +436,18 @@ impl Backend {
     /// waiters); why not, if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_release(keys, token)).await
+            }
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
+            }
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(match memory.unlock_lease(keys, token, false)? {
+                    Released::Freed | Released::HandedOver => Ownership::Ours,
+                    Released::NotOurs(cause) => Ownership::Lost(cause),
+                })
             }
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Release)),
         }
@@ -465,8 +493,15 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_leave(keys, token)).await
+            }
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => Ok(!matches!(
+                memory.unlock_lease(keys, token, true)?,
+                Released::NotOurs(_)
+            )),
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
         }
     }
@@ -481,6 +516,11 @@ impl Backend {
         keep_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            // A permit or read lock keeps its lease until the hold's end, then comes back at
+            // the next look after it, with no hand-off.
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_extend(keys, token, keep_millis)).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
                     .await
@@ -488,6 +528,9 @@ impl Backend {
             Locks::Quorum(quorum) => Ok(Ownership::from_majority(
                 quorum.hold(keys, token, keep_millis).await?,
             )),
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.extend_lease(keys, token, Duration::from_millis(keep_millis)))
+            }
             Locks::Memory(memory) => {
                 Ok(memory.hold(keys, token, Duration::from_millis(keep_millis)))
             }
@@ -502,6 +545,9 @@ impl Backend {
         ttl_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_extend(keys, token, ttl_millis)).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
                     .await
@@ -509,6 +555,9 @@ impl Backend {
             Locks::Quorum(quorum) => Ok(Ownership::from_majority(
                 quorum.extend(keys, token, ttl_millis).await?,
             )),
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.extend_lease(keys, token, Duration::from_millis(ttl_millis)))
+            }
             Locks::Memory(memory) => {
                 Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
             }
@@ -518,8 +567,14 @@ impl Backend {
     /// Whether the lock is still ours.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.leased_is_held(keys, token)).await
+            }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.holds_lease(keys, token))
+            }
             Locks::Memory(memory) => Ok(memory.is_held(keys, token)),
         }
     }
@@ -542,17 +597,25 @@ impl Backend {
                 .scan_targets()
                 .await?
                 .into_iter()
-                .map(|target| Scan { node: 0, target })
+                .flat_map(|target| {
+                    ["string", "zset"].map(|of_type| Scan {
+                        node: 0,
+                        target: target.clone(),
+                        of_type,
+                    })
+                })
                 .collect()),
             Locks::Quorum(quorum) => Ok((0..quorum.nodes().len())
                 .map(|node| Scan {
                     node,
                     target: ScanTarget::Server,
+                    of_type: "string",
                 })
                 .collect()),
             Locks::Memory(_) => Ok(vec![Scan {
                 node: 0,
                 target: ScanTarget::Server,
+                of_type: "string",
             }]),
         }
     }
@@ -566,7 +629,7 @@ impl Backend {
         pattern: &str,
     ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
         match &self.locks {
-            Locks::Single(node) => node.scan(&scan.target, cursor, pattern).await,
+            Locks::Single(node) => node.scan(&scan.target, cursor, pattern, scan.of_type).await,
             Locks::Quorum(quorum) => {
                 quorum.nodes()[scan.node]
                     .scan(&scan.target, cursor, pattern)
@@ -611,33 +674,4 @@ impl Backend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_store_declares_what_it_can_do() {
-        let in_process = Backend::in_process().capabilities();
-        assert_eq!(in_process, Memory::CAPABILITIES);
-        assert!(in_process.fencing && !in_process.hands_over);
-        // Redlock: no common counter, and a release only wakes a waiter.
-        let redlock = Quorum::CAPABILITIES;
-        assert!(!redlock.fencing && !redlock.hands_over);
-    }
-
-    #[test]
-    fn a_place_is_kept_through_a_dropped_connection_only_where_declared() {
-        let dropped = Failure::from(redis::RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::ConnectionReset,
-        )));
-        let refused = Failure::from(redis::RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::ConnectionRefused,
-        )));
-        let keeps = Capabilities {
-            keeps_place_on_drop: true,
-            ..Memory::CAPABILITIES
-        };
-        assert!(keeps.keeps_place_through(&dropped));
-        assert!(!keeps.keeps_place_through(&refused));
-        assert!(!Memory::CAPABILITIES.keeps_place_through(&dropped));
-    }
-}
+mod tests;

@@ -163,3 +163,92 @@ pub(crate) static INSPECT: Lazy<Script> =
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/quorum_hold.lua`.
 pub(crate) static QUORUM_HOLD: Lazy<Script> =
     Lazy::new(|| Script::new(include_str!("scripts/quorum_hold.lua")));
+
+/// Lua shared by the semaphore and read-write scripts below (prepended to their text).
+///
+/// The functions it defines are in the header of `backend/scripts/family_prelude.lua`.
+const FAMILY_PRELUDE: &str = include_str!("scripts/family_prelude.lua");
+
+/// The fair line of a read-write lock, shared by [`RW_ACQUIRE`] and [`RW_RELEASE`].
+const RW_LINE: &str = include_str!("scripts/rw_line.lua");
+
+/// Take a permit of a semaphore, or wait in its line: every attempt and look of a permit's
+/// waiter (an uncontended permit is this one call).
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/semaphore_acquire.lua`.
+pub(crate) static SEMAPHORE_ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            include_str!("scripts/semaphore_acquire.lua"),
+        ]
+        .concat(),
+    )
+});
+
+/// Give a permit back, handing it to the next live waiter; or leave the permit line.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/semaphore_release.lua`.
+pub(crate) static SEMAPHORE_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            include_str!("scripts/semaphore_release.lua"),
+        ]
+        .concat(),
+    )
+});
+
+/// Set the remaining lease of a permit or of a reader, if it is still the caller's.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/semaphore_extend.lua`.
+pub(crate) static SEMAPHORE_EXTEND: Lazy<Script> = Lazy::new(|| {
+    Script::new(&[FAMILY_PRELUDE, include_str!("scripts/semaphore_extend.lua")].concat())
+});
+
+/// Whether a permit or a reader's lease is still the caller's; writes nothing.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/leased_held.lua`.
+pub(crate) static LEASED_HELD: Lazy<Script> =
+    Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/leased_held.lua")].concat()));
+
+/// What inspection shows of a leased set: every permit or reader with its lease.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/semaphore_inspect.lua`.
+pub(crate) static LEASED_INSPECT: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            include_str!("scripts/semaphore_inspect.lua"),
+        ]
+        .concat(),
+    )
+});
+
+/// Take a read or write lock, or wait in the lock's fair line.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/rw_acquire.lua`.
+pub(crate) static RW_ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            RW_LINE,
+            include_str!("scripts/rw_acquire.lua"),
+        ]
+        .concat(),
+    )
+});
+
+/// Release a read or write lock, letting in the head of the line; or leave the line.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/rw_release.lua`.
+pub(crate) static RW_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            RW_LINE,
+            include_str!("scripts/rw_release.lua"),
+        ]
+        .concat(),
+    )
+});

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::finish::FinishOnDrop;
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
 use crate::support::retry::Backoff;
@@ -26,7 +26,15 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
-        let Some(turn) = self.inner.queues.try_turn(&keys.lock) else {
+        let own_line;
+        let queue = match keys.kind {
+            Kind::Mutex => &keys.lock,
+            _ => {
+                own_line = own_local_line(&keys);
+                &own_line
+            }
+        };
+        let Some(turn) = self.inner.queues.try_turn(queue) else {
             return Ok(None);
         };
         let token = new_token(options, self.inner.pid);
@@ -184,7 +192,20 @@ impl LockManager {
 /// A fresh lock value for one acquisition: a new UUID v4 and who takes the lock (process
 /// `pid`, the one the manager's inside was made in: this one).
 pub(crate) fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
-    crate::support::identity::new_value(options.encoded_label(), pid)
+    let value = crate::support::identity::new_value(options.encoded_label(), pid);
+    if options.lock_mode() == crate::LockMode::Read {
+        return crate::support::identity::as_reader(&value);
+    }
+    value
+}
+
+/// The in-process line of one permit or reader acquisition: a line of its own. The process's
+/// line of a key lets one task at a time contend, which a semaphore of n permits or readers
+/// that share must not; their order is kept by the line in Redis (in the table, in process).
+pub(crate) fn own_local_line(keys: &LockKeys) -> Arc<str> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Arc::from(format!("{}\u{0}{n}", keys.lock))
 }
 
 pub(crate) fn timeout(keys: &LockKeys, started: Instant) -> LockError {

@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, Terms, Via, Won};
 use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
-use crate::manager::attempt::{fence_failed, new_token, timeout};
+use crate::manager::attempt::{fence_failed, new_token, own_local_line, timeout};
 use crate::manager::place::PlaceInLine;
 use crate::support::retry::jitter;
 use crate::support::units::micros;
@@ -29,7 +29,15 @@ impl LockManager {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         // The usual case, nobody else here wants this key, needs no timer.
-        let (turn, turn_came) = match self.inner.queues.try_turn(&keys.lock) {
+        let own_line;
+        let queue = match keys.kind {
+            Kind::Mutex => &keys.lock,
+            _ => {
+                own_line = own_local_line(&keys);
+                &own_line
+            }
+        };
+        let (turn, turn_came) = match self.inner.queues.try_turn(queue) {
             Some(turn) => (turn, started),
             None => (
                 self.wait_turn(&keys, deadline, started).await?,
@@ -103,6 +111,9 @@ impl LockManager {
                     place.vacate();
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
+                        if keys.kind == Kind::Read {
+                            Box::pin(self.let_readers_in(&keys, &token, ttl_millis)).await;
+                        }
                     }
                     log_acquired(&keys, &won, started);
                     let (fence, since, expires_in) = (won.fence, won.since, won.expires_in);

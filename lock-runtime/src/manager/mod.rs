@@ -2,6 +2,7 @@
 
 mod attempt;
 mod driver;
+mod kind;
 mod place;
 pub(crate) mod reentry;
 
@@ -11,12 +12,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::Backend;
 use crate::builder::{LockManagerBuilder, Topology};
 use crate::meters::Meter;
 use crate::shared::Shared;
 use crate::{LockError, LockGuard, LockOptions};
+pub(crate) use kind::of as kind_of;
 
 /// Takes and releases locks on one Redis deployment.
 ///
@@ -225,7 +227,7 @@ impl LockManager {
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         // A lock this task holds already is re-entered at once (see `reentry`).
-        if let Some(reentered) = reentry::reenter(self, name).await {
+        if let Some(reentered) = reentry::reenter(self, name, options).await {
             return reentered;
         }
         let started = Instant::now();
@@ -261,7 +263,7 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        if let Some(reentered) = reentry::reenter(self, name).await {
+        if let Some(reentered) = reentry::reenter(self, name, options).await {
             return reentered.map(Some);
         }
         let started = Instant::now();
@@ -306,7 +308,11 @@ impl LockManager {
         let mut lock = String::with_capacity(self.inner.key_prefix.len() + name.len());
         lock.push_str(&self.inner.key_prefix);
         lock.push_str(name);
-        Ok((ttl_millis, LockKeys::new(lock)?))
+        let keys = LockKeys::new(lock)?;
+        match kind::of(options) {
+            Kind::Mutex => Ok((ttl_millis, keys)),
+            kind => Ok((ttl_millis, self.leased(keys, kind)?)),
+        }
     }
 
     /// This process's backend (see [`LockManager::here`]).

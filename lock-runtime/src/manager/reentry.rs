@@ -31,15 +31,19 @@
 //! scope a locked body runs in costs no allocation and no lock while the task held nothing
 //! before it; a nested scope copies the list of the locks around it.
 //!
-//! **Modes.** Every lock is exclusive today; each entry records the [`Mode`] it is held in, and
-//! [`Mode::covers`] is where re-entry will compare the mode asked for with the one held (read
-//! held, write asked: refused at once, never a wait) once read-write locks exist.
+//! **Modes.** Each entry records the [`Mode`] it is held in, and [`Mode::covers`] compares the
+//! mode asked for with the one held: the same or a weaker mode re-enters (a write lock covers a
+//! read of the same name, a permit covers a permit); a stronger one — the write lock asked for
+//! while the task holds the read lock — is [`LockError::Config`] at once, never a wait for the
+//! task's own release (no upgrade). A mutex and a semaphore of one name are two uses of it,
+//! refused the same way.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::time::Instant;
 
+use crate::backend::keys::Kind;
 use crate::hold::held::{Finder, Held};
 use crate::{LockError, LockGuard, LockManager, LostCause};
 
@@ -51,16 +55,41 @@ tokio::task_local! {
 /// How a lock is held, for re-entry's comparison of the mode asked for with the one held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// The mutex: one holder at a time.
+    /// The mutex, or a read-write lock's writer: one holder at a time.
     Exclusive,
+    /// A read-write lock's reader.
+    Shared,
+    /// A semaphore's permit.
+    Permit,
 }
 
 impl Mode {
-    /// Whether a hold in this mode may serve an acquisition in `wanted` by re-entry. An
-    /// exclusive hold covers every mode; a shared one will cover only a shared one.
+    /// The mode of a lock taken as `kind`.
+    pub(crate) fn of(kind: Kind) -> Mode {
+        match kind {
+            Kind::Mutex => Mode::Exclusive,
+            Kind::Read => Mode::Shared,
+            Kind::Permits(_) => Mode::Permit,
+        }
+    }
+
+    /// Whether a hold in this mode may serve an acquisition in `wanted` by re-entry: the same
+    /// mode, or reading under a write lock.
     fn covers(self, wanted: Mode) -> bool {
         match self {
-            Mode::Exclusive => matches!(wanted, Mode::Exclusive),
+            Mode::Exclusive => matches!(wanted, Mode::Exclusive | Mode::Shared),
+            Mode::Shared => matches!(wanted, Mode::Shared),
+            Mode::Permit => matches!(wanted, Mode::Permit),
+        }
+    }
+}
+
+impl Mode {
+    fn described(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "a mutex (or a write lock)",
+            Mode::Shared => "a read lock",
+            Mode::Permit => "a semaphore's permit",
         }
     }
 }
@@ -77,7 +106,7 @@ impl Entry {
     fn of(guard: &LockGuard) -> Entry {
         Entry {
             held: Arc::clone(guard.held()),
-            mode: Mode::Exclusive,
+            mode: Mode::of(guard.held().keys.kind),
             class: guard.reentry.class.clone(),
         }
     }
@@ -91,12 +120,20 @@ impl Entry {
     /// A re-entered guard of this lock, asked for in `wanted`.
     async fn reenter(&self, wanted: Mode) -> Result<LockGuard, LockError> {
         if !self.mode.covers(wanted) {
-            return Err(LockError::config(format!(
-                "lock `{}` is held by this task in a weaker mode than the one asked for; \
-                 asking for more while holding less would wait for this task's own release: \
-                 release it first, or take it in the stronger mode from the start",
-                self.held.keys.lock
-            )));
+            let key = &self.held.keys.lock;
+            return Err(LockError::config(match (self.mode, wanted) {
+                (Mode::Shared, Mode::Exclusive) => format!(
+                    "lock `{key}` is held by this task to read, and asked for to write: a read \
+                     lock is not upgraded, as the write lock would wait for this task's own \
+                     release; release the read lock first, or take the write lock from the start"
+                ),
+                _ => format!(
+                    "lock `{key}` is held by this task as {}, and asked for as {}: every use of \
+                     a name must be the same; use another name for one of them",
+                    self.mode.described(),
+                    wanted.described()
+                ),
+            }));
         }
         if self.held.is_lost() {
             return Err(self.held.lost_error());
@@ -169,12 +206,13 @@ fn opened(entry: Entry) -> HeldSet {
 pub(crate) async fn reenter(
     manager: &LockManager,
     name: &str,
+    options: &crate::LockOptions,
 ) -> Option<Result<LockGuard, LockError>> {
     let entry = HELD
         .try_with(|set| set.entries().find(|entry| entry.is(manager, name)).cloned())
         .ok()
         .flatten()?;
-    Some(entry.reenter(Mode::Exclusive).await)
+    Some(entry.reenter(Mode::of(super::kind_of(options))).await)
 }
 
 /// Calls `each` with the lock-order class of every lock the current task holds, unless it

@@ -92,6 +92,18 @@ pub(crate) fn new_value(label: Option<&str>, pid: u32) -> Arc<str> {
     })
 }
 
+/// `value` as a reader's: with the field `;m=r`, by which the read-write scripts tell a reader
+/// from a writer (host and label are escaped, so `;m=r` can be nothing else).
+pub(crate) fn as_reader(value: &str) -> Arc<str> {
+    let mut reader = String::with_capacity(value.len() + READER_FIELD.len());
+    reader.push_str(value);
+    reader.push_str(READER_FIELD);
+    Arc::from(reader)
+}
+
+/// The field a reader's value ends with.
+pub(crate) const READER_FIELD: &str = ";m=r";
+
 /// What [`new_value`] keeps per thread.
 struct Scratch {
     /// The process `holder` was made for.

@@ -22,7 +22,13 @@ impl Node {
             0,
         );
         let reply: Option<InspectReply> =
-            scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await?;
+            match scripts::invoke(&scripts::INSPECT, &cmd, &mut connection).await {
+                // Not a string: a semaphore's or readers' leased set, read by its own script.
+                Err(error) if crate::redis::classify::is_wrong_type_reply(&error) => {
+                    return self.inspect_leased(keys, &mut connection, error).await;
+                }
+                reply => reply?,
+            };
         Ok(reply.map(|(value, pttl, waiters, fence, since)| {
             let granted = since.and_then(|record| granted_at(&record, &value));
             Look {
@@ -31,7 +37,67 @@ impl Node {
                 waiters,
                 fence: fence.and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok()),
                 granted,
+                leased: None,
             }
+        }))
+    }
+
+    /// One look at a leased set at the lock key; `None` when it is free. `wrong_type`: the
+    /// mutex's script's error, which stands when the key is no leased set either.
+    async fn inspect_leased(
+        &self,
+        keys: &LockKeys,
+        connection: &mut Connection,
+        wrong_type: redis::RedisError,
+    ) -> failure::Result<Option<Look>> {
+        let (permit_line, line, fence) = (keys.permit_line(), keys.line(), keys.fence());
+        let cmd = scripts::evalsha(
+            &scripts::LEASED_INSPECT,
+            &[&keys.lock, &permit_line, &line, &fence],
+            0,
+            0,
+        );
+        let reply: Value = match scripts::invoke(&scripts::LEASED_INSPECT, &cmd, connection).await {
+            // Neither a string nor a leased set: no lock, as the mutex's script said.
+            Err(error) if error.code() == Some("MODE") => return Err(wrong_type.into()),
+            reply => reply?,
+        };
+        // The lock key is a string after all: the mutex's script met another type in one of
+        // its helper keys, which its error (named by `naming_the_key`) is about.
+        if matches!(&reply, Value::Array(items) if items.len() == 1) {
+            return Err(wrong_type.into());
+        }
+        let reply: Option<LeasedReply> =
+            redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+        let Some((kind, permits, flat, waiters, fence)) = reply else {
+            return Ok(None);
+        };
+        let holders: Vec<(Vec<u8>, Duration)> = flat
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [Value::BulkString(value), left] => {
+                    let left: i64 = redis::from_redis_value(left.clone()).ok()?;
+                    Some((
+                        value.clone(),
+                        Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        let Some(last) = holders.iter().map(|(_, left)| *left).max() else {
+            return Ok(None);
+        };
+        Ok(Some(Look {
+            value: holders[0].0.clone(),
+            ttl_left: Some(last),
+            waiters,
+            fence: fence.and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok()),
+            granted: None,
+            leased: Some(LeasedLook {
+                permits: (kind == "permits").then(|| u32::try_from(permits).unwrap_or(u32::MAX)),
+                holders,
+            }),
         }))
     }
 
@@ -51,13 +117,14 @@ impl Node {
             .collect())
     }
 
-    /// One `SCAN` step on `target`: the next cursor (0 when done) and the string keys found
-    /// that match `pattern`.
+    /// One `SCAN` step on `target`: the next cursor (0 when done) and the keys of type
+    /// `of_type` found that match `pattern`.
     pub(crate) async fn scan(
         &self,
         target: &ScanTarget,
         cursor: u64,
         pattern: &str,
+        of_type: &str,
     ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
         let mut connection = self.connection().await?;
         let mut cmd = redis::cmd("SCAN");
@@ -67,7 +134,7 @@ impl Node {
             .arg("COUNT")
             .arg(SCAN_COUNT)
             .arg("TYPE")
-            .arg("string");
+            .arg(of_type);
         match (target, &mut connection) {
             (ScanTarget::Address(host, port), Connection::Cluster(cluster)) => {
                 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -97,6 +164,10 @@ impl Node {
 /// keyspace takes few round trips, small enough that no step blocks the server for long.
 pub(super) const SCAN_COUNT: u64 = 1000;
 
+/// The leased inspect script's reply for a held set: kind, n, holders (value, ms left, ...),
+/// waiters, fencing counter.
+type LeasedReply = (String, u64, Vec<Value>, u64, Option<Vec<u8>>);
+
 /// The inspect script's reply for a held lock: value, pttl, waiters, fencing counter, `since`
 /// record.
 pub(super) type InspectReply = (Vec<u8>, i64, u64, Option<Vec<u8>>, Option<Vec<u8>>);
@@ -124,6 +195,18 @@ pub(crate) struct Look {
     /// When its holder got it, for a holder that waited first (whose value was made before
     /// its wait); `None` when the value's own time is right.
     pub(crate) granted: Option<std::time::SystemTime>,
+    /// A semaphore's permits or a read lock's readers; `None` for a mutex or a writer, whose
+    /// one holder is `value`.
+    pub(crate) leased: Option<LeasedLook>,
+}
+
+/// What a look at a leased set found (see `scripts::LEASED_INSPECT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeasedLook {
+    /// The semaphore's number of permits; `None` for readers.
+    pub(crate) permits: Option<u32>,
+    /// Every holder's value with its lease left, the earliest to run out first.
+    pub(crate) holders: Vec<(Vec<u8>, Duration)>,
 }
 
 /// One server to scan for lock keys.

@@ -13,6 +13,7 @@
 //! clock) that they read and keep up to date around the operations above.
 
 mod acquire;
+mod leased;
 mod look;
 mod release;
 mod remembered;
@@ -30,7 +31,7 @@ use super::{Capabilities, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{ConnectError, Connection, Connections};
 pub(crate) use acquire::set_nx;
-pub(crate) use look::{Look, ScanTarget};
+pub(crate) use look::{LeasedLook, Look, ScanTarget};
 
 /// One endpoint: its per-runtime connections and the lock scripts run on them.
 pub(crate) struct Node {
@@ -95,6 +96,7 @@ impl Node {
             resends_commands: self.resends_commands(),
             waits_for_replicas: self.waits_for_replicas(),
             keeps_place_on_drop: !self.resends_commands(),
+            leases: true,
         }
     }
 
@@ -208,6 +210,13 @@ impl Node {
                     lock = keys.lock
                 ),
             };
+            // A leased set at the lock key is a semaphore or readers: the name is used another
+            // way elsewhere, which the caller is told as such.
+            if helper.is_none() {
+                if let Some(found) = self.leased_marker(keys).await {
+                    return Err(failure::used_otherwise(keys, found));
+                }
+            }
             return Err(redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into());
         }
         Err(error.into())

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::Node;
 use crate::backend::failure::{self, Failure};
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::recent::Written;
 use crate::backend::{Attempt, LockRequest, Ownership, Released, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
@@ -43,9 +43,35 @@ impl Node {
             } => Some(Arc::clone(channel)),
             _ => None,
         };
+        let renewing = match &wait {
+            Wait::FirstTry => None,
+            Wait::InLine { renewing, .. } => Some(*renewing),
+        };
         let tried = self
             .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
             .await;
+        // The mutex's script cannot wait for readers: a writer that finds them (a leased set
+        // marked `#read`) takes the read-write lock's line instead — one more round trip, only
+        // where readers use the name.
+        if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type())
+            && self.leased_marker(keys).await == Some(Kind::Read)
+        {
+            let wait = match renewing {
+                None => Wait::FirstTry,
+                Some(renewing) => Wait::InLine {
+                    channel: channel.clone(),
+                    renewing,
+                },
+            };
+            return Box::pin(self.leased_attempt(LockRequest {
+                keys,
+                token,
+                ttl_millis,
+                fencing,
+                wait,
+            }))
+            .await;
+        }
         let (attempt, place) = self.naming_the_key(keys, tried).await?;
         if let Some(place) = place {
             self.contended

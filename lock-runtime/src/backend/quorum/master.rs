@@ -125,7 +125,7 @@ impl Master {
         cursor: u64,
         pattern: &str,
     ) -> failure::Result<(u64, Vec<Vec<u8>>)> {
-        self.node.scan(target, cursor, pattern).await
+        self.node.scan(target, cursor, pattern, "string").await
     }
 
     /// One Redlock master's vote: `SET NX PX` for a first try; otherwise the quorum acquire

@@ -63,6 +63,7 @@ impl Quorum {
         resends_commands: false,
         waits_for_replicas: false,
         keeps_place_on_drop: false,
+        leases: false,
     };
 
     pub(crate) fn nodes(&self) -> &[Master] {
@@ -276,6 +277,7 @@ impl Quorum {
                     fence: None,
                     // Each master recorded its own grant, by its own clock: the earliest.
                     granted: agreeing.iter().filter_map(|look| look.granted).min(),
+                    leased: None,
                 }));
             }
         }

@@ -32,6 +32,14 @@
 --   `now + lease`) in place or at the end; returns its index and deadline.
 -- - `publish(channel, token, fence, counted)`: sends a grant; whether someone heard it (always
 --   true without `counted`, or with no channel: the waiter then finds its grant by looking).
+-- - `grant(token, wanted, fencing, channel, me, claim, counted, counter, place, take_back)`: the
+--   one lease grant of every line here: a lease of `min(wanted, claim)` (`me`, the caller: its
+--   full `wanted`, no message), its fencing token from `counter` when it asked (`fencing`
+--   `'1'`), written by `place(px, fence)`, and `"<token> <fence>"` on its channel. Returns
+--   `'mine', {1, fence, px}` for `me`; `'given'` when the waiter heard it; `'failed', error` when
+--   `me`'s fencing token could not be issued; `'skipped'` when another's could not (it is told
+--   `"<token> !"`) or nobody heard its grant (with `counted`): then `take_back()` undoes
+--   `place`, and its fencing token goes back to the counter when it was the last issued.
 -- - `give_permits(set, line, counter, fences, free, now, me, claim, counted)`: hands up to
 --   `free` permits of the leased set `set` to the live waiters at the head of `line`, in order:
 --   each gets a lease of `min(its ttl, claim)` (`me`, the caller, its full ttl and no message),
@@ -152,6 +160,38 @@ local function publish(channel, token, fence, counted)
   return heard > 0 or not counted
 end
 
+local function grant(token, wanted, fencing, channel, me, claim, counted, counter, place, take_back)
+  local px = tonumber(wanted)
+  if token ~= me then
+    px = math.min(px, claim)
+  end
+  local fence, failed = 0, nil
+  if fencing == '1' then
+    fence, failed = next_fence(counter)
+  end
+  if failed then
+    if token == me then
+      return 'failed', failed
+    end
+    if channel ~= '' then
+      redis.call('PUBLISH', channel, token .. ' !')
+    end
+    return 'skipped'
+  end
+  place(px, fence)
+  if token == me then
+    return 'mine', {1, fence, px}
+  end
+  if publish(channel, token, fence, counted) then
+    return 'given'
+  end
+  take_back()
+  if fence > 0 and tonumber(redis.call('GET', counter)) == fence then
+    redis.call('SET', counter, fence - 1)
+  end
+  return 'skipped'
+end
+
 local function give_permits(set, line, counter, fences, free, now, me, claim, counted)
   local given = 0
   while free > 0 do
@@ -162,39 +202,23 @@ local function give_permits(set, line, counter, fences, free, now, me, claim, co
     local token, deadline, wanted, fencing, channel = parse(entry)
     if token and (token == me or tonumber(deadline) >= now)
         and not redis.call('ZSCORE', set, token) then
-      local px = tonumber(wanted)
-      if token ~= me then
-        px = math.min(px, claim)
-      end
-      local fence, failed = 0, nil
-      if fencing == '1' then
-        fence, failed = next_fence(counter)
-      end
-      if failed then
-        if token == me then
-          return failed, given
-        end
-        if channel ~= '' then
-          redis.call('PUBLISH', channel, token .. ' !')
-        end
-      else
-        if fence > 0 then
-          redis.call('HSET', fences, token, fence)
-        end
-        redis.call('ZADD', set, now + px, token)
-        if token == me then
-          return {1, fence, px}, given
-        end
-        if publish(channel, token, fence, counted) then
-          free = free - 1
-          given = given + 1
-        else
+      local outcome, reply = grant(token, wanted, fencing, channel, me, claim, counted, counter,
+        function(px, fence)
+          if fence > 0 then
+            redis.call('HSET', fences, token, fence)
+          end
+          redis.call('ZADD', set, now + px, token)
+        end,
+        function()
           redis.call('ZREM', set, token)
           redis.call('HDEL', fences, token)
-          if fence > 0 and tonumber(redis.call('GET', counter)) == fence then
-            redis.call('SET', counter, fence - 1)
-          end
-        end
+        end)
+      if outcome == 'failed' or outcome == 'mine' then
+        return reply, given
+      end
+      if outcome == 'given' then
+        free = free - 1
+        given = given + 1
       end
     end
   end

@@ -22,6 +22,11 @@
 -- served first (`rw_admit`), so a reader that comes after a waiting writer waits behind it.
 -- A caller holding a read lock that asks for the write lock waits for itself: the runtime
 -- refuses that upgrade before it gets here.
+--
+-- A reader that finds the lock key a string holding its own value was handed the whole lock by
+-- a mutex's release (`hand_off` in `line_prelude.lua` knows no readers): this call moves its
+-- lease into a leased set and lets in the readers behind it up to the next writer. The runtime
+-- makes it once after a reader is handed the lock.
 local LOCK, LINE, FENCE, FENCES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, claim = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
 local reader = is_reader(me)
@@ -34,7 +39,21 @@ if found == 'string' then
     if ARGV[3] == '1' then
       fence = tonumber(redis.call('GET', FENCE)) or 0
     end
-    return {1, fence, redis.call('PTTL', LOCK)}
+    local pttl = redis.call('PTTL', LOCK)
+    if not reader or pttl <= 0 then
+      return {1, fence, pttl}
+    end
+    -- A reader handed the whole lock by a mutex's release (which does not know readers): its
+    -- lease moves into a leased set, and the readers behind it up to the next writer come in.
+    redis.call('DEL', LOCK)
+    redis.call('ZADD', LOCK, '+inf', '#read')
+    redis.call('ZADD', LOCK, now + pttl, me)
+    if fence > 0 then
+      redis.call('HSET', FENCES, me, fence)
+    end
+    rw_admit(LOCK, LINE, FENCE, FENCES, now, nil, claim, ARGV[8] == '1', false, 1)
+    settle(LOCK, FENCES)
+    return {1, fence, pttl}
   end
   writer = true
 elseif found == 'read' then

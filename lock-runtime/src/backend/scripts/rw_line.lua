@@ -11,7 +11,8 @@
 -- together), or one writer once nobody holds it; it stops at the first live entry that cannot
 -- come in, so a writer at the head is never overtaken by the readers behind it, and a reader
 -- never overtakes a writer ahead of it. Dead entries (lease run out) are dropped on the way.
--- Each admitted waiter other than `me` gets a lease of `min(its ttl, claim)` and a message
+-- Each admitted waiter gets its lease by `grant` (`family_prelude.lua`): other than `me`, a
+-- lease of `min(its ttl, claim)` and a message
 -- `"<token> <fence>"` on its channel (with `counted`, one nobody heard is taken back and its
 -- place lost, as in a mutex hand-off); `me` (the caller, or `nil`) gets its full ttl and no
 -- message. `writer`, `readers`: whether a writer holds the lock and how many readers do (the
@@ -34,42 +35,19 @@ local function rw_admit(lock, line, fence_key, fences, now, me, claim, counted, 
         break
       end
       redis.call('LPOP', line)
-      local px = tonumber(wanted)
-      if token ~= me then
-        px = math.min(px, claim)
-      end
-      local fence, failed = 0, nil
-      if fencing == '1' then
-        fence, failed = next_fence(fence_key)
-      end
-      if failed then
-        if token == me then
-          return failed, admitted, writer, readers
-        end
-        if channel ~= '' then
-          redis.call('PUBLISH', channel, token .. ' !')
-        end
-      else
-        if reader then
-          redis.call('ZADD', lock, '+inf', '#read')
-          redis.call('ZADD', lock, now + px, token)
-          if fence > 0 then
-            redis.call('HSET', fences, token, fence)
-          end
-        else
-          redis.call('SET', lock, token, 'PX', px)
-        end
-        if token == me or publish(channel, token, fence, counted) then
-          admitted = admitted + 1
+      local outcome, reply = grant(token, wanted, fencing, channel, me, claim, counted, fence_key,
+        function(px, fence)
           if reader then
-            readers = readers + 1
+            redis.call('ZADD', lock, '+inf', '#read')
+            redis.call('ZADD', lock, now + px, token)
+            if fence > 0 then
+              redis.call('HSET', fences, token, fence)
+            end
           else
-            writer = true
+            redis.call('SET', lock, token, 'PX', px)
           end
-          if token == me then
-            mine = {1, fence, px}
-          end
-        else
+        end,
+        function()
           if reader then
             redis.call('ZREM', lock, token)
             redis.call('HDEL', fences, token)
@@ -79,9 +57,19 @@ local function rw_admit(lock, line, fence_key, fences, now, me, claim, counted, 
           else
             redis.call('DEL', lock)
           end
-          if fence > 0 and tonumber(redis.call('GET', fence_key)) == fence then
-            redis.call('SET', fence_key, fence - 1)
-          end
+        end)
+      if outcome == 'failed' then
+        return reply, admitted, writer, readers
+      end
+      if outcome == 'mine' or outcome == 'given' then
+        admitted = admitted + 1
+        if reader then
+          readers = readers + 1
+        else
+          writer = true
+        end
+        if outcome == 'mine' then
+          mine = reply
         end
       end
     end

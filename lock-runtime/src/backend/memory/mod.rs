@@ -15,12 +15,15 @@
 //! Expiries are on the real clock (`std::time::Instant`), not tokio's (which a test may pause):
 //! a lock expires when its ttl has passed, whichever runtime looks.
 
+mod leased;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Attempt, Capabilities, Look, Ownership, Unlock, Wait, CLAIM, LEASE};
+use super::{failure, Attempt, Capabilities, Look, Ownership, Unlock, Wait, CLAIM, LEASE};
 use crate::backend::grants::{Grant, GrantHub};
+use crate::backend::keys::Kind;
 use crate::backend::keys::LockKeys;
 use crate::LostCause;
 
@@ -54,6 +57,10 @@ struct Table {
 struct LockRow {
     holder: Option<TableHolder>,
     line: VecDeque<TableWaiter>,
+    /// A semaphore's permits or a read-write lock's readers, as the leased set on Redis.
+    leases: Option<leased::Leases>,
+    /// A semaphore's line, apart from the mutex's as on Redis.
+    permit_line: VecDeque<TableWaiter>,
 }
 
 /// Who holds a lock in the table: its token, until when, and its fencing token.
@@ -87,10 +94,20 @@ impl LockRow {
             self.holder = None;
         }
         self.line.retain(|place| place.lease_until >= now);
+        self.permit_line.retain(|place| place.lease_until >= now);
+        if let Some(leases) = &mut self.leases {
+            leases.holders.retain(|lease| lease.expires > now);
+            if leases.holders.is_empty() {
+                self.leases = None;
+            }
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.holder.is_none() && self.line.is_empty()
+        self.holder.is_none()
+            && self.line.is_empty()
+            && self.leases.is_none()
+            && self.permit_line.is_empty()
     }
 
     fn held_by(&self, token: &str) -> bool {
@@ -170,6 +187,7 @@ impl Memory {
         resends_commands: false,
         waits_for_replicas: false,
         keeps_place_on_drop: false,
+        leases: true,
     };
 
     pub(crate) fn new() -> Self {
@@ -195,18 +213,23 @@ impl Memory {
         ttl: Duration,
         fencing: bool,
         wait: &Wait,
-    ) -> Attempt {
+    ) -> failure::Result<Attempt> {
         let now = Instant::now();
         let mut table = self.table();
         let table = &mut *table;
         let row = table.row(&keys.lock, now);
         if let Some(holder) = row.holder.as_ref().filter(|holder| &*holder.token == token) {
-            return Attempt::Acquired {
+            return Ok(Attempt::Acquired {
                 fence: fencing.then_some(holder.fence),
                 expires_in: holder.expires.saturating_duration_since(now),
-            };
+            });
         }
-        if row.holder.is_none() {
+        if let Some(found) = row.leases.as_ref().map(|leases| leases.kind) {
+            if found != Kind::Read {
+                return Err(failure::used_otherwise(keys, found));
+            }
+        }
+        if row.holder.is_none() && row.leases.is_none() {
             match self.hand_off(table, &keys.lock, now, None, Some(token)) {
                 None => {
                     let fence = if fencing {
@@ -221,16 +244,16 @@ impl Memory {
                         fence,
                         granted: (*wait != Wait::FirstTry).then(SystemTime::now),
                     });
-                    return Attempt::Acquired {
+                    return Ok(Attempt::Acquired {
                         fence: fencing.then_some(fence),
                         expires_in: ttl,
-                    };
+                    });
                 }
                 Some((winner, fence, expires_in)) if &*winner == token => {
-                    return Attempt::Acquired {
+                    return Ok(Attempt::Acquired {
                         fence: fencing.then_some(fence),
                         expires_in,
-                    };
+                    });
                 }
                 Some(_) => {}
             }
@@ -251,7 +274,7 @@ impl Memory {
                 None => row.line.push_back(place),
             }
         }
-        Attempt::Held { remaining }
+        Ok(Attempt::Held { remaining })
     }
 
     /// Frees the lock if `token` holds it, handing it to the first live waiter in line;
@@ -357,6 +380,9 @@ impl Memory {
             if Some(&*place.token) == except {
                 continue;
             }
+            if leased::is_reader(&place.token) {
+                return Some(self.admit_readers(table, key, now, &place, quiet));
+            }
             let fence = if place.fencing {
                 table.next_fence(key)
             } else {
@@ -382,13 +408,17 @@ impl Memory {
         let mut table = self.table();
         let fence = table.last_fence(&keys.lock);
         let row = table.row(&keys.lock, now);
-        let look = row.holder.as_ref().map(|holder| Look {
-            value: holder.token.as_bytes().to_vec(),
-            ttl_left: Some(holder.expires.saturating_duration_since(now)),
-            waiters: u64::try_from(row.line.len()).unwrap_or(u64::MAX),
-            fence,
-            granted: holder.granted,
-        });
+        let look = match &row.leases {
+            Some(leases) => leased::look(leases, row, fence, now),
+            None => row.holder.as_ref().map(|holder| Look {
+                value: holder.token.as_bytes().to_vec(),
+                ttl_left: Some(holder.expires.saturating_duration_since(now)),
+                waiters: u64::try_from(row.line.len()).unwrap_or(u64::MAX),
+                fence,
+                granted: holder.granted,
+                leased: None,
+            }),
+        };
         table.tidy(&keys.lock);
         look
     }
@@ -400,7 +430,12 @@ impl Memory {
         table
             .locks
             .iter()
-            .filter(|(_, row)| row.holder.as_ref().is_some_and(|h| h.expires > now))
+            .filter(|(_, row)| {
+                row.holder.as_ref().is_some_and(|h| h.expires > now)
+                    || row.leases.as_ref().is_some_and(|leases| {
+                        leases.holders.iter().any(|lease| lease.expires > now)
+                    })
+            })
             .filter(|(key, _)| glob_matches(pattern.as_bytes(), key.as_bytes()))
             .map(|(key, _)| key.as_bytes().to_vec())
             .collect()
@@ -505,12 +540,12 @@ mod tests {
         let ttl = Duration::from_secs(30);
         assert!(matches!(
             memory.try_lock(&lock, "holder", ttl, false, &Wait::FirstTry),
-            Attempt::Acquired { .. }
+            Ok(Attempt::Acquired { .. })
         ));
         for waiter in ["lapsed", "next", "last"] {
             assert!(matches!(
                 memory.try_lock(&lock, waiter, ttl, true, &in_line(false)),
-                Attempt::Held { .. }
+                Ok(Attempt::Held { .. })
             ));
         }
         // The first waiter stopped renewing: its place ran out.
@@ -527,7 +562,9 @@ mod tests {
         let Attempt::Acquired {
             fence: Some(first),
             expires_in,
-        } = memory.try_lock(&lock, "next", ttl, true, &in_line(false))
+        } = memory
+            .try_lock(&lock, "next", ttl, true, &in_line(false))
+            .unwrap()
         else {
             panic!("the hand-off is found by looking again");
         };
@@ -543,7 +580,9 @@ mod tests {
         let Attempt::Acquired {
             fence: Some(second),
             ..
-        } = memory.try_lock(&lock, "last", ttl, true, &in_line(false))
+        } = memory
+            .try_lock(&lock, "last", ttl, true, &in_line(false))
+            .unwrap()
         else {
             panic!("handed to the last waiter");
         };
@@ -562,7 +601,7 @@ mod tests {
         for round in 0..5 {
             for n in 0..1000 {
                 let lock = keys(&format!("sweep:{round}:{n}"));
-                memory.try_lock(
+                let _ = memory.try_lock(
                     &lock,
                     "gone",
                     Duration::from_millis(1),
