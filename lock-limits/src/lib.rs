@@ -111,6 +111,34 @@ pub const fn check_timeout(millis: u64) -> Result<(), Violation> {
     }
 }
 
+/// The fewest lock names taken together (`LockManager::acquire_all`, the attribute's
+/// `keys = [..]`): one. An empty list would guard nothing, and is always a mistake in the
+/// caller's code rather than a request to lock nothing.
+///
+/// ```
+/// assert_eq!(lock_limits::MIN_KEYS, 1);
+/// ```
+pub const MIN_KEYS: usize = 1;
+
+/// Checks how many lock names are taken together: at least [`MIN_KEYS`]. Repeated names
+/// count once each time they appear here; the lock takes them once.
+///
+/// ```
+/// assert!(lock_limits::check_key_count(2).is_ok());
+/// assert_eq!(lock_limits::check_key_count(0), Err(lock_limits::Violation::TooShort));
+/// ```
+///
+/// # Errors
+///
+/// [`Violation::TooShort`] for an empty list.
+pub const fn check_key_count(count: usize) -> Result<(), Violation> {
+    if count < MIN_KEYS {
+        Err(Violation::TooShort)
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,14 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "keys",
+        example: "keys = [\"account:{from}\", \"account:{to}\"]",
+        parse: |input, args| {
+            args.keys = Some(parse_keys(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "ttl",
         example: "ttl = 60",
         parse: |input, args| {
@@ -124,6 +132,8 @@ pub(crate) fn option(name: &str) -> &'static OptionSpec {
 pub(crate) struct Args {
     /// `key = "..."`: the template as written, and scanned.
     pub(crate) key: Option<KeyArg>,
+    /// `keys = ["...", ...]`: several templates, taken all or none.
+    pub(crate) keys: Option<KeysArg>,
     /// `ttl = ...`.
     pub(crate) ttl: Option<DurationArg>,
     /// `timeout = ...`.
@@ -149,6 +159,12 @@ pub(crate) struct Args {
 pub(crate) struct KeyArg {
     pub(crate) literal: LitStr,
     pub(crate) segments: Vec<Segment>,
+}
+
+/// The `keys` option: each template as `key` has it, and the span of the whole list.
+pub(crate) struct KeysArg {
+    pub(crate) templates: Vec<KeyArg>,
+    pub(crate) span: Span,
 }
 
 /// A `ttl` or `timeout` value, exactly as parsed: the rules decide whether it is allowed.
@@ -394,6 +410,42 @@ fn parse_key(input: ParseStream) -> syn::Result<KeyArg> {
                 .expect_err("scan fails with at least one problem"))
         }
     }
+}
+
+fn parse_keys(input: ParseStream) -> syn::Result<KeysArg> {
+    let value = value_tokens(input);
+    let wrong = || {
+        syn::Error::new_spanned(
+            &value,
+            "`keys` takes a list of string literals, the templates of the lock names, e.g. \
+             `keys = [\"account:{from}\", \"account:{to}\"]`",
+        )
+    };
+    if !input.peek(syn::token::Bracket) {
+        return Err(wrong());
+    }
+    let content;
+    let bracket = syn::bracketed!(content in input);
+    let literals = content
+        .parse_terminated(|item: ParseStream| item.parse::<LitStr>(), Token![,])
+        .map_err(|_| wrong())?;
+    let mut templates = Vec::with_capacity(literals.len());
+    let mut errors = Errors::default();
+    for literal in literals {
+        match key::scan(&literal.value()) {
+            Ok(segments) => templates.push(KeyArg { literal, segments }),
+            Err(problems) => {
+                for problem in problems {
+                    errors.push(syn::Error::new(literal.span(), problem.message));
+                }
+            }
+        }
+    }
+    errors.finish()?;
+    Ok(KeysArg {
+        templates,
+        span: bracket.span.join(),
+    })
 }
 
 fn parse_guard(input: ParseStream) -> syn::Result<Ident> {

@@ -24,7 +24,7 @@ use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
 use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 
-use crate::args::{self, Args, DurationArg, KeyArg, OnBusy};
+use crate::args::{KeysArg, self, Args, DurationArg, KeyArg, OnBusy};
 use crate::key::Segment;
 
 /// Collects errors so that one run reports them all.
@@ -49,7 +49,10 @@ impl Errors {
 /// An attribute and its function that passed every rule: what [`crate::expand`] generates from.
 pub(crate) struct Valid<'a> {
     pub(crate) args: &'a Args,
+    /// The lock's template; with `keys`, the first of them.
     pub(crate) key: &'a KeyArg,
+    /// `keys = [..]`: every template, taken all or none.
+    pub(crate) keys: Option<&'a KeysArg>,
     pub(crate) function: &'a ItemFn,
     /// The name the body sees the held lock as: `guard = name`, or the name an otherwise valid
     /// body uses without it (bound anyway, so that [`Valid::hint`] is the only error).
@@ -82,7 +85,8 @@ pub(crate) fn check<'a>(
     if let Some(function) = function {
         check_signature(&function.sig, &mut errors);
         let params = Params::of(&function.sig);
-        if let Some(key) = &args.key {
+        let templates = args.keys.iter().flat_map(|keys| &keys.templates);
+        for key in args.key.iter().chain(templates) {
             check_placeholders(&key.segments, &params, &key.literal, &mut errors);
         }
         check_guard(args, &params, &mut errors);
@@ -98,10 +102,16 @@ pub(crate) fn check<'a>(
         }
     }
     errors.finish()?;
-    match (&args.key, function) {
+    let (key, keys) = match (&args.key, &args.keys) {
+        (Some(key), _) => (Some(key), None),
+        (None, Some(keys)) => (keys.templates.first(), Some(keys)),
+        (None, None) => (None, None),
+    };
+    match (key, function) {
         (Some(key), Some(function)) => Ok(Valid {
             args,
             key,
+            keys,
             function,
             guard: args.guard.clone().or(undeclared),
             hint,
@@ -140,8 +150,9 @@ const GUARD_NAMES: [&str; 2] = ["lock", "guard"];
 /// The methods of the guard. A call of one of them on an undefined `lock` is taken for a use of
 /// the held lock; a `static lock` elsewhere is never taken for one, as its methods (`read`,
 /// `lock`, ...) are other ones.
-const GUARD_METHODS: [&str; 8] = [
+const GUARD_METHODS: [&str; 9] = [
     "key",
+    "keys",
     "token",
     "fencing_token",
     "extend",
@@ -249,9 +260,33 @@ fn is_colon(token: &TokenTree) -> bool {
     matches!(token, TokenTree::Punct(punct) if punct.as_char() == ':')
 }
 
+/// `keys`: not with `key`, and not empty (`lock_limits::check_key_count`, the runtime's rule).
+fn check_keys(args: &Args, errors: &mut Errors) {
+    let Some((_, keys_span)) = args.written.iter().find(|(name, _)| *name == "keys") else {
+        return;
+    };
+    if args.is_written("key") {
+        errors.push(syn::Error::new(
+            *keys_span,
+            "`key` and `keys` together: write `key = \"...\"` for one lock, or list every \
+             lock in `keys = [\"...\", \"...\"]` and remove `key`",
+        ));
+    }
+    if let Some(keys) = &args.keys {
+        if lock_limits::check_key_count(keys.templates.len()).is_err() {
+            errors.push(syn::Error::new(
+                keys.span,
+                "`keys` is empty: name at least one lock, e.g. \
+                 `keys = [\"account:{from}\", \"account:{to}\"]` (for one lock, `key = \"...\"`)",
+            ));
+        }
+    }
+}
+
 /// The rules on the options alone.
 fn check_options(args: &Args, errors: &mut Errors) {
-    if !args.is_written("key") {
+    check_keys(args, errors);
+    if !args.is_written("key") && !args.is_written("keys") {
         errors.push(syn::Error::new(
             Span::call_site(),
             "missing `key`: `#[distributed_lock]` needs the name of the lock, e.g. \

@@ -115,6 +115,59 @@ pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGua
     }
 }
 
+/// Takes every lock of `keys` (`keys = [..]`) from the global manager, all or none (see
+/// [`crate::LockManager::acquire_all`]), recording the wait as [`acquire`] does.
+///
+/// # Errors
+/// As [`crate::LockManager::acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn acquire_all(keys: &[String], options: &LockOptions) -> Result<LockGuard, LockError> {
+    let started = std::time::Instant::now();
+    let guard = global()?.acquire_all(keys, options).await?;
+    Ok(held_by_body(guard, options, started))
+}
+
+/// One attempt at every lock of `keys` (`on_busy = "skip"`): `Ok(None)` when any is held.
+///
+/// # Errors
+/// As [`crate::LockManager::try_acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn try_acquire_all(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<Option<LockGuard>, LockError> {
+    let started = std::time::Instant::now();
+    let guard = global()?.try_acquire_all(keys, options).await?;
+    if guard.is_none() {
+        tracing::debug!(target: "distlock", keys = ?keys, "one of the locks is held elsewhere; the body is skipped (on_busy = \"skip\")");
+    }
+    Ok(guard.map(|guard| held_by_body(guard, options, started)))
+}
+
+/// One attempt at every lock of `keys` (`on_busy = "fail"`).
+///
+/// # Errors
+/// [`LockError::Busy`] naming the keys when any is held; otherwise as
+/// [`crate::LockManager::try_acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn acquire_all_or_busy(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    let started = std::time::Instant::now();
+    let manager = global()?;
+    match manager.try_acquire_all(keys, options).await? {
+        Some(guard) => Ok(held_by_body(guard, options, started)),
+        None => Err(LockError::Busy {
+            key: keys
+                .iter()
+                .map(|key| format!("{}{key}", manager.key_prefix()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
 /// Runs the body while the lock is held, in the scope of its guard: inside it, this task taking
 /// the same lock again re-enters it (see [`LockGuard::scope`]). With auto-extension, the body is
 /// raced against the watchdog: when it gives the lock up, the body is dropped (it stops at its
@@ -181,6 +234,27 @@ pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld
     record_held(started, guard.fencing_token());
     // The body runs on this thread, holding the lock until it returns: this thread asking for
     // it again meanwhile is refused (see `manager::reentry`).
+    let thread = crate::manager::reentry::ThreadHold::record(guard.held());
+    Ok(BlockingHeld {
+        guard: Some(guard),
+        _thread: thread,
+    })
+}
+
+/// Takes every lock of `keys` from the global blocking manager, all or none, for a plain `fn`
+/// (see [`acquire_blocking`]).
+///
+/// # Errors
+/// As [`crate::blocking::LockManager::acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+#[track_caller]
+pub fn acquire_all_blocking(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<BlockingHeld, LockError> {
+    let started = std::time::Instant::now();
+    let guard = crate::blocking::global()?.acquire_all(keys, options)?;
+    record_held(started, guard.fencing_token());
     let thread = crate::manager::reentry::ThreadHold::record(guard.held());
     Ok(BlockingHeld {
         guard: Some(guard),

@@ -33,6 +33,7 @@ mod parity_in_process;
 mod parity_redis;
 mod readme;
 mod reentry;
+mod several_keys;
 mod tls_acl;
 mod traced;
 mod wake_on_release;
@@ -49,6 +50,10 @@ fn worker() {
             mutual_exclusion::mutex_worker,
         ),
         ("blocking::blocking_worker", blocking::blocking_worker),
+        (
+            "several_keys::transfer_worker",
+            several_keys::transfer_worker,
+        ),
         ("blocking::fork_worker", blocking::fork_worker),
         (
             "blocking::fork_inherited_guard_worker",

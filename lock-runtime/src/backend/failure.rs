@@ -292,6 +292,7 @@ mod tests {
                     resends_commands: false,
                     waits_for_replicas: false,
                     keeps_place_on_drop,
+                    together: crate::backend::Together::Never,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }

@@ -79,6 +79,9 @@ pub(crate) struct LockKeys {
     pub(crate) lock: Arc<str>,
     /// The tag `T` of the helper keys (see the module docs).
     tag: Tag,
+    /// The other locks taken together with this one, all or none, by one script each time
+    /// (`acquire_all` with every key in this one's slot); `None` for a lock taken alone.
+    pub(crate) together: Option<Arc<[LockKeys]>>,
 }
 
 /// Where the helper keys' tag `T` comes from.
@@ -120,6 +123,7 @@ impl LockKeys {
         Ok(LockKeys {
             lock: Arc::from(lock),
             tag,
+            together: None,
         })
     }
 

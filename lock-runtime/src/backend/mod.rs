@@ -227,6 +227,20 @@ pub(crate) struct Capabilities {
     /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
     /// line (see [`Capabilities::keeps_place_through`]).
     pub(crate) keeps_place_on_drop: bool,
+    /// Which keys `acquire_all` can take together in one atomic script; the others are taken
+    /// one by one, in the order of their full keys.
+    pub(crate) together: Together,
+}
+
+/// Which locks a store takes together, all or none, in one atomic step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Together {
+    /// None: each is taken on its own (Redlock's majorities, the in-process table).
+    Never,
+    /// Those whose keys share a cluster slot, which one script reaches.
+    SameSlot,
+    /// Any: one server holds every key.
+    Always,
 }
 
 impl Capabilities {
@@ -400,6 +414,9 @@ impl Backend {
     /// One attempt to take the lock; its `wait` says what else it must find out or mark.
     pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
+            Locks::Single(node) if request.keys.together.is_some() => {
+                node.attempt_together(request).await
+            }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
             Locks::Memory(memory) => Ok(memory.try_lock(
@@ -416,6 +433,9 @@ impl Backend {
     /// waiters); why not, if it was not ours.
     pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.together.is_some() => {
+                node.release_together(keys, token, false).await
+            }
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
@@ -464,6 +484,10 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.together.is_some() => Ok(node
+                .release_together(keys, token, true)
+                .await?
+                .is_ours()),
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),
@@ -480,6 +504,10 @@ impl Backend {
         keep_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            // Left to expire at the hold's end; waiters find the keys free at their next look.
+            Locks::Single(node) if keys.together.is_some() => {
+                node.extend_together(keys, token, keep_millis).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
                     .await
@@ -501,6 +529,9 @@ impl Backend {
         ttl_millis: u64,
     ) -> failure::Result<Ownership> {
         match &self.locks {
+            Locks::Single(node) if keys.together.is_some() => {
+                node.extend_together(keys, token, ttl_millis).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
                     .await
@@ -517,6 +548,9 @@ impl Backend {
     /// Whether the lock is still ours.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
+            Locks::Single(node) if keys.together.is_some() => {
+                node.is_held_together(keys, token).await
+            }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,
             Locks::Memory(memory) => Ok(memory.is_held(keys, token)),

@@ -16,6 +16,7 @@ mod acquire;
 mod look;
 mod release;
 mod remembered;
+mod together;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use redis::{RedisResult, Value};
 use super::failure::{self, Failure};
 use super::recent::Contended;
 use super::replicas::Replicas;
-use super::{Capabilities, Unlock};
+use super::{Capabilities, Together, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{Connection, Connections};
 pub(crate) use acquire::set_nx;
@@ -95,6 +96,12 @@ impl Node {
             resends_commands: self.resends_commands(),
             waits_for_replicas: self.waits_for_replicas(),
             keeps_place_on_drop: !self.resends_commands(),
+            // One server holds every key; a cluster's script reaches the keys of one slot.
+            together: if self.connections.is_cluster() {
+                Together::SameSlot
+            } else {
+                Together::Always
+            },
         }
     }
 
