@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// The cluster shared by the tests that leave its topology alone (3 masters, no replicas: with
 /// nobody to promote, a node starved of CPU on a loaded machine is never failed over).
-fn shared_cluster() -> &'static RedisCluster {
+pub(crate) fn shared_cluster() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let started = std::time::Instant::now();
@@ -27,7 +27,7 @@ fn shared_cluster() -> &'static RedisCluster {
     })
 }
 
-async fn cluster_manager(seeds: &[String]) -> LockManager {
+pub(crate) async fn cluster_manager(seeds: &[String]) -> LockManager {
     LockManager::cluster_builder(seeds)
         .connect()
         .await

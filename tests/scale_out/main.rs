@@ -10,6 +10,7 @@ mod hold_at_least;
 mod on_busy;
 mod redlock;
 mod renewals;
+mod several_keys;
 mod replicas;
 mod sentinel;
 mod sentinel_tls;
