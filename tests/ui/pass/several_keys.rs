@@ -13,7 +13,7 @@ async fn book(row: u32, a: char, b: char) -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(keys = ["stock:{item}", "order:{order}"], on_busy = "fail", timeout = 0)]
+#[distributed_lock(keys = ["stock:{item}", "order:{order}"], on_busy = "fail")]
 async fn reserve(item: &str, order: u64) -> Result<Option<u64>, LockError> {
     Ok(Some(order))
 }
