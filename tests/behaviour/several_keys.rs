@@ -377,3 +377,117 @@ fn transfers_in_both_orders_from_several_processes_keep_exact_balances() {
     }
     assert!(server.keys("lock:sk:account:*").is_empty(), "all released");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The attribute's `on_busy` and the blocking API with several keys
+// ---------------------------------------------------------------------------------------------
+
+#[distributed_lock(keys = ["sk:busy:{a}", "sk:busy:{b}"], on_busy = "skip")]
+async fn skipped_when_busy(a: u32, b: u32) -> Result<Option<u32>, LockError> {
+    Ok(Some(a + b))
+}
+
+#[distributed_lock(keys = ["sk:busy:{a}", "sk:busy:{b}"], on_busy = "fail", guard = lock)]
+async fn failed_when_busy(a: u32, b: u32) -> Result<Vec<String>, LockError> {
+    Ok(lock.keys().into_iter().map(str::to_owned).collect())
+}
+
+#[tokio::test]
+async fn the_attribute_skips_or_fails_when_one_key_is_busy() {
+    test_support::global_server().await;
+    let manager = redis_manager().await;
+    assert_eq!(skipped_when_busy(1, 2).await.unwrap(), Some(3));
+    assert_eq!(
+        failed_when_busy(1, 2).await.unwrap(),
+        ["lock:sk:busy:1", "lock:sk:busy:2"]
+    );
+    let held = manager
+        .acquire("sk:busy:2", &options(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(skipped_when_busy(1, 2).await.unwrap(), None, "skipped");
+    let busy = failed_when_busy(1, 2).await.expect_err("one key is busy");
+    assert!(
+        matches!(&busy, LockError::Busy { key } if key.contains("lock:sk:busy:2")),
+        "{busy:?}"
+    );
+    assert!(
+        manager
+            .try_acquire("sk:busy:1", &options(Duration::ZERO))
+            .await
+            .unwrap()
+            .is_some(),
+        "the free key was not kept"
+    );
+    held.release().await.unwrap();
+}
+
+#[distributed_lock(keys = ["sk:blocking:{from}", "sk:blocking:{to}"], timeout = 60)]
+fn move_blocking(redis: &mut redis::Connection, from: u32, to: u32) -> Result<(), LockError> {
+    let read = |redis: &mut redis::Connection, account: u32| -> i64 {
+        redis::cmd("GET")
+            .arg(format!("sk:blocking:balance:{account}"))
+            .query::<Option<i64>>(redis)
+            .unwrap()
+            .unwrap_or(0)
+    };
+    let (from_balance, to_balance) = (read(redis, from), read(redis, to));
+    std::thread::sleep(Duration::from_millis(1));
+    for (account, balance) in [(from, from_balance - 1), (to, to_balance + 1)] {
+        redis::cmd("SET")
+            .arg(format!("sk:blocking:balance:{account}"))
+            .arg(balance)
+            .query::<()>(redis)
+            .unwrap();
+    }
+    Ok(())
+}
+
+#[test]
+fn blocking_threads_transfer_in_both_orders_with_exact_balances() {
+    let server = shared_server();
+    match distlock::blocking::init(&server.url()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("blocking::init failed: {error}"),
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let url = server.url();
+            std::thread::spawn(move || {
+                let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
+                for _ in 0..10 {
+                    let (from, to) = if thread % 2 == 0 { (1, 2) } else { (2, 1) };
+                    move_blocking(&mut redis, from, to).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("no thread panicked");
+    }
+    // Two threads moved 20 from 1 to 2, two moved 20 back.
+    assert_eq!(server.get("sk:blocking:balance:1").as_deref(), Some("0"));
+    assert_eq!(server.get("sk:blocking:balance:2").as_deref(), Some("0"));
+
+    // The manual blocking API, all or none.
+    let manager = distlock::blocking::LockManager::connect(&server.url()).unwrap();
+    let held = manager
+        .acquire("sk:blocking:manual:b", &options(Duration::ZERO))
+        .unwrap();
+    let names = ["sk:blocking:manual:a", "sk:blocking:manual:b"];
+    assert!(manager
+        .try_acquire_all(&names, &options(Duration::ZERO))
+        .unwrap()
+        .is_none());
+    held.release().unwrap();
+    let guard = manager
+        .acquire_all(&names, &options(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(
+        guard.keys(),
+        ["lock:sk:blocking:manual:a", "lock:sk:blocking:manual:b"]
+    );
+    assert!(guard.is_held().unwrap());
+    guard.release().unwrap();
+    assert!(!server.exists("lock:sk:blocking:manual:a"));
+}
