@@ -171,3 +171,70 @@ async fn names_sharing_a_slot_are_taken_by_one_script() {
         assert!(!cluster.exists(&format!("lock:{name}")));
     }
 }
+
+/// On Redlock the keys are taken one by one in key order, each a Redlock lock: all or none,
+/// and opposite orders without deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_each_key_is_a_majority_lock_taken_in_key_order() {
+    let servers = test_support::RedisServers::start(3);
+    let connect = || async {
+        distlock::LockManager::redlock_builder(&servers.urls())
+            .connect()
+            .await
+            .expect("a Redlock manager")
+    };
+    let (manager, other) = (connect().await, connect().await);
+    let names = ["sk:redlock:a", "sk:redlock:b"];
+    let held = other
+        .acquire("sk:redlock:b", &options(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(manager
+        .try_acquire_all(&names, &options(Duration::ZERO))
+        .await
+        .unwrap()
+        .is_none());
+    let timed_out = manager
+        .acquire_all(&names, &options(Duration::from_millis(300)))
+        .await
+        .expect_err("b stays held");
+    assert!(matches!(timed_out, LockError::Timeout { .. }), "{timed_out:?}");
+    assert!(
+        servers.holders("lock:sk:redlock:a").is_empty(),
+        "a was given back on every master"
+    );
+    held.release().await.unwrap();
+
+    let pair = Arc::new(Mutex::new(0_u32));
+    let tasks: Vec<_> = [manager, other]
+        .into_iter()
+        .enumerate()
+        .map(|(index, manager)| {
+            let pair = Arc::clone(&pair);
+            let mut order = names;
+            if index == 1 {
+                order.reverse();
+            }
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = manager
+                        .acquire_all(&order, &options(Duration::from_secs(30)))
+                        .await
+                        .expect("no deadlock");
+                    assert_eq!(guard.keys().len(), 2);
+                    let seen = *pair.lock().unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    *pair.lock().unwrap() = seen + 1;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    assert_eq!(*pair.lock().unwrap(), 20, "an update was lost");
+}
