@@ -133,8 +133,18 @@ async fn several_keys_in_one_slot_are_two_round_trips() {
     .await;
     eprintln!("INFO commandstats for one acquire_all + release of 3 keys: {stats:?}");
     assert_eq!(stats.get("evalsha"), Some(&2), "two round trips: {stats:?}");
-    for absent in ["publish", "subscribe", "ping", "script|load", "eval", "mget"] {
-        assert!(!stats.contains_key(absent), "`{absent}` was sent: {stats:?}");
+    for absent in [
+        "publish",
+        "subscribe",
+        "ping",
+        "script|load",
+        "eval",
+        "mget",
+    ] {
+        assert!(
+            !stats.contains_key(absent),
+            "`{absent}` was sent: {stats:?}"
+        );
     }
     // Inside the scripts (counted there, not round trips): each key set once, deleted once.
     assert_eq!(stats.get("set"), Some(&3), "{stats:?}");

@@ -730,7 +730,7 @@ mod tests {
         assert!(message.contains("did you mean `ttl`?"), "{message}");
         assert!(
             message.contains(
-                "`key`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
+                "`key`, `keys`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
                  `hold_at_least`, `crate`"
             ),
             "{message}"
@@ -801,12 +801,24 @@ mod tests {
     }
 
     #[test]
+    fn keys_take_a_list_of_templates() {
+        let parsed = args(quote!(keys = ["a:{x}", "b"]));
+        let keys = parsed.keys.expect("parsed");
+        assert_eq!(keys.templates.len(), 2);
+        assert_eq!(keys.templates[1].literal.value(), "b");
+        assert!(error(quote!(keys = "a")).contains("takes a list of string literals"));
+        assert!(error(quote!(keys = [a, b])).contains("takes a list of string literals"));
+        assert!(error(quote!(keys = ["a{"])).contains('{'));
+    }
+
+    #[test]
     fn did_you_mean() {
         assert_eq!(edit_distance("ttl", "ttl"), 0);
         assert_eq!(edit_distance("tll", "ttl"), 1);
         assert_eq!(edit_distance("timout", "timeout"), 1);
         assert_eq!(closest_option("autoextend"), Some("auto_extend"));
-        assert_eq!(closest_option("keys"), Some("key"));
+        assert_eq!(closest_option("ky"), Some("key"));
+        assert_eq!(closest_option("keyss"), Some("keys"));
         assert_eq!(closest_option("crates"), Some("crate"));
         assert_eq!(closest_option("fenced"), Some("fencing"));
         assert_eq!(closest_option("x"), None);

@@ -24,7 +24,7 @@ use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
 use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 
-use crate::args::{KeysArg, self, Args, DurationArg, KeyArg, OnBusy};
+use crate::args::{self, Args, DurationArg, KeyArg, KeysArg, OnBusy};
 use crate::key::Segment;
 
 /// Collects errors so that one run reports them all.
@@ -866,6 +866,16 @@ mod tests {
             ),
             ""
         );
+    }
+
+    #[test]
+    fn keys_rules() {
+        assert_eq!(rules(quote!(keys = ["a:{id}", "b:{id}"]), FN), "");
+        assert_eq!(rules(quote!(keys = ["only"]), FN), "");
+        assert!(rules(quote!(keys = []), FN).contains("`keys` is empty"));
+        assert!(rules(quote!(key = "k", keys = ["a"]), FN).contains("`key` and `keys` together"));
+        assert!(rules(quote!(keys = ["a:{id}", "b:{nope}"]), FN).contains("no parameter `nope`"));
+        assert!(!rules(quote!(keys = ["a"]), FN).contains("missing `key`"));
     }
 
     #[test]

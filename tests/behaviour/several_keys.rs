@@ -41,7 +41,10 @@ async fn all_or_none(manager: LockManager, other: LockManager, tag: &str) {
             .try_acquire(free, &options(Duration::ZERO))
             .await
             .unwrap();
-        assert!(probe.is_some(), "{free} was left free by the failed attempt");
+        assert!(
+            probe.is_some(),
+            "{free} was left free by the failed attempt"
+        );
         probe.unwrap().release().await.unwrap();
     }
     let started = Instant::now();
@@ -113,7 +116,10 @@ async fn repeated_and_empty_names(manager: LockManager, tag: &str) {
         .await
         .expect("a name given twice is taken once, not waited for");
     let prefix = manager.key_prefix().to_owned();
-    assert_eq!(guard.keys(), [format!("{prefix}{a}"), format!("{prefix}{b}")]);
+    assert_eq!(
+        guard.keys(),
+        [format!("{prefix}{a}"), format!("{prefix}{b}")]
+    );
     guard.release().await.expect("released once each");
 
     let single = manager
@@ -220,7 +226,12 @@ async fn all_or_none_on_redis() {
 
 #[tokio::test]
 async fn all_or_none_in_process() {
-    all_or_none(LockManager::in_process(), LockManager::in_process(), "sk:mem").await;
+    all_or_none(
+        LockManager::in_process(),
+        LockManager::in_process(),
+        "sk:mem",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -250,8 +261,12 @@ async fn a_lost_key_makes_lost_fire_on_redis() {
 
 #[tokio::test]
 async fn a_lost_key_makes_lost_fire_in_process() {
-    a_lost_key_makes_lost_fire(LockManager::in_process(), LockManager::in_process(), "sk:mem")
-        .await;
+    a_lost_key_makes_lost_fire(
+        LockManager::in_process(),
+        LockManager::in_process(),
+        "sk:mem",
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,7 +284,11 @@ const OPENING: i64 = 1000;
 fn transfer(process: u32, task: u32, round: u32) -> (u32, u32, i64) {
     let from = (process + task + round) % ACCOUNTS;
     let to = (from + 1 + (task + round) % ACCOUNTS) % ACCOUNTS;
-    (from, to, i64::from(1 + (process * 7 + task * 3 + round) % 5))
+    (
+        from,
+        to,
+        i64::from(1 + (process * 7 + task * 3 + round) % 5),
+    )
 }
 
 /// Moves `amount` from one account to another with a non-atomic read-modify-write of both
@@ -283,10 +302,7 @@ async fn move_money(
 ) -> Result<(), LockError> {
     let read = |account: u32| format!("sk:balance:{account}");
     let balance = |value: Option<i64>| value.unwrap_or(OPENING);
-    let from_balance: Option<i64> = redis::cmd("GET")
-        .arg(read(from))
-        .query_async(conn)
-        .await?;
+    let from_balance: Option<i64> = redis::cmd("GET").arg(read(from)).query_async(conn).await?;
     let to_balance: Option<i64> = redis::cmd("GET").arg(read(to)).query_async(conn).await?;
     tokio::time::sleep(Duration::from_millis(1)).await;
     if from != to {

@@ -10,10 +10,10 @@ mod hold_at_least;
 mod on_busy;
 mod redlock;
 mod renewals;
-mod several_keys;
 mod replicas;
 mod sentinel;
 mod sentinel_tls;
+mod several_keys;
 mod turns;
 
 /// The entry of the worker processes that this binary's tests start with

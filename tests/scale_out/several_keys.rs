@@ -198,7 +198,10 @@ async fn on_redlock_each_key_is_a_majority_lock_taken_in_key_order() {
         .acquire_all(&names, &options(Duration::from_millis(300)))
         .await
         .expect_err("b stays held");
-    assert!(matches!(timed_out, LockError::Timeout { .. }), "{timed_out:?}");
+    assert!(
+        matches!(timed_out, LockError::Timeout { .. }),
+        "{timed_out:?}"
+    );
     assert!(
         servers.holders("lock:sk:redlock:a").is_empty(),
         "a was given back on every master"

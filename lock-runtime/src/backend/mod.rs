@@ -484,10 +484,9 @@ impl Backend {
     /// if it was handed to `token` meanwhile (`true` then): for a waiter that gives up.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
-            Locks::Single(node) if keys.together.is_some() => Ok(node
-                .release_together(keys, token, true)
-                .await?
-                .is_ours()),
+            Locks::Single(node) if keys.together.is_some() => {
+                Ok(node.release_together(keys, token, true).await?.is_ours())
+            }
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) => Ok(memory.unlock(keys, token, Unlock::Leave).is_ours()),

@@ -179,6 +179,5 @@ pub(crate) static MULTI_RELEASE: Lazy<Script> = Lazy::new(|| {
 /// Set the remaining ttl of several locks taken together, each only if still the caller's.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_extend.lua`.
-pub(crate) static MULTI_EXTEND: Lazy<Script> = Lazy::new(|| {
-    Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_extend.lua")].concat())
-});
+pub(crate) static MULTI_EXTEND: Lazy<Script> =
+    Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_extend.lua")].concat()));

@@ -177,7 +177,9 @@ impl LockManager {
         }
         taken.sort_by_key(|(index, _)| *index);
         let mut guards = taken.into_iter().map(|(_, guard)| guard);
-        let first = guards.next().map(|first| first.with_parts(guards.collect()));
+        let first = guards
+            .next()
+            .map(|first| first.with_parts(guards.collect()));
         Ok(first)
     }
 }
@@ -211,4 +213,16 @@ fn distinct<S: AsRef<str>>(names: &[S]) -> Vec<&str> {
         }
     }
     seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct;
+
+    #[test]
+    fn repeated_names_are_kept_once_in_their_first_place() {
+        assert_eq!(distinct(&["b", "a", "b", "c", "a"]), ["b", "a", "c"]);
+        assert_eq!(distinct(&[String::from("x"), String::from("x")]), ["x"]);
+        assert!(distinct::<&str>(&[]).is_empty());
+    }
 }
