@@ -65,7 +65,7 @@ pub use lock_runtime::diagnose;
 pub use lock_runtime::redact_url;
 pub use lock_runtime::{
     global, init, init_with, Holder, LockError, LockGuard, LockInfo, LockManager,
-    LockManagerBuilder, LockOptions, LostCause,
+    LockManagerBuilder, LockOptions, LockOrder, LostCause,
 };
 
 /// Support for the code that `#[distributed_lock]` generates. Not a public API: it may change in

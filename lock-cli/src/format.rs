@@ -1,10 +1,10 @@
 //! How locks are shown: the table, the detail view, JSON, durations, and URLs without their
-//! password.
+//! password; and the lock orders of `order`.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::LockInfo;
+use distlock::{LockInfo, LockOrder};
 use serde_json::{json, Value};
 
 /// "label (pid 42 on host)", or what is known of a lock distlock did not write; printable
@@ -93,8 +93,13 @@ pub(crate) fn table(locks: &[LockInfo]) -> String {
             ]
         })
         .collect();
+    columns(&header, &rows)
+}
+
+/// `rows` under `header`, in columns as wide as their widest cell, two spaces apart.
+fn columns<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(|title| title.chars().count());
-    for row in &rows {
+    for row in rows {
         for (width, text) in widths.iter_mut().zip(row) {
             *width = (*width).max(text.chars().count());
         }
@@ -112,8 +117,8 @@ pub(crate) fn table(locks: &[LockInfo]) -> String {
         out.push_str(text.trim_end());
         out.push('\n');
     };
-    line(&header);
-    for row in &rows {
+    line(header);
+    for row in rows {
         line(&row.each_ref().map(String::as_str));
     }
     out
@@ -169,6 +174,136 @@ pub(crate) fn json(info: &LockInfo) -> Value {
         "waiters": info.waiters,
         "fence": info.fence,
     })
+}
+
+/// The pairs of templates taken in both orders, each once: (the order whose first template is
+/// the lesser, its opposite).
+fn inversions(orders: &[LockOrder]) -> Vec<(&LockOrder, &LockOrder)> {
+    orders
+        .iter()
+        .filter(|order| order.first < order.second)
+        .filter_map(|order| {
+            orders
+                .iter()
+                .find(|other| order.is_opposite(other))
+                .map(|opposite| (order, opposite))
+        })
+        .collect()
+}
+
+/// When an order was first seen: `2026-12-03T17:22:09Z (3h05m ago)`.
+fn first_seen(order: &LockOrder) -> String {
+    let ago = SystemTime::now()
+        .duration_since(order.first_seen)
+        .unwrap_or_default();
+    // Past two days, hours are no longer what a reader counts in.
+    let ago = if ago.as_secs() >= 2 * 86_400 {
+        format!("{} days", ago.as_secs() / 86_400)
+    } else {
+        duration(ago)
+    };
+    format!(
+        "{} ({ago} ago)",
+        humantime::format_rfc3339_seconds(order.first_seen),
+    )
+}
+
+/// One order as a sentence: what was held, by which function, and what was then waited for.
+fn order_line(order: &LockOrder) -> String {
+    format!(
+        "{} held {}, then {} waited for {}; first seen {} by {}",
+        cell(&order.holder),
+        cell(&order.first),
+        cell(&order.taker),
+        cell(&order.second),
+        first_seen(order),
+        process(order),
+    )
+}
+
+/// "pid 42 on host" from the record's `<host> <pid>`.
+fn process(order: &LockOrder) -> String {
+    match order.process.rsplit_once(' ') {
+        Some((host, pid)) => format!("pid {} on {}", cell(pid), cell(host)),
+        None => cell(&order.process),
+    }
+}
+
+/// `order`: the inversions first, each with its two orders, then the table of every order.
+pub(crate) fn orders(orders: &[LockOrder]) -> String {
+    let mut out = String::new();
+    let inverted = inversions(orders);
+    if inverted.is_empty() {
+        out.push_str("no inversion: no two templates were taken in both orders\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} INVERSION{}: two templates taken in both orders; two tasks doing both at once wait \
+             for each other until one times out. Take them in one order everywhere (or both at \
+             once).",
+            inverted.len(),
+            if inverted.len() == 1 { "" } else { "S" }
+        );
+        for (order, opposite) in &inverted {
+            let _ = writeln!(out, "\n  {} ⇄ {}", cell(&order.first), cell(&order.second));
+            let _ = writeln!(out, "    {}", order_line(order));
+            let _ = writeln!(out, "    {}", order_line(opposite));
+        }
+    }
+    let _ = writeln!(out, "\n{} order(s) seen:", orders.len());
+    let header = [
+        "HELD",
+        "THEN WAITED FOR",
+        "HOLDER",
+        "TAKER",
+        "FIRST SEEN",
+        "BOTH WAYS",
+    ];
+    let rows: Vec<[String; 6]> = orders
+        .iter()
+        .map(|order| {
+            let both = orders.iter().any(|other| order.is_opposite(other));
+            [
+                cell(&order.first),
+                cell(&order.second),
+                cell(&order.holder),
+                cell(&order.taker),
+                humantime::format_rfc3339_seconds(order.first_seen).to_string(),
+                if both { "yes" } else { "-" }.to_owned(),
+            ]
+        })
+        .collect();
+    out.push_str(&columns(&header, &rows));
+    out
+}
+
+/// `order --json`: every order (`inverted` when its opposite was seen too) and the inversions
+/// as pairs of templates.
+pub(crate) fn orders_json(orders: &[LockOrder]) -> Value {
+    let millis = |time: SystemTime| {
+        time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+    };
+    let all: Vec<Value> = orders
+        .iter()
+        .map(|order| {
+            json!({
+                "first": order.first,
+                "second": order.second,
+                "holder": order.holder,
+                "taker": order.taker,
+                "process": order.process,
+                "first_seen_unix_ms": millis(order.first_seen),
+                "inverted": orders.iter().any(|other| order.is_opposite(other)),
+            })
+        })
+        .collect();
+    let inverted: Vec<Value> = inversions(orders)
+        .into_iter()
+        .map(|(order, _)| json!([order.first, order.second]))
+        .collect();
+    json!({ "orders": all, "inversions": inverted })
 }
 
 /// A time of day in UTC, `HH:MM:SS`.

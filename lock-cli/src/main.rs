@@ -1,5 +1,5 @@
 //! `distlock`: who holds distlock's Redis locks — list them, show one, watch them change, and
-//! break one whose holder is stuck.
+//! break one whose holder is stuck — and which lock templates the fleet takes in both orders.
 //!
 //! ```text
 //! distlock list 'trace:*'            # a table; --json for scripts
@@ -7,6 +7,7 @@
 //! distlock watch                     # acquisitions, hand-offs, releases, expiries
 //! distlock release trace:abc --force # asks first; --yes to skip the question
 //! distlock doctor                    # what in the deployment breaks locks, and the fixes
+//! distlock order                     # lock templates taken in both orders (deadlocks to be)
 //! distlock list --url rediss://redis.internal:6380 --tls-ca-cert ca.pem  # over TLS
 //! distlock --cluster --url redis://10.0.0.1:7000,redis://10.0.0.2:7000 list
 //! distlock --redlock --url redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 list
@@ -112,6 +113,15 @@ enum Command {
     /// with the fix for each ✗ and ?. Exit status 1 when any check is ✗.
     Doctor {
         /// One JSON object (`deployment`, `ok`, `checks`), for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The orders in which the fleet's tasks took locks of two key templates (holding one,
+    /// waiting for the other), and the inversions: two templates taken in both orders, which
+    /// deadlock when two tasks do both at once. Read from the record the applications keep in
+    /// Redis (its first 10 000 orders, kept 7 days after the last record).
+    Order {
+        /// One JSON object (`orders`, `inversions`), for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -249,6 +259,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let interval = Duration::from_secs_f64(interval);
             watch::run(&manager, &pattern, interval, looks).await
         }
+        Command::Order { json } => order(&manager, json, &server, defaulted).await,
         Command::Release { name, yes, .. } => release(&manager, &name, yes).await,
         Command::Doctor { .. } => unreachable!("answered before connecting"),
     }
@@ -445,6 +456,36 @@ async fn list(
         format!("{server}\n{}", format::table(&locks))
     };
     write_out(&mut out, &text)
+}
+
+/// `order`: the inversions, then every order, under a first line naming the server read (for
+/// `--json`, only the object, and that line on standard error when the server is the default).
+async fn order(
+    manager: &LockManager,
+    json: bool,
+    server: &str,
+    defaulted: bool,
+) -> Result<(), Failure> {
+    let orders = manager.orders().await?;
+    let text = if json {
+        if defaulted {
+            keep_going(write_out(
+                &mut std::io::stderr().lock(),
+                &format!("{server}\n"),
+            ))?;
+        }
+        format!("{}\n", format::orders_json(&orders))
+    } else if orders.is_empty() {
+        format!(
+            "{server}\nno lock order recorded under the prefix {:?}: an order is recorded the first \
+             time a task holding a lock of one `#[distributed_lock]` key template waits for one of \
+             another\n",
+            manager.key_prefix()
+        )
+    } else {
+        format!("{server}\n{}", format::orders(&orders))
+    };
+    write_out(&mut std::io::stdout().lock(), &text)
 }
 
 async fn show(manager: &LockManager, name: &str, json: bool) -> Result<(), Failure> {

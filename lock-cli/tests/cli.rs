@@ -1402,3 +1402,100 @@ fn doctor_checks_the_sentinel_master_and_its_replica() {
     assert!(out.contains(&master), "{master} in\n{out}");
     assert!(out.contains(&replica), "{replica} in\n{out}");
 }
+
+// `order`: what the applications recorded of the orders in which they took two templates.
+
+#[distlock::distributed_lock(key = "cli-invoice:{id}", ttl = 10)]
+async fn charge(id: u32) -> Result<(), LockError> {
+    debit(id).await
+}
+
+#[distlock::distributed_lock(key = "cli-account:{id}", ttl = 10)]
+async fn debit(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[distlock::distributed_lock(key = "cli-account:{id}", ttl = 10)]
+async fn refund(id: u32) -> Result<(), LockError> {
+    credit(id).await
+}
+
+#[distlock::distributed_lock(key = "cli-invoice:{id}", ttl = 10)]
+async fn credit(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[distlock::distributed_lock(key = "cli-trace:{id}", ttl = 10)]
+async fn trace(id: u32) -> Result<(), LockError> {
+    debit(id).await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn order_lists_the_inversions_then_every_order_seen() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (out, _) = expect(&url, &["order"], 0);
+    assert!(out.contains("no lock order recorded"), "{out}");
+
+    // The only global manager of this binary: its orders are recorded in `server`.
+    distlock::init(&url).await.unwrap();
+    charge(1).await.unwrap();
+    refund(1).await.unwrap();
+    trace(1).await.unwrap();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while manager.orders().await.unwrap().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orders were not recorded: {:?}",
+            manager.orders().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (out, _) = expect(&url, &["order"], 0);
+    assert!(out.starts_with(&format!("Redis at {url}")), "{out}");
+    assert!(out.contains("1 INVERSION"), "{out}");
+    assert!(out.contains("cli-account:{id} ⇄ cli-invoice:{id}"), "{out}");
+    assert!(
+        out.contains(
+            "cli::charge held cli-invoice:{id}, then cli::debit waited for cli-account:{id}"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "cli::refund held cli-account:{id}, then cli::credit waited for cli-invoice:{id}"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("by pid {}", std::process::id())),
+        "{out}"
+    );
+    let table = out.split("3 order(s) seen:").nth(1).expect("the table");
+    let trace_row = table
+        .lines()
+        .find(|line| line.starts_with("cli-trace:{id}"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(trace_row.ends_with(" -"), "one way only: {trace_row}");
+
+    let (out, _) = expect(&url, &["order", "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        json["inversions"],
+        serde_json::json!([["cli-account:{id}", "cli-invoice:{id}"]])
+    );
+    let orders = json["orders"].as_array().unwrap();
+    assert_eq!(orders.len(), 3, "{json}");
+    let forward = orders
+        .iter()
+        .find(|order| order["first"] == "cli-invoice:{id}")
+        .unwrap();
+    assert_eq!(forward["holder"], "cli::charge");
+    assert_eq!(forward["taker"], "cli::debit");
+    assert_eq!(forward["inverted"], true);
+    assert!(forward["first_seen_unix_ms"].as_u64().unwrap() > 1_700_000_000_000);
+}

@@ -50,7 +50,7 @@ pub async fn acquire(key: &str, options: &LockOptions) -> Result<LockGuard, Lock
     // Only an acquisition that waits can close a deadlock, so only its order is recorded.
     if let Some(label) = options.label_text() {
         crate::manager::reentry::for_each_class_held(manager, key, |held| {
-            crate::hold::order::record(held, label);
+            crate::hold::order::record(Some(&manager.inner), held, label);
         });
     }
     let guard = manager.acquire(key, options).await?;
@@ -123,7 +123,14 @@ pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGua
 /// [`LockError::InitFailed`]).
 pub async fn acquire_all(keys: &[String], options: &LockOptions) -> Result<LockGuard, LockError> {
     let started = std::time::Instant::now();
-    let guard = global()?.acquire_all(keys, options).await?;
+    let manager = global()?;
+    // Ordered after every lock the task holds, as one lock is (see `acquire`).
+    if let (Some(label), Some(first)) = (options.label_text(), keys.first()) {
+        crate::manager::reentry::for_each_class_held(manager, first, |held| {
+            crate::hold::order::record(Some(&manager.inner), held, label);
+        });
+    }
+    let guard = manager.acquire_all(keys, options).await?;
     Ok(held_by_body(guard, options, started))
 }
 
@@ -230,14 +237,22 @@ fn warn_release(key: &str, error: &LockError) {
 #[track_caller]
 pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld, LockError> {
     let started = std::time::Instant::now();
-    let guard = crate::blocking::global()?.acquire(key, options)?;
+    let manager = crate::blocking::global()?;
+    // As for a task (see `acquire`): the orders of this thread's locked `fn`s' templates.
+    let label = options.shared_label();
+    if let Some(label) = &label {
+        crate::hold::order::record_on_thread(Some(&manager.as_async().inner), label);
+    }
+    let guard = manager.acquire(key, options)?;
     record_held(started, guard.fencing_token());
     // The body runs on this thread, holding the lock until it returns: this thread asking for
-    // it again meanwhile is refused (see `manager::reentry`).
+    // it again meanwhile is refused (see `manager::reentry`), and a lock it waits for is
+    // ordered after this one (see `hold::order`).
     let thread = crate::manager::reentry::ThreadHold::record(guard.held());
     Ok(BlockingHeld {
         guard: Some(guard),
         _thread: thread,
+        _class: label.and_then(crate::hold::order::ThreadClass::enter),
     })
 }
 
@@ -253,12 +268,19 @@ pub fn acquire_all_blocking(
     options: &LockOptions,
 ) -> Result<BlockingHeld, LockError> {
     let started = std::time::Instant::now();
-    let guard = crate::blocking::global()?.acquire_all(keys, options)?;
+    let manager = crate::blocking::global()?;
+    // As for one lock (see `acquire_blocking`).
+    let label = options.shared_label();
+    if let Some(label) = &label {
+        crate::hold::order::record_on_thread(Some(&manager.as_async().inner), label);
+    }
+    let guard = manager.acquire_all(keys, options)?;
     record_held(started, guard.fencing_token());
     let thread = crate::manager::reentry::ThreadHold::record(guard.held());
     Ok(BlockingHeld {
         guard: Some(guard),
         _thread: thread,
+        _class: label.and_then(crate::hold::order::ThreadClass::enter),
     })
 }
 
@@ -271,6 +293,8 @@ pub struct BlockingHeld {
     /// The lock in its thread's list of held locks, until after the release (fields drop
     /// after `Drop::drop`, which releases).
     _thread: Option<crate::manager::reentry::ThreadHold>,
+    /// The lock's template in its thread's list of lock-order classes, until after the release.
+    _class: Option<crate::hold::order::ThreadClass>,
 }
 
 impl BlockingHeld {

@@ -24,6 +24,16 @@
 //! it finds the lock held. (Async tasks re-enter the locks they hold instead:
 //! see [`crate::LockGuard::scope`].)
 //!
+//! # Lock order
+//!
+//! A locked plain `fn` that waits for a lock of another key template while a locked `fn`
+//! running on the same thread holds one orders the two templates, as a task does: when two
+//! templates are taken in both orders, in this process or by any process of the fleet (the
+//! order is recorded once in Redis), one `tracing` warning names both and their functions
+//! (see [`crate::LockManager::orders`]). Locks of the manual API have no template: they are not
+//! ordered. Their name identifies one lock, not a class, so `invoice:42` then `account:42`
+//! would never meet `account:43` then `invoice:43`.
+//!
 //! ```
 //! use distlock::{blocking, distributed_lock, LockError, LockOptions};
 //!
@@ -57,6 +67,8 @@
 //! # Ok(())
 //! # }
 //! ```
+
+mod all;
 
 use std::fmt;
 use std::future::Future;
@@ -243,72 +255,6 @@ impl LockManager {
             "LockManager::try_acquire",
             Location::caller(),
             self.inner.try_acquire(name, options),
-        )??;
-        Ok(guard.map(LockGuard::new))
-    }
-
-    /// Takes every lock of `names`, all or none, waiting up to `options.timeout` in all (see
-    /// [`crate::LockManager::acquire_all`]).
-    ///
-    /// # Errors
-    /// As [`crate::LockManager::acquire_all`]; [`LockError::InsideAsyncRuntime`] on a thread
-    /// of an async runtime; [`LockError::Config`] at once when a locked `fn` running on this
-    /// thread holds one of them already.
-    ///
-    /// ```no_run
-    /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
-    /// let guard = manager.acquire_all(&["account:7", "account:3"], &distlock::LockOptions::new())?;
-    /// assert_eq!(guard.keys(), ["lock:account:7", "lock:account:3"]);
-    /// guard.release()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn acquire_all<S: AsRef<str>>(
-        &self,
-        names: &[S],
-        options: &LockOptions,
-    ) -> Result<LockGuard, LockError> {
-        for name in names {
-            crate::manager::reentry::refuse_if_thread_holds(
-                &self.inner,
-                name.as_ref(),
-                "LockManager::acquire_all",
-            )?;
-        }
-        let guard = block_on(
-            "LockManager::acquire_all",
-            Location::caller(),
-            self.inner.acquire_all(names, options),
-        )??;
-        Ok(LockGuard::new(guard))
-    }
-
-    /// One attempt at every lock of `names`: the guard if all were free, `None` (and nothing
-    /// held) if any is held (see [`crate::LockManager::try_acquire_all`]).
-    ///
-    /// # Errors
-    /// As [`crate::LockManager::try_acquire_all`]; [`LockError::InsideAsyncRuntime`] on a
-    /// thread of an async runtime.
-    ///
-    /// ```no_run
-    /// # fn example(manager: distlock::blocking::LockManager) -> Result<(), distlock::LockError> {
-    /// if let Some(guard) = manager.try_acquire_all(&["seat:1", "seat:2"], &distlock::LockOptions::new())? {
-    ///     guard.release()?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn try_acquire_all<S: AsRef<str>>(
-        &self,
-        names: &[S],
-        options: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let guard = block_on(
-            "LockManager::try_acquire_all",
-            Location::caller(),
-            self.inner.try_acquire_all(names, options),
         )??;
         Ok(guard.map(LockGuard::new))
     }

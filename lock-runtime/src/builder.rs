@@ -284,6 +284,14 @@ impl LockManagerBuilder {
                              `redis://` when none does"
                         ))
                     })?
+                    .map(|mode| {
+                        crate::redis::sentinel::tls_logins_agree(&sentinels)
+                            .map_err(|differ| {
+                                LockError::config(format!("cannot use these sentinels: {differ}"))
+                            })
+                            .map(|()| mode)
+                    })
+                    .transpose()?
                     .map(|mode| MasterTls {
                         mode,
                         #[cfg(feature = "tls")]

@@ -77,6 +77,40 @@ pub enum LockError {
     #[error("Redis error: {0}; {hint}", hint = crate::redis::classify::advice(.0))]
     Redis(#[source] redis::RedisError),
 
+    /// Redis did not answer within a bound distlock sets itself, where no Redis error says
+    /// so: the sentinels of a Sentinel service (or the master they named) within twice the
+    /// connect and response timeouts, or a Redlock master within the per-node timeout. Timeouts
+    /// that redis-rs reports (a connection's `connect_timeout` and `response_timeout`) are
+    /// [`LockError::Redis`] errors.
+    ///
+    /// Match it with `LockError::NoAnswer { .. }`: more fields may come.
+    ///
+    /// ```
+    /// use distlock::LockError;
+    /// use std::time::Duration;
+    ///
+    /// let error = LockError::NoAnswer {
+    ///     what: "the sentinels of service `locks` (or the master they named)".into(),
+    ///     waited: Duration::from_secs(6),
+    /// };
+    /// assert!(error.to_string().contains("did not answer within 6.0s"));
+    /// let io: std::io::Error = error.into();
+    /// assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+    /// ```
+    #[error(
+        "{what} did not answer within {}: check that it runs and is reachable from this host \
+         (network, server load); if it is only slow, raise the manager's timeouts \
+         (`connect_timeout`, `response_timeout` of its builder; `node_timeout` for Redlock \
+         masters)",
+        readable(*.waited)
+    )]
+    NoAnswer {
+        /// What did not answer.
+        what: String,
+        /// How long distlock waited for it.
+        waited: Duration,
+    },
+
     /// Fewer replicas than `wait_for_replicas` asks for acknowledged a lock write in time, so
     /// the write does not count: an acquisition gave the lock back and tried again until its
     /// `timeout`; an extension (or an `auto_extend` renewal) could not make sure the lock
@@ -291,7 +325,7 @@ impl From<LockError> for std::io::Error {
     fn from(error: LockError) -> Self {
         use std::io::ErrorKind;
         let kind = match &error {
-            LockError::Timeout { .. } => ErrorKind::TimedOut,
+            LockError::Timeout { .. } | LockError::NoAnswer { .. } => ErrorKind::TimedOut,
             LockError::Busy { .. } => ErrorKind::WouldBlock,
             LockError::Config(_) => ErrorKind::InvalidInput,
             // Not a bad value: the call cannot be made where it was.

@@ -40,7 +40,9 @@
 //!    the body against the watchdog and cancels the body when the lock is lost. It runs the body
 //!    in the guard's scope (`manager::reentry`): there, the task asking for the same lock again
 //!    re-enters it, and asking for another records the order of the two templates
-//!    (`hold::order`), which warns when two templates are taken in both orders.
+//!    (`hold::order`), which warns when two templates are taken in both orders — and records a
+//!    new order once in Redis (`backend::orders`), in the background, so that a process taking
+//!    them the other way round is warned too.
 //! 3. **Release.** [`LockGuard::release`] asks what the guard and its watchdog share
 //!    (`hold::held`) to give the lock back: with `hold_at_least` not yet reached, the lock is
 //!    left to expire then (the `HOLD` script); otherwise the store's release runs — on one
@@ -68,14 +70,15 @@
 //! | `error` | [`LockError`]: what went wrong and what to do |
 //! | `options` | [`LockOptions`], the limits on durations |
 //! | `meters` | metrics of acquisitions and holds |
-//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, several locks of one slot taken together, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`; the `semaphore_*`, `rw_*` and `family_prelude` files are the server side of semaphores and read-write locks, which the runtime does not call yet, and `multi_*` that of several locks taken together: docs/family.md); what a manager holds, for leak tests (`counts`) |
+//! | `backend` | the one seam between the manager and a store: `mod.rs` dispatches each operation to the store, and holds what every store declares (`Capabilities`) and is asked (`LockRequest`); why an operation failed (`failure`, made a [`LockError`] in one place); one endpoint, a server or a cluster (`line/`: acquire, release, look, several locks of one slot taken together, and what it remembers of each lock); Redlock's majority (`quorum/`, each master's votes in `master`); the in-process table (`memory`); waiting for replicas (`replicas`); what a manager recently learned of a key (`recent`); the fleet's lock-order record, one hash per key prefix (`orders`); hand-off and wake-up messages to one waiter (`grants`); the lock key and its helper keys (`keys`); the Lua scripts (`scripts`, the code in `scripts/*.lua`; the `semaphore_*`, `rw_*` and `family_prelude` files are the server side of semaphores and read-write locks, which the runtime does not call yet, and `multi_*` that of several locks taken together: docs/family.md); what a manager holds, for leak tests (`counts`) |
 //! | `acquire` | getting a lock, the parts without I/O: the waiting protocol as a state machine without I/O or clock, where a hand-off message is trusted or checked (`machine`); the in-process first-come-first-served line (`queue`); finishing a call whose caller stopped waiting, which makes every attempt safe to cancel (`finish`) |
 //! | `shared` | the inside of a manager: backend, key prefix, queues; made anew in a forked process |
-//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`), the orders in which this process's tasks took locks of two key templates, warned about when both were seen (`order`) |
+//! | `hold` | holding a lock: what its guard and watchdog share (`held`), auto-extension (`watchdog`), the lazy confirmation of a lock handed over on its claim (`confirm`), the orders in which tasks took locks of two key templates — in this process, and recorded once per order in Redis for the fleet — warned about when both were seen (`order`) |
 //! | `guard` | [`LockGuard`] |
 //! | `builder` | [`LockManagerBuilder`]; it makes a manager's inside |
 //! | `manager` | [`LockManager`]'s face: constructors, `acquire`/`try_acquire` with their metrics, a lock key's checks, and [`LockManagerBuilder::connect`], which wraps the inside; the acquisition's driver, which performs the I/O the machine asks for (`driver`); one cancel-safe attempt and the clean-up of an unanswered one (`attempt`); several locks at once, all or none, together or one by one in key order (`all`); a waiter's place in line, left if it gives up (`place`); which locks a task (or a blocking thread) holds, for re-entry, and [`LockGuard::scope`] (`reentry`) |
 //! | `inspect` | [`LockInfo`], [`Holder`]: `inspect`, `list`, `force_release` |
+//! | `orders` | [`LockOrder`]: `orders`, the fleet's lock-order record as `distlock order` shows it |
 //! | `global` | the global manager ([`init`], [`global()`]) |
 //! | `blocking` | the same API for synchronous code |
 //! | `attribute` | what the attribute's code calls |
@@ -101,6 +104,7 @@ mod inspect;
 mod manager;
 mod meters;
 mod options;
+mod orders;
 mod redis;
 mod shared;
 mod support;
@@ -114,6 +118,7 @@ pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use manager::LockManager;
 pub use options::LockOptions;
+pub use orders::LockOrder;
 /// For the code `#[distributed_lock]` generates: it runs the locked call in its span.
 #[doc(hidden)]
 pub use tracing::Instrument;

@@ -10,7 +10,7 @@
 //! | `distlock_lost_total` | counter | `label` | locks found lost while held: expired, or taken over |
 //! | `distlock_release_failures_total` | counter | `label` | releases Redis did not answer or refused: the lock is left to its ttl |
 //! | `distlock_held` | gauge | `label` | locks this process holds now |
-//! | `distlock_lock_order_inversions_total` | counter | `first`, `second` | pairs of key templates that tasks of this process took in both orders (see `hold::order`): once per pair |
+//! | `distlock_lock_order_inversions_total` | counter | `first`, `second` | pairs of key templates taken in both orders, by tasks of this process or, through the record in Redis, by another process and this one (see `hold::order`): once per pair per process |
 //! | `distlock_eviction_risk` | gauge | `server` | 1 when the server (`host:port`, checked at connect) may evict lock keys under memory pressure, 0 when it keeps them (see [`diagnose`](crate::diagnose)) |
 //!
 //! `label` is [`LockOptions::label`](crate::LockOptions::label) — for the attribute, the

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::process::free_port;
+use super::process::{free_port, send_signal};
 use super::server::{kill_and_reap, spawn_watchdog};
 use super::tls::{require_redis_cli, run_bounded, TlsFiles};
 use super::RedisServer;
@@ -124,6 +124,21 @@ impl SentinelSet {
             .iter()
             .map(|sentinel| format!("{scheme}://127.0.0.1:{}/", sentinel.port))
             .collect()
+    }
+
+    /// Freezes every sentinel with SIGSTOP (a frozen host): their connections stay open, and
+    /// nothing is answered until [`resume_sentinels`](Self::resume_sentinels).
+    pub fn pause_sentinels(&self) {
+        for sentinel in &self.sentinels {
+            send_signal(sentinel.child.id(), "STOP");
+        }
+    }
+
+    /// Lets [`pause_sentinels`](Self::pause_sentinels)d sentinels run again (SIGCONT).
+    pub fn resume_sentinels(&self) {
+        for sentinel in &self.sentinels {
+            send_signal(sentinel.child.id(), "CONT");
+        }
     }
 
     /// Whether every process speaks only TLS ([`start_tls`](Self::start_tls)).

@@ -1,5 +1,6 @@
 //! What distlock does, against a real Redis: the manual API, the attribute, auto-extension,
-//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, re-entry and lock order,
+//! mutual exclusion, hand-offs, fencing, `on_busy` and `hold_at_least`, re-entry and lock order
+//! (in one process and across processes),
 //! TLS and ACL users,
 //! inspection (who holds a lock), the synchronous API (`distlock::blocking`), and the behaviour
 //! tests written once for every backend (`parity`, run on Redis and on the in-process backend);
@@ -25,6 +26,7 @@ mod blocking;
 mod fencing;
 mod hold_at_least;
 mod inspect;
+mod lock_order;
 mod manual_api;
 mod mutual_exclusion;
 mod on_busy;
@@ -54,6 +56,13 @@ fn worker() {
             "several_keys::transfer_worker",
             several_keys::transfer_worker,
         ),
+        ("lock_order::fleet_worker", lock_order::fleet_worker),
+        (
+            "lock_order::in_process_worker",
+            lock_order::in_process_worker,
+        ),
+        ("lock_order::blocking_worker", lock_order::blocking_worker),
+        ("lock_order::cap_worker", lock_order::cap_worker),
         ("blocking::fork_worker", blocking::fork_worker),
         (
             "blocking::fork_inherited_guard_worker",

@@ -357,6 +357,32 @@ async fn without_the_tls_feature_a_rediss_url_names_the_feature() {
 // TLS (the `tls` feature)
 // ---------------------------------------------------------------------------------------------
 
+/// `rediss://` sentinels are all asked with one login (the only redis-rs client that passes
+/// certificates on to the master takes one for every sentinel): sentinel URLs that log in
+/// differently are a `Config` error that says what to write, before anything is contacted, and
+/// that shows neither password.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_sentinels_that_log_in_differently_are_a_config_error_that_says_what_to_write() {
+    let urls = [
+        "rediss://app:first-s3cret@127.0.0.1:1",
+        "rediss://ops:second-s3cret@127.0.0.1:2",
+    ];
+    let error = LockManager::sentinel_builder(&urls, "locks")
+        .connect()
+        .await
+        .expect_err("the sentinels cannot share one login");
+    let LockError::Config(message) = &error else {
+        panic!("expected LockError::Config, got {error:?}");
+    };
+    assert!(
+        message.contains("sentinels over TLS must share one login")
+            && message.contains("give every sentinel URL the same user and password"),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret"), "{message}");
+}
+
 #[cfg(feature = "tls")]
 mod tls {
     use std::time::Duration;

@@ -1,5 +1,6 @@
 //! distlock beyond one server and one process: Redis Cluster, Redlock over independent masters,
-//! Redis Sentinel through failovers (also over TLS), and a fleet of worker processes waiting in one line.
+//! Redis Sentinel through failovers (also over TLS), a fleet of worker processes waiting in one line,
+//! and the fleet's record of lock orders on a cluster and on Redlock.
 //!
 //! The tests that install the global manager run in a process of their own
 //! (`test_support::in_own_process`): a process has one.
@@ -7,6 +8,7 @@
 mod cluster;
 mod fleet;
 mod hold_at_least;
+mod lock_order;
 mod on_busy;
 mod redlock;
 mod renewals;

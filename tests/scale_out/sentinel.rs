@@ -342,6 +342,45 @@ async fn sentinels_that_are_all_down_or_silent_fail_the_connect_in_bounded_time(
     drop(silent);
 }
 
+/// Sentinels that stop answering (frozen hosts) name no master within distlock's bound on the
+/// lookup: `connect` fails with `LockError::NoAnswer`, which names the service and says what to
+/// check and which timeouts to raise, as a `TimedOut` `io::Error`. The bound (twice the connect
+/// plus twice the response timeout, 400 ms here) runs out before redis-rs' own 500 ms response
+/// timeout on its connections to the sentinels, which would otherwise report the silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_do_not_answer_the_lookup_give_a_no_answer_error_that_says_what_to_do() {
+    let set = SentinelSet::start();
+    set.pause_sentinels();
+    let connected = tokio::time::timeout(
+        Duration::from_secs(60),
+        LockManager::sentinel_builder(&set.sentinel_urls(), SERVICE)
+            .connect_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_millis(100))
+            .connect(),
+    )
+    .await
+    .expect("the lookup is bounded");
+    set.resume_sentinels();
+    let error = connected.expect_err("no sentinel answers");
+    let message = error.to_string();
+    assert!(
+        matches!(&error, distlock::LockError::NoAnswer { what, waited }
+            if what.contains(SERVICE) && *waited == Duration::from_millis(400)),
+        "{error:?}"
+    );
+    assert!(
+        message.contains(&format!(
+            "the sentinels of service `{SERVICE}` (or the master they named) did not answer \
+             within 400ms: check that it runs and is reachable from this host"
+        )) && message.contains("`connect_timeout`, `response_timeout`"),
+        "{message}"
+    );
+    assert_eq!(
+        std::io::Error::from(error).kind(),
+        std::io::ErrorKind::TimedOut
+    );
+}
+
 /// A sentinel URL's password is a secret: neither the error of a failed connect nor the
 /// builder's `Debug` shows it.
 #[tokio::test]

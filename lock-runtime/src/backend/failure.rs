@@ -3,12 +3,16 @@
 //! is `From<Failure> for LockError` below.
 //!
 //! A store's own failures — no majority of Redlock masters, a fencing counter that cannot issue
-//! a token, a write too few replicas acknowledged — are variants of their own, never dressed as
-//! a [`redis::RedisError`]: only what Redis (or the connection to it) said is a
-//! [`Failure::Redis`].
+//! a token, a write too few replicas acknowledged, a bound of distlock's own that ran out before
+//! an answer came — are variants of their own, never dressed as a [`redis::RedisError`]: only
+//! what Redis (or redis-rs, of the connection to it) said is a [`Failure::Redis`].
+
+use std::time::Duration;
 
 use redis::RedisError;
 
+use crate::redis::connection::ConnectError;
+use crate::redis::sentinel::NoMaster;
 use crate::LockError;
 
 /// A backend operation's result.
@@ -54,6 +58,14 @@ pub(crate) enum Failure {
     },
     /// A store answered something its lock operation never answers: `what` answered `reply`.
     UnexpectedReply { what: &'static str, reply: String },
+    /// `what` did not answer within `waited`, a bound of distlock's own (a Redlock master's
+    /// per-node timeout): the request was sent, and may still run there.
+    NoAnswer {
+        what: &'static str,
+        waited: Duration,
+    },
+    /// The sentinels of a Sentinel service named no master in time: no request was sent.
+    NoMaster(NoMaster),
 }
 
 impl Failure {
@@ -68,11 +80,24 @@ impl Failure {
     }
 
     /// Whether the request may still have reached the store and run there (see
-    /// `classify::may_have_run`): only a Redis error without an answer can say so; a store's
-    /// own failure comes with every answer it needed.
+    /// `classify::may_have_run`): a Redis error without an answer, or a request that got no
+    /// answer in time; a store's other failures come with every answer they needed, and one
+    /// that found no master sent nothing.
     pub(crate) fn may_have_run(&self) -> bool {
         match self {
             Failure::Redis(error) => crate::redis::classify::may_have_run(error),
+            Failure::NoAnswer { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the request did not run because a Sentinel service's master is not where it
+    /// was, or not known yet (see `sentinel::not_run_for_want_of_a_master`): trying again on
+    /// the master the sentinels name next cannot run it twice.
+    pub(crate) fn wants_a_master(&self) -> bool {
+        match self {
+            Failure::Redis(error) => crate::redis::sentinel::not_run_for_want_of_a_master(error),
+            Failure::NoMaster(_) => true,
             _ => false,
         }
     }
@@ -101,11 +126,24 @@ impl From<RedisError> for Failure {
     }
 }
 
+impl From<ConnectError> for Failure {
+    fn from(error: ConnectError) -> Self {
+        match error {
+            ConnectError::Redis(error) => Failure::Redis(error),
+            ConnectError::NoMaster(no_master) => Failure::NoMaster(no_master),
+        }
+    }
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Redis(error) => error.fmt(f),
             Failure::UnexpectedReply { what, reply } => write!(f, "{what} answered {reply}"),
+            Failure::NoAnswer { what, waited } => {
+                write!(f, "{what} did not answer within {waited:?}")
+            }
+            Failure::NoMaster(no_master) => no_master.fmt(f),
             other => LockError::from(other.clone()).fmt(f),
         }
     }
@@ -160,6 +198,14 @@ impl From<Failure> for LockError {
                 what: what.to_owned(),
                 reply,
             },
+            Failure::NoAnswer { what, waited } => LockError::NoAnswer {
+                what: what.to_owned(),
+                waited,
+            },
+            Failure::NoMaster(NoMaster { service, waited }) => LockError::NoAnswer {
+                what: format!("the sentinels of service `{service}` (or the master they named)"),
+                waited,
+            },
         }
     }
 }
@@ -203,17 +249,18 @@ mod tests {
         ));
     }
 
-    /// Each store failure is read as the `RedisError` it travelled as before it had a type of
-    /// its own was read: not permanent (an acquisition retries it until its deadline), not run
-    /// (no clean-up of a grant that cannot be), no dropped connection (no second send, no place
-    /// kept). A quorum failure read as permanent would end a waiting acquisition at once; one
+    /// Each store failure is read as a `RedisError` with the same news would be read: not
+    /// permanent (an acquisition retries it until its deadline); not run (no clean-up of a
+    /// grant that cannot be), but for a request that got no answer in time, which may have run
+    /// (its grant is cleaned up); no dropped connection (no second send, no place kept); a
+    /// missing Sentinel master is waited out by a release, as a failover is. A quorum failure read as permanent would end a waiting acquisition at once; one
     /// read as "may have run" would release a lock nobody was granted.
     #[test]
     fn a_stores_own_failures_read_as_their_redis_dressing_did() {
         use crate::redis::classify;
         use redis::ErrorKind;
         let text = |kind: ErrorKind| RedisError::from((kind, "dressing", "detail".to_owned()));
-        let cases: [(Failure, RedisError); 6] = [
+        let cases: [(Failure, RedisError); 8] = [
             (
                 Failure::NoQuorum {
                     masters: 5,
@@ -267,6 +314,20 @@ mod tests {
                 },
                 text(ErrorKind::UnexpectedReturnType),
             ),
+            (
+                Failure::NoAnswer {
+                    what: "a Redlock master",
+                    waited: Duration::from_millis(100),
+                },
+                RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+            ),
+            (
+                Failure::NoMaster(NoMaster {
+                    service: "locks".into(),
+                    waited: Duration::from_secs(6),
+                }),
+                text(ErrorKind::MasterNameNotFoundBySentinel),
+            ),
         ];
         for (failure, dressed) in cases {
             assert_eq!(
@@ -284,6 +345,11 @@ mod tests {
                 classify::connection_dropped(&dressed),
                 "{failure:?}"
             );
+            assert_eq!(
+                failure.wants_a_master(),
+                crate::redis::sentinel::not_run_for_want_of_a_master(&dressed),
+                "{failure:?}"
+            );
             assert!(!failure.is_lock_key_of_another_type(), "{failure:?}");
             for keeps_place_on_drop in [false, true] {
                 let capabilities = crate::backend::Capabilities {
@@ -297,6 +363,34 @@ mod tests {
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }
         }
+    }
+
+    /// Redis not answering within distlock's own bounds is a typed error of its own, which
+    /// says what did not answer, how long it waited, and which settings to look at.
+    #[test]
+    fn no_answer_in_time_is_a_no_answer_error_that_says_what_to_do() {
+        let master = LockError::from(Failure::NoAnswer {
+            what: "a Redlock master",
+            waited: Duration::from_millis(100),
+        });
+        assert!(
+            matches!(&master, LockError::NoAnswer { what, waited }
+                if what == "a Redlock master" && *waited == Duration::from_millis(100)),
+            "{master:?}"
+        );
+        let sentinels = LockError::from(Failure::NoMaster(NoMaster {
+            service: "locks".into(),
+            waited: Duration::from_secs(6),
+        }))
+        .to_string();
+        assert!(
+            sentinels.starts_with(
+                "the sentinels of service `locks` (or the master they named) did not answer \
+                 within 6.0s: check that it runs and is reachable"
+            ),
+            "{sentinels}"
+        );
+        assert!(sentinels.contains("`connect_timeout`"), "{sentinels}");
     }
 
     #[test]

@@ -256,6 +256,25 @@ impl redis::ToRedisArgs for HelperKey<'_> {
     }
 }
 
+/// The word of the lock-order record's helper key, which no lock's helper uses.
+const ORDERS: &str = "orders";
+
+/// The one helper key of a key prefix rather than of a lock: the orders in which the fleet's
+/// tasks took locks of two key templates (see `backend::orders`). It is the helper `orders` of
+/// the prefix read as if it were a lock key (`lock:` → `{lock:}:distlock:orders`), so the rules
+/// of the module hold for it too: it has the helper shape, which no lock key has, and its word
+/// is no lock's, so it is no lock's helper; it names its prefix, so two prefixes never share it.
+/// The empty prefix, which no lock key can be, has `{}:distlock:orders`. `None` for a prefix
+/// of the helper shape: every lock key under it is refused, so it records no order.
+pub(crate) fn orders_key(prefix: &str) -> Option<String> {
+    if prefix.is_empty() {
+        return Some(format!("{{}}{MARKER}{ORDERS}"));
+    }
+    LockKeys::new(prefix.to_owned())
+        .ok()
+        .map(|keys| keys.helper(ORDERS))
+}
+
 /// Whether `key` has the shape of a helper key: it starts with `{`, and its first `}` is
 /// followed by `:distlock:`.
 pub(crate) fn has_helper_shape(key: &str) -> bool {
@@ -355,6 +374,25 @@ impl SlotTags {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_orders_key_is_a_helper_of_its_prefix_and_no_lock_s() {
+        assert_eq!(
+            orders_key("lock:").as_deref(),
+            Some("{lock:}:distlock:orders")
+        );
+        assert_eq!(
+            orders_key("app:{eu}:").as_deref(),
+            Some("{eu}:distlock:orders:app:{eu}:")
+        );
+        assert_eq!(orders_key("").as_deref(), Some("{}:distlock:orders"));
+        assert_eq!(orders_key("{t}:distlock:x"), None);
+        for prefix in ["lock:", "app:{eu}:", "", "a}b"] {
+            let key = orders_key(prefix).unwrap();
+            assert!(has_helper_shape(&key), "{key}");
+            assert!(LockKeys::new(key.clone()).is_err(), "{key} is no lock key");
+        }
+    }
+
     use std::collections::{HashMap, HashSet};
 
     use super::*;

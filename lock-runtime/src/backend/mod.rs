@@ -32,6 +32,7 @@ pub(crate) mod grants;
 pub(crate) mod keys;
 mod line;
 mod memory;
+pub(crate) mod orders;
 mod quorum;
 pub(crate) mod recent;
 mod replicas;

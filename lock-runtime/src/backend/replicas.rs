@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, RedisResult, Script};
 
+use super::failure;
 use crate::redis::connection::{Connection, Connections};
 
 /// How many replicas must acknowledge a lock write, and how long to wait for them.
@@ -48,7 +49,7 @@ impl Replicas {
         script: Option<&Script>,
         cmd: &Cmd,
         connections: &Arc<Connections>,
-    ) -> RedisResult<(T, u32)> {
+    ) -> failure::Result<(T, u32)> {
         let mut lent = connections.lend().await?;
         let connection = lent.connection();
         let mut pipeline = redis::pipe();

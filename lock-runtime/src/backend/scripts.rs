@@ -144,6 +144,13 @@ pub(crate) static HOLD: Lazy<Script> =
 pub(crate) static FORCE_RELEASE: Lazy<Script> =
     Lazy::new(|| Script::new(&[LINE_PRELUDE, include_str!("scripts/force_release.lua")].concat()));
 
+/// Record an order in which a task took locks of two key templates, and read the opposite
+/// order's record (see `backend::orders`).
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/order_record.lua`.
+pub(crate) static ORDER_RECORD: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("scripts/order_record.lua")));
+
 /// Read what inspection shows of one lock, in one atomic look (it writes nothing).
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/inspect.lua`.

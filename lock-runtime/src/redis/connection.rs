@@ -15,10 +15,10 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use crate::redis::eviction::Checked;
-use crate::redis::sentinel::Sentinels;
+use crate::redis::sentinel::{NoMaster, Sentinels};
 use tokio::runtime::{Handle, Id};
 use tokio::sync::oneshot;
 
@@ -37,6 +37,31 @@ const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 200;
 /// How many lent connections a runtime keeps for the next `WAIT` once given back; more may be
 /// lent at once (each `WAIT` in flight has one), the surplus is closed when given back.
 const SPARES_KEPT: usize = 8;
+
+/// Why no connection to an endpoint could be had: what redis-rs reported, or the sentinels of a
+/// Sentinel service named no master in time. In neither case was a command of ours sent.
+#[derive(Debug, Clone)]
+pub(crate) enum ConnectError {
+    /// The connect failed, as redis-rs reported it.
+    Redis(RedisError),
+    /// The sentinels, or the master they named, did not answer in time.
+    NoMaster(NoMaster),
+}
+
+impl From<RedisError> for ConnectError {
+    fn from(error: RedisError) -> Self {
+        ConnectError::Redis(error)
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Redis(error) => error.fmt(f),
+            ConnectError::NoMaster(no_master) => no_master.fmt(f),
+        }
+    }
+}
 
 /// How to reach one endpoint.
 // Made once per manager and never moved on a hot path: the size difference does not matter.
@@ -167,11 +192,11 @@ impl Endpoint {
             .map(Endpoint::Cluster)
     }
 
-    async fn connect(&self, timeouts: Timeouts) -> RedisResult<Connection> {
+    async fn connect(&self, timeouts: Timeouts) -> Result<Connection, ConnectError> {
         match self {
-            Endpoint::Standalone(client) => Self::manager(client.clone(), timeouts)
-                .await
-                .map(Connection::Standalone),
+            Endpoint::Standalone(client) => Ok(Connection::Standalone(
+                Self::manager(client.clone(), timeouts).await?,
+            )),
             Endpoint::Sentinel(sentinels) => {
                 // Counted before asking: a switch announced during the lookup makes the
                 // connection stale rather than go unnoticed.
@@ -187,7 +212,7 @@ impl Endpoint {
                 }))
             }
             Endpoint::Cluster(client) => {
-                client.get_async_connection().await.map(Connection::Cluster)
+                Ok(Connection::Cluster(client.get_async_connection().await?))
             }
         }
     }
@@ -242,7 +267,7 @@ enum State {
     /// Every caller of the runtime awaits this one attempt; it takes itself out of the map
     /// when it ends (and when its runtime drops it), so the next caller after a failure
     /// starts a new one.
-    Connecting(Shared<BoxFuture<'static, RedisResult<Connection>>>),
+    Connecting(Shared<BoxFuture<'static, Result<Connection, ConnectError>>>),
 }
 
 impl Connections {
@@ -264,7 +289,7 @@ impl Connections {
     /// rate of operations, each held until its connect timeout.
     ///
     /// Must be called from within a tokio runtime (every caller is an `async fn` of ours).
-    pub(crate) async fn get(self: &Arc<Self>) -> RedisResult<Connection> {
+    pub(crate) async fn get(self: &Arc<Self>) -> Result<Connection, ConnectError> {
         let runtime = Handle::current();
         let id = runtime.id();
         let mut start = None;
@@ -285,12 +310,15 @@ impl Connections {
                 Some(State::Connecting(attempt)) => attempt.clone(),
                 None => {
                     let (result, outcome) = oneshot::channel();
+                    // Should the connecting task end without a result (its runtime shut down
+                    // under it), its callers connect on their own: what they get is then what
+                    // the endpoint answers.
+                    let (endpoint, timeouts) = (self.endpoint.clone(), self.timeouts);
                     let attempt = async move {
-                        outcome.await.unwrap_or_else(|_| {
-                            Err(redis::RedisError::from(std::io::Error::other(
-                                "the connecting task ended without a result (its runtime shut down)",
-                            )))
-                        })
+                        match outcome.await {
+                            Ok(connected) => connected,
+                            Err(_) => endpoint.connect(timeouts).await,
+                        }
                     }
                     .boxed()
                     .shared();
@@ -349,7 +377,7 @@ impl Connections {
     ///
     /// Give it back with [`Lent::give_back`] once its reply came; one dropped instead (after an
     /// error, or by a caller that gave up while its `WAIT` may still block it) is closed.
-    pub(crate) async fn lend(self: &Arc<Self>) -> RedisResult<Lent> {
+    pub(crate) async fn lend(self: &Arc<Self>) -> Result<Lent, ConnectError> {
         let runtime = Handle::current().id();
         let spare = {
             let mut slots = self.slots();
@@ -481,7 +509,10 @@ struct EndAttempt {
 }
 
 impl EndAttempt {
-    fn finish(mut self, result: RedisResult<Connection>) -> RedisResult<Connection> {
+    fn finish(
+        mut self,
+        result: Result<Connection, ConnectError>,
+    ) -> Result<Connection, ConnectError> {
         let Ok(connection) = &result else {
             return result;
         };

@@ -16,7 +16,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{RedisError, RedisResult, Value};
+use redis::{RedisResult, Value};
+use tokio::time::error::Elapsed;
 
 use crate::diagnose::{cluster_nodes, Eviction, CHECK_BY_HAND, EVICTION_FIX, EVICTION_RISK};
 
@@ -51,9 +52,8 @@ impl Checked {
         if !self.claim(server) {
             return;
         }
-        let reply = tokio::time::timeout(timeout, config_get().query_async::<Value>(connection))
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
+        let reply =
+            tokio::time::timeout(timeout, config_get().query_async::<Value>(connection)).await;
         if !judge(server, reply) {
             self.release(server);
         }
@@ -65,13 +65,16 @@ impl Checked {
     pub(crate) async fn cluster(&self, connection: &mut ClusterConnection, timeout: Duration) {
         let mut slots = redis::cmd("CLUSTER");
         slots.arg("SLOTS");
-        let asked = tokio::time::timeout(timeout, slots.query_async::<Vec<Value>>(connection))
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
+        let asked =
+            tokio::time::timeout(timeout, slots.query_async::<Vec<Value>>(connection)).await;
         let ranges = match asked {
-            Ok(ranges) => ranges,
-            Err(error) => {
+            Ok(Ok(ranges)) => ranges,
+            Ok(Err(error)) => {
                 tracing::debug!(target: "distlock", %error, "the cluster's nodes could not be listed for the eviction check now; listed again at the next connect");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(target: "distlock", ?timeout, "the cluster did not list its nodes for the eviction check within the response timeout; listed again at the next connect");
                 return;
             }
         };
@@ -83,8 +86,7 @@ impl Checked {
             let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
             let reply =
                 tokio::time::timeout(timeout, connection.route_command(config_get(), routing))
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out()));
+                    .await;
             if !judge(&server, reply) {
                 self.release(&server);
             }
@@ -92,9 +94,13 @@ impl Checked {
     }
 }
 
-/// Says what `server`'s `CONFIG GET maxmemory*` reply means; `false` when the check did not
-/// finish and should be tried again.
-fn judge(server: &str, reply: RedisResult<Value>) -> bool {
+/// Says what `server`'s `CONFIG GET maxmemory*` reply (`Err` when none came within the response
+/// timeout) means; `false` when the check did not finish and should be tried again.
+fn judge(server: &str, reply: Result<RedisResult<Value>, Elapsed>) -> bool {
+    let Ok(reply) = reply else {
+        tracing::debug!(target: "distlock", server, "Redis did not tell its eviction policy within the response timeout; asked again at the next connect");
+        return false;
+    };
     let error = match reply {
         Ok(value) => {
             let pairs =
@@ -153,10 +159,6 @@ fn config_get() -> redis::Cmd {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory*");
     cmd
-}
-
-fn timed_out() -> RedisError {
-    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 /// Records whether `server` may evict lock keys, as the check at connect found.

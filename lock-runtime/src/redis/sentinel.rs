@@ -26,13 +26,12 @@ use redis::sentinel::{
     SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
 };
 use redis::{
-    Client, ConnectionAddr, ConnectionInfo, ErrorKind, RedisConnectionInfo, RedisError,
-    RedisResult, TlsMode,
+    Client, ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError, RedisResult, TlsMode,
 };
 use tokio::sync::Notify;
 
 use crate::redis::classify::{classify, Meaning};
-use crate::redis::connection::Timeouts;
+use crate::redis::connection::{ConnectError, Timeouts};
 use crate::support::retry::Backoff;
 
 /// The sentinels of one service, and how to ask them for its master.
@@ -114,35 +113,20 @@ impl Sentinels {
     }
 
     /// A client of TLS sentinels whose master speaks TLS. Only redis-rs' builder passes
-    /// certificates on to the master; it takes one login for every sentinel, so sentinels
-    /// that log in differently are refused.
+    /// certificates on to the master; it takes one login for every sentinel, the first's
+    /// ([`tls_logins_agree`] refuses sentinels that log in differently).
     fn tls_client(&self, tls: &MasterTls) -> RedisResult<SentinelClient> {
-        let logins: Vec<(Option<&str>, Option<&str>)> = self
-            .nodes
-            .iter()
-            .map(|info| {
-                let settings = info.redis_settings();
-                (settings.username(), settings.password())
-            })
-            .collect();
-        if logins.windows(2).any(|pair| pair[0] != pair[1]) {
-            return Err(RedisError::from((
-                ErrorKind::InvalidClientConfig,
-                "sentinels over TLS must share one login",
-                "give every `rediss://` sentinel URL the same user and password".to_owned(),
-            )));
-        }
         let mut builder = SentinelClientBuilder::new(
             self.nodes.iter().map(|info| info.addr().clone()),
             &self.service,
             SentinelServerType::Master,
         )?
         .set_client_to_redis_tls_mode(tls.mode);
-        if let Some((user, password)) = logins.first().copied() {
-            if let Some(user) = user {
+        if let Some(settings) = self.nodes.first().map(ConnectionInfo::redis_settings) {
+            if let Some(user) = settings.username() {
                 builder = builder.set_client_to_sentinel_username(user);
             }
-            if let Some(password) = password {
+            if let Some(password) = settings.password() {
                 builder = builder.set_client_to_sentinel_password(password);
             }
         }
@@ -161,23 +145,39 @@ impl Sentinels {
 
     /// A client for the service's master now: the first sentinel that answers names it, and the
     /// server itself confirms that it is a master. Bounded: a sentinel or a named master that
-    /// does not answer fails the lookup after the connect and response timeouts.
-    pub(crate) async fn master(&self) -> RedisResult<Client> {
+    /// does not answer fails the lookup after the connect and response timeouts, with a
+    /// [`NoMaster`] (no command of ours was sent, so whoever retries knows that nothing ran).
+    pub(crate) async fn master(&self) -> Result<Client, ConnectError> {
         let mut client = self.client()?;
         let limit = self.timeouts.connect * 2 + self.timeouts.response * 2;
         match tokio::time::timeout(limit, client.async_get_client()).await {
-            Ok(master) => master,
-            // Of the lookup's kind, not a timeout: no command of ours was sent, so whoever
-            // retries knows that nothing ran.
-            Err(_) => Err(RedisError::from((
-                ErrorKind::MasterNameNotFoundBySentinel,
-                "no master found in time",
-                format!(
-                    "the sentinels did not name a reachable master of `{}` within {limit:?}",
-                    self.service
-                ),
-            ))),
+            Ok(master) => Ok(master?),
+            Err(_) => Err(ConnectError::NoMaster(NoMaster {
+                service: self.service.clone(),
+                waited: limit,
+            })),
         }
+    }
+}
+
+/// The sentinels of `service`, or the master they named, did not answer within `waited`: no
+/// master is known to connect to. distlock's own finding, made when its bound on the lookup
+/// ran out, not an error that Redis or redis-rs reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NoMaster {
+    /// The service whose master was asked for.
+    pub(crate) service: String,
+    /// How long the lookup waited.
+    pub(crate) waited: Duration,
+}
+
+impl std::fmt::Display for NoMaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the sentinels of service `{}` (or the master they named) did not answer within {:?}",
+            self.service, self.waited
+        )
     }
 }
 
@@ -211,20 +211,21 @@ pub(crate) async fn watch_switches(sentinels: Weak<Sentinels>) {
                 sentinels.timeouts,
             )
         };
+        // Either bound running out is a failed subscription like any other: try the next
+        // sentinel after a pause.
         let subscribed = async {
-            let mut pubsub = tokio::time::timeout(timeouts.connect, client?.get_async_pubsub())
-                .await
-                .map_err(|_| {
-                    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-                })??;
+            let mut pubsub =
+                tokio::time::timeout(timeouts.connect, client.ok()?.get_async_pubsub())
+                    .await
+                    .ok()?
+                    .ok()?;
             tokio::time::timeout(timeouts.response, pubsub.subscribe("+switch-master"))
                 .await
-                .map_err(|_| {
-                    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-                })??;
-            Ok::<_, RedisError>(pubsub)
+                .ok()?
+                .ok()?;
+            Some(pubsub)
         };
-        if let Ok(pubsub) = subscribed.await {
+        if let Some(pubsub) = subscribed.await {
             backoff.reset();
             let mut messages = pubsub.into_on_message();
             loop {
@@ -278,6 +279,25 @@ pub(crate) fn master_tls_mode(sentinels: &[ConnectionInfo]) -> Result<Option<Tls
     } else {
         TlsMode::Secure
     }))
+}
+
+/// Whether sentinels reached over TLS can be asked with the one login redis-rs' TLS builder
+/// takes for all of them: `Err` says what to write when their URLs log in differently.
+pub(crate) fn tls_logins_agree(sentinels: &[ConnectionInfo]) -> Result<(), &'static str> {
+    let logins: Vec<(Option<&str>, Option<&str>)> = sentinels
+        .iter()
+        .map(|info| {
+            let settings = info.redis_settings();
+            (settings.username(), settings.password())
+        })
+        .collect();
+    if logins.windows(2).any(|pair| pair[0] != pair[1]) {
+        return Err(
+            "the `rediss://` sentinel URLs log in differently, and sentinels over TLS \
+                    must share one login: give every sentinel URL the same user and password",
+        );
+    }
+    Ok(())
 }
 
 /// Whether `error` says that a command did not run because the master is not where it was, or

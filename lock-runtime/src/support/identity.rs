@@ -31,6 +31,11 @@ static HOST: Lazy<String> = Lazy::new(|| {
     text
 });
 
+/// This host's name as lock values record it (cut and escaped), for the lock-order record.
+pub(crate) fn host() -> &'static str {
+    &HOST[";h=".len()..]
+}
+
 /// A label as it is stored: cut to [`MAX_LABEL`] bytes and escaped. Computed when the options
 /// are built, not per acquisition.
 pub(crate) fn encode_label(label: &str) -> Arc<str> {

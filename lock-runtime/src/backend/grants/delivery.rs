@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::RedisResult;
+use redis::RedisError;
 use tokio::time::Instant;
 
 use super::{HubCore, Servers, LINGER, RECONNECT_BACKOFF};
 use crate::options::Timeouts;
+use crate::redis::connection::ConnectError;
+use crate::redis::sentinel::NoMaster;
 
 /// Starts the task of the hub's connection `index` ([`deliver_grants`]): on the caller's
 /// runtime when it is a multi-thread one, whose worker threads are always there to read a
@@ -243,7 +245,7 @@ pub(super) async fn subscribe(
     timeouts: Timeouts,
     connection: &mut Option<(PubSubSink, PubSubStream)>,
     channel: &str,
-) -> RedisResult<()> {
+) -> Result<(), SubscribeError> {
     if connection.is_none() {
         let client = match servers {
             Servers::Fixed(clients) => {
@@ -256,27 +258,60 @@ pub(super) async fn subscribe(
         };
         let pubsub = tokio::time::timeout(timeouts.connect, client.get_async_pubsub())
             .await
-            .map_err(|_| {
-                timed_out("could not connect for hand-off messages", timeouts.connect)
+            .map_err(|_| SubscribeError::TimedOut {
+                what: "connecting for hand-off messages",
+                limit: timeouts.connect,
             })??;
         *connection = Some(pubsub.split());
     }
     let (sink, _) = connection.as_mut().expect("connected above");
-    tokio::time::timeout(timeouts.response, sink.subscribe(channel))
-        .await
-        .map_err(|_| timed_out("SUBSCRIBE was not confirmed", timeouts.response))?
+    Ok(
+        tokio::time::timeout(timeouts.response, sink.subscribe(channel))
+            .await
+            .map_err(|_| SubscribeError::TimedOut {
+                what: "the confirmation of SUBSCRIBE",
+                limit: timeouts.response,
+            })??,
+    )
 }
 
-pub(super) fn timed_out(what: &str, limit: Duration) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("{what} within {limit:?}"),
-    ))
+/// Why the hand-off channel is not subscribed: waiters then look at Redis on their own.
+#[derive(Debug, Clone)]
+pub(crate) enum SubscribeError {
+    /// Connecting or subscribing failed, as redis-rs reported it.
+    Redis(RedisError),
+    /// The sentinels named no master to subscribe on in time.
+    NoMaster(NoMaster),
+    /// `what` did not finish within `limit`.
+    TimedOut { what: &'static str, limit: Duration },
+    /// The hub's delivery task has stopped: its manager is gone.
+    Stopped,
 }
 
-pub(super) fn hub_gone() -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::Client,
-        "distlock hand-off task has stopped",
-    ))
+impl From<RedisError> for SubscribeError {
+    fn from(error: RedisError) -> Self {
+        SubscribeError::Redis(error)
+    }
+}
+
+impl From<ConnectError> for SubscribeError {
+    fn from(error: ConnectError) -> Self {
+        match error {
+            ConnectError::Redis(error) => SubscribeError::Redis(error),
+            ConnectError::NoMaster(no_master) => SubscribeError::NoMaster(no_master),
+        }
+    }
+}
+
+impl std::fmt::Display for SubscribeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubscribeError::Redis(error) => error.fmt(f),
+            SubscribeError::NoMaster(no_master) => no_master.fmt(f),
+            SubscribeError::TimedOut { what, limit } => {
+                write!(f, "{what} did not finish within {limit:?}")
+            }
+            SubscribeError::Stopped => f.write_str("the hand-off task has stopped"),
+        }
+    }
 }

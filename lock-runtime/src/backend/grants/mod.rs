@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::{Client, RedisResult};
+use redis::Client;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -28,7 +28,8 @@ use crate::redis::sentinel::Sentinels;
 use crate::support::retry::Backoff;
 
 mod delivery;
-use delivery::{hub_gone, spawn_delivery};
+use delivery::spawn_delivery;
+pub(crate) use delivery::SubscribeError;
 
 /// How long the channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_millis(300);
@@ -80,7 +81,7 @@ struct State {
     subscribed: Vec<bool>,
     /// Callers waiting for enough subscriptions, each with how many subscriptions failed since
     /// it asked; answered all at once when enough are confirmed.
-    pending: Vec<(oneshot::Sender<RedisResult<()>>, usize)>,
+    pending: Vec<(oneshot::Sender<Result<(), SubscribeError>>, usize)>,
     /// When the last waiter left (for the linger).
     idle_since: Option<Instant>,
     /// The last subscription attempt failed: the next one waits out a backoff.
@@ -188,7 +189,7 @@ impl GrantHub {
 
     /// Returns once enough connections subscribed the channel, so that a message published
     /// from now on reaches this process.
-    pub(crate) async fn subscribed(&self) -> RedisResult<()> {
+    pub(crate) async fn subscribed(&self) -> Result<(), SubscribeError> {
         let confirmed = {
             let mut state = self.shared.state();
             if state.subscriptions() >= self.shared.confirmations {
@@ -199,7 +200,7 @@ impl GrantHub {
             confirmed
         };
         self.shared.notify_tasks();
-        confirmed.await.unwrap_or_else(|_| Err(hub_gone()))
+        confirmed.await.unwrap_or(Err(SubscribeError::Stopped))
     }
 
     /// Whether the last attempt to subscribe failed: a subscription asked for now would wait out
@@ -334,7 +335,7 @@ impl HubCore {
     ///
     /// A connection subscribed anew tells every waiter to look again: one that took its place
     /// while it was not subscribed named no channel there, and names it at that look.
-    fn confirm(&self, index: usize, result: &RedisResult<()>) {
+    fn confirm(&self, index: usize, result: &Result<(), SubscribeError>) {
         let (answered, subscribed_anew) = {
             let mut state = self.state();
             let subscribed_anew = result.is_ok() && !state.subscribed[index];
@@ -391,8 +392,11 @@ mod tests {
         }
     }
 
-    fn failed() -> RedisResult<()> {
-        Err(redis::RedisError::from((redis::ErrorKind::Io, "refused")))
+    fn failed() -> Result<(), SubscribeError> {
+        Err(SubscribeError::TimedOut {
+            what: "the confirmation of SUBSCRIBE",
+            limit: Duration::from_millis(1),
+        })
     }
 
     #[test]

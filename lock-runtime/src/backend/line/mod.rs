@@ -29,7 +29,7 @@ use super::recent::Contended;
 use super::replicas::Replicas;
 use super::{Capabilities, Together, Unlock};
 use crate::backend::keys::LockKeys;
-use crate::redis::connection::{Connection, Connections};
+use crate::redis::connection::{ConnectError, Connection, Connections};
 pub(crate) use acquire::set_nx;
 pub(crate) use look::{Look, ScanTarget};
 
@@ -77,7 +77,7 @@ impl Node {
         self.replicas = Some(replicas);
     }
 
-    pub(crate) async fn connection(&self) -> RedisResult<Connection> {
+    pub(crate) async fn connection(&self) -> Result<Connection, ConnectError> {
         self.connections.get().await
     }
 
@@ -236,7 +236,10 @@ impl Node {
     /// With `wait_for_replicas`, checks that the server runs `WAIT` (see `Replicas::check`).
     pub(crate) async fn check_wait(&self) -> Result<(), crate::LockError> {
         match &self.replicas {
-            Some(replicas) => replicas.check(&mut self.connection().await?).await,
+            Some(replicas) => {
+                let mut connection = self.connection().await.map_err(Failure::from)?;
+                replicas.check(&mut connection).await
+            }
             None => Ok(()),
         }
     }

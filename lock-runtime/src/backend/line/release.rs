@@ -92,14 +92,15 @@ impl Node {
                 Err(error) => Err(error.into()),
             };
             let pause = backoff.next_pause();
+            let not_run = |failure: &Failure| match failure {
+                Failure::Redis(error) if in_cluster => {
+                    crate::redis::classify::cluster_in_flux(error) || error.is_connection_refusal()
+                }
+                failure => sentinel && failure.wants_a_master(),
+            };
             match result {
-                Err(Failure::Redis(error))
-                    if ((in_cluster
-                        && (crate::redis::classify::cluster_in_flux(&error)
-                            || error.is_connection_refusal()))
-                        || (sentinel
-                            && crate::redis::sentinel::not_run_for_want_of_a_master(&error)))
-                        && tokio::time::Instant::now() + pause < give_up =>
+                Err(failure)
+                    if not_run(&failure) && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;
                 }

@@ -44,6 +44,11 @@ impl Master {
         }
     }
 
+    /// The master as one endpoint, for what is not a vote (the lock-order record).
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
     #[cfg(feature = "resource-counts")]
     pub(crate) fn connections(&self) -> &Connections {
         self.node.connections()

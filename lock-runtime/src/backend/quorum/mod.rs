@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::RedisError;
 use tokio::time::Instant;
 
 use super::failure::{self, Failure};
@@ -296,7 +295,7 @@ impl Quorum {
             async move {
                 tokio::time::timeout(self.node_timeout, call)
                     .await
-                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
+                    .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
             }
         }))
         .await
@@ -323,7 +322,7 @@ impl Quorum {
                     async move {
                         tokio::time::timeout(self.node_timeout, call)
                             .await
-                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout).into()))
+                            .unwrap_or_else(|_| Err(node_timed_out(self.node_timeout)))
                     }
                 }),
         )
@@ -423,11 +422,13 @@ fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-fn node_timed_out(limit: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("a Redlock master did not answer within the per-node timeout of {limit:?}"),
-    ))
+/// A master that did not answer within the per-node timeout: the request was sent, and may
+/// still run there.
+fn node_timed_out(limit: Duration) -> Failure {
+    Failure::NoAnswer {
+        what: "a Redlock master",
+        waited: limit,
+    }
 }
 
 #[cfg(test)]
@@ -457,7 +458,7 @@ mod tests {
 
     /// A master that did not answer.
     fn silent() -> failure::Result<bool> {
-        Err(RedisError::from(std::io::Error::other("master down")).into())
+        Err(node_timed_out(Duration::from_millis(100)))
     }
 
     // An `Option` because the remaining ttls it stands for are: a master may not say.
@@ -574,7 +575,7 @@ mod tests {
         assert!(
             error.contains("only 2 of 5 Redlock masters answered")
                 && error.contains("a majority (3) is needed")
-                && error.contains("master down")
+                && error.contains("(last error: a Redlock master did not answer within 100ms)")
                 && error.contains("bring masters back or check the URLs"),
             "{error}"
         );
