@@ -335,6 +335,24 @@ pub(crate) fn transfer_worker() {
             .get_multiplexed_async_connection()
             .await
             .unwrap();
+        // Start together, so that the processes really contend.
+        let mut ready = conn.clone();
+        redis::cmd("INCR")
+            .arg("sk:ready")
+            .query_async::<()>(&mut ready)
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while redis::cmd("GET")
+            .arg("sk:ready")
+            .query_async::<u32>(&mut ready)
+            .await
+            .unwrap()
+            < PROCESSES
+        {
+            assert!(Instant::now() < deadline, "the other workers did not start");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let tasks: Vec<_> = (0..PROCESS_TASKS)
             .map(|task| {
                 let mut conn = conn.clone();
