@@ -74,7 +74,8 @@ pub use lock_runtime::{
 pub mod __private {
     pub use core::time::Duration;
     pub use lock_runtime::attribute::{
-        acquire, acquire_blocking, acquire_or_busy, release, run, span, try_acquire, BlockingHeld,
+        acquire, acquire_all, acquire_all_blocking, acquire_all_or_busy, acquire_blocking,
+        acquire_or_busy, release, run, span, try_acquire, try_acquire_all, BlockingHeld,
         FromLockError,
     };
     pub use lock_runtime::blocking::LockGuard as BlockingLockGuard;

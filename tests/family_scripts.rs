@@ -659,6 +659,49 @@ fn a_multi_key_waiter_waits_in_the_first_busy_line_and_is_handed_it() {
     assert_eq!(get(&mut conn, &keys::default_key(b)), Some(token));
 }
 
+/// A waiter handed a key while an earlier key (in canonical order) was free, which someone has
+/// taken since, gives the later key back at its look: it never holds a key after the one it
+/// waits for, so two multi-key waiters cannot each hold what the other waits for.
+#[test]
+fn a_multi_key_waiter_gives_back_a_key_that_comes_after_the_one_it_waits_for() {
+    let mut conn = shared_server().conn();
+    let (a, b, c) = ("family:{cycle}:a", "family:{cycle}:b", "family:{cycle}:c");
+    let token = value("family:multi-cycle", "t");
+    let holder = value("family:multi-cycle", "holder");
+    let (lock_a, lock_b, lock_c) = (
+        keys::default_key(a),
+        keys::default_key(b),
+        keys::default_key(c),
+    );
+    // b was handed to the waiter; a has been taken by someone else since; c is free.
+    for (lock, value) in [(&lock_b, &token), (&lock_a, &holder)] {
+        redis::cmd("SET")
+            .arg(lock)
+            .arg(value)
+            .arg("PX")
+            .arg(TTL)
+            .query::<()>(&mut conn)
+            .expect("SET");
+    }
+    let waiting = ints(
+        &multi_acquire()
+            .key(multi_keys(&[c, b, a]))
+            .arg(&token)
+            .arg(TTL)
+            .arg("0")
+            .arg("")
+            .arg(LEASE)
+            .arg("renew")
+            .invoke(&mut conn)
+            .expect("renew"),
+    );
+    assert_eq!((waiting[0], waiting[3]), (0, 3), "waits for a: {waiting:?}");
+    assert_eq!(get(&mut conn, &lock_b), None, "b, after a, was given back");
+    assert_eq!(get(&mut conn, &lock_a), Some(holder), "a is untouched");
+    assert_eq!(get(&mut conn, &lock_c), None, "nothing else taken");
+    assert!(line_of(&mut conn, &keys::helper(&lock_a, "line"))[0].starts_with(&format!("{token} ")));
+}
+
 #[test]
 fn a_name_held_as_a_mutex_is_refused_by_the_semaphore_and_the_other_way() {
     let mut conn = shared_server().conn();

@@ -111,3 +111,45 @@ async fn an_uncontended_locked_function_is_two_round_trips() {
     assert!(server.pubsub_channels().is_empty());
     assert!(!server.exists("lock:rt:attr:1"));
 }
+
+/// Several keys in one slot (one server here): one `EVALSHA` takes them all and one releases
+/// them, whatever their number — two round trips, as the mutex.
+#[tokio::test]
+async fn several_keys_in_one_slot_are_two_round_trips() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.expect("connect");
+    let options = LockOptions::new();
+    let names = ["rt:all:a", "rt:all:b", "rt:all:c", "rt:all:a"];
+    // Warm-up: connects, and loads both scripts through the NOSCRIPT fallback.
+    let guard = manager.acquire_all(&names, &options).await.expect("free");
+    guard.release().await.expect("ours");
+
+    let mut conn = server.conn();
+    let stats = stats_of(&mut conn, async {
+        let guard = manager.acquire_all(&names, &options).await.expect("free");
+        assert_eq!(guard.keys().len(), 3);
+        guard.release().await.expect("ours");
+    })
+    .await;
+    eprintln!("INFO commandstats for one acquire_all + release of 3 keys: {stats:?}");
+    assert_eq!(stats.get("evalsha"), Some(&2), "two round trips: {stats:?}");
+    for absent in [
+        "publish",
+        "subscribe",
+        "ping",
+        "script|load",
+        "eval",
+        "mget",
+    ] {
+        assert!(
+            !stats.contains_key(absent),
+            "`{absent}` was sent: {stats:?}"
+        );
+    }
+    // Inside the scripts (counted there, not round trips): each key set once, deleted once.
+    assert_eq!(stats.get("set"), Some(&3), "{stats:?}");
+    assert_eq!(stats.get("del"), Some(&3), "{stats:?}");
+    for name in ["a", "b", "c"] {
+        assert!(!server.exists(&format!("lock:rt:all:{name}")));
+    }
+}

@@ -139,6 +139,9 @@ pub enum KindViolation {
     /// Permits and a read lock together: readers already share a name without a count, and a
     /// semaphore's holders are all alike, so the two cannot be one lock.
     PermitsWithRead,
+    /// Several locks taken together (`acquire_all`, `keys = [..]`) as a semaphore or read lock:
+    /// all-or-none is defined for mutexes (write locks) only.
+    SeveralKeys,
 }
 
 /// Checks a lock's kind: `permits` at least [`MIN_PERMITS`] and at most [`MAX_PERMITS`], and more
@@ -167,6 +170,57 @@ pub const fn check_kind(permits: u64, read: bool) -> Result<(), KindViolation> {
     }
 }
 
+/// The fewest lock names taken together (`LockManager::acquire_all`, the attribute's
+/// `keys = [..]`): one. An empty list would guard nothing, and is always a mistake in the
+/// caller's code rather than a request to lock nothing.
+///
+/// ```
+/// assert_eq!(lock_limits::MIN_KEYS, 1);
+/// ```
+pub const MIN_KEYS: usize = 1;
+
+/// Checks how many lock names are taken together: at least [`MIN_KEYS`]. Repeated names
+/// count once each time they appear here; the lock takes them once.
+///
+/// ```
+/// assert!(lock_limits::check_key_count(2).is_ok());
+/// assert_eq!(lock_limits::check_key_count(0), Err(lock_limits::Violation::TooShort));
+/// ```
+///
+/// # Errors
+///
+/// [`Violation::TooShort`] for an empty list.
+pub const fn check_key_count(count: usize) -> Result<(), Violation> {
+    if count < MIN_KEYS {
+        Err(Violation::TooShort)
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks the kind of several locks taken together: [`check_kind`]'s rule, and the mutex only
+/// (one permit, not read), since all-or-none over semaphores or readers would hold some
+/// permits of one name while waiting for another's.
+///
+/// ```
+/// use lock_limits::{check_kind_of_several, KindViolation};
+///
+/// assert_eq!(check_kind_of_several(1, false), Ok(()));
+/// assert_eq!(check_kind_of_several(3, false), Err(KindViolation::SeveralKeys));
+/// assert_eq!(check_kind_of_several(1, true), Err(KindViolation::SeveralKeys));
+/// ```
+///
+/// # Errors
+///
+/// The [`KindViolation`] the values commit.
+pub const fn check_kind_of_several(permits: u64, read: bool) -> Result<(), KindViolation> {
+    match check_kind(permits, read) {
+        Err(violation) => Err(violation),
+        Ok(()) if permits > 1 || read => Err(KindViolation::SeveralKeys),
+        Ok(()) => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +236,14 @@ mod tests {
         );
         assert_eq!(check_kind(2, true), Err(KindViolation::PermitsWithRead));
         assert_eq!(check_kind(1, true), Ok(()));
+    }
+
+    #[test]
+    fn several_keys_are_mutexes_only() {
+        assert_eq!(check_kind_of_several(1, false), Ok(()));
+        assert_eq!(check_kind_of_several(2, false), Err(KindViolation::SeveralKeys));
+        assert_eq!(check_kind_of_several(1, true), Err(KindViolation::SeveralKeys));
+        assert_eq!(check_kind_of_several(0, false), Err(KindViolation::NoPermits));
     }
 
     #[test]

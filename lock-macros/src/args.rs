@@ -40,6 +40,14 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "keys",
+        example: "keys = [\"account:{from}\", \"account:{to}\"]",
+        parse: |input, args| {
+            args.keys = Some(parse_keys(input)?);
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "ttl",
         example: "ttl = 60",
         parse: |input, args| {
@@ -140,6 +148,8 @@ pub(crate) fn option(name: &str) -> &'static OptionSpec {
 pub(crate) struct Args {
     /// `key = "..."`: the template as written, and scanned.
     pub(crate) key: Option<KeyArg>,
+    /// `keys = ["...", ...]`: several templates, taken all or none.
+    pub(crate) keys: Option<KeysArg>,
     /// `ttl = ...`.
     pub(crate) ttl: Option<DurationArg>,
     /// `timeout = ...`.
@@ -169,6 +179,12 @@ pub(crate) struct Args {
 pub(crate) struct KeyArg {
     pub(crate) literal: LitStr,
     pub(crate) segments: Vec<Segment>,
+}
+
+/// The `keys` option: each template as `key` has it, and the span of the whole list.
+pub(crate) struct KeysArg {
+    pub(crate) templates: Vec<KeyArg>,
+    pub(crate) span: Span,
 }
 
 /// A `ttl` or `timeout` value, exactly as parsed: the rules decide whether it is allowed.
@@ -431,6 +447,42 @@ fn parse_key(input: ParseStream) -> syn::Result<KeyArg> {
                 .expect_err("scan fails with at least one problem"))
         }
     }
+}
+
+fn parse_keys(input: ParseStream) -> syn::Result<KeysArg> {
+    let value = value_tokens(input);
+    let wrong = || {
+        syn::Error::new_spanned(
+            &value,
+            "`keys` takes a list of string literals, the templates of the lock names, e.g. \
+             `keys = [\"account:{from}\", \"account:{to}\"]`",
+        )
+    };
+    if !input.peek(syn::token::Bracket) {
+        return Err(wrong());
+    }
+    let content;
+    let bracket = syn::bracketed!(content in input);
+    let literals = content
+        .parse_terminated(|item: ParseStream| item.parse::<LitStr>(), Token![,])
+        .map_err(|_| wrong())?;
+    let mut templates = Vec::with_capacity(literals.len());
+    let mut errors = Errors::default();
+    for literal in literals {
+        match key::scan(&literal.value()) {
+            Ok(segments) => templates.push(KeyArg { literal, segments }),
+            Err(problems) => {
+                for problem in problems {
+                    errors.push(syn::Error::new(literal.span(), problem.message));
+                }
+            }
+        }
+    }
+    errors.finish()?;
+    Ok(KeysArg {
+        templates,
+        span: bracket.span.join(),
+    })
 }
 
 fn parse_guard(input: ParseStream) -> syn::Result<Ident> {
@@ -771,7 +823,7 @@ mod tests {
         assert!(message.contains("did you mean `ttl`?"), "{message}");
         assert!(
             message.contains(
-                "`key`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
+                "`key`, `keys`, `ttl`, `timeout`, `guard`, `auto_extend`, `fencing`, `on_busy`, \
                  `hold_at_least`, `permits`, `mode`, `crate`"
             ),
             "{message}"
@@ -842,12 +894,24 @@ mod tests {
     }
 
     #[test]
+    fn keys_take_a_list_of_templates() {
+        let parsed = args(quote!(keys = ["a:{x}", "b"]));
+        let keys = parsed.keys.expect("parsed");
+        assert_eq!(keys.templates.len(), 2);
+        assert_eq!(keys.templates[1].literal.value(), "b");
+        assert!(error(quote!(keys = "a")).contains("takes a list of string literals"));
+        assert!(error(quote!(keys = [a, b])).contains("takes a list of string literals"));
+        assert!(error(quote!(keys = ["a{"])).contains('{'));
+    }
+
+    #[test]
     fn did_you_mean() {
         assert_eq!(edit_distance("ttl", "ttl"), 0);
         assert_eq!(edit_distance("tll", "ttl"), 1);
         assert_eq!(edit_distance("timout", "timeout"), 1);
         assert_eq!(closest_option("autoextend"), Some("auto_extend"));
-        assert_eq!(closest_option("keys"), Some("key"));
+        assert_eq!(closest_option("ky"), Some("key"));
+        assert_eq!(closest_option("keyss"), Some("keys"));
         assert_eq!(closest_option("crates"), Some("crate"));
         assert_eq!(closest_option("fenced"), Some("fencing"));
         assert_eq!(closest_option("x"), None);

@@ -26,6 +26,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     let Valid {
         args,
         key,
+        keys,
         function,
         ref guard,
         hint: _,
@@ -73,15 +74,59 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     // Who takes the lock, for inspection, metrics and the span: the function's path and the
     // key template as written (never the rendered key: one label per function, not per id).
     let fn_name = sig.ident.unraw().to_string();
-    let template = &key.literal.value();
+    let templates: Vec<&crate::args::KeyArg> = match keys {
+        Some(keys) => keys.templates.iter().collect(),
+        None => vec![key],
+    };
+    let template = &templates
+        .iter()
+        .map(|key| key.literal.value())
+        .collect::<Vec<_>>()
+        .join(", ");
 
-    let key_expr = key_expression(&key.segments, &key.literal)?;
+    let (key_expr, key_type) = if keys.is_some() {
+        let exprs = templates
+            .iter()
+            .map(|key| key_expression(&key.segments, &key.literal))
+            .collect::<syn::Result<Vec<_>>>()?;
+        (
+            quote!(::std::vec![#(#exprs),*]),
+            quote!(::std::vec::Vec<::std::string::String>),
+        )
+    } else {
+        (
+            key_expression(&key.segments, &key.literal)?,
+            quote!(::std::string::String),
+        )
+    };
+    // The span names every key of the call, joined.
+    let span_key = if keys.is_some() {
+        quote!(&#key_var.join(", "))
+    } else {
+        quote!(&#key_var)
+    };
+    // The runtime's call for one lock or for several, by its one-lock name.
+    let call = |name: &str| {
+        let name = if keys.is_some() {
+            name.replacen("acquire", "acquire_all", 1)
+        } else {
+            name.to_owned()
+        };
+        Ident::new(&name, Span::call_site())
+    };
+    let (acquire_fn, acquire_or_busy_fn, try_acquire_fn, acquire_blocking_fn) = (
+        call("acquire"),
+        call("acquire_or_busy"),
+        call("try_acquire"),
+        call("acquire_blocking"),
+    );
     // The `format!` arguments carry the key literal's span (so a non-`Display` placeholder is
     // reported there), which makes clippy read them as user code that could be inlined.
-    let has_placeholders = key
-        .segments
-        .iter()
-        .any(|segment| matches!(segment, Segment::Placeholder(_)));
+    let has_placeholders = templates.iter().any(|key| {
+        key.segments
+            .iter()
+            .any(|segment| matches!(segment, Segment::Placeholder(_)))
+    });
     let key_lint_allow = has_placeholders.then(|| quote!(#[allow(clippy::uninlined_format_args)]));
 
     // Only the options written are set; the builder methods take the span of the value, so a
@@ -116,7 +161,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     let prelude = quote! {
         #(#inner_attrs)*
         #key_lint_allow
-        let #key_var: ::std::string::String = #key_expr;
+        let #key_var: #key_type = #key_expr;
         let #label_var: &'static str =
             ::core::concat!(::core::module_path!(), "::", #fn_name, " ", #template);
         let #options_var = #private::LockOptions::new()
@@ -129,7 +174,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #mode
             .label(#label_var);
         // The acquisition, the body and the release run in the call's `distlock.lock` span.
-        let #span_var = #private::span(&#key_var, #label_var);
+        let #span_var = #private::span(#span_key, #label_var);
     };
 
     if sig.asyncness.is_none() {
@@ -150,7 +195,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
             #vis #sig {
                 #prelude
                 let #span_var = #span_var.entered();
-                match #private::acquire_blocking(&#key_var, &#options_var) {
+                match #private::#acquire_blocking_fn(&#key_var, &#options_var) {
                     ::core::result::Result::Ok(ref #guard_var) => {
                         #guard_binding
                         #block
@@ -177,8 +222,8 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
     let acquire = match policy {
         OnBusy::Wait | OnBusy::Fail => {
             let function = match policy {
-                OnBusy::Fail => quote!(acquire_or_busy),
-                _ => quote!(acquire),
+                OnBusy::Fail => &acquire_or_busy_fn,
+                _ => &acquire_fn,
             };
             let call = in_span(quote!(#private::#function(&#key_var, &#options_var)));
             quote! {
@@ -196,7 +241,7 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 // `valid` made sure it is one of the two.
                 _ => quote!(()),
             };
-            let call = in_span(quote!(#private::try_acquire(&#key_var, &#options_var)));
+            let call = in_span(quote!(#private::#try_acquire_fn(&#key_var, &#options_var)));
             quote! {
                 let #guard_var = match #call.await {
                     ::core::result::Result::Ok(::core::option::Option::Some(#acquired)) => #acquired,

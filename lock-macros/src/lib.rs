@@ -120,6 +120,24 @@ mod valid;
 /// }
 /// ```
 ///
+/// ## `keys = ["<template>", ..]` (instead of `key`)
+///
+/// Several locks, taken all or none with `LockManager::acquire_all` and held by one guard: every caller takes them in one order (their full keys sorted), so two calls
+/// that name the same locks in opposite orders never deadlock, and a name that appears twice
+/// (a transfer from an account to itself) is taken once. Each template is written as `key` is.
+/// Not with `key`, and not empty.
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)]
+/// # struct AppError(distlock::LockError);
+/// # impl From<distlock::LockError> for AppError {
+/// #     fn from(error: distlock::LockError) -> Self { AppError(error) }
+/// # }
+/// #[distributed_lock(keys = ["account:{from}", "account:{to}"], ttl = 10)]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), AppError> { Ok(()) }
+/// ```
+///
 /// ## `ttl = <duration>` (default 30 s)
 ///
 /// How long the lock lives in Redis if it is not released or extended: seconds as a number

@@ -24,7 +24,7 @@ use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
 use lock_limits::{Violation, MAX_DURATION_MILLIS, MAX_DURATION_TEXT};
 
-use crate::args::{self, Args, DurationArg, KeyArg, OnBusy};
+use crate::args::{self, Args, DurationArg, KeyArg, KeysArg, OnBusy};
 use crate::key::Segment;
 
 /// Collects errors so that one run reports them all.
@@ -49,7 +49,10 @@ impl Errors {
 /// An attribute and its function that passed every rule: what [`crate::expand`] generates from.
 pub(crate) struct Valid<'a> {
     pub(crate) args: &'a Args,
+    /// The lock's template; with `keys`, the first of them.
     pub(crate) key: &'a KeyArg,
+    /// `keys = [..]`: every template, taken all or none.
+    pub(crate) keys: Option<&'a KeysArg>,
     pub(crate) function: &'a ItemFn,
     /// The name the body sees the held lock as: `guard = name`, or the name an otherwise valid
     /// body uses without it (bound anyway, so that [`Valid::hint`] is the only error).
@@ -82,7 +85,8 @@ pub(crate) fn check<'a>(
     if let Some(function) = function {
         check_signature(&function.sig, &mut errors);
         let params = Params::of(&function.sig);
-        if let Some(key) = &args.key {
+        let templates = args.keys.iter().flat_map(|keys| &keys.templates);
+        for key in args.key.iter().chain(templates) {
             check_placeholders(&key.segments, &params, &key.literal, &mut errors);
         }
         check_guard(args, &params, &mut errors);
@@ -98,10 +102,16 @@ pub(crate) fn check<'a>(
         }
     }
     errors.finish()?;
-    match (&args.key, function) {
+    let (key, keys) = match (&args.key, &args.keys) {
+        (Some(key), _) => (Some(key), None),
+        (None, Some(keys)) => (keys.templates.first(), Some(keys)),
+        (None, None) => (None, None),
+    };
+    match (key, function) {
         (Some(key), Some(function)) => Ok(Valid {
             args,
             key,
+            keys,
             function,
             guard: args.guard.clone().or(undeclared),
             hint,
@@ -140,8 +150,9 @@ const GUARD_NAMES: [&str; 2] = ["lock", "guard"];
 /// The methods of the guard. A call of one of them on an undefined `lock` is taken for a use of
 /// the held lock; a `static lock` elsewhere is never taken for one, as its methods (`read`,
 /// `lock`, ...) are other ones.
-const GUARD_METHODS: [&str; 8] = [
+const GUARD_METHODS: [&str; 9] = [
     "key",
+    "keys",
     "token",
     "fencing_token",
     "extend",
@@ -249,9 +260,33 @@ fn is_colon(token: &TokenTree) -> bool {
     matches!(token, TokenTree::Punct(punct) if punct.as_char() == ':')
 }
 
+/// `keys`: not with `key`, and not empty (`lock_limits::check_key_count`, the runtime's rule).
+fn check_keys(args: &Args, errors: &mut Errors) {
+    let Some((_, keys_span)) = args.written.iter().find(|(name, _)| *name == "keys") else {
+        return;
+    };
+    if args.is_written("key") {
+        errors.push(syn::Error::new(
+            *keys_span,
+            "`key` and `keys` together: write `key = \"...\"` for one lock, or list every \
+             lock in `keys = [\"...\", \"...\"]` and remove `key`",
+        ));
+    }
+    if let Some(keys) = &args.keys {
+        if lock_limits::check_key_count(keys.templates.len()).is_err() {
+            errors.push(syn::Error::new(
+                keys.span,
+                "`keys` is empty: name at least one lock, e.g. \
+                 `keys = [\"account:{from}\", \"account:{to}\"]` (for one lock, `key = \"...\"`)",
+            ));
+        }
+    }
+}
+
 /// The rules on the options alone.
 fn check_options(args: &Args, errors: &mut Errors) {
-    if !args.is_written("key") {
+    check_keys(args, errors);
+    if !args.is_written("key") && !args.is_written("keys") {
         errors.push(syn::Error::new(
             Span::call_site(),
             "missing `key`: `#[distributed_lock]` needs the name of the lock, e.g. \
@@ -296,7 +331,12 @@ fn check_options(args: &Args, errors: &mut Errors) {
 fn check_kind(args: &Args, errors: &mut Errors) {
     let permits = args.permits.as_ref().map_or(1, |permits| permits.value);
     let read = args.mode.as_ref().is_some_and(|mode| mode.read);
-    let Err(violation) = lock_limits::check_kind(permits, read) else {
+    let checked = if args.keys.is_some() {
+        lock_limits::check_kind_of_several(permits, read)
+    } else {
+        lock_limits::check_kind(permits, read)
+    };
+    let Err(violation) = checked else {
         return;
     };
     match (violation, &args.permits, &args.mode) {
@@ -322,6 +362,16 @@ fn check_kind(args: &Args, errors: &mut Errors) {
             );
             error.combine(syn::Error::new(mode.span, "the read mode is given here"));
             errors.push(error);
+        }
+        (lock_limits::KindViolation::SeveralKeys, permits, mode) => {
+            let message = "`keys` with `permits` or `mode = \"read\"`: several locks are taken \
+                           all or none as mutexes only; remove `permits` and `mode`, or lock one \
+                           name with `key = \"...\"`";
+            errors.push(match (permits, mode) {
+                (Some(permits), _) => syn::Error::new_spanned(&permits.tokens, message),
+                (None, Some(mode)) => syn::Error::new(mode.span, message),
+                (None, None) => syn::Error::new(Span::call_site(), message),
+            });
         }
         // Without a written `permits` the count is 1, which every mode takes.
         _ => {}
@@ -869,6 +919,16 @@ mod tests {
             ),
             ""
         );
+    }
+
+    #[test]
+    fn keys_rules() {
+        assert_eq!(rules(quote!(keys = ["a:{id}", "b:{id}"]), FN), "");
+        assert_eq!(rules(quote!(keys = ["only"]), FN), "");
+        assert!(rules(quote!(keys = []), FN).contains("`keys` is empty"));
+        assert!(rules(quote!(key = "k", keys = ["a"]), FN).contains("`key` and `keys` together"));
+        assert!(rules(quote!(keys = ["a:{id}", "b:{nope}"]), FN).contains("no parameter `nope`"));
+        assert!(!rules(quote!(keys = ["a"]), FN).contains("missing `key`"));
     }
 
     #[test]

@@ -115,6 +115,66 @@ pub async fn acquire_or_busy(key: &str, options: &LockOptions) -> Result<LockGua
     }
 }
 
+/// Takes every lock of `keys` (`keys = [..]`) from the global manager, all or none (see
+/// [`crate::LockManager::acquire_all`]), recording the wait as [`acquire`] does.
+///
+/// # Errors
+/// As [`crate::LockManager::acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn acquire_all(keys: &[String], options: &LockOptions) -> Result<LockGuard, LockError> {
+    let started = std::time::Instant::now();
+    let manager = global()?;
+    // Ordered after every lock the task holds, as one lock is (see `acquire`).
+    if let (Some(label), Some(first)) = (options.label_text(), keys.first()) {
+        crate::manager::reentry::for_each_class_held(manager, first, |held| {
+            crate::hold::order::record(Some(&manager.inner), held, label);
+        });
+    }
+    let guard = manager.acquire_all(keys, options).await?;
+    Ok(held_by_body(guard, options, started))
+}
+
+/// One attempt at every lock of `keys` (`on_busy = "skip"`): `Ok(None)` when any is held.
+///
+/// # Errors
+/// As [`crate::LockManager::try_acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn try_acquire_all(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<Option<LockGuard>, LockError> {
+    let started = std::time::Instant::now();
+    let guard = global()?.try_acquire_all(keys, options).await?;
+    if guard.is_none() {
+        tracing::debug!(target: "distlock", keys = ?keys, "one of the locks is held elsewhere; the body is skipped (on_busy = \"skip\")");
+    }
+    Ok(guard.map(|guard| held_by_body(guard, options, started)))
+}
+
+/// One attempt at every lock of `keys` (`on_busy = "fail"`).
+///
+/// # Errors
+/// [`LockError::Busy`] naming the keys when any is held; otherwise as
+/// [`crate::LockManager::try_acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+pub async fn acquire_all_or_busy(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    let started = std::time::Instant::now();
+    let manager = global()?;
+    match manager.try_acquire_all(keys, options).await? {
+        Some(guard) => Ok(held_by_body(guard, options, started)),
+        None => Err(LockError::Busy {
+            key: keys
+                .iter()
+                .map(|key| format!("{}{key}", manager.key_prefix()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
 /// Runs the body while the lock is held, in the scope of its guard: inside it, this task taking
 /// the same lock again re-enters it (see [`LockGuard::scope`]). With auto-extension, the body is
 /// raced against the watchdog: when it gives the lock up, the body is dropped (it stops at its
@@ -188,6 +248,34 @@ pub fn acquire_blocking(key: &str, options: &LockOptions) -> Result<BlockingHeld
     // The body runs on this thread, holding the lock until it returns: this thread asking for
     // it again meanwhile is refused (see `manager::reentry`), and a lock it waits for is
     // ordered after this one (see `hold::order`).
+    let thread = crate::manager::reentry::ThreadHold::record(guard.held());
+    Ok(BlockingHeld {
+        guard: Some(guard),
+        _thread: thread,
+        _class: label.and_then(crate::hold::order::ThreadClass::enter),
+    })
+}
+
+/// Takes every lock of `keys` from the global blocking manager, all or none, for a plain `fn`
+/// (see [`acquire_blocking`]).
+///
+/// # Errors
+/// As [`crate::blocking::LockManager::acquire_all`], plus [`LockError::NotInitialized`] (or
+/// [`LockError::InitFailed`]).
+#[track_caller]
+pub fn acquire_all_blocking(
+    keys: &[String],
+    options: &LockOptions,
+) -> Result<BlockingHeld, LockError> {
+    let started = std::time::Instant::now();
+    let manager = crate::blocking::global()?;
+    // As for one lock (see `acquire_blocking`).
+    let label = options.shared_label();
+    if let Some(label) = &label {
+        crate::hold::order::record_on_thread(Some(&manager.as_async().inner), label);
+    }
+    let guard = manager.acquire_all(keys, options)?;
+    record_held(started, guard.fencing_token());
     let thread = crate::manager::reentry::ThreadHold::record(guard.held());
     Ok(BlockingHeld {
         guard: Some(guard),

@@ -68,6 +68,8 @@
 //! # }
 //! ```
 
+mod all;
+
 use std::fmt;
 use std::future::Future;
 use std::panic::Location;
@@ -418,6 +420,21 @@ impl LockGuard {
     #[must_use]
     pub fn key(&self) -> &str {
         self.held().key()
+    }
+
+    /// Every full Redis key the guard holds, the first being [`key`](Self::key) (see
+    /// [`crate::LockGuard::keys`]).
+    ///
+    /// ```no_run
+    /// # fn example(guard: distlock::blocking::LockGuard) {
+    /// for key in guard.keys() {
+    ///     println!("holding {key}");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn keys(&self) -> Vec<&str> {
+        self.held().keys()
     }
 
     /// The key, shared rather than copied: for a warning after the guard is gone.

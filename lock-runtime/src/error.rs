@@ -42,7 +42,8 @@ pub enum LockError {
         readable(*.waited)
     )]
     Timeout {
-        /// The full Redis key of the lock.
+        /// The full Redis key of the lock (for `acquire_all`, the one still held; for locks
+        /// taken together by one script, each of them, joined by `, `).
         key: String,
         /// How long the caller waited.
         waited: Duration,

@@ -59,6 +59,9 @@ pub struct LockGuard {
     released: bool,
     /// Re-entry by task: a re-entered guard releases nothing (see `manager::reentry`).
     pub(crate) reentry: crate::guard::Reentry,
+    /// The guards of the other locks of an `acquire_all` taken one by one (each its own
+    /// token), in the caller's order; this guard acts on them with its own lock.
+    parts: Vec<LockGuard>,
 }
 
 impl LockGuard {
@@ -81,6 +84,47 @@ impl LockGuard {
             watchdog: None,
             released: false,
             reentry: crate::guard::Reentry::default(),
+            parts: Vec::new(),
+        }
+    }
+
+    /// This guard, holding also the locks of `parts` (see [`LockGuard::keys`]).
+    pub(crate) fn with_parts(mut self, parts: Vec<LockGuard>) -> Self {
+        self.parts = parts;
+        self
+    }
+
+    /// What this guard shares with its watchdogs, for its own lock and each part's.
+    fn helds(&self) -> impl Iterator<Item = &Arc<Held>> {
+        std::iter::once(&self.held).chain(self.parts.iter().map(|part| &part.held))
+    }
+
+    /// The first of its locks known lost (see [`lost`](Self::lost)), if one is.
+    fn lost_one(&self) -> Option<&Arc<Held>> {
+        self.helds().find(|held| held.is_lost())
+    }
+
+    /// Completes once `condition` holds for any of its locks, re-checking at every change.
+    async fn until_any(&self, condition: fn(&Held) -> bool) {
+        if self.parts.is_empty() {
+            return self.held.until(condition).await;
+        }
+        loop {
+            let mut changes: Vec<_> = self.helds().map(|held| held.changed()).collect();
+            if self.helds().any(|held| condition(held)) {
+                return;
+            }
+            poll_fn(|cx| {
+                let changed = changes
+                    .iter_mut()
+                    .any(|change| change.as_mut().poll(cx).is_ready());
+                if changed {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
         }
     }
 
@@ -143,6 +187,7 @@ impl LockGuard {
                 reentered: true,
                 class: None,
             },
+            parts: Vec::new(),
         }
     }
 
@@ -175,6 +220,28 @@ impl LockGuard {
         &self.held.keys.lock
     }
 
+    /// Every full Redis key this guard holds: one for [`acquire`](crate::LockManager::acquire),
+    /// each distinct name's for [`acquire_all`](crate::LockManager::acquire_all), in the order
+    /// the names were given (repeats once). The first is [`key`](Self::key).
+    ///
+    /// ```no_run
+    /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
+    /// let names = ["account:7", "account:3", "account:7"];
+    /// let guard = manager.acquire_all(&names, &distlock::LockOptions::new()).await?;
+    /// assert_eq!(guard.keys(), ["lock:account:7", "lock:account:3"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn keys(&self) -> Vec<&str> {
+        let together = self.held.keys.together.iter().flat_map(|keys| keys.iter());
+        std::iter::once(&self.held.keys)
+            .chain(together)
+            .map(|keys| &*keys.lock)
+            .chain(self.parts.iter().flat_map(LockGuard::keys))
+            .collect()
+    }
+
     /// The key, shared rather than copied: for callers that need it after the guard is gone.
     pub(crate) fn shared_key(&self) -> Arc<str> {
         Arc::clone(&self.held.keys.lock)
@@ -184,7 +251,11 @@ impl LockGuard {
     /// unguessable), then who holds it — `;h=<host>;p=<pid>;t=<since, Unix ms>[;l=<label>]`,
     /// escaped, without whitespace, and `;m=r` for a reader
     /// ([`LockMode::Read`](crate::LockMode::Read)) — which
-    /// [`LockManager::inspect`](crate::LockManager::inspect) reads back. Release and extension compare the whole value.
+    /// [`LockManager::inspect`](crate::LockManager::inspect) reads back. Release and extension
+    /// compare the whole value. Locks taken together by
+    /// [`acquire_all`](crate::LockManager::acquire_all) share it when one script took them;
+    /// taken one by one (across cluster slots, on Redlock, in process) each has its own, and
+    /// this is the first's.
     ///
     /// ```no_run
     /// # async fn example(guard: distlock::LockGuard) {
@@ -201,6 +272,8 @@ impl LockGuard {
     /// [`fencing(true)`](crate::LockOptions::fencing): strictly greater than that of every
     /// earlier acquisition of the same key, by any client. Pass it along with every write the
     /// lock protects, and have the storage reject writes with a smaller token than it has seen.
+    /// With [`acquire_all`](crate::LockManager::acquire_all) each key's counter issues one, and
+    /// this is the one of [`key`](Self::key), the first name's.
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -234,9 +307,15 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        self.held.set_ttl(Some(ttl), Finder::Holder).await?;
-        tracing::debug!(target: "distlock", key = %self.held.keys.lock, ttl_ms = crate::support::units::millis(ttl), "extended");
-        Ok(())
+        // Every lock is extended even when one is found lost: the release that follows then
+        // hands the others on rather than leaving them to expire.
+        let mut result = Ok(());
+        for held in self.helds() {
+            let extended = held.set_ttl(Some(ttl), Finder::Holder).await;
+            tracing::debug!(target: "distlock", key = %held.keys.lock, ttl_ms = crate::support::units::millis(ttl), ok = extended.is_ok(), "extended");
+            result = result.and(extended);
+        }
+        result
     }
 
     /// Asks Redis whether the lock is still ours.
@@ -254,13 +333,13 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn is_held(&self) -> Result<bool, LockError> {
-        self.held.not_inherited()?;
-        Ok(self
-            .held
-            .shared
-            .backend
-            .is_held(&self.held.keys, &self.held.token)
-            .await?)
+        for held in self.helds() {
+            held.not_inherited()?;
+            if !held.shared.backend.is_held(&held.keys, &held.token).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Completes when the guard learns that the lock is lost: when the auto-extension watchdog
@@ -281,7 +360,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn lost(&self) {
-        self.held.until(Held::is_lost).await;
+        self.until_any(Held::is_lost).await;
     }
 
     /// Why the lock was lost, once the guard knows it is (see [`lost`](Self::lost)): the
@@ -297,7 +376,7 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn lost_cause(&self) -> Option<crate::LostCause> {
-        self.held.lost_cause()
+        self.lost_one().and_then(|held| held.lost_cause())
     }
 
     /// The [`LockError::Lost`] that says why the lock was lost, once the guard knows it is;
@@ -314,18 +393,18 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn lost_error(&self) -> Option<LockError> {
-        self.held.is_lost().then(|| self.held.lost_error())
+        self.lost_one().map(|held| held.lost_error())
     }
 
     /// The [`LockError::Lost`] of a lock known lost (see [`Held::lost_error`]).
     pub(crate) fn known_lost(&self) -> LockError {
-        self.held.lost_error()
+        self.lost_one().unwrap_or(&self.held).lost_error()
     }
 
     /// Completes when the watchdog gives the lock up — not when the holder's own `extend` or
     /// `release` finds it gone, which the holder handles itself.
     pub(crate) async fn lost_by_watchdog(&self) {
-        self.held.until(Held::is_lost_by_watchdog).await;
+        self.until_any(Held::is_lost_by_watchdog).await;
     }
 
     /// Whether the guard already knows the lock is lost (no Redis call; see [`lost`](Self::lost)).
@@ -337,7 +416,7 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
+        self.lost_one().is_some()
     }
 
     /// Releases the lock with an atomic compare-and-delete that hands it to the next waiter in
@@ -360,6 +439,11 @@ impl LockGuard {
         if self.reentry.reentered {
             return Ok(());
         }
+        // Each part is released whatever the others found; the first error is returned.
+        let mut parts_released = Ok(());
+        for part in std::mem::take(&mut self.parts) {
+            parts_released = parts_released.and(Box::pin(part.release()).await);
+        }
         self.stop_watchdog();
         let held = Arc::clone(&self.held);
         let mut unlock = pin!(held.unlock());
@@ -379,7 +463,7 @@ impl LockGuard {
         // Only now: if this future is dropped mid-call, `Drop` still releases in the background.
         self.released = true;
         drop(self.turn.take());
-        result
+        result.and(parts_released)
     }
 
     /// Whether this guard was taken by another process, which this one was forked from: a copy
@@ -432,6 +516,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
+            .field("keys", &self.keys())
             .field("token", &self.token())
             .field("fencing_token", &self.held.fence)
             .field("auto_extend", &self.watchdog.is_some())

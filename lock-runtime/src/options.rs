@@ -373,7 +373,7 @@ impl LockOptions {
 }
 
 /// What a [`lock_limits::KindViolation`] means to the caller of [`LockOptions`].
-fn kind_message(violation: lock_limits::KindViolation) -> &'static str {
+pub(crate) fn kind_message(violation: lock_limits::KindViolation) -> &'static str {
     match violation {
         lock_limits::KindViolation::NoPermits => {
             "permits(0): a semaphore of no permits can never be taken; use permits(1) for a \
@@ -386,6 +386,11 @@ fn kind_message(violation: lock_limits::KindViolation) -> &'static str {
             "permits(n > 1) with mode(LockMode::Read): readers already share the lock without a \
              count; pick one — permits(n) for at most n holders, or mode(LockMode::Read) for \
              readers and writers"
+        }
+        lock_limits::KindViolation::SeveralKeys => {
+            "acquire_all with permits(n > 1) or mode(LockMode::Read): several keys are taken \
+             all or none as mutexes only; leave permits and mode out of these options, or take \
+             the semaphore or read lock with acquire"
         }
     }
 }

@@ -38,6 +38,7 @@ mod read_write;
 mod readme;
 mod reentry;
 mod semaphores;
+mod several_keys;
 mod tls_acl;
 mod traced;
 mod wake_on_release;
@@ -54,6 +55,10 @@ fn worker() {
             mutual_exclusion::mutex_worker,
         ),
         ("blocking::blocking_worker", blocking::blocking_worker),
+        (
+            "several_keys::transfer_worker",
+            several_keys::transfer_worker,
+        ),
         ("lock_order::fleet_worker", lock_order::fleet_worker),
         (
             "lock_order::in_process_worker",

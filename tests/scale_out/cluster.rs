@@ -27,7 +27,7 @@ pub(crate) fn shared_cluster() -> &'static RedisCluster {
     })
 }
 
-async fn cluster_manager(seeds: &[String]) -> LockManager {
+pub(crate) async fn cluster_manager(seeds: &[String]) -> LockManager {
     LockManager::cluster_builder(seeds)
         .connect()
         .await

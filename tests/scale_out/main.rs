@@ -16,6 +16,7 @@ mod renewals;
 mod replicas;
 mod sentinel;
 mod sentinel_tls;
+mod several_keys;
 mod turns;
 
 /// The entry of the worker processes that this binary's tests start with

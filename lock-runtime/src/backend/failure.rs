@@ -422,6 +422,7 @@ mod tests {
                     waits_for_replicas: false,
                     keeps_place_on_drop,
                     leases: true,
+                    together: crate::backend::Together::Never,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }

@@ -234,6 +234,20 @@ pub(crate) struct Capabilities {
     /// Semaphores and read locks can be given with the mutex's guarantees: they need one
     /// line and one count of holders, which independent masters cannot keep.
     pub(crate) leases: bool,
+    /// Which keys `acquire_all` can take together in one atomic script; the others are taken
+    /// one by one, in the order of their full keys.
+    pub(crate) together: Together,
+}
+
+/// Which locks a store takes together, all or none, in one atomic step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Together {
+    /// None: each is taken on its own (Redlock's majorities, the in-process table).
+    Never,
+    /// Those whose keys share a cluster slot, which one script reaches.
+    SameSlot,
+    /// Any: one server holds every key.
+    Always,
 }
 
 impl Capabilities {
@@ -413,6 +427,9 @@ impl Backend {
             Locks::Single(node) if request.keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_attempt(request)).await
             }
+            Locks::Single(node) if request.keys.together.is_some() => {
+                node.attempt_together(request).await
+            }
             Locks::Single(node) => node.attempt(request).await,
             Locks::Quorum(quorum) => quorum.try_lock(request).await,
             Locks::Memory(memory) if request.keys.kind != Kind::Mutex => memory.try_lease(
@@ -438,6 +455,9 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_release(keys, token)).await
+            }
+            Locks::Single(node) if keys.together.is_some() => {
+                node.release_together(keys, token, false).await
             }
             Locks::Single(node) => node.release(keys, token).await,
             Locks::Quorum(quorum) => {
@@ -496,6 +516,9 @@ impl Backend {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_leave(keys, token)).await
             }
+            Locks::Single(node) if keys.together.is_some() => {
+                Ok(node.release_together(keys, token, true).await?.is_ours())
+            }
             Locks::Single(node) => node.leave(keys, token).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, token).await,
             Locks::Memory(memory) if keys.kind != Kind::Mutex => Ok(!matches!(
@@ -520,6 +543,10 @@ impl Backend {
             // the next look after it, with no hand-off.
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_extend(keys, token, keep_millis)).await
+            }
+            // Left to expire at the hold's end; waiters find the keys free at their next look.
+            Locks::Single(node) if keys.together.is_some() => {
+                node.extend_together(keys, token, keep_millis).await
             }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.hold(keys, token, keep_millis).await)
@@ -548,6 +575,9 @@ impl Backend {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_extend(keys, token, ttl_millis)).await
             }
+            Locks::Single(node) if keys.together.is_some() => {
+                node.extend_together(keys, token, ttl_millis).await
+            }
             Locks::Single(node) => {
                 node.naming_the_key(keys, node.extend(keys, token, ttl_millis).await)
                     .await
@@ -569,6 +599,9 @@ impl Backend {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_is_held(keys, token)).await
+            }
+            Locks::Single(node) if keys.together.is_some() => {
+                node.is_held_together(keys, token).await
             }
             Locks::Single(node) => node.is_held(keys, token).await,
             Locks::Quorum(quorum) => quorum.is_held(keys, token).await,

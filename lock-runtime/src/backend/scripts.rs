@@ -164,7 +164,8 @@ pub(crate) static INSPECT: Lazy<Script> =
 pub(crate) static QUORUM_HOLD: Lazy<Script> =
     Lazy::new(|| Script::new(include_str!("scripts/quorum_hold.lua")));
 
-/// Lua shared by the semaphore and read-write scripts below (prepended to their text).
+/// Lua shared by the semaphore, read-write and several-key scripts below (prepended to their
+/// text).
 ///
 /// The functions it defines are in the header of `backend/scripts/family_prelude.lua`.
 const FAMILY_PRELUDE: &str = include_str!("scripts/family_prelude.lua");
@@ -252,3 +253,23 @@ pub(crate) static RW_RELEASE: Lazy<Script> = Lazy::new(|| {
         .concat(),
     )
 });
+
+/// Take several locks of one slot, all or none, or wait in the line of the first busy one.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_acquire.lua`.
+pub(crate) static MULTI_ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_acquire.lua")].concat())
+});
+
+/// Release several locks taken together, handing each to the first live waiter of its line.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_release.lua`.
+pub(crate) static MULTI_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_release.lua")].concat())
+});
+
+/// Set the remaining ttl of several locks taken together, each only if still the caller's.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_extend.lua`.
+pub(crate) static MULTI_EXTEND: Lazy<Script> =
+    Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_extend.lua")].concat()));

@@ -26,6 +26,17 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
+        self.try_acquire_keys(ttl_millis, keys, options).await
+    }
+
+    /// [`LockManager::try_acquire_once`] of the lock (or locks taken together) `keys`, checked
+    /// by `prepare`.
+    pub(crate) async fn try_acquire_keys(
+        &self,
+        ttl_millis: u64,
+        keys: LockKeys,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
         let own_line;
         let queue = match keys.kind {
             Kind::Mutex => &keys.lock,
@@ -209,8 +220,17 @@ pub(crate) fn own_local_line(keys: &LockKeys) -> Arc<str> {
 }
 
 pub(crate) fn timeout(keys: &LockKeys, started: Instant) -> LockError {
+    // Locks taken together time out together: each is named, as one of them was busy.
+    let key = match &keys.together {
+        None => keys.lock.to_string(),
+        Some(together) => std::iter::once(keys)
+            .chain(together.iter())
+            .map(|keys| &*keys.lock)
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     LockError::Timeout {
-        key: keys.lock.to_string(),
+        key,
         waited: started.elapsed(),
     }
 }

@@ -26,6 +26,17 @@ impl LockManager {
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let (ttl_millis, keys) = self.prepare(name, options)?;
+        self.acquire_keys(ttl_millis, keys, options).await
+    }
+
+    /// [`LockManager::acquire_waiting`] of the lock (or locks taken together) `keys`, checked
+    /// by `prepare`.
+    pub(crate) async fn acquire_keys(
+        &self,
+        ttl_millis: u64,
+        keys: LockKeys,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         // The usual case, nobody else here wants this key, needs no timer.
@@ -46,7 +57,7 @@ impl LockManager {
         };
         let backend = &self.inner.backend;
         let fencing = options.fencing_enabled();
-        let mut machine = Acquisition::new(self.terms(deadline, options));
+        let mut machine = Acquisition::new(self.terms(&keys, deadline, options));
         let mut token = new_token(options, self.inner.pid);
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
@@ -157,15 +168,17 @@ impl LockManager {
     }
 
     /// What an acquisition with `options` until `deadline` is asked to do on this store.
-    fn terms(&self, deadline: Instant, options: &LockOptions) -> Terms {
+    fn terms(&self, keys: &LockKeys, deadline: Instant, options: &LockOptions) -> Terms {
         let backend = &self.inner.backend;
+        // Locks taken together are handed over one key at a time: a message only says to look.
+        let hands_over = backend.capabilities().hands_over && keys.together.is_none();
         Terms {
             deadline,
             one_attempt: options.timeout_duration().is_zero(),
             renew: Some(crate::backend::RENEW),
             ttl: options.ttl_duration(),
             fencing: options.fencing_enabled(),
-            messages: if !backend.capabilities().hands_over {
+            messages: if !hands_over {
                 Messages::WakeUp
             } else if backend.capabilities().waits_for_replicas {
                 Messages::ReplicatedHandOff

@@ -1,5 +1,6 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
+mod all;
 mod attempt;
 mod driver;
 mod kind;

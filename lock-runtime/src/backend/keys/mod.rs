@@ -81,6 +81,9 @@ pub(crate) struct LockKeys {
     tag: Tag,
     /// What the lock is taken as: which scripts and helper keys its operations use.
     pub(crate) kind: Kind,
+    /// The other locks taken together with this one, all or none, by one script each time
+    /// (`acquire_all` with every key in this one's slot); `None` for a lock taken alone.
+    pub(crate) together: Option<Arc<[LockKeys]>>,
 }
 
 /// What a lock is taken as. The store's operations branch on it, so that the mutex keeps its
@@ -135,6 +138,7 @@ impl LockKeys {
             lock: Arc::from(lock),
             tag,
             kind: Kind::Mutex,
+            together: None,
         })
     }
 

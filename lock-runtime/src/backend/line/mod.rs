@@ -17,6 +17,7 @@ mod leased;
 mod look;
 mod release;
 mod remembered;
+mod together;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use redis::{RedisResult, Value};
 use super::failure::{self, Failure};
 use super::recent::Contended;
 use super::replicas::Replicas;
-use super::{Capabilities, Unlock};
+use super::{Capabilities, Together, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{ConnectError, Connection, Connections};
 pub(crate) use acquire::set_nx;
@@ -97,6 +98,12 @@ impl Node {
             waits_for_replicas: self.waits_for_replicas(),
             keeps_place_on_drop: !self.resends_commands(),
             leases: true,
+            // One server holds every key; a cluster's script reaches the keys of one slot.
+            together: if self.connections.is_cluster() {
+                Together::SameSlot
+            } else {
+                Together::Always
+            },
         }
     }
 

@@ -188,6 +188,8 @@ impl Memory {
         waits_for_replicas: false,
         keeps_place_on_drop: false,
         leases: true,
+        // Taken one by one in the order of their keys (see `manager::all`).
+        together: crate::backend::Together::Never,
     };
 
     pub(crate) fn new() -> Self {

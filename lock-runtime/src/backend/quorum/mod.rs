@@ -64,6 +64,8 @@ impl Quorum {
         waits_for_replicas: false,
         keeps_place_on_drop: false,
         leases: false,
+        // Taken one by one in the order of their keys (see `manager::all`).
+        together: crate::backend::Together::Never,
     };
 
     pub(crate) fn nodes(&self) -> &[Master] {

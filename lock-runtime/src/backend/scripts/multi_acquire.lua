@@ -22,9 +22,11 @@
 -- names sees it held, and its line is the mutex's line: a waiter waits in the line of the first
 -- busy key (canonical order), and a release of that key hands it that key alone. The waiter
 -- then holds that key while it waits for the rest, its expiry cut to the place's lease at each
--- look (a waiter that dies frees it within a lease): holding only keys before those it waits
--- for, in one order shared by every caller, it cannot close a cycle with another multi-key
--- caller. An attempt never takes some free keys and not others.
+-- look (a waiter that dies frees it within a lease). A key it holds that comes after the first
+-- busy one (handed over while an earlier key was free, which has been taken since) is given
+-- back at the look: so a waiter holds only keys before the one it waits for, in one order
+-- shared by every caller, and cannot close a cycle with another multi-key caller. An attempt
+-- never takes some free keys and not others.
 local k = #KEYS / 3
 local me, ttl, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local order, seen = {}, {}
@@ -97,7 +99,14 @@ end
 
 local lease = tonumber(ARGV[5])
 for _, i in ipairs(owned) do
-  redis.call('PEXPIRE', KEYS[i], math.min(ttl, lease))
+  if KEYS[i] > KEYS[busy] then
+    -- Handed over while an earlier key was free, which is busy now: holding it while waiting
+    -- for that earlier key could close a cycle with another multi-key waiter, so it is given
+    -- back; its line's first waiter finds it free at its next look.
+    redis.call('DEL', KEYS[i])
+  else
+    redis.call('PEXPIRE', KEYS[i], math.min(ttl, lease))
+  end
 end
 if ARGV[6] == 'first' then
   return {0, pttl, 0, busy, -1}

@@ -1,0 +1,209 @@
+//! Several locks of one slot taken together, all or none (`LockManager::acquire_all`): each
+//! operation is one script over every key (`scripts::MULTI_ACQUIRE`, `MULTI_RELEASE`,
+//! `MULTI_EXTEND`), so an uncontended multi-key cycle costs two round trips, as the mutex's.
+//!
+//! The keys are the primary lock's and those in its `together` list, in the caller's order;
+//! the scripts drop repeats and sort them in byte order themselves, the order every caller
+//! shares. A waiter waits in the line of the first busy key, where a release hands it that key
+//! alone: so a hand-off message is a wake-up here, and the next look takes the rest.
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::{counts_receivers, flag, unexpected_reply, Node, Resend};
+use crate::backend::failure::{self, Failure};
+use crate::backend::keys::LockKeys;
+use crate::backend::scripts;
+use crate::backend::{Attempt, LockRequest, Ownership, Wait};
+use crate::support::units::millis;
+use crate::LostCause;
+
+/// Every lock of `keys`: the primary one first, then those taken with it.
+fn locks(keys: &LockKeys) -> Vec<&LockKeys> {
+    std::iter::once(keys)
+        .chain(keys.together.iter().flat_map(|together| together.iter()))
+        .collect()
+}
+
+/// `EVALSHA` of `script` over the locks of `keys`, their lines and their fencing counters
+/// (the layout of `multi_acquire.lua` and `multi_release.lua`), with room for `argv_count`
+/// values.
+fn command_with_helpers(script: &redis::Script, keys: &LockKeys, argv_count: usize) -> Cmd {
+    let locks = locks(keys);
+    let mut cmd = scripts::evalsha_head(script, 3 * locks.len(), argv_count, 0);
+    for lock in &locks {
+        cmd.arg(&*lock.lock);
+    }
+    for lock in &locks {
+        cmd.arg(lock.line());
+    }
+    for lock in &locks {
+        cmd.arg(lock.fence());
+    }
+    cmd
+}
+
+impl Node {
+    /// One attempt to take every lock of `request.keys` at once (see `Backend::try_lock`).
+    pub(crate) async fn attempt_together(
+        &self,
+        request: LockRequest<'_>,
+    ) -> failure::Result<Attempt> {
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            wait,
+        } = request;
+        let (channel, how) = match &wait {
+            Wait::FirstTry => ("", "first"),
+            Wait::InLine { channel, renewing } => (
+                channel.as_deref().unwrap_or(""),
+                // Joined as a renewal where a command may run twice: one entry, not two.
+                if *renewing || self.resends_commands() {
+                    "renew"
+                } else {
+                    "join"
+                },
+            ),
+        };
+        let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, 6);
+        cmd.arg(token)
+            .arg(ttl_millis)
+            .arg(flag(fencing))
+            .arg(channel)
+            .arg(millis(crate::backend::LEASE))
+            .arg(how);
+        // A first try runs the same twice (a second run finds every key its first took); a
+        // place in line is kept by the waiter instead.
+        let rule = if wait == Wait::FirstTry {
+            Resend::Idempotent
+        } else {
+            Resend::AtMostOnce
+        };
+        let reply: Value = self
+            .send(rule, || async {
+                let mut connection = self.connection().await?;
+                Ok(scripts::invoke(&scripts::MULTI_ACQUIRE, &cmd, &mut connection).await?)
+            })
+            .await?;
+        let Value::Array(items) = &reply else {
+            return Err(unexpected_value("the multi-key acquire script", &reply));
+        };
+        match items.as_slice() {
+            [Value::Int(1), Value::Array(fences), Value::Int(ttl)] => {
+                // The fencing token of the primary lock, the first of the caller's keys.
+                let fence = match fences.first() {
+                    Some(Value::Int(fence)) if fencing => {
+                        if *fence < 1 {
+                            return Err(Failure::FencingBroken {
+                                counter: keys.fence(),
+                                value: Some(*fence),
+                            });
+                        }
+                        u64::try_from(*fence).ok()
+                    }
+                    _ => None,
+                };
+                Ok(Attempt::Acquired {
+                    fence,
+                    expires_in: Duration::from_millis(u64::try_from(*ttl).unwrap_or(0)),
+                })
+            }
+            [Value::Int(0), Value::Int(pttl), ..] => Ok(Attempt::Held {
+                remaining: match *pttl {
+                    // Free, but others wait for it first: look again at the renewal.
+                    -3 => Some(crate::backend::LEASE),
+                    pttl => u64::try_from(pttl).ok().map(Duration::from_millis),
+                },
+            }),
+            _ => Err(unexpected_value("the multi-key acquire script", &reply)),
+        }
+    }
+
+    /// Releases every lock of `keys` still `token`'s, handing each to the first live waiter
+    /// of its line; with `leave`, also takes `token` out of every line (a waiter that gives
+    /// up, passing on the keys handed to it meanwhile). `Lost` when any key was not `token`'s.
+    ///
+    /// Sent once at most for a release: a second run would find the keys gone and report them
+    /// lost. A waiter leaving runs the same twice.
+    pub(crate) async fn release_together(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        leave: bool,
+    ) -> failure::Result<Ownership> {
+        let rule = if leave {
+            Resend::Idempotent
+        } else {
+            Resend::AtMostOnce
+        };
+        let reply: Vec<i64> = self
+            .send(rule, || async {
+                let mut connection = self.connection().await?;
+                let mut cmd = command_with_helpers(&scripts::MULTI_RELEASE, keys, 4);
+                cmd.arg(token)
+                    .arg(millis(crate::backend::CLAIM))
+                    .arg(flag(leave))
+                    .arg(flag(counts_receivers(&connection)));
+                Ok(scripts::invoke(&scripts::MULTI_RELEASE, &cmd, &mut connection).await?)
+            })
+            .await?;
+        match reply.as_slice() {
+            [_, _, 0] => Ok(Ownership::Ours),
+            [_, _, _] => Ok(Ownership::Lost(LostCause::Expired)),
+            other => Err(unexpected_reply("the multi-key release script", other)),
+        }
+    }
+
+    /// Sets the remaining ttl of every lock of `keys` still `token`'s; `Lost` when any was not
+    /// (the others are extended anyway, so that the release that follows hands them on).
+    pub(crate) async fn extend_together(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+    ) -> failure::Result<Ownership> {
+        let locks = locks(keys);
+        let mut cmd = scripts::evalsha_head(&scripts::MULTI_EXTEND, locks.len(), 2, 0);
+        for lock in &locks {
+            cmd.arg(&*lock.lock);
+        }
+        cmd.arg(token).arg(ttl_millis);
+        let reply: Vec<i64> = self
+            .send(Resend::Idempotent, || async {
+                let mut connection = self.connection().await?;
+                Ok(scripts::invoke(&scripts::MULTI_EXTEND, &cmd, &mut connection).await?)
+            })
+            .await?;
+        match reply.as_slice() {
+            [_, 0] => Ok(Ownership::Ours),
+            [_, _] => Ok(Ownership::Lost(LostCause::Expired)),
+            other => Err(unexpected_reply("the multi-key extend script", other)),
+        }
+    }
+
+    /// Whether every lock of `keys` holds `token` now: one `MGET` (the keys share a slot).
+    pub(crate) async fn is_held_together(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+    ) -> failure::Result<bool> {
+        let mut connection = self.connection().await?;
+        let mut cmd = redis::cmd("MGET");
+        for lock in locks(keys) {
+            cmd.arg(&*lock.lock);
+        }
+        let values: Vec<Option<String>> = cmd.query_async(&mut connection).await?;
+        Ok(values.iter().all(|value| value.as_deref() == Some(token)))
+    }
+}
+
+fn unexpected_value(what: &'static str, reply: &Value) -> Failure {
+    Failure::UnexpectedReply {
+        what,
+        reply: format!("{reply:?}"),
+    }
+}
