@@ -6,6 +6,7 @@
 //! (`test_support::in_own_process`): a process has one.
 
 mod cluster;
+mod deadlock;
 mod fleet;
 mod hold_at_least;
 mod lock_order;
@@ -29,6 +30,7 @@ fn worker() {
         ),
         ("redlock::redlock_once_worker", redlock::redlock_once_worker),
         ("fleet::fleet_worker", fleet::fleet_worker),
+        ("deadlock::deadlock_worker", deadlock::deadlock_worker),
         ("fleet::looping_worker", fleet::looping_worker),
     ]);
 }

@@ -358,6 +358,7 @@ mod tests {
                     resends_commands: false,
                     waits_for_replicas: false,
                     keeps_place_on_drop,
+                    detects_deadlocks: true,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }

@@ -37,6 +37,7 @@ mod quorum;
 pub(crate) mod recent;
 mod replicas;
 pub(crate) mod scripts;
+pub(crate) mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -228,6 +229,10 @@ pub(crate) struct Capabilities {
     /// A waiter whose attempt failed on a dropped connection keeps its token and its place in
     /// line (see [`Capabilities::keeps_place_through`]).
     pub(crate) keeps_place_on_drop: bool,
+    /// A waiter that holds locks can find a wait-for cycle through the holders' wait records
+    /// (`waits`). Not on Redlock: a lock there is a majority's, and a record on one master
+    /// says nothing of the others (docs/deadlocks.md).
+    pub(crate) detects_deadlocks: bool,
 }
 
 impl Capabilities {
@@ -634,6 +639,7 @@ mod tests {
         )));
         let keeps = Capabilities {
             keeps_place_on_drop: true,
+            detects_deadlocks: true,
             ..Memory::CAPABILITIES
         };
         assert!(keeps.keeps_place_through(&dropped));

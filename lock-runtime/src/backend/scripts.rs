@@ -163,3 +163,9 @@ pub(crate) static INSPECT: Lazy<Script> =
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/quorum_hold.lua`.
 pub(crate) static QUORUM_HOLD: Lazy<Script> =
     Lazy::new(|| Script::new(include_str!("scripts/quorum_hold.lua")));
+
+/// Write, renew or end the wait record of a lock's holder, only while it holds the lock.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/wait_record.lua`.
+pub(crate) static WAIT_RECORD: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("scripts/wait_record.lua")));

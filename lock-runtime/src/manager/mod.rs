@@ -1,6 +1,7 @@
 //! [`LockManager`]: connects to Redis and takes locks.
 
 mod attempt;
+mod deadlock;
 mod driver;
 mod place;
 pub(crate) mod reentry;
@@ -230,7 +231,7 @@ impl LockManager {
         }
         let started = Instant::now();
         let result = match self.here() {
-            Ok(here) => here.acquire_waiting(name, options).await,
+            Ok(here) => here.acquire_watching(name, options).await,
             Err(error) => Err(error),
         };
         Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());

@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::time::Instant;
 
+use crate::backend::keys::LockKeys;
 use crate::hold::held::{Finder, Held};
 use crate::{LockError, LockGuard, LockManager, LostCause};
 
@@ -175,6 +176,24 @@ pub(crate) async fn reenter(
         .ok()
         .flatten()?;
     Some(entry.reenter(Mode::Exclusive).await)
+}
+
+/// The locks of `manager` the current task holds, still held: each lock's keys and token,
+/// for deadlock detection's wait records. Empty (no allocation) outside a scope.
+pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
+    HELD.try_with(|set| {
+        let Ok(backend) = manager.backend() else {
+            return Vec::new();
+        };
+        set.entries()
+            .filter(|entry| {
+                !entry.held.is_closed()
+                    && std::ptr::eq(&raw const entry.held.shared.backend, backend)
+            })
+            .map(|entry| (entry.held.keys.clone(), Arc::clone(&entry.held.token)))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// Calls `each` with the lock-order class of every lock the current task holds, unless it

@@ -16,6 +16,7 @@ mod acquire;
 mod look;
 mod release;
 mod remembered;
+mod waits;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -95,6 +96,7 @@ impl Node {
             resends_commands: self.resends_commands(),
             waits_for_replicas: self.waits_for_replicas(),
             keeps_place_on_drop: !self.resends_commands(),
+            detects_deadlocks: true,
         }
     }
 

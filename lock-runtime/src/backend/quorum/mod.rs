@@ -63,6 +63,7 @@ impl Quorum {
         resends_commands: false,
         waits_for_replicas: false,
         keeps_place_on_drop: false,
+        detects_deadlocks: false,
     };
 
     pub(crate) fn nodes(&self) -> &[Master] {
