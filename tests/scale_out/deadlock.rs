@@ -327,7 +327,7 @@ async fn a_waiting_holder_sends_a_bounded_number_of_commands_per_walk() {
         .arg("RESETSTAT")
         .query::<()>(&mut conn)
         .unwrap();
-    let wait = Duration::from_millis(3000);
+    let wait = Duration::from_secs(3);
     let waited = held
         .scope(async {
             let short = options.clone().timeout(wait);

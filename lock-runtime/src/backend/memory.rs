@@ -394,7 +394,7 @@ impl Memory {
             .waits
             .get(&keys.lock)
             .filter(|(_, until)| *until > now)
-            .map(|(text, _)| text.clone());
+            .map(|(text, _)| text.as_str());
         Hop::from_values(holder, record)
     }
 

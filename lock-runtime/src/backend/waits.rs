@@ -70,9 +70,8 @@ pub(crate) struct Hop {
 
 impl Hop {
     /// The hop from the lock key's value and its wait record's text.
-    pub(crate) fn from_values(holder: Option<String>, record: Option<String>) -> Hop {
+    pub(crate) fn from_values(holder: Option<String>, record: Option<&str>) -> Hop {
         let wait = record
-            .as_deref()
             .and_then(WaitRecord::decode)
             .filter(|wait| holder.as_deref() == Some(wait.holder.as_str()));
         Hop { holder, wait }
@@ -126,8 +125,8 @@ mod tests {
 
     #[test]
     fn a_record_of_another_holder_is_dropped() {
-        let text = "old w1 42 lock:b".to_owned();
-        let hop = Hop::from_values(Some("new".into()), Some(text.clone()));
+        let text = "old w1 42 lock:b";
+        let hop = Hop::from_values(Some("new".into()), Some(text));
         assert_eq!(hop.wait, None);
         let hop = Hop::from_values(Some("old".into()), Some(text));
         assert_eq!(hop.wait.map(|wait| wait.waits_for), Some("lock:b".into()));

@@ -28,21 +28,31 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let acquiring = self.acquire_waiting(name, options);
         // Outside a guard's scope this is one task-local read: nothing held, nothing to watch.
         let held = reentry::held_by_task(self);
         if held.is_empty()
             || options.timeout_duration().is_zero()
             || !self.inner.backend.capabilities().detects_deadlocks
         {
-            return acquiring.await;
+            return self.acquire_waiting(name, options).await;
         }
+        // Boxed: the watch's state does not enlarge every acquisition's future.
+        Box::pin(self.acquire_watched(name, options, held)).await
+    }
+
+    /// [`LockManager::acquire_waiting`], raced against the watch of a task holding `held`.
+    async fn acquire_watched(
+        &self,
+        name: &str,
+        options: &LockOptions,
+        held: Vec<(LockKeys, Arc<str>)>,
+    ) -> Result<LockGuard, LockError> {
         let Ok((_, wanted)) = self.prepare(name, options) else {
-            return acquiring.await;
+            return self.acquire_waiting(name, options).await;
         };
         tokio::select! {
             biased;
-            acquired = acquiring => acquired,
+            acquired = self.acquire_waiting(name, options) => acquired,
             deadlock = self.watch(wanted, held) => Err(deadlock),
         }
     }

@@ -37,7 +37,7 @@ fn held_by(holder: &str) -> Hop {
 
 /// The walk from `lock:b`, held by `other` (waiting since `since_ms` for `lock:a`), which is
 /// held by this waiter.
-fn two_cycle(waiter: &Waiter, other_wait: &str, since_ms: u64) -> Option<Vec<Edge>> {
+fn two_cycle(waiter: &Waiter, other_wait: &str, since_ms: u64) -> Vec<Edge> {
     let mut walk = Walk::new();
     let next = walk.looked(
         waiter,
@@ -46,7 +46,7 @@ fn two_cycle(waiter: &Waiter, other_wait: &str, since_ms: u64) -> Option<Vec<Edg
     );
     assert_eq!(next, Next::Look("lock:a".into()));
     match walk.looked(waiter, "lock:a", held_by("mine")) {
-        Next::Cycle(edges) => Some(edges),
+        Next::Cycle(edges) => edges,
         other => panic!("expected a cycle, got {other:?}"),
     }
 }
@@ -66,9 +66,9 @@ fn a_cycle_is_reported_by_its_youngest_waiter_after_two_matching_walks() {
     let start = Instant::now();
     let me = waiter("w2", 20);
     let mut detection = Detection::new(me.clone(), start);
-    let first = two_cycle(&me, "w1", 10);
+    let first = Some(two_cycle(&me, "w1", 10));
     assert_eq!(detection.walked(start + FIRST_WALK, first), Verdict::Wait);
-    let second = two_cycle(&me, "w1", 10).unwrap();
+    let second = two_cycle(&me, "w1", 10);
     assert_eq!(
         detection.walked(start + FIRST_WALK + WALK_EVERY, Some(second.clone())),
         Verdict::Report(second)
@@ -81,14 +81,14 @@ fn the_older_waiter_of_a_cycle_keeps_waiting() {
     let me = waiter("w1", 10);
     let mut detection = Detection::new(me.clone(), start);
     for round in 0..5 {
-        let cycle = two_cycle(&me, "w2", 20);
+        let cycle = Some(two_cycle(&me, "w2", 20));
         let now = start + FIRST_WALK + WALK_EVERY * round;
         assert_eq!(detection.walked(now, cycle), Verdict::Wait);
     }
     // Same start: the greater wait id gives up, on both sides alike.
     let mut detection = Detection::new(waiter("w1", 20), start);
     for round in 0..3 {
-        let cycle = two_cycle(detection.waiter(), "w2", 20);
+        let cycle = Some(two_cycle(detection.waiter(), "w2", 20));
         let now = start + FIRST_WALK + WALK_EVERY * round;
         assert_eq!(detection.walked(now, cycle), Verdict::Wait);
     }
@@ -101,11 +101,11 @@ fn a_chain_that_moves_between_walks_is_not_reported() {
     let mut detection = Detection::new(me.clone(), start);
     // The other holder's wait ended and a new one began: another wait id.
     assert_eq!(
-        detection.walked(start, two_cycle(&me, "w1", 10)),
+        detection.walked(start, Some(two_cycle(&me, "w1", 10))),
         Verdict::Wait
     );
     assert_eq!(
-        detection.walked(start + WALK_EVERY, two_cycle(&me, "w1b", 10)),
+        detection.walked(start + WALK_EVERY, Some(two_cycle(&me, "w1b", 10))),
         Verdict::Wait
     );
     // A walk in between that found no cycle resets the count.
@@ -114,7 +114,7 @@ fn a_chain_that_moves_between_walks_is_not_reported() {
         Verdict::Wait
     );
     assert_eq!(
-        detection.walked(start + WALK_EVERY * 3, two_cycle(&me, "w1b", 10)),
+        detection.walked(start + WALK_EVERY * 3, Some(two_cycle(&me, "w1b", 10))),
         Verdict::Wait
     );
 }

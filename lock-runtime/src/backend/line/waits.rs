@@ -36,6 +36,6 @@ impl Node {
             .arg(keys.waits())
             .query_async(&mut connection)
             .await?;
-        Ok(Hop::from_values(holder, record))
+        Ok(Hop::from_values(holder, record.as_deref()))
     }
 }
