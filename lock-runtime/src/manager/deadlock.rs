@@ -41,6 +41,9 @@ impl LockManager {
     }
 
     /// [`LockManager::acquire_waiting`], raced against the watch of a task holding `held`.
+    /// An acquisition that fails ends its wait records before it returns, so that no walk sees
+    /// them once the caller may act on the failure (release its locks); one that succeeds, or
+    /// is cancelled, ends them in the background.
     async fn acquire_watched(
         &self,
         name: &str,
@@ -50,16 +53,6 @@ impl LockManager {
         let Ok((_, wanted)) = self.prepare(name, options) else {
             return self.acquire_waiting(name, options).await;
         };
-        tokio::select! {
-            biased;
-            acquired = self.acquire_waiting(name, options) => acquired,
-            deadlock = self.watch(wanted, held) => Err(deadlock),
-        }
-    }
-
-    /// Records this task's wait at each lock it holds and walks from `wanted`, until this
-    /// waiter is a cycle's victim (then its error); dropped when the acquisition ends.
-    async fn watch(&self, wanted: LockKeys, held: Vec<(LockKeys, Arc<str>)>) -> LockError {
         let since_ms = millis(
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -70,13 +63,27 @@ impl LockManager {
             since_ms,
             tokens: held.iter().map(|(_, token)| Arc::clone(token)).collect(),
         };
-        let mut detection = Detection::new(waiter, Instant::now());
         let mut records = Records {
             shared: Arc::clone(&self.inner),
-            wait_id: detection.waiter().wait_id.clone(),
+            wait_id: waiter.wait_id.clone(),
             held,
             written: false,
         };
+        let result = tokio::select! {
+            biased;
+            acquired = self.acquire_waiting(name, options) => acquired,
+            deadlock = self.watch(wanted, waiter, &mut records) => Err(deadlock),
+        };
+        if result.is_err() {
+            records.end().await;
+        }
+        result
+    }
+
+    /// Records this task's wait at each lock it holds and walks from `wanted`, until this
+    /// waiter is a cycle's victim (then its error); dropped when the acquisition ends.
+    async fn watch(&self, wanted: LockKeys, waiter: Waiter, records: &mut Records) -> LockError {
+        let mut detection = Detection::new(waiter, Instant::now());
         loop {
             tokio::time::sleep_until(detection.walk_at()).await;
             records.renew(&wanted, detection.waiter()).await;
@@ -145,6 +152,24 @@ impl Records {
             }
         }
     }
+
+    /// Ends the wait at each lock held (best effort: a record not ended lapses after
+    /// `RECORD_LIFE`); if this is cancelled, the drop ends it in the background.
+    async fn end(&mut self) {
+        if self.written {
+            end_all(&self.shared, &self.held, &self.wait_id).await;
+            self.written = false;
+        }
+    }
+}
+
+/// Ends the wait `wait_id` at each of `held`.
+async fn end_all(shared: &Shared, held: &[(LockKeys, Arc<str>)], wait_id: &str) {
+    for (keys, token) in held {
+        if let Err(error) = shared.backend.record_wait(keys, token, wait_id, None).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: could not end the wait record; it lapses");
+        }
+    }
 }
 
 impl Drop for Records {
@@ -156,13 +181,7 @@ impl Drop for Records {
         let wait_id = std::mem::take(&mut self.wait_id);
         let held = std::mem::take(&mut self.held);
         crate::support::background::spawn(async move {
-            for (keys, token) in &held {
-                // Best effort: a record not ended lapses after `RECORD_LIFE`.
-                let _ = shared
-                    .backend
-                    .record_wait(keys, token, &wait_id, None)
-                    .await;
-            }
+            end_all(&shared, &held, &wait_id).await;
         });
     }
 }
