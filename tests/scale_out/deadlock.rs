@@ -4,10 +4,12 @@
 //! - two processes taking two locks in opposite orders: one gets `LockError::Deadlock`
 //!   naming both locks, the other gets its second lock — long before the timeout;
 //! - a cycle of three processes over three locks, likewise;
-//! - the same two-process cycle on a 3-master cluster, its locks in different slots;
+//! - the same two-process cycle on a 3-master cluster, its locks in different slots; a
+//!   two-task cycle through a Sentinel service's master;
 //! - a chain that is not a cycle (a → b → c → d, d's holder releasing after a while) is never
 //!   reported: every worker gets its second lock;
-//! - the in-process store reports a two-task cycle;
+//! - the in-process store reports a two-task cycle; Redlock reports none (it detects none), and
+//!   its cycle times out as before;
 //! - a waiter that holds nothing, or is not in a cycle, costs a bounded number of commands per
 //!   walk, counted with `INFO commandstats`.
 //!
@@ -260,19 +262,19 @@ fn a_long_chain_that_is_not_a_cycle_is_never_reported() {
     assert_eq!(reports, ["w0 ok", "w1 ok", "w2 ok", "w3 ok"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_in_process_store_reports_a_two_task_cycle() {
-    let manager = LockManager::in_process();
+/// Two tasks of this process on `manager`: one holds `<prefix>:a` and waits for `<prefix>:b`,
+/// the other the reverse, each with `timeout`; their reports (`t0 ok`, `t1 deadlock ...`).
+async fn two_task_cycle(manager: &LockManager, prefix: &str, timeout: Duration) -> Vec<String> {
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
-    let task = |hold: &'static str, want: &'static str, label: &'static str| {
+    let task = |hold: String, want: String, label: &'static str| {
         let (manager, barrier) = (manager.clone(), barrier.clone());
         tokio::spawn(async move {
-            let options = options(label);
-            let guard = manager.acquire(hold, &options).await.unwrap();
+            let options = options(label).timeout(timeout);
+            let guard = manager.acquire(&hold, &options).await.unwrap();
             barrier.wait().await;
             let report = guard
                 .scope(async {
-                    let (report, second) = outcome(manager.acquire(want, &options).await);
+                    let (report, second) = outcome(manager.acquire(&want, &options).await);
                     if let Some(second) = second {
                         second.release().await.unwrap();
                     }
@@ -283,14 +285,21 @@ async fn the_in_process_store_reports_a_two_task_cycle() {
             format!("{label} {report}")
         })
     };
-    let first = task("dlm:a", "dlm:b", "t0");
-    let second = task("dlm:b", "dlm:a", "t1");
-    // Far less than the 60 s timeout.
-    let reports = tokio::time::timeout(Duration::from_secs(30), async {
+    let (a, b) = (format!("{prefix}:a"), format!("{prefix}:b"));
+    let first = task(a.clone(), b.clone(), "t0");
+    let second = task(b, a, "t1");
+    // Far less than the 60 s timeout of the in-process test.
+    tokio::time::timeout(Duration::from_secs(30), async {
         vec![first.await.unwrap(), second.await.unwrap()]
     })
     .await
-    .expect("the cycle was reported before the timeout");
+    .expect("both tasks ended well before their timeout")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_process_store_reports_a_two_task_cycle() {
+    let manager = LockManager::in_process();
+    let reports = two_task_cycle(&manager, "dlm", Duration::from_secs(60)).await;
     let victims: Vec<&String> = reports
         .iter()
         .filter(|report| report.contains(" deadlock "))
@@ -308,6 +317,46 @@ async fn the_in_process_store_reports_a_two_task_cycle() {
         reports.iter().any(|report| report.ends_with(" ok")),
         "{reports:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_master_reports_a_two_task_cycle() {
+    let set = test_support::SentinelSet::start();
+    let manager = crate::sentinel::connect(&set).await;
+    let reports = two_task_cycle(&manager, "dls", Duration::from_secs(60)).await;
+    let victims = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock `lock:dls:"))
+        .count();
+    assert_eq!(victims, 1, "exactly one victim: {reports:?}");
+}
+
+/// Redlock detects no deadlocks (docs/deadlocks.md): a cycle there waits out its timeout, as
+/// it always did, and no wait record is written on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_reports_no_deadlock_and_the_cycle_times_out() {
+    let servers = test_support::RedisServers::start(3);
+    let manager = LockManager::redlock_builder(&servers.urls())
+        .connect()
+        .await
+        .unwrap();
+    let mut reports = two_task_cycle(&manager, "dlr", Duration::from_secs(2)).await;
+    reports.sort();
+    assert_eq!(reports.len(), 2);
+    // The first to time out releases its lock, which the other may still get in time.
+    assert!(
+        reports.iter().all(|report| !report.contains(" deadlock ")),
+        "{reports:?}"
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|report| report.contains(" error timed out")),
+        "{reports:?}"
+    );
+    for server in servers.iter() {
+        assert!(server.keys("*distlock:waits*").is_empty());
+    }
 }
 
 /// The commands that reached `server` while `manager` waited 3 s for `dlcount:b`, in the
