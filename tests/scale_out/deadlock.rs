@@ -326,7 +326,7 @@ async fn a_sentinel_master_reports_a_two_task_cycle() {
     let reports = two_task_cycle(&manager, "dls", Duration::from_secs(60)).await;
     let victims = reports
         .iter()
-        .filter(|report| report.contains(" deadlock `lock:dls:"))
+        .filter(|report| report.contains(" deadlock lock:dls:"))
         .count();
     assert_eq!(victims, 1, "exactly one victim: {reports:?}");
 }
