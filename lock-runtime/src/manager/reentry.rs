@@ -232,6 +232,8 @@ impl LockGuard {
     /// nothing: the lock stays held until this guard is released. The scope belongs to the
     /// task: a task spawned inside it is another owner and waits for the lock as any other
     /// holder does. The body of a `#[distributed_lock]` function runs in such a scope already.
+    /// A wait inside it for another lock is watched for a wait-for cycle across processes: see
+    /// [`LockError::Deadlock`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
