@@ -7,11 +7,12 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals)
+//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals, deadlocks)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
 //! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
 //! cargo bench --bench locks -- renewals                    # a renewal at 1 and 1 000 waiters
+//! cargo bench --bench locks -- deadlocks                   # deadlock detection's cost per waiter
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! DISTLOCK_BENCH_FLEET_SHAPES=16x1 DISTLOCK_BENCH_FLEET_SECTIONS=50 DISTLOCK_BENCH_FLEET_ROUNDS=3
 //!                                                          # fleet configurations and counts
@@ -91,6 +92,10 @@
 //!    with 1 000 waiters on one lock, each a manager of its own (see `renewals`); one run, its
 //!    row printed after the others.
 //!
+//!    **deadlocks** (printed after `renewals`) — what deadlock detection costs a waiting
+//!    section: 20 waiters on one held lock, holding nothing, then each holding a lock of its own
+//!    in its scope; Redis commands and client CPU per waiter per second (see `deadlocks`).
+//!
 //! 8. **replicas** (row label `8 replicas`) — workload 1's cycle (one task, `N5` cycles per
 //!    round, the `current_thread` runtime, idle spinners) against a master with one replica the
 //!    bench starts: `floor` (its `SET NX PX` and compare-and-delete), `floor + WAIT 1` (the same
@@ -118,6 +123,7 @@
 
 mod contenders;
 mod cpu;
+mod deadlocks;
 mod fleet;
 mod idle;
 mod renewals;
@@ -278,6 +284,9 @@ fn main() {
     // Printed at once, after the workloads before it: not part of the report's tables.
     if config.runs("renewals") {
         renewals::renewals(&bench);
+    }
+    if config.runs("deadlocks") {
+        deadlocks::deadlocks(&bench);
     }
 
     let targets = report::targets(&results.rows, &config);

@@ -689,6 +689,7 @@ async fn acl_check(
     let lease = format!("{{{key}}}:distlock:lease");
     let fence = format!("{{{key}}}:distlock:fence");
     let wake = format!("{{{key}}}:distlock:wake");
+    let waits = format!("{{{key}}}:distlock:waits");
     let channel = "distlock:grants:doctor";
     let mut commands: Vec<Vec<&str>> = vec![
         vec![
@@ -720,6 +721,7 @@ async fn acl_check(
         vec!["zadd", &lease, "1", "w"],
         vec!["zscore", &lease, "w"],
         vec!["zremrangebyscore", &lease, "0", "1"],
+        vec!["mget", &key, &waits],
     ];
     if role == Role::RedlockMaster {
         commands.push(vec!["exists", &key]);

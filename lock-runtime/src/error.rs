@@ -73,6 +73,35 @@ pub enum LockError {
         key: String,
     },
 
+    /// Waiting for lock `key` would never end: its holder waits, directly or through other
+    /// holders, for a lock this task holds. `cycle` names the locks around the wait-for cycle,
+    /// from `key` to the lock of this task that closes it, each with its holder (label, or
+    /// process and host). One waiter of a cycle gets this error — the one that began waiting
+    /// last — so the others go on once it gives its locks back (a `#[distributed_lock]` body
+    /// returns the error and releases). Detected on standalone, Sentinel, Cluster and the
+    /// in-process store, for locks held inside a guard's scope (docs/deadlocks.md).
+    ///
+    /// ```
+    /// let error = distlock::LockError::Deadlock {
+    ///     key: "lock:b".into(),
+    ///     cycle: vec!["lock:b (held by worker-2)".into(), "lock:a (held by worker-1)".into()],
+    /// };
+    /// assert!(error.to_string().contains("one order"));
+    /// ```
+    #[error(
+        "deadlock: waiting for lock `{key}` would never end, because {}; this waiter gave up \
+         so that the others of the cycle can go on: take these locks in one order everywhere \
+         (sort their names), or take them together (`keys = [..]`), and run the work again",
+        cycle.join(", which waits for ")
+    )]
+    Deadlock {
+        /// The full Redis key of the lock this waiter asked for.
+        key: String,
+        /// The locks around the cycle, from `key` to the one this task holds, each as
+        /// ``"<full key> (held by <holder>)"``.
+        cycle: Vec<String>,
+    },
+
     /// Redis could not be reached or answered with an error.
     #[error("Redis error: {0}; {hint}", hint = crate::redis::classify::advice(.0))]
     Redis(#[source] redis::RedisError),

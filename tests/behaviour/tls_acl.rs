@@ -76,9 +76,16 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
 
     // A waiter that renews its place in line twice (after a second: LPOS, LSET and its lease,
     // ZREMRANGEBYSCORE, ZADD; after two: ZSCORE, LINDEX) and then gives up (LRANGE, LREM).
-    let impatient = waiter_manager
-        .acquire(name, &options.clone().timeout(Duration::from_millis(2500)))
+    // It holds a lock of its own, in whose scope it also looks for a deadlock (its wait
+    // record: EVALSHA; a look along the chain: MGET).
+    let own = waiter_manager
+        .acquire(&format!("{name}:own"), &LockOptions::new())
+        .await
+        .expect("a lock of its own");
+    let impatient = own
+        .scope(waiter_manager.acquire(name, &options.clone().timeout(Duration::from_millis(2500))))
         .await;
+    own.release().await.expect("release its own lock");
     assert!(
         matches!(impatient, Err(LockError::Timeout { .. })),
         "the lock is held: {impatient:?}"

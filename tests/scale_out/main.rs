@@ -7,6 +7,7 @@
 
 mod cluster;
 mod family;
+mod deadlock;
 mod fleet;
 mod hold_at_least;
 mod lock_order;
@@ -31,6 +32,7 @@ fn worker() {
         ),
         ("redlock::redlock_once_worker", redlock::redlock_once_worker),
         ("fleet::fleet_worker", fleet::fleet_worker),
+        ("deadlock::deadlock_worker", deadlock::deadlock_worker),
         ("fleet::looping_worker", fleet::looping_worker),
     ]);
 }

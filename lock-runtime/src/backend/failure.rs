@@ -423,6 +423,7 @@ mod tests {
                     keeps_place_on_drop,
                     leases: true,
                     together: crate::backend::Together::Never,
+                    detects_deadlocks: true,
                 };
                 assert!(!capabilities.keeps_place_through(&failure), "{failure:?}");
             }

@@ -37,6 +37,7 @@ mod quorum;
 pub(crate) mod recent;
 mod replicas;
 pub(crate) mod scripts;
+pub(crate) mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -237,6 +238,10 @@ pub(crate) struct Capabilities {
     /// Which keys `acquire_all` can take together in one atomic script; the others are taken
     /// one by one, in the order of their full keys.
     pub(crate) together: Together,
+    /// A waiter that holds locks can find a wait-for cycle through the holders' wait records
+    /// (`waits`). Not on Redlock: a lock there is a majority's, and a record on one master
+    /// says nothing of the others (docs/deadlocks.md).
+    pub(crate) detects_deadlocks: bool,
 }
 
 /// Which locks a store takes together, all or none, in one atomic step.

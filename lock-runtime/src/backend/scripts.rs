@@ -273,3 +273,8 @@ pub(crate) static MULTI_RELEASE: Lazy<Script> = Lazy::new(|| {
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_extend.lua`.
 pub(crate) static MULTI_EXTEND: Lazy<Script> =
     Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_extend.lua")].concat()));
+/// Write, renew or end the wait record of a lock's holder, only while it holds the lock.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/wait_record.lua`.
+pub(crate) static WAIT_RECORD: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("scripts/wait_record.lua")));

@@ -2,6 +2,7 @@
 
 mod all;
 mod attempt;
+mod deadlock;
 mod driver;
 mod kind;
 mod place;
@@ -216,7 +217,9 @@ impl LockManager {
     /// [`LockError::Timeout`] if the lock was still held when the timeout ran out,
     /// [`LockError::Redis`] if Redis failed until the deadline (with the last cause),
     /// [`LockError::Config`] for an out-of-range ttl or timeout, or a lock key that distlock
-    /// refuses (see [`LockManagerBuilder::key_prefix`]).
+    /// refuses (see [`LockManagerBuilder::key_prefix`]), [`LockError::Deadlock`] when this task
+    /// holds locks (in their scopes) and this wait closes a wait-for cycle of which it is the
+    /// member chosen to give up.
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -233,7 +236,7 @@ impl LockManager {
         }
         let started = Instant::now();
         let result = match self.here() {
-            Ok(here) => here.acquire_waiting(name, options).await,
+            Ok(here) => here.acquire_watching(name, options).await,
             Err(error) => Err(error),
         };
         Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());

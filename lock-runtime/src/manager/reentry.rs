@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
 
 use crate::backend::keys::Kind;
+use crate::backend::keys::LockKeys;
 use crate::hold::held::{Finder, Held};
 use crate::{LockError, LockGuard, LockManager, LostCause};
 
@@ -215,6 +216,24 @@ pub(crate) async fn reenter(
     Some(entry.reenter(Mode::of(super::kind_of(options))).await)
 }
 
+/// The locks of `manager` the current task holds, still held: each lock's keys and token,
+/// for deadlock detection's wait records. Empty (no allocation) outside a scope.
+pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
+    HELD.try_with(|set| {
+        let Ok(backend) = manager.backend() else {
+            return Vec::new();
+        };
+        set.entries()
+            .filter(|entry| {
+                !entry.held.is_closed()
+                    && std::ptr::eq(&raw const entry.held.shared.backend, backend)
+            })
+            .map(|entry| (entry.held.keys.clone(), Arc::clone(&entry.held.token)))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 /// Calls `each` with the lock-order class of every lock the current task holds, unless it
 /// holds `name` of `manager` itself (then the acquisition is a re-entry, which orders nothing).
 /// Nothing at all outside a scope.
@@ -251,6 +270,8 @@ impl LockGuard {
     /// nothing: the lock stays held until this guard is released. The scope belongs to the
     /// task: a task spawned inside it is another owner and waits for the lock as any other
     /// holder does. The body of a `#[distributed_lock]` function runs in such a scope already.
+    /// A wait inside it for another lock is watched for a wait-for cycle across processes: see
+    /// [`LockError::Deadlock`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

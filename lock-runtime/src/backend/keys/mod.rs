@@ -3,8 +3,9 @@
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters and the
 //! lease table of that line's renewed places, its fencing counter, on a cluster the marker of
 //! its last release, when its holder got it (for a holder that waited), the token of a holder
-//! an operator force-released, and on each Redlock master its wake list, each named by a fixed
-//! word `s` (`line`, `leases`, `fence`, `released`, `since`, `forced`, `wake`). Two rules
+//! an operator force-released, the wait record of a holder that waits for another lock, and on
+//! each Redlock master its wake list, each named by a fixed word `s` (`line`, `leases`,
+//! `fence`, `released`, `since`, `forced`, `waits`, `wake`). Two rules
 //! hold for every name and prefix:
 //!
 //! - **One slot.** Every helper of `L` hashes to `L`'s Redis Cluster slot, so that one script
@@ -200,6 +201,13 @@ impl LockKeys {
     /// `scripts.rs`): its UUID and the grant's Redis time in ms; lives as long as the lock.
     pub(crate) fn since(&self) -> String {
         self.helper("since")
+    }
+
+    /// The wait record of the lock's holder, while that holder waits for another lock (see
+    /// `backend::waits`): `"<holder's token> <wait id> <wait start, Unix ms> <lock waited
+    /// for>"`, written by the holder only, with a short expiry it renews while it waits.
+    pub(crate) fn waits(&self) -> String {
+        self.helper("waits")
     }
 
     /// The helper key `word` of this lock (see the module docs); `word` must not contain `:`.

@@ -7,8 +7,8 @@ use super::*;
 const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
 /// The helper words of today and of the helpers to come.
-const WORDS: [&str; 7] = [
-    "waiters", "fence", "line", "leases", "claim", "wake", "released",
+const WORDS: [&str; 8] = [
+    "waiters", "fence", "line", "leases", "claim", "wake", "released", "waits",
 ];
 
 /// Lock names with braces in every position: every sequence of three pieces (empty tags,

@@ -18,6 +18,7 @@ mod look;
 mod release;
 mod remembered;
 mod together;
+mod waits;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -104,6 +105,7 @@ impl Node {
             } else {
                 Together::Always
             },
+            detects_deadlocks: true,
         }
     }
 

@@ -66,6 +66,7 @@ impl Quorum {
         leases: false,
         // Taken one by one in the order of their keys (see `manager::all`).
         together: crate::backend::Together::Never,
+        detects_deadlocks: false,
     };
 
     pub(crate) fn nodes(&self) -> &[Master] {

@@ -1,0 +1,199 @@
+//! Deadlock detection's I/O: a waiter that holds locks (inside their guards' scopes) records
+//! its wait at each of them and walks the chain of waits from the lock it wants, as
+//! `acquire::deadlock` decides; when that says this waiter is a cycle's victim, its
+//! acquisition stops with [`LockError::Deadlock`].
+//!
+//! It runs beside the acquisition, not inside its driver: an acquisition that holds nothing,
+//! or that does not wait long, never starts a walk, and the acquisition, cancel-safe, is
+//! dropped when the victim gives up.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use crate::acquire::deadlock::{Detection, Edge, Next, Verdict, Waiter, Walk, MAX_HOPS};
+use crate::backend::keys::LockKeys;
+use crate::backend::waits::WaitRecord;
+use crate::manager::reentry;
+use crate::shared::Shared;
+use crate::support::units::millis;
+use crate::{LockError, LockGuard, LockManager, LockOptions};
+
+impl LockManager {
+    /// [`LockManager::acquire_waiting`], watched for a deadlock while the task holds locks of
+    /// this manager on a store that detects them.
+    pub(crate) async fn acquire_watching(
+        &self,
+        name: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        // Outside a guard's scope this is one task-local read: nothing held, nothing to watch.
+        let held = reentry::held_by_task(self);
+        if held.is_empty()
+            || options.timeout_duration().is_zero()
+            || !self.inner.backend.capabilities().detects_deadlocks
+        {
+            return self.acquire_waiting(name, options).await;
+        }
+        // Boxed: the watch's state does not enlarge every acquisition's future.
+        Box::pin(self.acquire_watched(name, options, held)).await
+    }
+
+    /// [`LockManager::acquire_waiting`], raced against the watch of a task holding `held`.
+    /// An acquisition that fails ends its wait records before it returns, so that no walk sees
+    /// them once the caller may act on the failure (release its locks); one that succeeds, or
+    /// is cancelled, ends them in the background.
+    async fn acquire_watched(
+        &self,
+        name: &str,
+        options: &LockOptions,
+        held: Vec<(LockKeys, Arc<str>)>,
+    ) -> Result<LockGuard, LockError> {
+        let Ok((_, wanted)) = self.prepare(name, options) else {
+            return self.acquire_waiting(name, options).await;
+        };
+        let since_ms = millis(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+        );
+        let waiter = Waiter {
+            wait_id: uuid::Uuid::new_v4().simple().to_string(),
+            since_ms,
+            tokens: held.iter().map(|(_, token)| Arc::clone(token)).collect(),
+        };
+        let mut records = Records {
+            shared: Arc::clone(&self.inner),
+            wait_id: waiter.wait_id.clone(),
+            held,
+            written: false,
+        };
+        let result = tokio::select! {
+            biased;
+            acquired = self.acquire_waiting(name, options) => acquired,
+            deadlock = self.watch(wanted, waiter, &mut records) => Err(deadlock),
+        };
+        if result.is_err() {
+            records.end().await;
+        }
+        result
+    }
+
+    /// Records this task's wait at each lock it holds and walks from `wanted`, until this
+    /// waiter is a cycle's victim (then its error); dropped when the acquisition ends.
+    async fn watch(&self, wanted: LockKeys, waiter: Waiter, records: &mut Records) -> LockError {
+        let mut detection = Detection::new(waiter, Instant::now());
+        loop {
+            tokio::time::sleep_until(detection.walk_at()).await;
+            records.renew(&wanted, detection.waiter()).await;
+            let cycle = self.walk(&wanted, detection.waiter()).await;
+            if let Verdict::Report(edges) = detection.walked(Instant::now(), cycle) {
+                tracing::debug!(target: "distlock", key = %wanted.lock, "deadlock: this waiter closes a wait-for cycle and gives up");
+                return LockError::Deadlock {
+                    key: wanted.lock.to_string(),
+                    cycle: edges.iter().map(describe).collect(),
+                };
+            }
+        }
+    }
+
+    /// One walk from `wanted`: the cycle through `waiter` it finds, if any. A failed look ends
+    /// the walk without one.
+    async fn walk(&self, wanted: &LockKeys, waiter: &Waiter) -> Option<Vec<Edge>> {
+        let mut walk = Walk::new();
+        let mut keys = wanted.clone();
+        for _ in 0..MAX_HOPS {
+            let hop = match self.inner.backend.hop(&keys).await {
+                Ok(hop) => hop,
+                Err(error) => {
+                    tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: a look failed; no cycle this time");
+                    return None;
+                }
+            };
+            match walk.looked(waiter, &keys.lock, hop) {
+                Next::Look(lock) => keys = LockKeys::new(lock).ok()?,
+                Next::Cycle(edges) => return Some(edges),
+                Next::End => return None,
+            }
+        }
+        None
+    }
+}
+
+/// The wait records of one wait: renewed before each walk, ended when the wait ends however
+/// it ends (the acquisition's future dropped with them), on the background runtime.
+struct Records {
+    shared: Arc<Shared>,
+    wait_id: String,
+    held: Vec<(LockKeys, Arc<str>)>,
+    written: bool,
+}
+
+impl Records {
+    /// Writes (or renews) the record of this wait at each lock held; a failure is left to the
+    /// next renewal (the record of a lock not recorded stops the others' walks there).
+    async fn renew(&mut self, wanted: &LockKeys, waiter: &Waiter) {
+        self.written = true;
+        for (keys, token) in &self.held {
+            let record = WaitRecord {
+                holder: token.to_string(),
+                wait_id: waiter.wait_id.clone(),
+                since_ms: waiter.since_ms,
+                waits_for: wanted.lock.to_string(),
+            };
+            let written = self
+                .shared
+                .backend
+                .record_wait(keys, token, &self.wait_id, Some(&record))
+                .await;
+            if let Err(error) = written {
+                tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: could not record the wait");
+            }
+        }
+    }
+
+    /// Ends the wait at each lock held (best effort: a record not ended lapses after
+    /// `RECORD_LIFE`); if this is cancelled, the drop ends it in the background.
+    async fn end(&mut self) {
+        if self.written {
+            end_all(&self.shared, &self.held, &self.wait_id).await;
+            self.written = false;
+        }
+    }
+}
+
+/// Ends the wait `wait_id` at each of `held`.
+async fn end_all(shared: &Shared, held: &[(LockKeys, Arc<str>)], wait_id: &str) {
+    for (keys, token) in held {
+        if let Err(error) = shared.backend.record_wait(keys, token, wait_id, None).await {
+            tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: could not end the wait record; it lapses");
+        }
+    }
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        if !self.written {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let wait_id = std::mem::take(&mut self.wait_id);
+        let held = std::mem::take(&mut self.held);
+        crate::support::background::spawn(async move {
+            end_all(&shared, &held, &wait_id).await;
+        });
+    }
+}
+
+/// An edge as the error shows it: the lock and who holds it.
+fn describe(edge: &Edge) -> String {
+    let who = crate::support::identity::parse(edge.holder.as_bytes()).map_or_else(
+        || "an unknown holder".to_owned(),
+        |identity| match identity.label {
+            Some(label) => label,
+            None => format!("process {} on {}", identity.pid, identity.host),
+        },
+    );
+    format!("`{}` (held by {who})", edge.lock)
+}

@@ -1,0 +1,435 @@
+//! Deadlock detection across processes: workers that each hold one lock (inside its guard's
+//! scope) and then wait, with a 60 s timeout, for the lock of the next one.
+//!
+//! - two processes taking two locks in opposite orders: one gets `LockError::Deadlock`
+//!   naming both locks, the other gets its second lock — long before the timeout;
+//! - a cycle of three processes over three locks, likewise;
+//! - the same two-process cycle on a 3-master cluster, its locks in different slots; a
+//!   two-task cycle through a Sentinel service's master;
+//! - a chain that is not a cycle (a → b → c → d, d's holder releasing after a while) is never
+//!   reported: every worker gets its second lock;
+//! - the in-process store reports a two-task cycle; Redlock reports none (it detects none), and
+//!   its cycle times out as before;
+//! - a waiter that holds nothing, or is not in a cycle, costs a bounded number of commands per
+//!   walk, counted with `INFO commandstats`.
+//!
+//! Each worker is this test binary run again (`spawn_worker`). The workers meet on a separate
+//! standalone server (the "meeting point"), so that each holds its first lock before any asks
+//! for its second, and report there what their second acquisition returned.
+
+use std::time::Duration;
+
+use distlock::{LockError, LockManager, LockOptions};
+use test_support::{spawn_worker, wait_all, RedisCluster, RedisServer};
+
+/// Where the locks live: a standalone URL, or cluster seeds joined by `,`.
+const URLS: &str = "DISTLOCK_DEADLOCK_URLS";
+/// `cluster` for a cluster, else standalone.
+const KIND: &str = "DISTLOCK_DEADLOCK_KIND";
+/// The meeting point's URL.
+const MEET: &str = "DISTLOCK_DEADLOCK_MEET";
+/// The lock the worker takes first and holds.
+const HOLD: &str = "DISTLOCK_DEADLOCK_HOLD";
+/// The lock it then waits for (empty: none, it holds its lock for `KEEP_MS` and releases).
+const WANT: &str = "DISTLOCK_DEADLOCK_WANT";
+/// How many workers meet.
+const COUNT: &str = "DISTLOCK_DEADLOCK_COUNT";
+/// How long the worker keeps its locks once it has them all, in ms.
+const KEEP_MS: &str = "DISTLOCK_DEADLOCK_KEEP_MS";
+/// The worker's label (the holder the error names).
+const LABEL: &str = "DISTLOCK_DEADLOCK_LABEL";
+
+/// The options every worker takes its locks with: a timeout far past what detection needs.
+fn options(label: &str) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .timeout(Duration::from_secs(60))
+        .label(label)
+}
+
+/// What an acquisition of the second lock returned, as a worker reports it.
+fn outcome(
+    result: Result<distlock::LockGuard, LockError>,
+) -> (String, Option<distlock::LockGuard>) {
+    match result {
+        Ok(guard) => ("ok".to_owned(), Some(guard)),
+        Err(LockError::Deadlock { key, cycle }) => {
+            (format!("deadlock {key} | {}", cycle.join(" | ")), None)
+        }
+        Err(error) => (format!("error {error}"), None),
+    }
+}
+
+/// Worker: holds `HOLD`, meets the others, then waits for `WANT` inside `HOLD`'s scope, and
+/// reports the outcome (`<label> ok`, `<label> deadlock <key> | <cycle>...`, `<label> error
+/// ...`) on the meeting point's `outcomes` list.
+pub(crate) fn deadlock_worker() {
+    let var = |name: &str| std::env::var(name).expect("set by the test that starts this worker");
+    let (urls, meet, hold, want, label) = (var(URLS), var(MEET), var(HOLD), var(WANT), var(LABEL));
+    let count: i64 = var(COUNT).parse().unwrap();
+    let keep = Duration::from_millis(var(KEEP_MS).parse().unwrap());
+    test_support::runtime(2).block_on(async {
+        let manager = if var(KIND) == "cluster" {
+            let seeds: Vec<&str> = urls.split(',').collect();
+            LockManager::cluster_builder(&seeds)
+                .connect()
+                .await
+                .unwrap()
+        } else {
+            LockManager::connect(&urls).await.unwrap()
+        };
+        let options = options(&label);
+        let guard = manager.acquire(&hold, &options).await.unwrap();
+        let meeting = redis::Client::open(meet.as_str()).unwrap();
+        let mut meeting = meeting.get_multiplexed_async_connection().await.unwrap();
+        let _: i64 = redis::cmd("INCR")
+            .arg("ready")
+            .query_async(&mut meeting)
+            .await
+            .unwrap();
+        // Every worker holds its first lock before any asks for its second.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready: i64 = redis::cmd("GET")
+                .arg("ready")
+                .query_async(&mut meeting)
+                .await
+                .unwrap();
+            if ready >= count {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the other workers never came"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let report = guard
+            .scope(async {
+                if want.is_empty() {
+                    tokio::time::sleep(keep).await;
+                    return "ok".to_owned();
+                }
+                let (report, second) = outcome(manager.acquire(&want, &options).await);
+                if let Some(second) = second {
+                    tokio::time::sleep(keep).await;
+                    second.release().await.unwrap();
+                }
+                report
+            })
+            .await;
+        let _: i64 = redis::cmd("RPUSH")
+            .arg("outcomes")
+            .arg(format!("{label} {report}"))
+            .query_async(&mut meeting)
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    });
+}
+
+/// Where the workers' locks live.
+enum Store<'a> {
+    Standalone(&'a RedisServer),
+    Cluster(&'a RedisCluster),
+}
+
+/// Runs one worker per `(hold, want, keep_ms)` and returns their reports, by label
+/// (`w0`, `w1`, ...). Every worker must end well within the locks' 60 s timeout.
+fn run(store: &Store<'_>, workers: &[(&str, &str, u64)]) -> Vec<String> {
+    let meet = RedisServer::start();
+    let (kind, urls) = match store {
+        Store::Standalone(server) => ("standalone", server.url()),
+        Store::Cluster(cluster) => ("cluster", cluster.urls().join(",")),
+    };
+    let children = workers
+        .iter()
+        .enumerate()
+        .map(|(index, (hold, want, keep))| {
+            spawn_worker(
+                "deadlock::deadlock_worker",
+                &[
+                    (URLS, urls.clone()),
+                    (KIND, kind.to_owned()),
+                    (MEET, meet.url()),
+                    (HOLD, (*hold).to_owned()),
+                    (WANT, (*want).to_owned()),
+                    (COUNT, workers.len().to_string()),
+                    (KEEP_MS, keep.to_string()),
+                    (LABEL, format!("w{index}")),
+                ],
+            )
+        })
+        .collect();
+    // Far less than the 60 s a worker would wait for a lock that never comes.
+    for status in wait_all(children, Duration::from_secs(30)) {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let mut reports: Vec<String> = redis::cmd("LRANGE")
+        .arg("outcomes")
+        .arg(0)
+        .arg(-1)
+        .query(&mut meet.conn())
+        .unwrap();
+    reports.sort();
+    reports
+}
+
+/// Checks that exactly one report is a deadlock, naming `locks` (full keys) with their holders,
+/// and that every other is `ok`.
+fn one_victim(reports: &[String], locks: &[&str]) {
+    assert_eq!(
+        reports.len(),
+        locks.len(),
+        "one report per worker: {reports:?}"
+    );
+    let victims: Vec<&String> = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock "))
+        .collect();
+    assert_eq!(victims.len(), 1, "exactly one victim: {reports:?}");
+    for lock in locks {
+        assert!(
+            victims[0].contains(&format!("`{lock}` (held by w")),
+            "the cycle names {lock} and its holder: {}",
+            victims[0]
+        );
+    }
+    let others = reports
+        .iter()
+        .filter(|report| report.ends_with(" ok"))
+        .count();
+    assert_eq!(
+        others,
+        locks.len() - 1,
+        "the others got their locks: {reports:?}"
+    );
+}
+
+#[test]
+fn two_processes_taking_two_locks_in_opposite_orders_one_gives_up() {
+    let server = RedisServer::start();
+    let reports = run(
+        &Store::Standalone(&server),
+        &[("dl2:a", "dl2:b", 0), ("dl2:b", "dl2:a", 0)],
+    );
+    one_victim(&reports, &["lock:dl2:a", "lock:dl2:b"]);
+}
+
+#[test]
+fn a_cycle_of_three_processes_over_three_locks_one_gives_up() {
+    let server = RedisServer::start();
+    let reports = run(
+        &Store::Standalone(&server),
+        &[
+            ("dl3:a", "dl3:b", 0),
+            ("dl3:b", "dl3:c", 0),
+            ("dl3:c", "dl3:a", 0),
+        ],
+    );
+    one_victim(&reports, &["lock:dl3:a", "lock:dl3:b", "lock:dl3:c"]);
+}
+
+#[test]
+fn a_cycle_across_cluster_slots_one_gives_up() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, b) = ("lock:dlc:a", "lock:dlc:b");
+    assert_ne!(
+        cluster.master_for_slot(cluster.slot_of(a)).port(),
+        cluster.master_for_slot(cluster.slot_of(b)).port(),
+        "the two locks live on different masters"
+    );
+    let reports = run(
+        &Store::Cluster(&cluster),
+        &[("dlc:a", "dlc:b", 0), ("dlc:b", "dlc:a", 0)],
+    );
+    one_victim(&reports, &[a, b]);
+}
+
+#[test]
+fn a_long_chain_that_is_not_a_cycle_is_never_reported() {
+    let server = RedisServer::start();
+    // a → b → c → d; d's holder waits for nothing and releases after 3 s, over several walks.
+    let reports = run(
+        &Store::Standalone(&server),
+        &[
+            ("dlch:a", "dlch:b", 0),
+            ("dlch:b", "dlch:c", 0),
+            ("dlch:c", "dlch:d", 0),
+            ("dlch:d", "", 3000),
+        ],
+    );
+    assert_eq!(reports, ["w0 ok", "w1 ok", "w2 ok", "w3 ok"]);
+}
+
+/// Two tasks of this process on `manager`: one holds `<prefix>:a` and waits for `<prefix>:b`,
+/// the other the reverse, each with `timeout`; their reports (`t0 ok`, `t1 deadlock ...`).
+async fn two_task_cycle(manager: &LockManager, prefix: &str, timeout: Duration) -> Vec<String> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let task = |hold: String, want: String, label: &'static str| {
+        let (manager, barrier) = (manager.clone(), barrier.clone());
+        tokio::spawn(async move {
+            let options = options(label).timeout(timeout);
+            let guard = manager.acquire(&hold, &options).await.unwrap();
+            barrier.wait().await;
+            let report = guard
+                .scope(async {
+                    let (report, second) = outcome(manager.acquire(&want, &options).await);
+                    if let Some(second) = second {
+                        second.release().await.unwrap();
+                    }
+                    report
+                })
+                .await;
+            guard.release().await.unwrap();
+            format!("{label} {report}")
+        })
+    };
+    let (a, b) = (format!("{prefix}:a"), format!("{prefix}:b"));
+    let first = task(a.clone(), b.clone(), "t0");
+    let second = task(b, a, "t1");
+    // Far less than the 60 s timeout of the in-process test.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        vec![first.await.unwrap(), second.await.unwrap()]
+    })
+    .await
+    .expect("both tasks ended well before their timeout")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_process_store_reports_a_two_task_cycle() {
+    let manager = LockManager::in_process();
+    let reports = two_task_cycle(&manager, "dlm", Duration::from_secs(60)).await;
+    let victims: Vec<&String> = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock "))
+        .collect();
+    assert_eq!(victims.len(), 1, "exactly one victim: {reports:?}");
+    assert!(
+        victims[0].contains("`lock:dlm:a` (held by t"),
+        "{reports:?}"
+    );
+    assert!(
+        victims[0].contains("`lock:dlm:b` (held by t"),
+        "{reports:?}"
+    );
+    assert!(
+        reports.iter().any(|report| report.ends_with(" ok")),
+        "{reports:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_master_reports_a_two_task_cycle() {
+    let set = test_support::SentinelSet::start();
+    let manager = crate::sentinel::connect(&set).await;
+    let reports = two_task_cycle(&manager, "dls", Duration::from_secs(60)).await;
+    let victims = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock lock:dls:"))
+        .count();
+    assert_eq!(victims, 1, "exactly one victim: {reports:?}");
+}
+
+/// Redlock detects no deadlocks (docs/deadlocks.md): a cycle there waits out its timeout, as
+/// it always did, and no wait record is written on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_reports_no_deadlock_and_the_cycle_times_out() {
+    let servers = test_support::RedisServers::start(3);
+    let manager = LockManager::redlock_builder(&servers.urls())
+        .connect()
+        .await
+        .unwrap();
+    let mut reports = two_task_cycle(&manager, "dlr", Duration::from_secs(2)).await;
+    reports.sort();
+    assert_eq!(reports.len(), 2);
+    // The first to time out releases its lock, which the other may still get in time.
+    assert!(
+        reports.iter().all(|report| !report.contains(" deadlock ")),
+        "{reports:?}"
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|report| report.contains(" error timed out")),
+        "{reports:?}"
+    );
+    for server in servers.iter() {
+        assert!(server.keys("*distlock:waits*").is_empty());
+    }
+}
+
+/// The commands that reached `server` while `manager` waited 3 s for `dlcount:b`, in the
+/// scope of `held` or, with `None`, holding nothing.
+async fn commands_of_a_wait(
+    server: &RedisServer,
+    manager: &LockManager,
+    held: Option<&distlock::LockGuard>,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut conn = server.conn();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let short = options("counted").timeout(Duration::from_secs(3));
+    let waiting = manager.acquire("dlcount:b", &short);
+    let waited = match held {
+        Some(held) => held.scope(waiting).await,
+        None => waiting.await,
+    };
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    RedisServer::command_counts_on(&mut conn)
+}
+
+/// A waiter that holds a lock and waits, in a chain that is no cycle, sends per walk one
+/// record write per lock it holds and one look per hop, and no more: counted on the server
+/// over a wait of several walks, against the same wait of a waiter that holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_holder_sends_a_bounded_number_of_commands_per_walk() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let options = options("counted");
+    // b's holder waits for nothing: each walk is one look (b) after one record write (a).
+    let blocker = other.acquire("dlcount:b", &options).await.unwrap();
+    let held = manager.acquire("dlcount:a", &options).await.unwrap();
+    let plain = commands_of_a_wait(&server, &manager, None).await;
+    assert_eq!(
+        plain.get("mget"),
+        None,
+        "a waiter holding nothing walks not: {plain:?}"
+    );
+    let watched = commands_of_a_wait(&server, &manager, Some(&held)).await;
+    eprintln!("a 3 s wait holding nothing: {plain:?}");
+    eprintln!("the same wait holding one lock: {watched:?}");
+    let looks = watched.get("mget").copied().unwrap_or(0);
+    // Walks at 0.4 s, then every 0.7 s of a 3 s wait: 4, give or take one at either end.
+    assert!((3..=5).contains(&looks), "one look per walk: {watched:?}");
+    // Besides the wait's own scripts (its place in line), one record write per walk, the end
+    // of the wait and the first run's `SCRIPT LOAD` of the record script (its `NOSCRIPT` try
+    // counted too); the line's renewals may differ by one between the two waits.
+    let scripts = |stats: &std::collections::BTreeMap<String, u64>| {
+        stats.get("evalsha").copied().unwrap_or(0)
+    };
+    let extra = scripts(&watched).saturating_sub(scripts(&plain));
+    assert!(
+        (looks.saturating_sub(1)..=looks + 3).contains(&extra),
+        "one record write per walk: {extra} more scripts for {looks} walks: {watched:?}"
+    );
+    // A failed acquisition ends its wait before it returns: no walk sees it waiting after.
+    let record: Option<String> = redis::cmd("GET")
+        .arg("{lock:dlcount:a}:distlock:waits")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        record
+            .as_deref()
+            .is_some_and(|text| text.ends_with(" ended")),
+        "the wait record is ended: {record:?}"
+    );
+    held.release().await.unwrap();
+    blocker.release().await.unwrap();
+}
