@@ -241,9 +241,18 @@ mod tests {
     #[test]
     fn several_keys_are_mutexes_only() {
         assert_eq!(check_kind_of_several(1, false), Ok(()));
-        assert_eq!(check_kind_of_several(2, false), Err(KindViolation::SeveralKeys));
-        assert_eq!(check_kind_of_several(1, true), Err(KindViolation::SeveralKeys));
-        assert_eq!(check_kind_of_several(0, false), Err(KindViolation::NoPermits));
+        assert_eq!(
+            check_kind_of_several(2, false),
+            Err(KindViolation::SeveralKeys)
+        );
+        assert_eq!(
+            check_kind_of_several(1, true),
+            Err(KindViolation::SeveralKeys)
+        );
+        assert_eq!(
+            check_kind_of_several(0, false),
+            Err(KindViolation::NoPermits)
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! (`test_support::in_own_process`): a process has one.
 
 mod cluster;
-mod family;
 mod deadlock;
+mod family;
 mod fleet;
 mod hold_at_least;
 mod lock_order;

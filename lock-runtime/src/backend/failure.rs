@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use redis::RedisError;
 
+use crate::backend::keys::{Kind, LockKeys};
 use crate::redis::connection::ConnectError;
 use crate::redis::sentinel::NoMaster;
-use crate::backend::keys::{Kind, LockKeys};
 use crate::LockError;
 
 /// A backend operation's result.
