@@ -71,10 +71,12 @@ if not held then
         return failed
       end
     end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    -- The since record before the lock: a server that reads its clock per command may cross
+    -- a millisecond between the two, and then the record must be the one that ends first.
     if ARGV[7] ~= 'first' then
       granted(ARGV[1], ARGV[2])
     end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     return {1, fence, tonumber(ARGV[2])}
   end
   if first[1] == ARGV[1] then

@@ -99,8 +99,9 @@ local function hand_off(claim, except, quiet, popped, counted, known)
         end
       else
         local px = math.min(tonumber(ttl), claim)
-        redis.call('SET', KEYS[1], waiter, 'PX', px)
+        -- The since record first: across a millisecond between the two, it ends first.
         granted(waiter, px, now or known)
+        redis.call('SET', KEYS[1], waiter, 'PX', px)
         local heard = 1
         if channel ~= '' and waiter ~= quiet then
           heard = redis.call('PUBLISH', channel, waiter .. ' ' .. fence)
