@@ -37,15 +37,7 @@ impl LockManager {
         keys: LockKeys,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let own_line;
-        let queue = match keys.kind {
-            Kind::Mutex => &keys.lock,
-            _ => {
-                own_line = own_local_line(&keys);
-                &own_line
-            }
-        };
-        let Some(turn) = self.inner.queues.try_turn(queue) else {
+        let Some(turn) = self.inner.queues.try_turn(&local_line(&keys)) else {
             return Ok(None);
         };
         let token = new_token(options, self.inner.pid);
@@ -210,13 +202,20 @@ pub(crate) fn new_token(options: &LockOptions, pid: u32) -> Arc<str> {
     value
 }
 
-/// The in-process line of one permit or reader acquisition: a line of its own. The process's
-/// line of a key lets one task at a time contend, which a semaphore of n permits or readers
-/// that share must not; their order is kept by the line in Redis (in the table, in process).
-pub(crate) fn own_local_line(keys: &LockKeys) -> Arc<str> {
+/// The in-process line an acquisition of `keys` waits in: the lock key's, shared by every
+/// task of this process that wants it, for a mutex; a line of its own for a permit or a
+/// reader. The process's line of a key lets one task at a time contend, which a semaphore of
+/// n permits or readers that share must not; their order is kept by the line in Redis (in the
+/// table, in process).
+pub(crate) fn local_line(keys: &LockKeys) -> std::borrow::Cow<'_, Arc<str>> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Arc::from(format!("{}\u{0}{n}", keys.lock))
+    match keys.kind {
+        Kind::Mutex => std::borrow::Cow::Borrowed(&keys.lock),
+        _ => {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::borrow::Cow::Owned(Arc::from(format!("{}\u{0}{n}", keys.lock)))
+        }
+    }
 }
 
 pub(crate) fn timeout(keys: &LockKeys, started: Instant) -> LockError {

@@ -12,7 +12,7 @@ use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
-use crate::manager::attempt::{fence_failed, new_token, own_local_line, timeout};
+use crate::manager::attempt::{fence_failed, new_token, local_line, timeout};
 use crate::manager::place::PlaceInLine;
 use crate::support::retry::jitter;
 use crate::support::units::micros;
@@ -40,15 +40,7 @@ impl LockManager {
         let started = Instant::now();
         let deadline = started + options.timeout_duration();
         // The usual case, nobody else here wants this key, needs no timer.
-        let own_line;
-        let queue = match keys.kind {
-            Kind::Mutex => &keys.lock,
-            _ => {
-                own_line = own_local_line(&keys);
-                &own_line
-            }
-        };
-        let (turn, turn_came) = match self.inner.queues.try_turn(queue) {
+        let (turn, turn_came) = match self.inner.queues.try_turn(&local_line(&keys)) {
             Some(turn) => (turn, started),
             None => (
                 self.wait_turn(&keys, deadline, started).await?,
