@@ -547,3 +547,56 @@ async fn a_cycle_through_acquire_all_has_one_victim() {
         "exactly one victim in a real cycle: {reports:?}"
     );
 }
+
+/// A reader is a holder like a writer: a task that holds a read lock of `r` (in its scope) and
+/// waits for `m`, while `m`'s holder waits to write `r`, is in a real cycle. The reader's
+/// lock key is a leased set, not a string: its wait record cannot be written (`GET` of a set
+/// fails in the record script) and a look at `r` finds no holder, so neither member sees the
+/// cycle; both wait out their timeouts. Nothing fails otherwise: the outcomes are a timeout
+/// and a success, never a Redis error or a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: a read lock (or a semaphore's permit) held in a cycle is not seen; a cycle through it has no victim"]
+async fn a_cycle_through_a_read_lock_has_one_victim() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let timeout = Duration::from_secs(8);
+    let read = options("t").mode(distlock::LockMode::Read);
+    let t_holds = manager.acquire("dlread:r", &read).await.unwrap();
+    let u_holds = manager.acquire("dlread:m", &options("u")).await.unwrap();
+    let t = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let report = t_holds
+                .scope(async { report_of(manager.acquire("dlread:m", &options).await).0 })
+                .await;
+            t_holds.release().await.unwrap();
+            format!("t {report}")
+        })
+    };
+    let u = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let options = options("u").timeout(timeout);
+            let report = u_holds
+                .scope(async { report_of(manager.acquire("dlread:r", &options).await).0 })
+                .await;
+            u_holds.release().await.unwrap();
+            format!("u {report}")
+        })
+    };
+    let reports = [t.await.unwrap(), u.await.unwrap()];
+    assert!(
+        reports.iter().all(|report| !report.contains("Redis")),
+        "{reports:?}"
+    );
+    let victims = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock "))
+        .count();
+    assert_eq!(
+        victims, 1,
+        "exactly one victim in a real cycle: {reports:?}"
+    );
+}
