@@ -600,3 +600,63 @@ async fn a_cycle_through_a_read_lock_has_one_victim() {
         "exactly one victim in a real cycle: {reports:?}"
     );
 }
+
+/// Lock names with braces (a hash tag, an empty one, unbalanced ones), spaces and a line
+/// break are names like others: the wait record names the lock waited for by its full key,
+/// and the walk follows it back to the same key, so the two-task cycle still has one victim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_over_hostile_lock_names_has_one_victim() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    for prefix in ["dlh}{ {} x", "dlh {tag}", "dlh\n{", "dlh}:distlock:waits"] {
+        let reports = two_task_cycle(&manager, prefix, Duration::from_secs(20)).await;
+        let victims = reports
+            .iter()
+            .filter(|report| report.contains(" deadlock "))
+            .count();
+        assert_eq!(victims, 1, "exactly one victim for {prefix:?}: {reports:?}");
+    }
+}
+
+/// A watched wait cancelled after its record was written (its future dropped by a timeout
+/// around it) ends its record with the end mark, not by letting it lapse: a walk after the
+/// end mark is written sees no wait, and a renewal cannot bring it back. The lock held stays
+/// held, and its holder can wait again at once, with a fresh record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_ends_its_record_and_a_new_wait_records_again() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let blocker = manager.acquire("dlcancel:b", &options("v")).await.unwrap();
+    let held = manager.acquire("dlcancel:a", &options("t")).await.unwrap();
+    let read = || -> Option<String> {
+        redis::cmd("GET")
+            .arg("{lock:dlcancel:a}:distlock:waits")
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    let waiting_options = options("t");
+    for round in 0..3 {
+        let waiting = held.scope(manager.acquire("dlcancel:b", &waiting_options));
+        // Past the first walk (0.4 s): the record is written, then the wait is dropped.
+        let cancelled = tokio::time::timeout(Duration::from_millis(650), waiting).await;
+        assert!(cancelled.is_err(), "round {round}: still waiting when cancelled");
+        let mut record = read();
+        for _ in 0..100 {
+            if record.as_deref().is_some_and(|text| text.ends_with(" ended")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            record = read();
+        }
+        assert!(
+            record.as_deref().is_some_and(|text| text.ends_with(" ended")),
+            "round {round}: the cancelled wait's record is ended: {record:?}"
+        );
+        // Nothing is written for the dropped wait after its end.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(read(), record, "round {round}: no renewal after the end");
+    }
+    assert!(held.is_held().await.unwrap());
+    held.release().await.unwrap();
+    blocker.release().await.unwrap();
+}
