@@ -639,17 +639,25 @@ async fn a_cancelled_wait_ends_its_record_and_a_new_wait_records_again() {
         let waiting = held.scope(manager.acquire("dlcancel:b", &waiting_options));
         // Past the first walk (0.4 s): the record is written, then the wait is dropped.
         let cancelled = tokio::time::timeout(Duration::from_millis(650), waiting).await;
-        assert!(cancelled.is_err(), "round {round}: still waiting when cancelled");
+        assert!(
+            cancelled.is_err(),
+            "round {round}: still waiting when cancelled"
+        );
         let mut record = read();
         for _ in 0..100 {
-            if record.as_deref().is_some_and(|text| text.ends_with(" ended")) {
+            if record
+                .as_deref()
+                .is_some_and(|text| text.ends_with(" ended"))
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
             record = read();
         }
         assert!(
-            record.as_deref().is_some_and(|text| text.ends_with(" ended")),
+            record
+                .as_deref()
+                .is_some_and(|text| text.ends_with(" ended")),
             "round {round}: the cancelled wait's record is ended: {record:?}"
         );
         // Nothing is written for the dropped wait after its end.
@@ -659,4 +667,49 @@ async fn a_cancelled_wait_ends_its_record_and_a_new_wait_records_again() {
     assert!(held.is_held().await.unwrap());
     held.release().await.unwrap();
     blocker.release().await.unwrap();
+}
+
+/// A task that holds several locks taken together (`acquire_all`, one slot: one token for
+/// all) and waits, in their scope, for `c`, whose holder waits for the second of them, is in a
+/// real cycle: one of the two must give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_the_second_lock_of_acquire_all_has_one_victim() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let timeout = Duration::from_secs(8);
+    let names = ["dlmulti:{s}:a", "dlmulti:{s}:b"];
+    let t_holds = manager.acquire_all(&names, &options("t")).await.unwrap();
+    let u_holds = manager.acquire("dlmulti:c", &options("u")).await.unwrap();
+    let t = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let report = t_holds
+                .scope(async { report_of(manager.acquire("dlmulti:c", &options).await).0 })
+                .await;
+            t_holds.release().await.unwrap();
+            format!("t {report}")
+        })
+    };
+    let u = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let options = options("u").timeout(timeout);
+            let report = u_holds
+                .scope(async { report_of(manager.acquire(names[1], &options).await).0 })
+                .await;
+            u_holds.release().await.unwrap();
+            format!("u {report}")
+        })
+    };
+    let reports = [t.await.unwrap(), u.await.unwrap()];
+    let victims = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock "))
+        .count();
+    assert_eq!(
+        victims, 1,
+        "exactly one victim in a real cycle: {reports:?}"
+    );
 }
