@@ -669,23 +669,24 @@ async fn a_cancelled_wait_ends_its_record_and_a_new_wait_records_again() {
     blocker.release().await.unwrap();
 }
 
-/// A task that holds several locks taken together (`acquire_all`, one slot: one token for
-/// all) and waits, in their scope, for `c`, whose holder waits for the second of them, is in a
-/// real cycle: one of the two must give up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cycle_through_the_second_lock_of_acquire_all_has_one_victim() {
-    let server = RedisServer::start();
-    let manager = LockManager::connect(&server.url()).await.unwrap();
+/// A task that holds several locks taken together (`acquire_all`: on one node by one script,
+/// one token for all; on a cluster, in different slots, one by one) and waits, in their scope,
+/// for `c`, whose holder waits for the second of them, is in a real cycle: one of the two must
+/// give up. `names` are the two locks taken together, `c` the third; their reports.
+async fn cycle_through_acquire_all(
+    manager: &LockManager,
+    names: [&'static str; 2],
+    c: &'static str,
+) -> Vec<String> {
     let timeout = Duration::from_secs(8);
-    let names = ["dlmulti:{s}:a", "dlmulti:{s}:b"];
     let t_holds = manager.acquire_all(&names, &options("t")).await.unwrap();
-    let u_holds = manager.acquire("dlmulti:c", &options("u")).await.unwrap();
+    let u_holds = manager.acquire(c, &options("u")).await.unwrap();
     let t = {
         let manager = manager.clone();
         tokio::spawn(async move {
             let options = options("t").timeout(timeout);
             let report = t_holds
-                .scope(async { report_of(manager.acquire("dlmulti:c", &options).await).0 })
+                .scope(async { report_of(manager.acquire(c, &options).await).0 })
                 .await;
             t_holds.release().await.unwrap();
             format!("t {report}")
@@ -703,7 +704,39 @@ async fn a_cycle_through_the_second_lock_of_acquire_all_has_one_victim() {
             format!("u {report}")
         })
     };
-    let reports = [t.await.unwrap(), u.await.unwrap()];
+    vec![t.await.unwrap(), u.await.unwrap()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_the_second_lock_of_acquire_all_has_one_victim() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let reports =
+        cycle_through_acquire_all(&manager, ["dlmulti:{s}:a", "dlmulti:{s}:b"], "dlmulti:c").await;
+    let victims = reports
+        .iter()
+        .filter(|report| report.contains(" deadlock "))
+        .count();
+    assert_eq!(
+        victims, 1,
+        "exactly one victim in a real cycle: {reports:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_a_part_of_acquire_all_across_cluster_slots_has_one_victim() {
+    let cluster = RedisCluster::start(3, 0);
+    let names = ["dlparts:a", "dlparts:b"];
+    assert_ne!(
+        cluster.slot_of(&format!("lock:{}", names[0])),
+        cluster.slot_of(&format!("lock:{}", names[1])),
+        "taken one by one"
+    );
+    let manager = LockManager::cluster_builder(&cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let reports = cycle_through_acquire_all(&manager, names, "dlparts:c").await;
     let victims = reports
         .iter()
         .filter(|report| report.contains(" deadlock "))
