@@ -95,7 +95,7 @@ impl LockGuard {
     }
 
     /// What this guard shares with its watchdogs, for its own lock and each part's.
-    fn helds(&self) -> impl Iterator<Item = &Arc<Held>> {
+    pub(crate) fn helds(&self) -> impl Iterator<Item = &Arc<Held>> {
         std::iter::once(&self.held).chain(self.parts.iter().map(|part| &part.held))
     }
 

@@ -99,6 +99,9 @@ impl Mode {
 #[derive(Clone)]
 struct Entry {
     held: Arc<Held>,
+    /// The locks of the other parts of an `acquire_all` taken one by one: held by this task
+    /// too, for deadlock detection's wait records.
+    parts: Vec<Arc<Held>>,
     mode: Mode,
     class: Option<Arc<str>>,
 }
@@ -107,6 +110,7 @@ impl Entry {
     fn of(guard: &LockGuard) -> Entry {
         Entry {
             held: Arc::clone(guard.held()),
+            parts: guard.helds().skip(1).cloned().collect(),
             mode: Mode::of(guard.held().keys.kind),
             class: guard.reentry.class.clone(),
         }
@@ -223,12 +227,19 @@ pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
         let Ok(backend) = manager.backend() else {
             return Vec::new();
         };
+        // Every lock of a guard: its own, those taken with it by one script (one token for
+        // all), and its parts'; a cycle may pass through any of them.
         set.entries()
-            .filter(|entry| {
-                !entry.held.is_closed()
-                    && std::ptr::eq(&raw const entry.held.shared.backend, backend)
+            .flat_map(|entry| std::iter::once(&entry.held).chain(&entry.parts))
+            .filter(|held| {
+                !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
             })
-            .map(|entry| (entry.held.keys.clone(), Arc::clone(&entry.held.token)))
+            .flat_map(|held| {
+                let together = held.keys.together.iter().flat_map(|keys| keys.iter());
+                std::iter::once(&held.keys)
+                    .chain(together)
+                    .map(|keys| (keys.clone(), Arc::clone(&held.token)))
+            })
             .collect()
     })
     .unwrap_or_default()
