@@ -12,7 +12,7 @@ use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
-use crate::manager::attempt::{fence_failed, new_token, local_line, timeout};
+use crate::manager::attempt::{fence_failed, local_line, new_token, timeout};
 use crate::manager::place::PlaceInLine;
 use crate::support::retry::jitter;
 use crate::support::units::micros;

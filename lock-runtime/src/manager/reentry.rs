@@ -116,8 +116,8 @@ impl Entry {
         }
     }
 
-    /// Whether this is the lock `name` of `manager`, still held: a guard released while a
-    /// future of its scope still runs (the scope does not borrow it) holds nothing to re-enter.
+    /// Whether this is the lock `name` of `manager`, still held: a lock lost while its scope
+    /// still runs holds nothing to re-enter.
     fn is(&self, manager: &LockManager, name: &str) -> bool {
         !self.held.is_closed() && is_lock(&self.held, manager, name)
     }
@@ -280,7 +280,10 @@ impl LockGuard {
     /// guard's), its `extend` and `is_held` act on that lock, and its `release` and drop do
     /// nothing: the lock stays held until this guard is released. The scope belongs to the
     /// task: a task spawned inside it is another owner and waits for the lock as any other
-    /// holder does. The body of a `#[distributed_lock]` function runs in such a scope already.
+    /// holder does. The scope's future borrows the guard, so the guard cannot be released
+    /// (nor the future spawned away from it) while the scope runs: what the scope says the
+    /// task holds stays true. The body of a `#[distributed_lock]` function runs in such a scope
+    /// already.
     /// A wait inside it for another lock is watched for a wait-for cycle across processes: see
     /// [`LockError::Deadlock`].
     ///
@@ -304,7 +307,7 @@ impl LockGuard {
     /// outer.release().await
     /// # }
     /// ```
-    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub fn scope<'a, F: Future + 'a>(&'a self, future: F) -> impl Future<Output = F::Output> + 'a {
         let entry = Entry::of(self);
         // The scopes around it are read when the future first runs, in the task that runs it.
         async move { HELD.scope(opened(entry), future).await }
