@@ -602,7 +602,6 @@ async fn several_keys_wait_for_readers(manager: LockManager, other: LockManager,
 }
 
 #[tokio::test]
-#[ignore = "on Redis multi_acquire.lua refuses a name held by readers (MODE) where the in-process backend and a plain acquire wait for them"]
 async fn several_keys_wait_for_readers_on_redis() {
     several_keys_wait_for_readers(redis_manager().await, redis_manager().await, "sk:redis").await;
 }
