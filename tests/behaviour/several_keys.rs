@@ -595,7 +595,24 @@ async fn several_keys_wait_for_readers(manager: LockManager, other: LockManager,
             .acquire_all(&names2, &options(Duration::from_secs(20)))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Waiting in line, it is not overtaken by a reader that comes after it.
+    let started = Instant::now();
+    loop {
+        assert!(!writer.is_finished(), "the reader still holds the name");
+        let later = other
+            .try_acquire(&read, &LockOptions::new().mode(LockMode::Read))
+            .await
+            .unwrap();
+        match later {
+            Some(later) => later.release().await.unwrap(),
+            None => break,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter never took its place in line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     reader.release().await.unwrap();
     let guard = writer.await.unwrap().expect("in once the reader is gone");
     guard.release().await.unwrap();
