@@ -241,3 +241,53 @@ async fn on_redlock_each_key_is_a_majority_lock_taken_in_key_order() {
     }
     assert_eq!(*pair.lock().unwrap(), 20, "an update was lost");
 }
+
+/// A name held as a semaphore among several keys is `Config` with nothing left taken, and a
+/// name held by readers is busy (the keys are write locks): in one slot and across slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_use_among_several_keys_in_one_slot_and_across_slots() {
+    let cluster = shared_cluster();
+    let manager = cluster_manager(&cluster.urls()).await;
+    let other = cluster_manager(&cluster.urls()).await;
+    let across = names_across_slots(cluster, "sk:uses:");
+    let one_slot: Vec<String> = (0..3).map(|i| format!("sk:uses:{{tag}}:{i}")).collect();
+    for names in [across, one_slot] {
+        let (free, used) = (&names[..2], &names[2]);
+        let all = [&free[0], &free[1], used];
+        let permit = other
+            .acquire(used, &LockOptions::new().permits(2))
+            .await
+            .unwrap();
+        let waited = manager
+            .acquire_all(&all, &options(Duration::from_secs(5)))
+            .await;
+        assert!(
+            matches!(&waited, Err(LockError::Config(message)) if message.contains("semaphore")),
+            "{all:?}: {:?}",
+            waited.map(|guard| guard.keys().len())
+        );
+        permit.release().await.unwrap();
+
+        let reader = other
+            .acquire(used, &LockOptions::new().mode(distlock::LockMode::Read))
+            .await
+            .unwrap();
+        let waited = manager
+            .acquire_all(&all, &options(Duration::from_millis(500)))
+            .await;
+        assert!(
+            matches!(&waited, Err(LockError::Timeout { .. })),
+            "{all:?}: {:?}",
+            waited.map(|guard| guard.keys().len())
+        );
+        reader.release().await.unwrap();
+        for name in free {
+            let probe = other
+                .try_acquire(name, &options(Duration::ZERO))
+                .await
+                .unwrap()
+                .expect("nothing was left taken");
+            probe.release().await.unwrap();
+        }
+    }
+}
