@@ -601,3 +601,26 @@ async fn a_mutex_try_on_a_held_semaphore_is_refused() {
     );
     permit.release().await.unwrap();
 }
+
+/// A task holding a permit that asks for the same name with another n is told both numbers,
+/// as another caller with another n is, rather than re-entering a semaphore of the wrong size.
+#[tokio::test]
+async fn a_task_holding_a_permit_asking_another_n_is_told_both() {
+    let manager = connect(shared_server()).await;
+    let permit = manager.acquire("sem:reenter:n", &permits(2)).await.unwrap();
+    let again = permit
+        .scope(async { manager.acquire("sem:reenter:n", &permits(2)).await })
+        .await
+        .expect("the same n re-enters");
+    assert_eq!(again.token(), permit.token());
+    again.release().await.unwrap();
+    let other = permit
+        .scope(async { manager.acquire("sem:reenter:n", &permits(3)).await })
+        .await;
+    assert!(
+        matches!(&other, Err(LockError::Config(message)) if message.contains('2') && message.contains('3')),
+        "{:?}",
+        other.map(|guard| guard.token().to_owned())
+    );
+    permit.release().await.unwrap();
+}

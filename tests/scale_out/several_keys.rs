@@ -291,3 +291,47 @@ async fn another_use_among_several_keys_in_one_slot_and_across_slots() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_probe_cancel_across() {
+    let cluster = shared_cluster();
+    let manager = cluster_manager(&cluster.urls()).await;
+    let other = cluster_manager(&cluster.urls()).await;
+    for cut in [0u64, 1, 5, 20, 100, 400] {
+        let names = names_across_slots(cluster, &format!("sk:cancel{cut}:"));
+        let last = other
+            .acquire(&names[2], &options(Duration::ZERO))
+            .await
+            .unwrap();
+        let r = tokio::time::timeout(
+            Duration::from_millis(cut),
+            manager.acquire_all(&names, &options(Duration::from_secs(20))),
+        )
+        .await;
+        println!("cut {cut}: finished {}", r.is_ok());
+        last.release().await.unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(g) = other
+                .try_acquire_all(&names, &options(Duration::ZERO))
+                .await
+                .unwrap()
+            {
+                g.release().await.unwrap();
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "cut {cut}: never free; {:?}",
+                names
+                    .iter()
+                    .map(|n| cluster
+                        .node_for_key(&format!("lock:{n}"))
+                        .get(&format!("lock:{n}")))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!("cut {cut}: free after {:?}", started.elapsed());
+    }
+}
