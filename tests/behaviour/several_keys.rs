@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockMode, LockOptions};
 use redis::aio::MultiplexedConnection;
 use test_support::{shared_server, spawn_worker, wait_all, RedisServer};
 
@@ -524,4 +524,107 @@ fn blocking_threads_transfer_in_both_orders_with_exact_balances() {
     assert!(guard.is_held().unwrap());
     guard.release().unwrap();
     assert!(!server.exists("lock:sk:blocking:manual:a"));
+}
+
+/// A name held as a semaphore among several keys: `Config` naming both uses, whatever the
+/// order of the names and with one attempt or a wait, and nothing taken.
+async fn a_semaphore_among_several_keys(manager: LockManager, other: LockManager, tag: &str) {
+    let (free, semaphore) = (format!("{tag}:uses:free"), format!("{tag}:uses:semaphore"));
+    let permit = other
+        .acquire(&semaphore, &LockOptions::new().permits(2))
+        .await
+        .unwrap();
+    for names in [[&free, &semaphore], [&semaphore, &free]] {
+        let tried = manager
+            .try_acquire_all(&names, &options(Duration::ZERO))
+            .await;
+        let waited = manager
+            .acquire_all(&names, &options(Duration::from_secs(5)))
+            .await;
+        for error in [tried.map(|_| ()), waited.map(|_| ())] {
+            assert!(
+                matches!(&error, Err(LockError::Config(message)) if message.contains("semaphore")),
+                "{names:?}: {error:?}"
+            );
+        }
+        let probe = other
+            .try_acquire(&free, &options(Duration::ZERO))
+            .await
+            .unwrap()
+            .expect("nothing was taken");
+        probe.release().await.unwrap();
+    }
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_semaphore_among_several_keys_is_a_config_error_on_redis() {
+    a_semaphore_among_several_keys(redis_manager().await, redis_manager().await, "sk:redis").await;
+}
+
+#[tokio::test]
+async fn a_semaphore_among_several_keys_is_a_config_error_in_process() {
+    let manager = LockManager::in_process();
+    a_semaphore_among_several_keys(manager.clone(), manager, "sk:mem").await;
+}
+
+/// A name held by readers among several keys: the keys are mutexes, that is write locks, so
+/// the caller finds it busy and waits for the readers, as a plain `acquire` of the name does.
+async fn several_keys_wait_for_readers(manager: LockManager, other: LockManager, tag: &str) {
+    let (free, read) = (format!("{tag}:readers:free"), format!("{tag}:readers:read"));
+    let reader = other
+        .acquire(&read, &LockOptions::new().mode(LockMode::Read))
+        .await
+        .unwrap();
+    let names = [&free, &read];
+    let tried = manager
+        .try_acquire_all(&names, &options(Duration::ZERO))
+        .await;
+    assert!(matches!(tried, Ok(None)), "busy while read: {tried:?}");
+    let waited = manager
+        .acquire_all(&names, &options(Duration::from_millis(300)))
+        .await;
+    assert!(
+        matches!(&waited, Err(LockError::Timeout { key, .. }) if key.ends_with(":readers:read")),
+        "waits for the readers: {:?}",
+        waited.map(|guard| guard.keys().len())
+    );
+    let (manager2, names2) = (manager.clone(), [free.clone(), read.clone()]);
+    let writer = tokio::spawn(async move {
+        manager2
+            .acquire_all(&names2, &options(Duration::from_secs(20)))
+            .await
+    });
+    // Waiting in line, it is not overtaken by a reader that comes after it.
+    let started = Instant::now();
+    loop {
+        assert!(!writer.is_finished(), "the reader still holds the name");
+        let later = other
+            .try_acquire(&read, &LockOptions::new().mode(LockMode::Read))
+            .await
+            .unwrap();
+        match later {
+            Some(later) => later.release().await.unwrap(),
+            None => break,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter never took its place in line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    reader.release().await.unwrap();
+    let guard = writer.await.unwrap().expect("in once the reader is gone");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn several_keys_wait_for_readers_on_redis() {
+    several_keys_wait_for_readers(redis_manager().await, redis_manager().await, "sk:redis").await;
+}
+
+#[tokio::test]
+async fn several_keys_wait_for_readers_in_process() {
+    let manager = LockManager::in_process();
+    several_keys_wait_for_readers(manager.clone(), manager, "sk:mem").await;
 }

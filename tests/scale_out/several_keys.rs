@@ -241,3 +241,97 @@ async fn on_redlock_each_key_is_a_majority_lock_taken_in_key_order() {
     }
     assert_eq!(*pair.lock().unwrap(), 20, "an update was lost");
 }
+
+/// A name held as a semaphore among several keys is `Config` with nothing left taken, and a
+/// name held by readers is busy (the keys are write locks): in one slot and across slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_use_among_several_keys_in_one_slot_and_across_slots() {
+    let cluster = shared_cluster();
+    let manager = cluster_manager(&cluster.urls()).await;
+    let other = cluster_manager(&cluster.urls()).await;
+    let across = names_across_slots(cluster, "sk:uses:");
+    let one_slot: Vec<String> = (0..3).map(|i| format!("sk:uses:{{tag}}:{i}")).collect();
+    for names in [across, one_slot] {
+        let (free, used) = (&names[..2], &names[2]);
+        let all = [&free[0], &free[1], used];
+        let permit = other
+            .acquire(used, &LockOptions::new().permits(2))
+            .await
+            .unwrap();
+        let waited = manager
+            .acquire_all(&all, &options(Duration::from_secs(5)))
+            .await;
+        assert!(
+            matches!(&waited, Err(LockError::Config(message)) if message.contains("semaphore")),
+            "{all:?}: {:?}",
+            waited.map(|guard| guard.keys().len())
+        );
+        permit.release().await.unwrap();
+
+        let reader = other
+            .acquire(used, &LockOptions::new().mode(distlock::LockMode::Read))
+            .await
+            .unwrap();
+        let waited = manager
+            .acquire_all(&all, &options(Duration::from_millis(500)))
+            .await;
+        assert!(
+            matches!(&waited, Err(LockError::Timeout { .. })),
+            "{all:?}: {:?}",
+            waited.map(|guard| guard.keys().len())
+        );
+        reader.release().await.unwrap();
+        for name in free {
+            let probe = other
+                .try_acquire(name, &options(Duration::ZERO))
+                .await
+                .unwrap()
+                .expect("nothing was left taken");
+            probe.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_probe_cancel_across() {
+    let cluster = shared_cluster();
+    let manager = cluster_manager(&cluster.urls()).await;
+    let other = cluster_manager(&cluster.urls()).await;
+    for cut in [0u64, 1, 5, 20, 100, 400] {
+        let names = names_across_slots(cluster, &format!("sk:cancel{cut}:"));
+        let last = other
+            .acquire(&names[2], &options(Duration::ZERO))
+            .await
+            .unwrap();
+        let r = tokio::time::timeout(
+            Duration::from_millis(cut),
+            manager.acquire_all(&names, &options(Duration::from_secs(20))),
+        )
+        .await;
+        println!("cut {cut}: finished {}", r.is_ok());
+        last.release().await.unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(g) = other
+                .try_acquire_all(&names, &options(Duration::ZERO))
+                .await
+                .unwrap()
+            {
+                g.release().await.unwrap();
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "cut {cut}: never free; {:?}",
+                names
+                    .iter()
+                    .map(|n| cluster
+                        .node_for_key(&format!("lock:{n}"))
+                        .get(&format!("lock:{n}")))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!("cut {cut}: free after {:?}", started.elapsed());
+    }
+}

@@ -60,8 +60,8 @@ pub(crate) enum Mode {
     Exclusive,
     /// A read-write lock's reader.
     Shared,
-    /// A semaphore's permit.
-    Permit,
+    /// A permit of a semaphore of this many permits.
+    Permit(u32),
 }
 
 impl Mode {
@@ -70,17 +70,17 @@ impl Mode {
         match kind {
             Kind::Mutex => Mode::Exclusive,
             Kind::Read => Mode::Shared,
-            Kind::Permits(_) => Mode::Permit,
+            Kind::Permits(n) => Mode::Permit(n),
         }
     }
 
     /// Whether a hold in this mode may serve an acquisition in `wanted` by re-entry: the same
-    /// mode, or reading under a write lock.
+    /// mode (a permit of a semaphore of the same size), or reading under a write lock.
     fn covers(self, wanted: Mode) -> bool {
         match self {
             Mode::Exclusive => matches!(wanted, Mode::Exclusive | Mode::Shared),
             Mode::Shared => matches!(wanted, Mode::Shared),
-            Mode::Permit => matches!(wanted, Mode::Permit),
+            Mode::Permit(held) => wanted == Mode::Permit(held),
         }
     }
 }
@@ -90,7 +90,7 @@ impl Mode {
         match self {
             Mode::Exclusive => "a mutex (or a write lock)",
             Mode::Shared => "a read lock",
-            Mode::Permit => "a semaphore's permit",
+            Mode::Permit(_) => "a semaphore's permit",
         }
     }
 }
@@ -131,6 +131,11 @@ impl Entry {
                     "lock `{key}` is held by this task to read, and asked for to write: a read \
                      lock is not upgraded, as the write lock would wait for this task's own \
                      release; release the read lock first, or take the write lock from the start"
+                ),
+                (Mode::Permit(held), Mode::Permit(asked)) => format!(
+                    "lock `{key}` is held by this task as a semaphore of {held} permits, and \
+                     asked for with {asked} permits: give every caller of the name the same \
+                     number of permits"
                 ),
                 _ => format!(
                     "lock `{key}` is held by this task as {}, and asked for as {}: every use of \

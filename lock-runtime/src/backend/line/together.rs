@@ -86,7 +86,11 @@ impl Node {
         let reply: Value = self
             .send(rule, || async {
                 let mut connection = self.connection().await?;
-                Ok(scripts::invoke(&scripts::MULTI_ACQUIRE, &cmd, &mut connection).await?)
+                // A key held as a semaphore or by readers answers `MODE`: a use of the name
+                // the caller must change, said in the script's words.
+                scripts::invoke(&scripts::MULTI_ACQUIRE, &cmd, &mut connection)
+                    .await
+                    .map_err(Failure::from_family)
             })
             .await?;
         let Value::Array(items) = &reply else {

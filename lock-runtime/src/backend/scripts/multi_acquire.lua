@@ -16,7 +16,8 @@
 --   `KEYS[1..k]` of the first busy key in canonical (byte) order, `pttl` what is left of that
 --   key's holder (-3: it is free but others wait for it first), `deadline` when the place
 --   lapses (0 for `"first"`) and `index` the place in that key's line (-1 for `"first"`).
--- - Errors: `MODE <found> multi ...` when a key is a semaphore, a read lock or not distlock's.
+-- - Errors: `MODE <found> multi ...` when a key is a semaphore or not distlock's (a key held by
+--   readers is busy: the caller waits for them as a writer).
 --
 -- Each key is a plain mutex key holding the caller's value, so a mutex caller of any one of the
 -- names sees it held, and its line is the mutex's line: a waiter waits in the line of the first
@@ -47,6 +48,12 @@ for _, i in ipairs(order) do
     if value == me then
       owned[#owned + 1] = i
     elseif not busy then
+      busy, pttl = i, redis.call('PTTL', KEYS[i])
+    end
+  elseif found == 'read' then
+    -- Held by readers: busy, as for a writer (the keys are write locks). The readers' line
+    -- is this key's line, whose last reader's release lets the caller in as a writer.
+    if not busy then
       busy, pttl = i, redis.call('PTTL', KEYS[i])
     end
   elseif found ~= 'none' then
