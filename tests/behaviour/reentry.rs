@@ -343,25 +343,32 @@ async fn a_reentered_guard_kept_past_its_outer_release_tells_the_truth() {
         server.get("lock:scope:kept").as_deref(),
         Some(theirs.token())
     );
-    // Inside the scope of a guard already released, the lock is not re-entered: it is found
-    // held by its new holder.
-    outer_scope_after_release(&manager, &options).await;
+    // Inside the scope of a guard whose lock expired, the lock is not re-entered: it is found
+    // held by its new holder. (A guard cannot be released while its scope runs: the scope
+    // borrows it; tests/ui/fail/scope_spawned.rs.)
+    outer_scope_after_expiry(&manager, &options).await;
     theirs.release().await.unwrap();
 }
 
-/// A scope run by a guard after its release: asking for its lock again finds the new holder.
-async fn outer_scope_after_release(manager: &distlock::LockManager, options: &LockOptions) {
-    let outer = manager.acquire("scope:kept2", options).await.unwrap();
-    let scope = outer.scope(async {
-        manager
-            .try_acquire("scope:kept2", options)
-            .await
-            .unwrap()
-            .is_none()
-    });
-    outer.release().await.unwrap();
-    let other = another_holder(manager, options).await;
-    assert!(scope.await, "a released guard's scope re-entered its lock");
+/// A scope run by a guard whose lock expired and was taken by another holder: asking for the
+/// lock again inside it is told the lock is lost, never re-entered.
+async fn outer_scope_after_expiry(manager: &distlock::LockManager, options: &LockOptions) {
+    let short = options.clone().ttl(Duration::from_millis(200));
+    let outer = manager.acquire("scope:kept2", &short).await.unwrap();
+    let (reentered, other) = outer
+        .scope(async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let other = another_holder(manager, options).await;
+            let again = manager.try_acquire("scope:kept2", options).await;
+            (again, other)
+        })
+        .await;
+    // Told the lock is lost, as the scope's holder, rather than handed a re-entered guard.
+    assert!(
+        matches!(reentered, Err(LockError::Lost { .. })),
+        "an expired guard's scope re-entered its lock: {reentered:?}"
+    );
+    assert!(matches!(outer.release().await, Err(LockError::Lost { .. })));
     other.release().await.unwrap();
 }
 
