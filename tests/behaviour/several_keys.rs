@@ -628,3 +628,29 @@ async fn several_keys_wait_for_readers_in_process() {
     let manager = LockManager::in_process();
     several_keys_wait_for_readers(manager.clone(), manager, "sk:mem").await;
 }
+
+/// Several keys are mutexes: asked as a semaphore or to read, `acquire_all` and
+/// `try_acquire_all` refuse at once with `Config`, saying what to write, and take nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_as_a_semaphore_or_to_read_are_refused_and_take_nothing() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let names = ["kinds:a", "kinds:b"];
+    for options in [
+        LockOptions::new().permits(2),
+        LockOptions::new().mode(LockMode::Read),
+    ] {
+        for attempt in [
+            manager.acquire_all(&names, &options).await.map(Some),
+            manager.try_acquire_all(&names, &options).await,
+        ] {
+            let Err(LockError::Config(message)) = attempt else {
+                panic!("{options:?}: {attempt:?}");
+            };
+            assert!(message.contains("mutexes only"), "{message}");
+        }
+    }
+    for name in names {
+        assert!(!server.exists(&format!("lock:{name}")), "{name} was taken");
+    }
+}

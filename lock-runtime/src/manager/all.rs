@@ -36,9 +36,10 @@ impl LockManager {
     /// Re-entry does not apply: a task that holds one of the names already waits for it.
     ///
     /// # Errors
-    /// [`LockError::Config`] for an empty `names`, or as [`acquire`](Self::acquire) for any
-    /// name; [`LockError::Timeout`] naming the key still held when the timeout ran out;
-    /// [`LockError::Redis`] as for [`acquire`](Self::acquire).
+    /// [`LockError::Config`] for an empty `names`, for `permits(n > 1)` or
+    /// [`LockMode::Read`](crate::LockMode::Read) (several keys are mutexes), or as
+    /// [`acquire`](Self::acquire) for any name; [`LockError::Timeout`] naming the key still
+    /// held when the timeout ran out; [`LockError::Redis`] as for [`acquire`](Self::acquire).
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
