@@ -153,6 +153,17 @@ pub(crate) enum Wait {
     },
 }
 
+impl Wait {
+    /// The channel a script is told to hand the lock over on: `""` for none (a first try, or a
+    /// waiter that looks again on its own).
+    pub(crate) fn channel_arg(&self) -> &str {
+        match self {
+            Wait::FirstTry => "",
+            Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
+        }
+    }
+}
+
 /// One attempt to take a lock, as the manager asks it of the store.
 #[derive(Debug)]
 pub(crate) struct LockRequest<'a> {

@@ -76,10 +76,7 @@ impl Node {
         } else {
             Resend::AtMostOnce
         };
-        let channel = match &wait {
-            Wait::FirstTry => "",
-            Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
-        };
+        let channel = wait.channel_arg();
 
         let (line, fence, since, leases) = (keys.line(), keys.fence(), keys.since(), keys.leases());
         let renewing = matches!(wait, Wait::InLine { renewing: true, .. });

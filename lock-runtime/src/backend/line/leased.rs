@@ -34,10 +34,7 @@ impl Node {
             fencing,
             wait,
         } = request;
-        let channel = match &wait {
-            Wait::FirstTry => "",
-            Wait::InLine { channel, .. } => channel.as_deref().unwrap_or(""),
-        };
+        let channel = wait.channel_arg();
         let place = match wait {
             Wait::FirstTry => "first",
             // The script looks for the caller's entry before it writes one either way; a

@@ -57,17 +57,12 @@ impl Node {
             fencing,
             wait,
         } = request;
-        let (channel, how) = match &wait {
-            Wait::FirstTry => ("", "first"),
-            Wait::InLine { channel, renewing } => (
-                channel.as_deref().unwrap_or(""),
-                // Joined as a renewal where a command may run twice: one entry, not two.
-                if *renewing || self.resends_commands() {
-                    "renew"
-                } else {
-                    "join"
-                },
-            ),
+        let channel = wait.channel_arg();
+        let how = match &wait {
+            Wait::FirstTry => "first",
+            // Joined as a renewal where a command may run twice: one entry, not two.
+            Wait::InLine { renewing, .. } if *renewing || self.resends_commands() => "renew",
+            Wait::InLine { .. } => "join",
         };
         let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, 6);
         cmd.arg(token)
