@@ -126,7 +126,7 @@ impl LockManager {
     /// the master and to whichever replica takes its place, all trusting the system's roots or
     /// `LockManagerBuilder::tls_root_certificate`. The master's certificate must be valid
     /// for the address the sentinels announce (usually an IP address). Every sentinel URL takes
-    /// the same scheme, else `connect` fails with [`LockError::Config`](crate::LockError::Config);
+    /// the same scheme, else `connect` fails with [`LockError::Config`];
     /// TLS sentinels with logins in their URLs share one.
     ///
     /// Replication is asynchronous, so a failover can forget the last writes of the old

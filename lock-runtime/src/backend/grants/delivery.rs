@@ -1,4 +1,4 @@
-//! The delivery task of a [`GrantHub`]: one pub/sub connection per server, subscribed to the
+//! The delivery task of a [`GrantHub`](super::GrantHub): one pub/sub connection per server, subscribed to the
 //! manager's channel, handing each message to the waiter it names; reconnecting, and moving to
 //! the new master after a Sentinel failover.
 

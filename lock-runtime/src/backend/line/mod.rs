@@ -290,7 +290,7 @@ pub(crate) fn names_a_helper(error: &redis::RedisError) -> bool {
 }
 
 /// What [`Node::naming_the_key`] says of a helper key of another type (and what
-/// [`Node::names_a_helper`] looks for).
+/// [`names_a_helper`] looks for).
 pub(super) const HELPER_OF_ANOTHER_TYPE: &str =
     "holds a value of another type: something other than distlock wrote that key";
 
