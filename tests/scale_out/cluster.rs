@@ -519,6 +519,9 @@ struct Run {
     confirmed: [AtomicUsize; 2],
     /// Sections that failed (acquire, data or release), by phase.
     failed: [AtomicUsize; 2],
+    /// Sections whose counter write failed, by phase: a write whose answer was lost may still
+    /// have been applied, so each can account for one increment more than was confirmed.
+    unsure_writes: [AtomicUsize; 2],
     /// Lost locks seen at release, by phase.
     lost: [AtomicUsize; 2],
     /// Sections inside now, and the most ever inside at once: of any phase, and of those that
@@ -553,14 +556,29 @@ impl Run {
         }
     }
 
+    /// Waits until `sections` sections of `phase` were confirmed, failing after 15 s (the
+    /// first sections also connect the clients, which a loaded machine makes slow).
+    async fn wait_for_sections(&self, phase: usize, sections: usize, when: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.confirmed[phase].load(Ordering::SeqCst) < sections {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {sections} sections ran in 15 s {when}: {}",
+                self.summary()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn summary(&self) -> String {
         let load =
             |a: &[AtomicUsize; 2]| [a[0].load(Ordering::SeqCst), a[1].load(Ordering::SeqCst)];
         format!(
-            "confirmed {:?}, failed {:?}, lost {:?} (before/after the change), at most {} inside \
-             at once, longest gap between sections {:?}; errors {:?}",
+            "confirmed {:?}, failed {:?} (of which writes {:?}), lost {:?} (before/after the \
+             change), at most {} inside at once, longest gap between sections {:?}; errors {:?}",
             load(&self.confirmed),
             load(&self.failed),
+            load(&self.unsure_writes),
             load(&self.lost),
             self.max_inside.load(Ordering::SeqCst),
             self.longest_gap.lock().unwrap(),
@@ -610,7 +628,10 @@ fn spawn_loops(
                     run.inside.fetch_sub(1, Ordering::SeqCst);
                     match written {
                         Ok(()) => run.record_confirmed(phase),
-                        Err(error) => run.record_error(phase, format!("data: {error}")),
+                        Err(error) => {
+                            run.unsure_writes[phase].fetch_add(1, Ordering::SeqCst);
+                            run.record_error(phase, format!("data: {error}"));
+                        }
                     }
                     match guard.release().await {
                         Ok(()) => {}
@@ -665,15 +686,12 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
         8,
         name,
         &counters,
-        // Long, so that a lock left behind by a failed release would stall the run visibly.
-        Duration::from_secs(10),
+        // Long, so that a lock left behind by a failed release would stall the run visibly:
+        // twice the gap a failover may cause on a loaded machine.
+        Duration::from_secs(20),
         &run,
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        run.confirmed[0].load(Ordering::SeqCst) > 0,
-        "sections ran before the failover"
-    );
+    run.wait_for_sections(0, 10, "before the failover").await;
 
     // SIGKILL the master of the lock's slot; returns once a replica serves the slot and every
     // node agrees.
@@ -687,18 +705,10 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
     };
     run.changed.store(true, Ordering::SeqCst);
     let failover_took = failover_started.elapsed();
-    assert_ne!(new_master, old_master);
+    assert_ne!(new_master, old_master, "{}", run.summary());
 
     // Sections keep running on the new master.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while run.confirmed[1].load(Ordering::SeqCst) < 30 {
-        assert!(
-            Instant::now() < deadline,
-            "fewer than 30 sections ran in 15 s after the failover: {}",
-            run.summary()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    run.wait_for_sections(1, 30, "after the failover").await;
     run.stop.store(true, Ordering::SeqCst);
     let stopping = Instant::now();
     // A task finishes its section: at most one acquire timeout (10 s) plus a release.
@@ -711,10 +721,10 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
 
     // The holder caught by the crash releases on the promoted replica as soon as it serves
     // the slot (the release retries while the cluster is in flux), so the run resumes right
-    // after the failover instead of waiting out that lock's 10 s ttl.
+    // after the failover instead of waiting out that lock's 20 s ttl.
     let longest_gap = *run.longest_gap.lock().unwrap();
     assert!(
-        longest_gap < failover_took + Duration::from_secs(4),
+        longest_gap < failover_took + Duration::from_secs(8),
         "the run stalled for {longest_gap:?} around a failover of {failover_took:?}: a lock was \
          left to expire; {}",
         run.summary()
@@ -734,18 +744,26 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
         "the counter cannot exceed the writes sent: {before}; {}",
         run.summary()
     );
-    // ...while every section that started after the failover settled is exact and exclusive.
+    // ...while every section that started after the failover settled is exclusive and loses
+    // no update: the counter holds every confirmed write, and beyond them at most the writes
+    // whose answer was lost while the data connection caught up with the new master.
     let after = count(&cluster, &counters[1]);
-    assert_eq!(
-        after,
-        run.confirmed[1].load(Ordering::SeqCst),
-        "an update after the failover was lost: {}",
+    let confirmed_after = run.confirmed[1].load(Ordering::SeqCst);
+    assert!(
+        after >= confirmed_after,
+        "an update after the failover was lost: the counter is {after}; {}",
+        run.summary()
+    );
+    assert!(
+        after <= confirmed_after + run.unsure_writes[1].load(Ordering::SeqCst),
+        "the counter after the failover is {after}, more than the writes sent: {}",
         run.summary()
     );
     assert_eq!(
         run.max_inside_after.load(Ordering::SeqCst),
         1,
-        "two sections after the failover overlapped"
+        "two sections after the failover overlapped: {}",
+        run.summary()
     );
     assert_eq!(
         run.lost[1].load(Ordering::SeqCst),
@@ -753,7 +771,11 @@ async fn a_run_survives_a_failover_of_the_locks_master() {
         "a lock taken after the failover was lost: {}",
         run.summary()
     );
-    assert!(!cluster.exists(&key), "the last holder released");
+    assert!(
+        !cluster.exists(&key),
+        "the last holder released: {}",
+        run.summary()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -789,11 +811,7 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
         Duration::from_secs(10),
         &run,
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        run.confirmed[0].load(Ordering::SeqCst) > 0,
-        "sections ran before the migration"
-    );
+    run.wait_for_sections(0, 10, "before the migration").await;
 
     // The slot stays half-moved for 1 s: the source answers ASK for the keys already moved.
     let migration_started = Instant::now();
@@ -813,15 +831,7 @@ async fn a_run_survives_a_slot_migration_with_ask_redirections() {
     assert_ne!(target, source);
     assert_eq!(cluster.node_for_key(&key).port(), target);
 
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while run.confirmed[1].load(Ordering::SeqCst) < 30 {
-        assert!(
-            Instant::now() < deadline,
-            "fewer than 30 sections ran in 15 s after the migration: {}",
-            run.summary()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    run.wait_for_sections(1, 30, "after the migration").await;
     run.stop.store(true, Ordering::SeqCst);
     join_within(tasks, Duration::from_secs(25)).await;
     eprintln!("migration took {migration_took:?}; {}", run.summary());
