@@ -1,28 +1,33 @@
 //! Deadlock detection's decisions, without I/O or clock: when a waiter that holds locks looks
 //! for a wait-for cycle, how a walk follows the holders' wait records (`backend::waits`) from
-//! the lock it wants, and when a cycle is reported and by whom. The walking itself (one look
-//! per hop) is `manager::deadlock`'s.
+//! the locks it wants, and when a cycle is reported and by whom. The looks themselves (one
+//! command each) are `manager::deadlock`'s.
 //!
 //! - **When.** Not before [`FIRST_WALK`] of waiting (short waits cost nothing), then every
 //!   [`WALK_EVERY`]. Each walk renews the waiter's own records first.
-//! - **A walk** ([`Walk`]) starts at the lock wanted: a look gives its holder and that holder's
-//!   wait; the next lock is the one that holder waits for. It ends with a cycle when a holder
-//!   is this waiter (one of its tokens), and without one at a free lock, a holder that does
-//!   not wait (or whose wait is not recorded), a lock seen before in this walk (a cycle that
-//!   does not pass through this waiter: its own members report it), or after [`MAX_HOPS`].
+//! - **A walk** ([`Walk`]) is a depth-first search from the locks wanted over every edge: a
+//!   look at a lock gives its holders (a mutex's one, or a read lock's readers) and each
+//!   holder's waits; each wait leads to the lock it waits for. It ends with a cycle when a
+//!   holder is this waiter (one of its tokens), and without one when every path ended — at a
+//!   free lock, a holder that does not wait (or whose wait is not recorded), a lock already
+//!   looked at in this walk (a cycle that does not pass through this waiter: its own members
+//!   report it), a path of [`MAX_HOPS`] locks — or after [`MAX_LOOKS`] looks.
 //! - **A report** ([`Detection::walked`]) needs two walks in a row to find the same cycle —
 //!   the same locks, holder tokens and wait ids. Tokens are unique per acquisition and wait
 //!   ids per wait, so each edge existed throughout the time between the walks, and all of
-//!   them at once: the cycle is real, not a chain that was moving (docs/deadlocks.md).
+//!   them at once: the cycle is real, not a chain that was moving (docs/deadlocks.md). The
+//!   search visits holders and waits in a fixed order, so two walks over the same records
+//!   find the same cycle first.
 //! - **The victim** is the member whose wait began last (ties: the greatest wait id). Every
 //!   member reads the same records, so all pick the same one; only it reports.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::waits::{Hop, WaitRecord};
+use crate::backend::waits::{Seen, WaitRecord};
 
 /// How long a waiter that holds locks waits before its first walk.
 pub(crate) const FIRST_WALK: Duration = Duration::from_millis(400);
@@ -30,6 +35,8 @@ pub(crate) const FIRST_WALK: Duration = Duration::from_millis(400);
 pub(crate) const WALK_EVERY: Duration = Duration::from_millis(700);
 /// The longest chain followed: a longer cycle is not reported (its waiters time out).
 pub(crate) const MAX_HOPS: usize = 16;
+/// The most looks of one walk (one command each): a wider wait graph is searched only this far.
+pub(crate) const MAX_LOOKS: usize = 32;
 
 /// One edge of a wait-for cycle: a lock and its holder, with the holder's wait (`None` for
 /// the last edge, a lock of this waiter, whose wait is the one walking).
@@ -49,55 +56,83 @@ pub(crate) struct Waiter {
     pub(crate) tokens: Vec<Arc<str>>,
 }
 
-/// What to do after a look.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Look at this lock.
-    Look(String),
-    /// The chain came back to this waiter.
-    Cycle(Vec<Edge>),
-    /// No cycle through this waiter now.
-    End,
-}
-
-/// One walk in progress.
+/// One walk in progress: the paths still to follow, deepest last.
 #[derive(Debug)]
 pub(crate) struct Walk {
-    edges: Vec<Edge>,
+    /// Locks to look at, each with the edges that led to it (empty for a lock wanted).
+    pending: Vec<(String, Vec<Edge>)>,
+    /// The locks looked at so far.
+    looked: HashSet<String>,
+    /// The path of the look in progress.
+    current: Vec<Edge>,
 }
 
 impl Walk {
-    /// A walk from the lock wanted; the driver looks at it first.
-    pub(crate) fn new() -> Self {
-        Walk { edges: Vec::new() }
+    /// A walk from the locks wanted, first of `wanted` first.
+    pub(crate) fn new(wanted: &[String]) -> Self {
+        Walk {
+            pending: wanted
+                .iter()
+                .rev()
+                .map(|lock| (lock.clone(), Vec::new()))
+                .collect(),
+            looked: HashSet::new(),
+            current: Vec::new(),
+        }
     }
 
-    /// The look at `lock` found `hop`.
-    pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, hop: Hop) -> Next {
-        let Some(holder) = hop.holder else {
-            return Next::End;
-        };
-        if waiter.tokens.iter().any(|token| **token == *holder) {
-            self.edges.push(Edge {
+    /// The next lock to look at; `None` when the walk is over without a cycle.
+    pub(crate) fn next_look(&mut self) -> Option<String> {
+        if self.looked.len() >= MAX_LOOKS {
+            return None;
+        }
+        while let Some((lock, path)) = self.pending.pop() {
+            if !self.looked.contains(&lock) {
+                self.current = path;
+                return Some(lock);
+            }
+        }
+        None
+    }
+
+    /// The look at `lock` (the one [`next_look`](Self::next_look) gave) found `seen`: the
+    /// cycle through `waiter`, if that closes one; else the paths it opens are queued.
+    pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, seen: Seen) -> Option<Vec<Edge>> {
+        self.looked.insert(lock.to_owned());
+        let path = std::mem::take(&mut self.current);
+        if let Some(mine) = seen
+            .holders
+            .iter()
+            .find(|holder| waiter.tokens.iter().any(|token| **token == *holder.token))
+        {
+            let mut cycle = path;
+            cycle.push(Edge {
                 lock: lock.to_owned(),
-                holder,
+                holder: mine.token.clone(),
                 wait: None,
             });
-            return Next::Cycle(std::mem::take(&mut self.edges));
+            return Some(cycle);
         }
-        let Some(wait) = hop.wait else {
-            return Next::End;
-        };
-        let next = wait.waits_for.clone();
-        self.edges.push(Edge {
-            lock: lock.to_owned(),
-            holder,
-            wait: Some(wait),
-        });
-        if self.edges.len() >= MAX_HOPS || self.edges.iter().any(|edge| edge.lock == next) {
-            return Next::End;
+        if path.len() + 1 >= MAX_HOPS {
+            return None;
         }
-        Next::Look(next)
+        // Queued in reverse, so that the first holder's first wait is followed first.
+        for holder in seen.holders.iter().rev() {
+            for wait in holder.waits.iter().rev() {
+                let next = &wait.waits_for;
+                if next == lock || path.iter().any(|edge| edge.lock == *next) {
+                    continue;
+                }
+                let mut longer = path.clone();
+                longer.push(Edge {
+                    lock: lock.to_owned(),
+                    holder: holder.token.clone(),
+                    wait: Some(wait.clone()),
+                });
+                self.pending.push((next.clone(), longer));
+            }
+        }
+        None
     }
 }
 

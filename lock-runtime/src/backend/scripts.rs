@@ -273,8 +273,14 @@ pub(crate) static MULTI_RELEASE: Lazy<Script> = Lazy::new(|| {
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/multi_extend.lua`.
 pub(crate) static MULTI_EXTEND: Lazy<Script> =
     Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/multi_extend.lua")].concat()));
-/// Write, renew or end the wait record of a lock's holder, only while it holds the lock.
+/// Write, renew or end the wait records of a lock's holder, only while it holds the lock.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/wait_record.lua`.
 pub(crate) static WAIT_RECORD: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("scripts/wait_record.lua")));
+    Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/wait_record.lua")].concat()));
+
+/// One look of a deadlock walk: a lock's holders and their live wait records.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/wait_look.lua`.
+pub(crate) static WAIT_LOOK: Lazy<Script> =
+    Lazy::new(|| Script::new(&[FAMILY_PRELUDE, include_str!("scripts/wait_look.lua")].concat()));

@@ -1,14 +1,17 @@
-//! Wait records: what a holder that waits for another lock tells those who wait for it, so
-//! that a waiter can follow the chain of waits from the lock it wants and find whether it
-//! comes back to itself (`acquire::deadlock` decides; `manager::deadlock` walks).
+//! Wait records: what a holder that waits for other locks tells those who wait for it, so
+//! that a waiter can follow the waits from the locks it wants and find whether they come back
+//! to itself (`acquire::deadlock` decides; `manager::deadlock` walks).
 //!
-//! A holder of lock `L` (inside its guard's scope) that waits for lock `M` writes, in `L`'s
-//! `waits` helper key (so in `L`'s cluster slot), `"<its token in L> <wait id> <wait start,
-//! Unix ms> <M>"`, for [`RECORD_LIFE`], renewed while it waits, and ends it when the wait ends
-//! (an end mark that a renewal still in flight cannot overwrite). The write checks that `L`
-//! still holds the token (`scripts::WAIT_RECORD`); a reader keeps a record only when `L`'s
-//! holder is the token it names ([`Hop`]). One hop is one command on one node: `MGET L
-//! <waits of L>`, two keys of one slot.
+//! A holder of lock `L` (inside its guard's scope: the mutex's or writer's holder, or a
+//! reader) that waits for locks `M₁..Mₙ` (one for `acquire`, several for `acquire_all`)
+//! writes, in `L`'s `waits` helper key (a hash, so in `L`'s cluster slot), one field per lock
+//! waited for, `"<wait id> <i>"`, holding `"<expiry> <its token in L> <wait id> <wait start,
+//! Unix ms> <Mᵢ>"`. Several waits of one holder (`join!`) and the waits of several readers
+//! each have their own fields. A record lives [`RECORD_LIFE`], renewed while it waits, and is
+//! ended when the wait ends (an end mark that a renewal still in flight cannot overwrite). The
+//! write checks that `L` still holds the token (`scripts::WAIT_RECORD`). One look
+//! (`scripts::WAIT_LOOK`) is one command on one node: `L`'s holders (up to [`MAX_HOLDERS`])
+//! and the live records that name one of them ([`Seen`]).
 
 use std::time::Duration;
 
@@ -19,10 +22,14 @@ use super::{failure, Backend, Locks};
 /// could not reach Redis) leaves a record this long at most.
 pub(crate) const RECORD_LIFE: Duration = Duration::from_secs(3);
 
-/// One wait of a holder, as its record says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The most holders one look returns (the readers of a read lock beyond them are not
+/// followed).
+pub(crate) const MAX_HOLDERS: usize = 8;
+
+/// One wait of a holder for one lock, as its record says.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct WaitRecord {
-    /// The holder's token (the value of the lock the record belongs to).
+    /// The holder's token (its value in the lock the record belongs to).
     pub(crate) holder: String,
     /// Unique per wait: a new wait of the same holder has another.
     pub(crate) wait_id: String,
@@ -33,8 +40,9 @@ pub(crate) struct WaitRecord {
 }
 
 impl WaitRecord {
-    /// The record's text: the token has no whitespace, nor has the id; the key comes last, as
-    /// it is (it may hold spaces).
+    /// The record's text as a look returns it: the token has no whitespace, nor has the id;
+    /// the key comes last, as it is (it may hold spaces).
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> String {
         format!(
             "{} {} {} {}",
@@ -42,7 +50,7 @@ impl WaitRecord {
         )
     }
 
-    /// Reads a record back; `None` for an end mark or anything else.
+    /// Reads a record back; `None` for anything else.
     pub(crate) fn decode(text: &str) -> Option<WaitRecord> {
         let mut parts = text.splitn(4, ' ');
         let holder = parts.next()?.to_owned();
@@ -58,36 +66,56 @@ impl WaitRecord {
     }
 }
 
-/// What one look at a lock found: its holder's token, and that holder's wait when it waits.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Hop {
-    /// The lock key's value; `None` when the lock is free.
-    pub(crate) holder: Option<String>,
-    /// The holder's wait, from a record that names the holder (a record left by an earlier
-    /// holder names another token, and is dropped).
-    pub(crate) wait: Option<WaitRecord>,
+/// One holder of a lock and its waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// Its value in the lock.
+    pub(crate) token: String,
+    /// Its live waits, one per lock waited for, in a fixed order.
+    pub(crate) waits: Vec<WaitRecord>,
 }
 
-impl Hop {
-    /// The hop from the lock key's value and its wait record's text.
-    pub(crate) fn from_values(holder: Option<String>, record: Option<&str>) -> Hop {
-        let wait = record
-            .and_then(WaitRecord::decode)
-            .filter(|wait| holder.as_deref() == Some(wait.holder.as_str()));
-        Hop { holder, wait }
+/// What one look at a lock found: its holders, each with its waits, in a fixed order, so
+/// that two walks over the same records follow the same edges first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// None when the lock is free (or is a semaphore: no single holder is waited for).
+    pub(crate) holders: Vec<Holder>,
+}
+
+impl Seen {
+    /// The look from the holders' values and the records' texts; a record that names no
+    /// holder (an earlier holder's) is dropped.
+    pub(crate) fn from_values(mut holders: Vec<String>, records: &[String]) -> Seen {
+        holders.sort();
+        holders.dedup();
+        let holders = holders
+            .into_iter()
+            .map(|token| {
+                let mut waits: Vec<WaitRecord> = records
+                    .iter()
+                    .filter_map(|text| WaitRecord::decode(text))
+                    .filter(|wait| wait.holder == token)
+                    .collect();
+                waits.sort();
+                waits.dedup();
+                Holder { token, waits }
+            })
+            .collect();
+        Seen { holders }
     }
 }
 
 impl Backend {
-    /// Writes (or renews) `record` as the wait of `token`, the holder of `keys`, or with
-    /// `None` ends the wait `wait_id`; only while `token` holds the lock. `false` when nothing
-    /// was written.
+    /// Writes (or renews) the records of the wait `wait_id` of `token`, the holder of `keys`,
+    /// for each lock of `waits_for`, or with `None` ends the wait (`count` locks); only while
+    /// `token` holds the lock. `false` when nothing was written.
     pub(crate) async fn record_wait(
         &self,
         keys: &LockKeys,
         token: &str,
         wait_id: &str,
-        record: Option<&WaitRecord>,
+        record: Recording<'_>,
     ) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) => node.record_wait(keys, token, wait_id, record).await,
@@ -97,14 +125,26 @@ impl Backend {
         }
     }
 
-    /// One look at `keys`: its holder and that holder's wait.
-    pub(crate) async fn hop(&self, keys: &LockKeys) -> failure::Result<Hop> {
+    /// One look at `keys`: its holders and their waits.
+    pub(crate) async fn look_at(&self, keys: &LockKeys) -> failure::Result<Seen> {
         match &self.locks {
-            Locks::Single(node) => node.hop(keys).await,
-            Locks::Memory(memory) => Ok(memory.hop(keys)),
-            Locks::Quorum(_) => Ok(Hop::default()),
+            Locks::Single(node) => node.look_at(keys).await,
+            Locks::Memory(memory) => Ok(memory.look_at(keys)),
+            Locks::Quorum(_) => Ok(Seen::default()),
         }
     }
+}
+
+/// What a write of wait records does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Recording<'a> {
+    /// Write or renew the wait, begun at `since_ms`, for each of these full lock keys.
+    Write {
+        since_ms: u64,
+        waits_for: &'a [String],
+    },
+    /// End the wait, which waits for this many locks.
+    End { count: usize },
 }
 
 #[cfg(test)]
@@ -117,18 +157,32 @@ mod tests {
             holder: "t;h=x;p=1;t=2".into(),
             wait_id: "w1".into(),
             since_ms: 42,
-            waits_for: "lock:a b c".into(),
+            waits_for: "lock:a b\nc".into(),
         };
         assert_eq!(WaitRecord::decode(&record.encode()), Some(record));
         assert_eq!(WaitRecord::decode("t w1 ended"), None);
     }
 
     #[test]
-    fn a_record_of_another_holder_is_dropped() {
-        let text = "old w1 42 lock:b";
-        let hop = Hop::from_values(Some("new".into()), Some(text));
-        assert_eq!(hop.wait, None);
-        let hop = Hop::from_values(Some("old".into()), Some(text));
-        assert_eq!(hop.wait.map(|wait| wait.waits_for), Some("lock:b".into()));
+    fn records_go_to_the_holders_they_name_and_others_are_dropped() {
+        let records = [
+            "old w1 42 lock:b".to_owned(),
+            "r2 w3 7 lock:d".to_owned(),
+            "r1 w2 9 lock:c".to_owned(),
+            "r1 w2 9 lock:a".to_owned(),
+        ];
+        let look = Seen::from_values(vec!["r2".into(), "r1".into()], &records);
+        let seen: Vec<(&str, Vec<&str>)> = look
+            .holders
+            .iter()
+            .map(|holder| {
+                let waits = holder.waits.iter().map(|w| w.waits_for.as_str()).collect();
+                (holder.token.as_str(), waits)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [("r1", vec!["lock:a", "lock:c"]), ("r2", vec!["lock:d"])]
+        );
     }
 }

@@ -59,7 +59,12 @@ impl LockManager {
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let result = match self.here() {
-            Ok(here) => here.take_all(&distinct(names), options, false).await,
+            Ok(here) => {
+                let names = distinct(names);
+                // A wait like `acquire`'s: watched for a deadlock inside a guard's scope.
+                here.watching(&names, options, here.take_all(&names, options, false))
+                    .await
+            }
             Err(error) => Err(error),
         };
         // Waiting, the acquisition ends with the locks or an error: `None` means no names.

@@ -7,14 +7,15 @@
 //! or that does not wait long, never starts a walk, and the acquisition, cancel-safe, is
 //! dropped when the victim gives up.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::acquire::deadlock::{Detection, Edge, Next, Verdict, Waiter, Walk, MAX_HOPS};
-use crate::backend::keys::LockKeys;
-use crate::backend::waits::WaitRecord;
+use crate::acquire::deadlock::{Detection, Edge, Verdict, Waiter, Walk};
+use crate::backend::keys::{Kind, LockKeys};
+use crate::backend::waits::Recording;
 use crate::manager::reentry;
 use crate::shared::Shared;
 use crate::support::units::millis;
@@ -28,31 +29,51 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
+        self.watching(&[name], options, self.acquire_waiting(name, options))
+            .await
+    }
+
+    /// `acquisition` of the locks `names`, watched for a deadlock while the task holds locks
+    /// of this manager on a store that detects them (else as it is).
+    pub(crate) async fn watching<T>(
+        &self,
+        names: &[&str],
+        options: &LockOptions,
+        acquisition: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
         // Outside a guard's scope this is one task-local read: nothing held, nothing to watch.
-        let held = reentry::held_by_task(self);
+        let mut held = reentry::held_by_task(self);
+        // A permit's holders are not followed (see `wait_look.lua`): its records would be
+        // read by no walk.
+        held.retain(|(keys, _)| !matches!(keys.kind, Kind::Permits(_)));
         if held.is_empty()
             || options.timeout_duration().is_zero()
             || !self.inner.backend.capabilities().detects_deadlocks
         {
-            return self.acquire_waiting(name, options).await;
+            return acquisition.await;
+        }
+        let mut wanted = Vec::with_capacity(names.len());
+        for name in names {
+            match self.prepare(name, options) {
+                Ok((_, keys)) => wanted.push(keys.lock.to_string()),
+                // The acquisition reports the error itself.
+                Err(_) => return acquisition.await,
+            }
         }
         // Boxed: the watch's state does not enlarge every acquisition's future.
-        Box::pin(self.acquire_watched(name, options, held)).await
+        Box::pin(self.acquire_watched(wanted, held, acquisition)).await
     }
 
-    /// [`LockManager::acquire_waiting`], raced against the watch of a task holding `held`.
-    /// An acquisition that fails ends its wait records before it returns, so that no walk sees
-    /// them once the caller may act on the failure (release its locks); one that succeeds, or
-    /// is cancelled, ends them in the background.
-    async fn acquire_watched(
+    /// `acquisition`, raced against the watch of a task holding `held` that waits for
+    /// `wanted` (full keys). An acquisition that fails ends its wait records before it
+    /// returns, so that no walk sees them once the caller may act on the failure (release its
+    /// locks); one that succeeds, or is cancelled, ends them in the background.
+    async fn acquire_watched<T>(
         &self,
-        name: &str,
-        options: &LockOptions,
+        wanted: Vec<String>,
         held: Vec<(LockKeys, Arc<str>)>,
-    ) -> Result<LockGuard, LockError> {
-        let Ok((_, wanted)) = self.prepare(name, options) else {
-            return self.acquire_waiting(name, options).await;
-        };
+        acquisition: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
         let since_ms = millis(
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -67,12 +88,13 @@ impl LockManager {
             shared: Arc::clone(&self.inner),
             wait_id: waiter.wait_id.clone(),
             held,
+            waits_for: wanted.len(),
             written: false,
         };
         let result = tokio::select! {
             biased;
-            acquired = self.acquire_waiting(name, options) => acquired,
-            deadlock = self.watch(wanted, waiter, &mut records) => Err(deadlock),
+            acquired = acquisition => acquired,
+            deadlock = self.watch(&wanted, waiter, &mut records) => Err(deadlock),
         };
         if result.is_err() {
             records.end().await;
@@ -82,16 +104,20 @@ impl LockManager {
 
     /// Records this task's wait at each lock it holds and walks from `wanted`, until this
     /// waiter is a cycle's victim (then its error); dropped when the acquisition ends.
-    async fn watch(&self, wanted: LockKeys, waiter: Waiter, records: &mut Records) -> LockError {
+    async fn watch(&self, wanted: &[String], waiter: Waiter, records: &mut Records) -> LockError {
         let mut detection = Detection::new(waiter, Instant::now());
         loop {
             tokio::time::sleep_until(detection.walk_at()).await;
-            records.renew(&wanted, detection.waiter()).await;
-            let cycle = self.walk(&wanted, detection.waiter()).await;
+            records.renew(wanted, detection.waiter()).await;
+            let cycle = self.walk(wanted, detection.waiter()).await;
             if let Verdict::Report(edges) = detection.walked(Instant::now(), cycle) {
-                tracing::debug!(target: "distlock", key = %wanted.lock, "deadlock: this waiter closes a wait-for cycle and gives up");
+                // The lock of this waiter's wait that the cycle goes through.
+                let key = edges
+                    .first()
+                    .map_or_else(|| wanted[0].clone(), |edge| edge.lock.clone());
+                tracing::debug!(target: "distlock", %key, "deadlock: this waiter closes a wait-for cycle and gives up");
                 return LockError::Deadlock {
-                    key: wanted.lock.to_string(),
+                    key,
                     cycle: edges.iter().map(describe).collect(),
                 };
             }
@@ -100,21 +126,19 @@ impl LockManager {
 
     /// One walk from `wanted`: the cycle through `waiter` it finds, if any. A failed look ends
     /// the walk without one.
-    async fn walk(&self, wanted: &LockKeys, waiter: &Waiter) -> Option<Vec<Edge>> {
-        let mut walk = Walk::new();
-        let mut keys = wanted.clone();
-        for _ in 0..MAX_HOPS {
-            let hop = match self.inner.backend.hop(&keys).await {
-                Ok(hop) => hop,
+    async fn walk(&self, wanted: &[String], waiter: &Waiter) -> Option<Vec<Edge>> {
+        let mut walk = Walk::new(wanted);
+        while let Some(lock) = walk.next_look() {
+            let keys = LockKeys::new(lock.clone()).ok()?;
+            let seen = match self.inner.backend.look_at(&keys).await {
+                Ok(seen) => seen,
                 Err(error) => {
                     tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: a look failed; no cycle this time");
                     return None;
                 }
             };
-            match walk.looked(waiter, &keys.lock, hop) {
-                Next::Look(lock) => keys = LockKeys::new(lock).ok()?,
-                Next::Cycle(edges) => return Some(edges),
-                Next::End => return None,
+            if let Some(cycle) = walk.looked(waiter, &lock, seen) {
+                return Some(cycle);
             }
         }
         None
@@ -127,25 +151,25 @@ struct Records {
     shared: Arc<Shared>,
     wait_id: String,
     held: Vec<(LockKeys, Arc<str>)>,
+    /// How many locks the wait waits for (one field each).
+    waits_for: usize,
     written: bool,
 }
 
 impl Records {
-    /// Writes (or renews) the record of this wait at each lock held; a failure is left to the
-    /// next renewal (the record of a lock not recorded stops the others' walks there).
-    async fn renew(&mut self, wanted: &LockKeys, waiter: &Waiter) {
+    /// Writes (or renews) the records of this wait at each lock held; a failure is left to the
+    /// next renewal (a lock whose record is not written stops the others' walks there).
+    async fn renew(&mut self, wanted: &[String], waiter: &Waiter) {
         self.written = true;
+        let record = Recording::Write {
+            since_ms: waiter.since_ms,
+            waits_for: wanted,
+        };
         for (keys, token) in &self.held {
-            let record = WaitRecord {
-                holder: token.to_string(),
-                wait_id: waiter.wait_id.clone(),
-                since_ms: waiter.since_ms,
-                waits_for: wanted.lock.to_string(),
-            };
             let written = self
                 .shared
                 .backend
-                .record_wait(keys, token, &self.wait_id, Some(&record))
+                .record_wait(keys, token, &self.wait_id, record)
                 .await;
             if let Err(error) = written {
                 tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: could not record the wait");
@@ -157,16 +181,17 @@ impl Records {
     /// `RECORD_LIFE`); if this is cancelled, the drop ends it in the background.
     async fn end(&mut self) {
         if self.written {
-            end_all(&self.shared, &self.held, &self.wait_id).await;
+            end_all(&self.shared, &self.held, &self.wait_id, self.waits_for).await;
             self.written = false;
         }
     }
 }
 
-/// Ends the wait `wait_id` at each of `held`.
-async fn end_all(shared: &Shared, held: &[(LockKeys, Arc<str>)], wait_id: &str) {
+/// Ends the wait `wait_id`, for `count` locks, at each of `held`.
+async fn end_all(shared: &Shared, held: &[(LockKeys, Arc<str>)], wait_id: &str, count: usize) {
+    let end = Recording::End { count };
     for (keys, token) in held {
-        if let Err(error) = shared.backend.record_wait(keys, token, wait_id, None).await {
+        if let Err(error) = shared.backend.record_wait(keys, token, wait_id, end).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "deadlock check: could not end the wait record; it lapses");
         }
     }
@@ -180,8 +205,9 @@ impl Drop for Records {
         let shared = Arc::clone(&self.shared);
         let wait_id = std::mem::take(&mut self.wait_id);
         let held = std::mem::take(&mut self.held);
+        let count = self.waits_for;
         crate::support::background::spawn(async move {
-            end_all(&shared, &held, &wait_id).await;
+            end_all(&shared, &held, &wait_id, count).await;
         });
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::backend::waits::{Hop, WaitRecord};
+use crate::backend::waits::{Holder, Seen, WaitRecord};
 
 fn waiter(wait_id: &str, since_ms: u64) -> Waiter {
     Waiter {
@@ -16,39 +16,68 @@ fn waiter(wait_id: &str, since_ms: u64) -> Waiter {
     }
 }
 
-fn waiting(holder: &str, wait_id: &str, since_ms: u64, waits_for: &str) -> Hop {
-    Hop {
-        holder: Some(holder.into()),
-        wait: Some(WaitRecord {
-            holder: holder.into(),
-            wait_id: wait_id.into(),
-            since_ms,
-            waits_for: waits_for.into(),
-        }),
+fn record(holder: &str, wait_id: &str, since_ms: u64, waits_for: &str) -> WaitRecord {
+    WaitRecord {
+        holder: holder.into(),
+        wait_id: wait_id.into(),
+        since_ms,
+        waits_for: waits_for.into(),
     }
 }
 
-fn held_by(holder: &str) -> Hop {
-    Hop {
-        holder: Some(holder.into()),
-        wait: None,
+/// A lock held by `holder`, which waits for each of `waits_for` (one wait each).
+fn waiting(holder: &str, wait_id: &str, since_ms: u64, waits_for: &[&str]) -> Seen {
+    Seen {
+        holders: vec![Holder {
+            token: holder.into(),
+            waits: waits_for
+                .iter()
+                .map(|lock| record(holder, wait_id, since_ms, lock))
+                .collect(),
+        }],
     }
+}
+
+fn held_by(holder: &str) -> Seen {
+    Seen {
+        holders: vec![Holder {
+            token: holder.into(),
+            waits: Vec::new(),
+        }],
+    }
+}
+
+/// Runs a walk from `wanted` over the locks of `graph` (a lock not in it is free): the cycle
+/// found, and the locks looked at, in order.
+fn walk(me: &Waiter, wanted: &[&str], graph: &[(&str, Seen)]) -> (Option<Vec<Edge>>, Vec<String>) {
+    let wanted: Vec<String> = wanted.iter().map(|lock| (*lock).to_owned()).collect();
+    let mut walk = Walk::new(&wanted);
+    let mut looked = Vec::new();
+    while let Some(lock) = walk.next_look() {
+        looked.push(lock.clone());
+        let seen = graph
+            .iter()
+            .find(|(name, _)| *name == lock)
+            .map(|(_, seen)| seen.clone())
+            .unwrap_or_default();
+        if let Some(cycle) = walk.looked(me, &lock, seen) {
+            return (Some(cycle), looked);
+        }
+    }
+    (None, looked)
 }
 
 /// The walk from `lock:b`, held by `other` (waiting since `since_ms` for `lock:a`), which is
 /// held by this waiter.
 fn two_cycle(waiter: &Waiter, other_wait: &str, since_ms: u64) -> Vec<Edge> {
-    let mut walk = Walk::new();
-    let next = walk.looked(
-        waiter,
-        "lock:b",
-        waiting("other", other_wait, since_ms, "lock:a"),
-    );
-    assert_eq!(next, Next::Look("lock:a".into()));
-    match walk.looked(waiter, "lock:a", held_by("mine")) {
-        Next::Cycle(edges) => edges,
-        other => panic!("expected a cycle, got {other:?}"),
-    }
+    let graph = [
+        (
+            "lock:b",
+            waiting("other", other_wait, since_ms, &["lock:a"]),
+        ),
+        ("lock:a", held_by("mine")),
+    ];
+    walk(waiter, &["lock:b"], &graph).0.expect("a cycle")
 }
 
 #[test]
@@ -122,40 +151,95 @@ fn a_chain_that_moves_between_walks_is_not_reported() {
 #[test]
 fn a_walk_ends_at_a_free_lock_a_holder_that_does_not_wait_or_another_cycle() {
     let me = waiter("w", 1);
-    assert_eq!(Walk::new().looked(&me, "lock:b", Hop::default()), Next::End);
-    assert_eq!(Walk::new().looked(&me, "lock:b", held_by("x")), Next::End);
-    // b → c → b: a cycle of others, which they report themselves.
-    let mut walk = Walk::new();
+    assert_eq!(walk(&me, &["lock:b"], &[]).0, None);
+    assert_eq!(walk(&me, &["lock:b"], &[("lock:b", held_by("x"))]).0, None);
+    // b → c → b: a cycle of others, which they report themselves; each lock looked at once.
+    let graph = [
+        ("lock:b", waiting("x", "1", 1, &["lock:c"])),
+        ("lock:c", waiting("y", "2", 1, &["lock:b"])),
+    ];
     assert_eq!(
-        walk.looked(&me, "lock:b", waiting("x", "1", 1, "lock:c")),
-        Next::Look("lock:c".into())
+        walk(&me, &["lock:b"], &graph),
+        (None, vec!["lock:b".into(), "lock:c".into()])
     );
+}
+
+#[test]
+fn a_walk_follows_every_wait_of_a_holder_and_every_reader() {
+    let me = waiter("w", 1);
+    // x's holder waits for two locks at once: b (its holder waits for nothing) and a (held by
+    // this waiter). The cycle is found through the second wait.
+    let graph = [
+        ("lock:x", waiting("t", "1", 1, &["lock:b", "lock:a"])),
+        ("lock:b", held_by("v")),
+        ("lock:a", held_by("mine")),
+    ];
+    let (cycle, _) = walk(&me, &["lock:x"], &graph);
+    let cycle = cycle.expect("the cycle through the second wait");
     assert_eq!(
-        walk.looked(&me, "lock:c", waiting("y", "2", 1, "lock:b")),
-        Next::End
+        cycle.iter().map(|e| e.lock.as_str()).collect::<Vec<_>>(),
+        ["lock:x", "lock:a"]
     );
+    // r is read by two readers; the second waits for a lock of this waiter.
+    let readers = Seen {
+        holders: vec![
+            Holder {
+                token: "r1".into(),
+                waits: Vec::new(),
+            },
+            Holder {
+                token: "r2".into(),
+                waits: vec![record("r2", "2", 1, "lock:a")],
+            },
+        ],
+    };
+    let graph = [("lock:r", readers), ("lock:a", held_by("mine"))];
+    let (cycle, _) = walk(&me, &["lock:r"], &graph);
+    assert_eq!(cycle.expect("through the second reader")[0].holder, "r2");
+    // Several locks wanted (acquire_all): the cycle through the second is found.
+    let graph = [
+        ("lock:c", held_by("v")),
+        ("lock:d", waiting("u", "3", 1, &["lock:a"])),
+        ("lock:a", held_by("mine")),
+    ];
+    assert!(walk(&me, &["lock:c", "lock:d"], &graph).0.is_some());
 }
 
 #[test]
 fn a_walk_gives_up_after_the_longest_chain() {
     let me = waiter("w", 1);
-    let mut walk = Walk::new();
-    let mut ended = None;
-    for hop in 0..MAX_HOPS {
-        let next = walk.looked(
-            &me,
-            &format!("lock:{hop}"),
-            waiting(
-                &format!("h{hop}"),
-                &format!("w{hop}"),
-                1,
-                &format!("lock:{}", hop + 1),
-            ),
-        );
-        if next == Next::End {
-            ended = Some(hop + 1);
-            break;
-        }
-    }
-    assert_eq!(ended, Some(MAX_HOPS));
+    // A chain of `len` locks whose last is this waiter's: a cycle of `len` edges.
+    let chain = |len: usize| -> Vec<(String, Seen)> {
+        (0..len)
+            .map(|hop| {
+                let seen = if hop + 1 == len {
+                    held_by("mine")
+                } else {
+                    let next = format!("lock:{}", hop + 1);
+                    waiting(&format!("h{hop}"), &format!("w{hop}"), 1, &[next.as_str()])
+                };
+                (format!("lock:{hop}"), seen)
+            })
+            .collect()
+    };
+    let graph = chain(MAX_HOPS);
+    let graph: Vec<(&str, Seen)> = graph.iter().map(|(l, s)| (l.as_str(), s.clone())).collect();
+    assert_eq!(
+        walk(&me, &["lock:0"], &graph).0.map(|c| c.len()),
+        Some(MAX_HOPS)
+    );
+    let graph = chain(MAX_HOPS + 1);
+    let graph: Vec<(&str, Seen)> = graph.iter().map(|(l, s)| (l.as_str(), s.clone())).collect();
+    assert_eq!(walk(&me, &["lock:0"], &graph).0, None);
+}
+
+#[test]
+fn a_walk_looks_at_most_max_looks_locks() {
+    let me = waiter("w", 1);
+    // A holder that waits for many locks, each held by one that waits for nothing.
+    let many: Vec<String> = (0..MAX_LOOKS * 2).map(|i| format!("lock:{i}")).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let graph = [("lock:x", waiting("t", "1", 1, &refs))];
+    let (cycle, looked) = walk(&me, &["lock:x"], &graph);
+    assert_eq!((cycle, looked.len()), (None, MAX_LOOKS));
 }

@@ -4,38 +4,53 @@ use super::Node;
 use crate::backend::failure;
 use crate::backend::keys::LockKeys;
 use crate::backend::scripts;
-use crate::backend::waits::{Hop, WaitRecord, RECORD_LIFE};
+use crate::backend::waits::{Recording, Seen, MAX_HOLDERS, RECORD_LIFE};
 use crate::support::units::millis;
 
 impl Node {
-    /// Writes, renews or (with `None`) ends the wait record of `token`, the holder of `keys`.
+    /// Writes, renews or ends the wait records of `token`, the holder of `keys`.
     pub(crate) async fn record_wait(
         &self,
         keys: &LockKeys,
         token: &str,
         wait_id: &str,
-        record: Option<&WaitRecord>,
+        record: Recording<'_>,
     ) -> failure::Result<bool> {
         let mut connection = self.connection().await?;
         let waits = keys.waits();
-        let text = record.map(WaitRecord::encode).unwrap_or_default();
-        let mut cmd = scripts::evalsha(&scripts::WAIT_RECORD, &[&keys.lock, &waits], 4, 0);
-        cmd.arg(token)
-            .arg(wait_id)
-            .arg(&text)
-            .arg(millis(RECORD_LIFE));
+        let argv_count = match record {
+            Recording::Write { waits_for, .. } => 5 + waits_for.len(),
+            Recording::End { .. } => 5,
+        };
+        let mut cmd = scripts::evalsha(&scripts::WAIT_RECORD, &[&keys.lock, &waits], argv_count, 0);
+        cmd.arg(token).arg(wait_id).arg(millis(RECORD_LIFE));
+        match record {
+            Recording::Write {
+                since_ms,
+                waits_for,
+            } => {
+                cmd.arg("write").arg(since_ms);
+                for lock in waits_for {
+                    cmd.arg(lock);
+                }
+            }
+            Recording::End { count } => {
+                cmd.arg("end").arg(count);
+            }
+        }
         let written: i64 = scripts::invoke(&scripts::WAIT_RECORD, &cmd, &mut connection).await?;
         Ok(written == 1)
     }
 
-    /// One look at `keys`: `MGET` of the lock key and its wait record (one slot, one node).
-    pub(crate) async fn hop(&self, keys: &LockKeys) -> failure::Result<Hop> {
+    /// One look at `keys`: its holders and their live records, by one script on the lock's
+    /// node (the lock key and its `waits` share a slot).
+    pub(crate) async fn look_at(&self, keys: &LockKeys) -> failure::Result<Seen> {
         let mut connection = self.connection().await?;
-        let (holder, record): (Option<String>, Option<String>) = redis::cmd("MGET")
-            .arg(&*keys.lock)
-            .arg(keys.waits())
-            .query_async(&mut connection)
-            .await?;
-        Ok(Hop::from_values(holder, record.as_deref()))
+        let waits = keys.waits();
+        let mut cmd = scripts::evalsha(&scripts::WAIT_LOOK, &[&keys.lock, &waits], 1, 0);
+        cmd.arg(MAX_HOLDERS);
+        let (holders, records): (Vec<String>, Vec<String>) =
+            scripts::invoke(&scripts::WAIT_LOOK, &cmd, &mut connection).await?;
+        Ok(Seen::from_values(holders, &records))
     }
 }

@@ -16,6 +16,7 @@
 //! a lock expires when its ttl has passed, whichever runtime looks.
 
 mod leased;
+mod waits;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,7 +26,6 @@ use super::{failure, Attempt, Capabilities, Look, Ownership, Unlock, Wait, CLAIM
 use crate::backend::grants::{Grant, GrantHub};
 use crate::backend::keys::Kind;
 use crate::backend::keys::LockKeys;
-use crate::backend::waits::{Hop, WaitRecord, RECORD_LIFE};
 use crate::LostCause;
 
 /// How long a force-released holder's token is kept in its lock's `forced` mark, as on Redis.
@@ -51,8 +51,9 @@ struct Table {
     /// The `forced` marks: per key, the token of the holder an operator force-released last,
     /// and until when it is kept (see `scripts::FORCE_RELEASE`).
     forced: HashMap<Arc<str>, (Arc<str>, Instant)>,
-    /// The wait records (see `backend::waits`), by lock key: the text and until when it lives.
-    waits: HashMap<Arc<str>, (String, Instant)>,
+    /// The wait records (see `backend::waits`), by lock key: per field, the record's text (or
+    /// `None`, an end mark) and until when it lives.
+    waits: HashMap<Arc<str>, waits::Fields>,
 }
 
 /// One lock: its holder, and who waits for it.
@@ -367,60 +368,6 @@ impl Memory {
         let held = table.row(&keys.lock, now).held_by(token);
         table.tidy(&keys.lock);
         held
-    }
-
-    /// The wait record of `token`, the holder of `keys`, as `scripts::WAIT_RECORD` writes it:
-    /// only while `token` holds the lock; `None` ends the wait `wait_id` with a mark that a
-    /// later renewal of it cannot overwrite.
-    pub(crate) fn record_wait(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        wait_id: &str,
-        record: Option<&WaitRecord>,
-    ) -> bool {
-        let now = Instant::now();
-        let mut table = self.table();
-        if !table.row(&keys.lock, now).held_by(token) {
-            table.tidy(&keys.lock);
-            return false;
-        }
-        table.waits.retain(|_, (_, until)| *until > now);
-        let ended = format!("{token} {wait_id} ended");
-        let text = match record {
-            None => ended,
-            Some(_)
-                if table
-                    .waits
-                    .get(&keys.lock)
-                    .is_some_and(|(text, _)| *text == ended) =>
-            {
-                return false;
-            }
-            Some(record) => record.encode(),
-        };
-        table
-            .waits
-            .insert(Arc::clone(&keys.lock), (text, now + RECORD_LIFE));
-        true
-    }
-
-    /// The lock's holder and its wait record, as `MGET` reads them on Redis.
-    pub(crate) fn hop(&self, keys: &LockKeys) -> Hop {
-        let now = Instant::now();
-        let mut table = self.table();
-        let holder = table
-            .row(&keys.lock, now)
-            .holder
-            .as_ref()
-            .map(|holder| holder.token.to_string());
-        table.tidy(&keys.lock);
-        let record = table
-            .waits
-            .get(&keys.lock)
-            .filter(|(_, until)| *until > now)
-            .map(|(text, _)| text.as_str());
-        Hop::from_values(holder, record)
     }
 
     /// Gives the free lock to the first live waiter in line other than `except`, for the
