@@ -385,8 +385,11 @@ async fn commands_of_a_wait(
 }
 
 /// A waiter that holds a lock and waits, in a chain that is no cycle, sends per walk one
-/// record write per lock it holds and one look per hop, and no more: counted on the server
-/// over a wait of several walks, against the same wait of a waiter that holds nothing.
+/// record write per lock it holds and one look per lock looked at, and no more: counted on the
+/// server over a wait of several walks, against the same wait of a waiter that holds nothing.
+/// Both are scripts (`EVALSHA`); inside them, a record write reads the lock's waits once
+/// (`HGETALL`) and writes its field (`HSET`), a look reads them once (`HGETALL`), and the end of
+/// the wait writes its end mark (`HSET`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_holder_sends_a_bounded_number_of_commands_per_walk() {
     let server = RedisServer::start();
@@ -397,38 +400,46 @@ async fn a_waiting_holder_sends_a_bounded_number_of_commands_per_walk() {
     let blocker = other.acquire("dlcount:b", &options).await.unwrap();
     let held = manager.acquire("dlcount:a", &options).await.unwrap();
     let plain = commands_of_a_wait(&server, &manager, None).await;
+    let count = |stats: &std::collections::BTreeMap<String, u64>, command: &str| {
+        stats.get(command).copied().unwrap_or(0)
+    };
     assert_eq!(
-        plain.get("mget"),
-        None,
+        (count(&plain, "hgetall"), count(&plain, "hset")),
+        (0, 0),
         "a waiter holding nothing walks not: {plain:?}"
     );
     let watched = commands_of_a_wait(&server, &manager, Some(&held)).await;
     eprintln!("a 3 s wait holding nothing: {plain:?}");
     eprintln!("the same wait holding one lock: {watched:?}");
-    let looks = watched.get("mget").copied().unwrap_or(0);
     // Walks at 0.4 s, then every 0.7 s of a 3 s wait: 4, give or take one at either end.
-    assert!((3..=5).contains(&looks), "one look per walk: {watched:?}");
-    // Besides the wait's own scripts (its place in line), one record write per walk, the end
-    // of the wait and the first run's `SCRIPT LOAD` of the record script (its `NOSCRIPT` try
-    // counted too); the line's renewals may differ by one between the two waits.
-    let scripts = |stats: &std::collections::BTreeMap<String, u64>| {
-        stats.get("evalsha").copied().unwrap_or(0)
-    };
-    let extra = scripts(&watched).saturating_sub(scripts(&plain));
+    // Each writes one record (one `HSET`); the end of the wait one more.
+    let walks = count(&watched, "hset").saturating_sub(1);
     assert!(
-        (looks.saturating_sub(1)..=looks + 3).contains(&extra),
-        "one record write per walk: {extra} more scripts for {looks} walks: {watched:?}"
+        (3..=5).contains(&walks),
+        "one record write per walk: {watched:?}"
+    );
+    // One read of the waits by each record write, and one by each walk's one look.
+    assert_eq!(
+        count(&watched, "hgetall"),
+        2 * walks,
+        "one look per walk: {watched:?}"
+    );
+    // Besides the wait's own scripts (its place in line): per walk the record write and the
+    // look, the end of the wait, and the first run's `SCRIPT LOAD` of the two scripts (their
+    // `NOSCRIPT` tries counted too); the line's renewals may differ by one between the waits.
+    let extra = count(&watched, "evalsha").saturating_sub(count(&plain, "evalsha"));
+    assert!(
+        (2 * walks..=2 * walks + 4).contains(&extra),
+        "two scripts per walk: {extra} more scripts for {walks} walks: {watched:?}"
     );
     // A failed acquisition ends its wait before it returns: no walk sees it waiting after.
-    let record: Option<String> = redis::cmd("GET")
+    let records: Vec<String> = redis::cmd("HVALS")
         .arg("{lock:dlcount:a}:distlock:waits")
         .query(&mut server.conn())
         .unwrap();
     assert!(
-        record
-            .as_deref()
-            .is_some_and(|text| text.ends_with(" ended")),
-        "the wait record is ended: {record:?}"
+        !records.is_empty() && records.iter().all(|text| text.ends_with(" ended")),
+        "the wait record is ended: {records:?}"
     );
     held.release().await.unwrap();
     blocker.release().await.unwrap();
@@ -443,13 +454,10 @@ fn report_of(
 
 /// A task that holds `x` and waits for two locks at once (`join!` inside `x`'s scope) is in a
 /// real cycle through one of them: it waits for `a`, whose holder waits for `x`. Its other
-/// wait, for `b` (held by a task that waits for nothing), writes its record in the same
-/// `{x}:distlock:waits` key, every 0.7 s, in the other half of the period. The cycle's last
-/// waiter (the victim) walks while `x`'s record names the wait for `b`, and finds no cycle on
-/// every walk; the member that does see it is not the victim. Nobody reports, and the cycle
-/// waits out its timeout.
+/// wait, for `b` (held by a task that waits for nothing), has its own record in `x`'s waits,
+/// beside the first: the cycle's last waiter, walking from `x`, follows both and finds the
+/// cycle, and exactly one member gives up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: one wait record per held lock; a task waiting for two locks at once hides the cycle through one of them from its victim (no victim)"]
 async fn a_holder_waiting_for_two_locks_at_once_still_gets_its_cycle_reported() {
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
@@ -502,10 +510,8 @@ async fn a_holder_waiting_for_two_locks_at_once_still_gets_its_cycle_reported() 
 
 /// `acquire_all` waiting inside a lock's scope is a wait like any other: a task that holds `x`
 /// and waits in `acquire_all` for `a` (and `c`), while `a`'s holder waits for `x`, is in a
-/// real cycle, and one of the two must give up. The waits of `acquire_all` are not watched
-/// and write no record, so neither ever sees the cycle, and both wait out their timeouts.
+/// real cycle, and exactly one of the two gives up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: acquire_all's wait writes no wait record and never walks; a cycle through it has no victim"]
 async fn a_cycle_through_acquire_all_has_one_victim() {
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
@@ -549,13 +555,10 @@ async fn a_cycle_through_acquire_all_has_one_victim() {
 }
 
 /// A reader is a holder like a writer: a task that holds a read lock of `r` (in its scope) and
-/// waits for `m`, while `m`'s holder waits to write `r`, is in a real cycle. The reader's
-/// lock key is a leased set, not a string: its wait record cannot be written (`GET` of a set
-/// fails in the record script) and a look at `r` finds no holder, so neither member sees the
-/// cycle; both wait out their timeouts. Nothing fails otherwise: the outcomes are a timeout
-/// and a success, never a Redis error or a panic.
+/// waits for `m`, while `m`'s holder waits to write `r`, is in a real cycle. The reader writes
+/// its record in `r`'s waits, and a look at `r` gives every reader with its waits, so exactly
+/// one of the two gives up, and no Redis error shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: a read lock (or a semaphore's permit) held in a cycle is not seen; a cycle through it has no victim"]
 async fn a_cycle_through_a_read_lock_has_one_victim() {
     let server = RedisServer::start();
     let manager = LockManager::connect(&server.url()).await.unwrap();
@@ -628,11 +631,16 @@ async fn a_cancelled_wait_ends_its_record_and_a_new_wait_records_again() {
     let manager = LockManager::connect(&server.url()).await.unwrap();
     let blocker = manager.acquire("dlcancel:b", &options("v")).await.unwrap();
     let held = manager.acquire("dlcancel:a", &options("t")).await.unwrap();
+    // The newest record or end mark of the lock's waits (one wait at a time here: the
+    // greatest expiry is the last written).
     let read = || -> Option<String> {
-        redis::cmd("GET")
+        let values: Vec<String> = redis::cmd("HVALS")
             .arg("{lock:dlcancel:a}:distlock:waits")
             .query(&mut server.conn())
-            .unwrap()
+            .unwrap();
+        values
+            .into_iter()
+            .max_by_key(|text| text.split(' ').next().and_then(|ms| ms.parse::<u64>().ok()))
     };
     let waiting_options = options("t");
     for round in 0..3 {
@@ -745,4 +753,50 @@ async fn a_cycle_through_a_part_of_acquire_all_across_cluster_slots_has_one_vict
         victims, 1,
         "exactly one victim in a real cycle: {reports:?}"
     );
+}
+
+/// A semaphore's permit waiter is let in when any holder releases: a task that holds a permit
+/// of `s` (2 permits) and waits for `m`, while `m`'s holder waits for a permit of `s`, is no
+/// cycle while the other permit's holder (`v`, which waits for nothing) will release. Permits
+/// are not followed, so nobody is reported: `v` releases after 3 s (past two walks of the
+/// others), `u` gets its permit, and then `t` gets `m`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_through_a_semaphore_with_another_holder_is_not_reported() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let timeout = Duration::from_secs(20);
+    let permit = |label: &str| options(label).permits(2);
+    let t_holds = manager.acquire("dlsem:s", &permit("t")).await.unwrap();
+    let v_holds = manager.acquire("dlsem:s", &permit("v")).await.unwrap();
+    let u_holds = manager.acquire("dlsem:m", &options("u")).await.unwrap();
+    let t = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let report = t_holds
+                .scope(async { report_of(manager.acquire("dlsem:m", &options).await).0 })
+                .await;
+            t_holds.release().await.unwrap();
+            format!("t {report}")
+        })
+    };
+    let u = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let options = permit("u").timeout(timeout);
+            let (report, guard) = u_holds
+                .scope(async { report_of(manager.acquire("dlsem:s", &options).await) })
+                .await;
+            if let Some(guard) = guard {
+                guard.release().await.unwrap();
+            }
+            u_holds.release().await.unwrap();
+            format!("u {report}")
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    v_holds.release().await.unwrap();
+    let reports = [t.await.unwrap(), u.await.unwrap()];
+    assert_eq!(reports, ["t ok", "u ok"], "no deadlock is reported");
 }
