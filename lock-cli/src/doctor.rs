@@ -721,7 +721,10 @@ async fn acl_check(
         vec!["zadd", &lease, "1", "w"],
         vec!["zscore", &lease, "w"],
         vec!["zremrangebyscore", &lease, "0", "1"],
-        vec!["mget", &key, &waits],
+        // Deadlock detection's wait records, a hash per lock read and written by scripts.
+        vec!["hset", &waits, "w", "v"],
+        vec!["hgetall", &waits],
+        vec!["hdel", &waits, "w"],
     ];
     if role == Role::RedlockMaster {
         commands.push(vec!["exists", &key]);
