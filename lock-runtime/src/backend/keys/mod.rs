@@ -3,7 +3,7 @@
 //! A lock `L` (the full key, `key_prefix + name`) has helper keys: its line of waiters and the
 //! lease table of that line's renewed places, its fencing counter, on a cluster the marker of
 //! its last release, when its holder got it (for a holder that waited), the token of a holder
-//! an operator force-released, the wait record of a holder that waits for another lock, and on
+//! an operator force-released, the wait records of holders that wait for other locks, and on
 //! each Redlock master its wake list, each named by a fixed word `s` (`line`, `leases`,
 //! `fence`, `released`, `since`, `forced`, `waits`, `wake`). Two rules
 //! hold for every name and prefix:
@@ -203,9 +203,10 @@ impl LockKeys {
         self.helper("since")
     }
 
-    /// The wait record of the lock's holder, while that holder waits for another lock (see
-    /// `backend::waits`): `"<holder's token> <wait id> <wait start, Unix ms> <lock waited
-    /// for>"`, written by the holder only, with a short expiry it renews while it waits.
+    /// The wait records of the lock's holders (its mutex's or writer's, or its readers), while
+    /// they wait for other locks (see `backend::waits`): a hash, one field per wait and lock
+    /// waited for, written by the holder only, each with a short expiry (in the value) it
+    /// renews while it waits.
     pub(crate) fn waits(&self) -> String {
         self.helper("waits")
     }
