@@ -88,9 +88,10 @@ impl LockGuard {
         }
     }
 
-    /// This guard, holding also the locks of `parts` (see [`LockGuard::keys`]).
+    /// This guard, holding also the locks of `parts`, after those it has (see
+    /// [`LockGuard::keys`]).
     pub(crate) fn with_parts(mut self, parts: Vec<LockGuard>) -> Self {
-        self.parts = parts;
+        self.parts.extend(parts);
         self
     }
 

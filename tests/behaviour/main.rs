@@ -37,6 +37,7 @@ mod parity_redis;
 mod read_write;
 mod readme;
 mod reentry;
+mod reentry_all;
 mod semaphores;
 mod several_keys;
 mod tls_acl;

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::backend::keys::{slot, LockKeys};
 use crate::backend::Together;
+use crate::manager::reentry;
 use crate::meters::Meter;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
@@ -33,7 +34,11 @@ impl LockManager {
     /// callers that pass the same names in opposite orders never deadlock, and waiting is
     /// first come, first served per key, as for [`acquire`](Self::acquire).
     ///
-    /// Re-entry does not apply: a task that holds one of the names already waits for it.
+    /// Inside the scope of guards that hold some of the names ([`LockGuard::scope`], a locked
+    /// body), those are re-entered, as [`acquire`](Self::acquire) re-enters one: the names
+    /// held all → a re-entered guard at once, no command sent, whose release does nothing;
+    /// some → only the rest are taken, and the guard releases only those. A name held as a
+    /// read lock or a semaphore's permit is [`LockError::Config`] (no upgrade).
     ///
     /// # Errors
     /// [`LockError::Config`] for an empty `names`, for `permits(n > 1)` or
@@ -59,24 +64,39 @@ impl LockManager {
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let result = match self.here() {
-            Ok(here) => {
-                let names = distinct(names);
-                // A wait like `acquire`'s: watched for a deadlock inside a guard's scope.
-                here.watching(&names, options, here.take_all(&names, options, false))
-                    .await
-            }
+            Ok(here) => here.all_waiting(&distinct(names), options).await,
             Err(error) => Err(error),
         };
-        // Waiting, the acquisition ends with the locks or an error: `None` means no names.
-        let result = result.and_then(|guard| guard.ok_or_else(no_names));
         Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
         result
+    }
+
+    /// [`acquire_all`](Self::acquire_all) of `names` (distinct), without its metrics.
+    async fn all_waiting(
+        &self,
+        names: &[&str],
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        check_all(names, options)?;
+        let (reentered, rest) = reentry::reenter_all(self, names).await?;
+        if rest.is_empty() {
+            return joined(reentered).ok_or_else(no_names);
+        }
+        // A wait like `acquire`'s: watched for a deadlock inside a guard's scope.
+        let taken = self
+            .watching(&rest, options, self.take_all(&rest, options, false))
+            .await?;
+        // Waiting, the acquisition ends with the locks or an error: `None` means no names.
+        let taken = taken.ok_or_else(no_names)?;
+        Ok(taken.with_parts(reentered))
     }
 
     /// Takes every lock of `names` if all are free now — one attempt, no waiting — or none.
     ///
     /// Returns `Ok(None)` when any of them is held (in Redis, or by a task of this process
-    /// that holds or waits for it); nothing is left held then.
+    /// that holds or waits for it); nothing is left held then. Inside the scope of guards
+    /// that hold some of the names, those are re-entered, as for
+    /// [`acquire_all`](Self::acquire_all).
     ///
     /// # Errors
     /// [`LockError::Config`] for an empty `names`, or as [`try_acquire`](Self::try_acquire).
@@ -98,11 +118,26 @@ impl LockManager {
     ) -> Result<Option<LockGuard>, LockError> {
         let started = Instant::now();
         let result = match self.here() {
-            Ok(here) => here.take_all(&distinct(names), options, true).await,
+            Ok(here) => here.all_once(&distinct(names), options).await,
             Err(error) => Err(error),
         };
         Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
         result
+    }
+
+    /// [`try_acquire_all`](Self::try_acquire_all) of `names` (distinct), without its metrics.
+    async fn all_once(
+        &self,
+        names: &[&str],
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        check_all(names, options)?;
+        let (reentered, rest) = reentry::reenter_all(self, names).await?;
+        if rest.is_empty() {
+            return Ok(joined(reentered));
+        }
+        let taken = self.take_all(&rest, options, true).await?;
+        Ok(taken.map(|taken| taken.with_parts(reentered)))
     }
 
     /// Takes the locks `names` (distinct, in the caller's order): waiting, or one attempt
@@ -113,15 +148,6 @@ impl LockManager {
         options: &LockOptions,
         once: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        if lock_limits::check_key_count(names.len()).is_err() {
-            return Err(no_names());
-        }
-        if let Err(violation) = lock_limits::check_kind_of_several(
-            u64::from(options.permits_count()),
-            options.lock_mode() == crate::LockMode::Read,
-        ) {
-            return Err(LockError::config(crate::options::kind_message(violation)));
-        }
         let mut prepared = Vec::with_capacity(names.len());
         for name in names {
             prepared.push(self.prepare(name, options)?);
@@ -205,6 +231,27 @@ async fn give_back(taken: Vec<(usize, LockGuard)>) {
             tracing::debug!(target: "distlock", %key, %error, "could not give back a lock of an acquisition that could not take them all; it expires with its ttl");
         }
     }
+}
+
+/// Refuses an empty `names`, and a kind several keys cannot be taken as, before anything else
+/// (re-entry included: a refused kind is refused even when the task holds every name).
+fn check_all(names: &[&str], options: &LockOptions) -> Result<(), LockError> {
+    if lock_limits::check_key_count(names.len()).is_err() {
+        return Err(no_names());
+    }
+    lock_limits::check_kind_of_several(
+        u64::from(options.permits_count()),
+        options.lock_mode() == crate::LockMode::Read,
+    )
+    .map_err(|violation| LockError::config(crate::options::kind_message(violation)))
+}
+
+/// One guard of the re-entered guards `guards` (the first, the others its parts); `None` for
+/// none.
+fn joined(guards: Vec<LockGuard>) -> Option<LockGuard> {
+    let mut guards = guards.into_iter();
+    let first = guards.next()?;
+    Some(first.with_parts(guards.collect()))
 }
 
 /// The error for an empty list of names.

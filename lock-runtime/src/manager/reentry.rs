@@ -225,6 +225,75 @@ pub(crate) async fn reenter(
     Some(entry.reenter(Mode::of(super::kind_of(options))).await)
 }
 
+/// The re-entered guards of those of `names` (distinct, taken as mutexes by `acquire_all`)
+/// the current task holds — one per lock held, however many of the names it holds — and the
+/// names it does not hold, in their order. A name held as a read lock or a permit is
+/// [`LockError::Config`], as for [`reenter`]. Outside any scope this is one task-local read.
+pub(crate) async fn reenter_all<'n>(
+    manager: &LockManager,
+    names: &[&'n str],
+) -> Result<(Vec<LockGuard>, Vec<&'n str>), LockError> {
+    let found: Vec<Option<Entry>> = HELD
+        .try_with(|set| {
+            names
+                .iter()
+                .map(|name| held_lock(set, manager, name))
+                .collect()
+        })
+        .unwrap_or_default();
+    if found.iter().all(Option::is_none) {
+        return Ok((Vec::new(), names.to_vec()));
+    }
+    let mut guards: Vec<LockGuard> = Vec::new();
+    let mut rest = Vec::new();
+    for (name, entry) in names.iter().zip(found) {
+        match entry {
+            None => rest.push(*name),
+            // One guard per lock: names taken together by one script share it.
+            Some(entry) if guards.iter().any(|g| Arc::ptr_eq(g.held(), &entry.held)) => {}
+            Some(entry) => guards.push(entry.reenter(Mode::Exclusive).await?),
+        }
+    }
+    Ok((guards, rest))
+}
+
+/// The lock `name` of `manager` in `set`, as an entry of its own: a guard's lock, a lock taken
+/// together with it by one script (same token), or one of its parts; still held.
+fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<Entry> {
+    let Ok(backend) = manager.backend() else {
+        return None;
+    };
+    let full = name_key(manager, name);
+    set.entries().find_map(|entry| {
+        std::iter::once(&entry.held)
+            .chain(&entry.parts)
+            .filter(|held| {
+                !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
+            })
+            .find(|held| {
+                let together = held.keys.together.iter().flat_map(|keys| keys.iter());
+                std::iter::once(&held.keys)
+                    .chain(together)
+                    .any(|keys| *keys.lock == *full)
+            })
+            .map(|held| Entry {
+                held: Arc::clone(held),
+                parts: Vec::new(),
+                mode: Mode::of(held.keys.kind),
+                class: None,
+            })
+    })
+}
+
+/// The full key of `name` on `manager`.
+fn name_key(manager: &LockManager, name: &str) -> String {
+    let prefix = manager.key_prefix();
+    let mut full = String::with_capacity(prefix.len() + name.len());
+    full.push_str(prefix);
+    full.push_str(name);
+    full
+}
+
 /// The locks of `manager` the current task holds, still held: each lock's keys and token,
 /// for deadlock detection's wait records. Empty (no allocation) outside a scope.
 pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
