@@ -724,7 +724,6 @@ async fn acl_check(
         // Deadlock detection's wait records, a hash per lock read and written by scripts.
         vec!["hset", &waits, "w", "v"],
         vec!["hgetall", &waits],
-        vec!["hdel", &waits, "w"],
     ];
     if role == Role::RedlockMaster {
         commands.push(vec!["exists", &key]);

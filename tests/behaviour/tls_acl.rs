@@ -77,7 +77,7 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
     // A waiter that renews its place in line twice (after a second: LPOS, LSET and its lease,
     // ZREMRANGEBYSCORE, ZADD; after two: ZSCORE, LINDEX) and then gives up (LRANGE, LREM).
     // It holds a lock of its own, in whose scope it also looks for a deadlock (its wait
-    // records and the looks along the chain: EVALSHA, and inside them HGETALL, HSET, HDEL).
+    // records and the looks along the chain: EVALSHA, and inside them HGETALL, HSET).
     let own = waiter_manager
         .acquire(&format!("{name}:own"), &LockOptions::new())
         .await

@@ -800,3 +800,54 @@ async fn a_wait_through_a_semaphore_with_another_holder_is_not_reported() {
     let reports = [t.await.unwrap(), u.await.unwrap()];
     assert_eq!(reports, ["t ok", "u ok"], "no deadlock is reported");
 }
+
+/// The waits of a lock are a hash that keeps only live records: a record that ran out (left
+/// by a holder that died) is dropped by the next write, and a key of another type (a record
+/// of an older version, a string) is replaced rather than failing every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_write_drops_lapsed_records_and_replaces_a_key_of_another_type() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let waits = "{lock:dlprune:a}:distlock:waits";
+    let blocker = manager.acquire("dlprune:b", &options("v")).await.unwrap();
+    let held = manager.acquire("dlprune:a", &options("t")).await.unwrap();
+    let fields = || -> std::collections::BTreeMap<String, String> {
+        redis::cmd("HGETALL")
+            .arg(waits)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    for stale in ["string", "lapsed"] {
+        if stale == "string" {
+            redis::cmd("SET")
+                .arg(waits)
+                .arg("old-token w0 1 lock:x")
+                .query::<()>(&mut server.conn())
+                .unwrap();
+        } else {
+            redis::cmd("HSET")
+                .arg(waits)
+                .arg("w0 1")
+                .arg("1 dead-token w0 1 lock:x")
+                .query::<()>(&mut server.conn())
+                .unwrap();
+        }
+        // Past the first walk (0.4 s): its record is written.
+        let waiting_options = options("t");
+        let waiting = held.scope(manager.acquire("dlprune:b", &waiting_options));
+        let cancelled = tokio::time::timeout(Duration::from_millis(650), waiting).await;
+        assert!(cancelled.is_err(), "{stale}: still waiting when cancelled");
+        let now = fields();
+        assert!(
+            !now.contains_key("w0 1") && !now.is_empty(),
+            "{stale}: the stale record is gone, this wait's is there: {now:?}"
+        );
+        assert!(
+            now.values()
+                .all(|text| text.ends_with(" lock:dlprune:b") || text.ends_with(" ended")),
+            "{stale}: {now:?}"
+        );
+    }
+    held.release().await.unwrap();
+    blocker.release().await.unwrap();
+}

@@ -49,6 +49,7 @@ if ARGV[4] == 'end' then
   return 1
 end
 -- Drop the fields that ran out (waits of holders that died), and learn whether this wait ended.
+-- The hash is rewritten without them (`DEL`, then the live fields), which needs no `HDEL`.
 -- A key of another type is no record of this version's: it is replaced.
 local fields = redis.pcall('HGETALL', KEYS[2])
 if fields.err then
@@ -56,13 +57,24 @@ if fields.err then
   fields = {}
 end
 local prefix = ARGV[2] .. ' '
+local live, lapsed = {}, false
 for i = 1, #fields, 2 do
   local field, text = fields[i], fields[i + 1]
   local until_ms = tonumber(string.match(text, '^(%d+) '))
   if not until_ms or until_ms < now then
-    redis.call('HDEL', KEYS[2], field)
-  elseif string.sub(field, 1, #prefix) == prefix and string.match(text, '^%d+ ended$') then
-    return 0
+    lapsed = true
+  else
+    if string.sub(field, 1, #prefix) == prefix and string.match(text, '^%d+ ended$') then
+      return 0
+    end
+    live[#live + 1] = field
+    live[#live + 1] = text
+  end
+end
+if lapsed then
+  redis.call('DEL', KEYS[2])
+  if #live > 0 then
+    redis.call('HSET', KEYS[2], unpack(live))
   end
 end
 for i = 6, #ARGV do
