@@ -97,7 +97,7 @@ impl Walk {
 
     /// The look at `lock` (the one [`next_look`](Self::next_look) gave) found `seen`: the
     /// cycle through `waiter`, if that closes one; else the paths it opens are queued.
-    pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, seen: Seen) -> Option<Vec<Edge>> {
+    pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, seen: &Seen) -> Option<Vec<Edge>> {
         self.looked.insert(lock.to_owned());
         let path = std::mem::take(&mut self.current);
         if let Some(mine) = seen

@@ -42,9 +42,12 @@ impl LockManager {
     ///
     /// # Errors
     /// [`LockError::Config`] for an empty `names`, for `permits(n > 1)` or
-    /// [`LockMode::Read`](crate::LockMode::Read) (several keys are mutexes), or as
-    /// [`acquire`](Self::acquire) for any name; [`LockError::Timeout`] naming the key still
-    /// held when the timeout ran out; [`LockError::Redis`] as for [`acquire`](Self::acquire).
+    /// [`LockMode::Read`](crate::LockMode::Read) (several keys are mutexes), for a name the
+    /// task holds to read or as a permit, or as [`acquire`](Self::acquire) for any name;
+    /// [`LockError::Timeout`] naming the key still held when the timeout ran out;
+    /// [`LockError::Deadlock`] when, inside a guard's scope, this wait closes a wait-for cycle
+    /// and is its victim, as for [`acquire`](Self::acquire); [`LockError::Redis`] as for
+    /// [`acquire`](Self::acquire).
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -84,7 +87,7 @@ impl LockManager {
         }
         // A wait like `acquire`'s: watched for a deadlock inside a guard's scope.
         let taken = self
-            .watching(&rest, options, self.take_all(&rest, options, false))
+            .watching(&rest, options, || self.take_all(&rest, options, false))
             .await?;
         // Waiting, the acquisition ends with the locks or an error: `None` means no names.
         let taken = taken.ok_or_else(no_names)?;

@@ -29,17 +29,18 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        self.watching(&[name], options, self.acquire_waiting(name, options))
+        self.watching(&[name], options, || self.acquire_waiting(name, options))
             .await
     }
 
-    /// `acquisition` of the locks `names`, watched for a deadlock while the task holds locks
-    /// of this manager on a store that detects them (else as it is).
-    pub(crate) async fn watching<T>(
+    /// The acquisition `acquire` makes of the locks `names`, watched for a deadlock while the
+    /// task holds locks of this manager on a store that detects them (else as it is). The
+    /// future is made where it runs, so that it is held once, not once as an argument too.
+    pub(crate) async fn watching<T, F: Future<Output = Result<T, LockError>>>(
         &self,
         names: &[&str],
         options: &LockOptions,
-        acquisition: impl Future<Output = Result<T, LockError>>,
+        acquire: impl FnOnce() -> F,
     ) -> Result<T, LockError> {
         // Outside a guard's scope this is one task-local read: nothing held, nothing to watch.
         let mut held = reentry::held_by_task(self);
@@ -50,18 +51,18 @@ impl LockManager {
             || options.timeout_duration().is_zero()
             || !self.inner.backend.capabilities().detects_deadlocks
         {
-            return acquisition.await;
+            return acquire().await;
         }
         let mut wanted = Vec::with_capacity(names.len());
         for name in names {
             match self.prepare(name, options) {
                 Ok((_, keys)) => wanted.push(keys.lock.to_string()),
                 // The acquisition reports the error itself.
-                Err(_) => return acquisition.await,
+                Err(_) => return acquire().await,
             }
         }
         // Boxed: the watch's state does not enlarge every acquisition's future.
-        Box::pin(self.acquire_watched(wanted, held, acquisition)).await
+        Box::pin(self.acquire_watched(wanted, held, acquire())).await
     }
 
     /// `acquisition`, raced against the watch of a task holding `held` that waits for
@@ -137,7 +138,7 @@ impl LockManager {
                     return None;
                 }
             };
-            if let Some(cycle) = walk.looked(waiter, &lock, seen) {
+            if let Some(cycle) = walk.looked(waiter, &lock, &seen) {
                 return Some(cycle);
             }
         }

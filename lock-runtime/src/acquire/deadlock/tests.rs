@@ -60,7 +60,7 @@ fn walk(me: &Waiter, wanted: &[&str], graph: &[(&str, Seen)]) -> (Option<Vec<Edg
             .find(|(name, _)| *name == lock)
             .map(|(_, seen)| seen.clone())
             .unwrap_or_default();
-        if let Some(cycle) = walk.looked(me, &lock, seen) {
+        if let Some(cycle) = walk.looked(me, &lock, &seen) {
             return (Some(cycle), looked);
         }
     }
