@@ -24,6 +24,10 @@ macro_rules! family_parity_tests {
             parity_family::a_permit_is_a_lease($connect).await;
         }
         #[tokio::test]
+        async fn when_every_permit_runs_out_the_line_is_let_in() {
+            parity_family::when_every_permit_runs_out_the_line_is_let_in($connect).await;
+        }
+        #[tokio::test]
         async fn a_name_used_two_ways_and_another_n_are_refused() {
             parity_family::a_name_used_two_ways_and_another_n_are_refused($connect).await;
         }
@@ -154,6 +158,41 @@ where
     assert_eq!(inspected.holders.len(), 1, "{inspected:?}");
     kept.release().await.unwrap();
     assert!(manager.inspect(&name).await.unwrap().is_none());
+}
+
+/// Every permit's holder stops renewing (hung, or gone without a release): the waiters in the
+/// semaphore's line get their permits when the leases run out, though nobody releases.
+pub(crate) async fn when_every_permit_runs_out_the_line_is_let_in<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let name = name("all-run-out");
+    let (holders, waiters) = (connect().await, connect().await);
+    let short = permits(2).ttl(Duration::from_millis(300));
+    let first = holders.acquire(&name, &short).await.unwrap();
+    let second = holders.acquire(&name, &short).await.unwrap();
+    let waiting = |waiters: LockManager, name: String| {
+        tokio::spawn(async move {
+            waiters
+                .acquire(&name, &permits(2).timeout(Duration::from_secs(10)))
+                .await
+        })
+    };
+    let one = waiting(waiters.clone(), name.clone());
+    let two = waiting(waiters.clone(), name.clone());
+    let (one, two) = (one.await.unwrap(), two.await.unwrap());
+    let (one, two) = (
+        one.expect("the first waiter is let in once the leases ran out"),
+        two.expect("the second waiter is let in once the leases ran out"),
+    );
+    assert!(!first.is_held().await.unwrap() && !second.is_held().await.unwrap());
+    assert!(one.is_held().await.unwrap() && two.is_held().await.unwrap());
+    for lost in [first, second] {
+        assert!(matches!(lost.release().await, Err(LockError::Lost { .. })));
+    }
+    one.release().await.unwrap();
+    two.release().await.unwrap();
 }
 
 pub(crate) async fn a_name_used_two_ways_and_another_n_are_refused<F, Fut>(connect: F)

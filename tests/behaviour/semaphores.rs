@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockMode, LockOptions};
 use redis::aio::MultiplexedConnection;
 use test_support::{connect, global_server, shared_server, spawn_worker, wait_all, RedisServer};
 
@@ -582,9 +582,9 @@ async fn permit_waiters_in_other_processes_are_served_in_arrival_order() {
 }
 
 /// One attempt of a mutex on a name held as a semaphore is refused as a wait for it is (and as
-/// the in-process backend refuses it), not answered "busy", which would hide the misuse.
+/// the in-process backend refuses it), not answered "busy", which would hide the misuse; on a
+/// name held by readers it is busy, as a writer's wait for them is a wait.
 #[tokio::test]
-#[ignore = "on Redis a mutex's try_acquire of a name held as a semaphore answers None (its SET NX fails as on a held lock) where the in-process backend and acquire answer Config"]
 async fn a_mutex_try_on_a_held_semaphore_is_refused() {
     let manager = connect(shared_server()).await;
     let permit = manager
@@ -600,6 +600,19 @@ async fn a_mutex_try_on_a_held_semaphore_is_refused() {
         tried.map(|guard| guard.is_some())
     );
     permit.release().await.unwrap();
+    let reader = manager
+        .acquire(
+            "sem:two-ways:try-read",
+            &LockOptions::new().mode(LockMode::Read),
+        )
+        .await
+        .unwrap();
+    let writer = manager
+        .try_acquire("sem:two-ways:try-read", &LockOptions::new())
+        .await
+        .unwrap();
+    assert!(writer.is_none(), "busy while a reader holds it");
+    reader.release().await.unwrap();
 }
 
 /// A task holding a permit that asks for the same name with another n is told both numbers,

@@ -85,7 +85,7 @@ impl Memory {
             });
         }
         // The line first: whoever waits is served before the caller.
-        self.admit(table, key, now);
+        self.admit(table, key, now, keys.kind);
         let row = table.row(key, now);
         if let Some(lease) = row.lease(token) {
             return Ok(Attempt::Acquired {
@@ -184,7 +184,7 @@ impl Memory {
             }
             None => false,
         };
-        let admitted = self.admit(table, key, now);
+        let admitted = self.admit(table, key, now, keys.kind);
         table.tidy(key);
         Ok(match (ours, admitted) {
             (false, _) => Released::NotOurs(LostCause::Expired),
@@ -226,16 +226,32 @@ impl Memory {
     /// Lets in whoever the line's head may have: free permits to the first live waiters of a
     /// semaphore; readers at the head of a read-write lock's line while no writer holds it,
     /// or one writer once nobody does. Returns how many were let in.
-    fn admit(&self, table: &mut Table, key: &Arc<str>, now: Instant) -> usize {
+    ///
+    /// `asked`: how the caller takes the name. A semaphore whose every lease ran out is
+    /// forgotten with them, its n too (as its key expires in Redis), but not its line: the
+    /// caller's n lets in the head of that line then, as `semaphore_acquire.lua` does.
+    fn admit(&self, table: &mut Table, key: &Arc<str>, now: Instant, asked: Kind) -> usize {
         let row = table.row(key, now);
-        let kind = row.leases.as_ref().map(|leases| leases.kind);
-        if let Some(Kind::Permits(_)) = kind {
+        let kind = match (&row.leases, asked) {
+            (Some(leases), _) => Some(leases.kind),
+            (None, Kind::Permits(_)) if !row.permit_line.is_empty() => Some(asked),
+            (None, _) => None,
+        };
+        if let Some(Kind::Permits(n)) = kind {
             let mut admitted = 0;
-            while free_permits(table.row(key, now)) > 0 {
-                let Some(place) = table.row(key, now).permit_line.pop_front() else {
+            loop {
+                let row = table.row(key, now);
+                let free = match row.leases {
+                    Some(_) => free_permits(row),
+                    None => usize::try_from(n).unwrap_or(usize::MAX),
+                };
+                if free == 0 {
+                    break;
+                }
+                let Some(place) = row.permit_line.pop_front() else {
                     break;
                 };
-                self.grant_lease(table, key, now, &place, Kind::Permits(0));
+                self.grant_lease(table, key, now, &place, Kind::Permits(n));
                 admitted += 1;
             }
             return admitted;
