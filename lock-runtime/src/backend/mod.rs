@@ -554,6 +554,17 @@ impl Backend {
         }
     }
 
+    /// After a mutex's one attempt found the name held: `Config` when it is held as a
+    /// semaphore (see `Node::refuse_a_semaphore`); the in-process table refuses in the attempt.
+    pub(crate) async fn refuse_a_semaphore(&self, keys: &LockKeys) -> failure::Result<()> {
+        match &self.locks {
+            Locks::Single(node) if keys.kind == Kind::Mutex && keys.together.is_none() => {
+                node.refuse_a_semaphore(keys).await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the lock is still ours.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
