@@ -190,6 +190,14 @@ impl LockKeys {
         self.helper("released")
     }
 
+    /// The tokens of the lock's recent releases of permits, readers or keys taken together:
+    /// a sorted set scored by when each is forgotten, kept for as long as a connection may
+    /// send that release again (see `family_prelude.lua`). A set, where the mutex's
+    /// [`LockKeys::released`] keeps one token: several leases are released side by side.
+    pub(crate) fn releases(&self) -> String {
+        self.helper("releases")
+    }
+
     /// The token of the lock's last holder that an operator force-released, kept for a day
     /// (see `scripts::FORCE_RELEASE`): that holder's next extension or release learns why the
     /// lock is no longer its.

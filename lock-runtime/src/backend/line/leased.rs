@@ -5,7 +5,9 @@
 //! Every operation is one script on the lock's slot, as the mutex's are. An acquisition's
 //! script finds a lease it already took (a call sent twice, a hand-off not heard yet) and
 //! answers the same, and a place in line is looked for before one is written: each may be sent
-//! again. A release run twice answers "not ours" the second time, so it is sent at most once.
+//! again. A release that may be sent twice (on a cluster, or after an idle connection) leaves
+//! its token in the lock's `releases` marks, by which its second run answers as its first;
+//! any other is sent at most once, as the mutex's are (`Node::release_rule`).
 
 use std::time::Duration;
 
@@ -104,20 +106,26 @@ impl Node {
             Kind::Permits(_) => (&scripts::SEMAPHORE_RELEASE, keys.permit_line()),
             Kind::Read | Kind::Mutex => (&scripts::RW_RELEASE, keys.line()),
         };
-        let (fence, fences) = (keys.fence(), keys.permit_fences());
+        let (fence, fences, releases) = (keys.fence(), keys.permit_fences(), keys.releases());
         let rule = if leave {
             Resend::Idempotent
         } else {
-            Resend::AtMostOnce
+            self.release_rule()
         };
         let released: i64 = self
             .send(rule, || async {
                 let mut connection = self.connection().await?;
-                let mut cmd = scripts::evalsha(script, &[&keys.lock, &line, &fence, &fences], 4, 0);
+                let window = self.resend_window_of(&connection, rule);
+                let mut all = vec![&*keys.lock, &line, &fence, &fences];
+                if window.is_some() {
+                    all.push(&releases);
+                }
+                let mut cmd = scripts::evalsha(script, &all, 5, 0);
                 cmd.arg(token)
                     .arg(millis(CLAIM))
                     .arg(flag(leave))
-                    .arg(flag(counts_receivers(&connection)));
+                    .arg(flag(counts_receivers(&connection)))
+                    .arg(window.map_or_else(String::new, |window| millis(window).to_string()));
                 scripts::invoke(script, &cmd, &mut connection)
                     .await
                     .map_err(Failure::from_family)
