@@ -1137,7 +1137,12 @@ fn a_release_run_twice_with_the_marks_answers_as_the_first() {
     let name = "family:released-twice";
     let keys = semaphore_keys(name);
     let marks = keys::helper(&keys[0], "releases");
-    let with_marks: Vec<String> = keys.iter().cloned().chain([marks.clone()]).collect();
+    let forced = keys::helper(&keys[0], "forced-leases");
+    let with_marks: Vec<String> = keys
+        .iter()
+        .cloned()
+        .chain([forced, marks.clone()])
+        .collect();
     let release = |conn: &mut Connection, token: &str, marked: bool| -> i64 {
         semaphore_release()
             .key(if marked { &with_marks[..] } else { &keys[..] })
@@ -1181,7 +1186,10 @@ fn a_release_run_twice_with_the_marks_answers_as_the_first() {
     let rw_marks: Vec<String> = rw
         .iter()
         .cloned()
-        .chain([keys::helper(&rw[0], "releases")])
+        .chain([
+            keys::helper(&rw[0], "forced-leases"),
+            keys::helper(&rw[0], "releases"),
+        ])
         .collect();
     let reader = reader(name, "r");
     assert_eq!(

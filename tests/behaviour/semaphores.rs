@@ -431,14 +431,53 @@ async fn inspection_and_list_show_every_permit_and_n() {
         .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].holders.len(), 2);
-    let error = manager
-        .force_release(&info)
-        .await
-        .expect_err("not one by one");
-    assert!(matches!(error, LockError::Config(_)), "{error:?}");
     a.release().await.unwrap();
     b.release().await.unwrap();
     assert!(manager.inspect("sem:shown").await.unwrap().is_none());
+}
+
+/// An operator's `force_release` of a semaphore takes every permit inspected, on the server:
+/// the set and the holders' fencing tokens are gone, the broken tokens are kept for their
+/// holders to learn why, and a permit holder that came in after the inspection keeps its own.
+#[tokio::test]
+async fn force_release_of_a_semaphore_breaks_the_permits_inspected_only() {
+    let server = shared_server();
+    let manager = connect(server).await;
+    let options = permits(3).fencing(true);
+    let a = manager.acquire("sem:forced", &options).await.unwrap();
+    let b = manager.acquire("sem:forced", &options).await.unwrap();
+    let info = manager.inspect("sem:forced").await.unwrap().expect("held");
+    let later = manager.acquire("sem:forced", &options).await.unwrap();
+    assert!(manager.force_release(&info).await.unwrap());
+    let left = manager.inspect("sem:forced").await.unwrap().expect("held");
+    assert_eq!(left.holders.len(), 1, "{left:?}");
+    assert!(later.is_held().await.unwrap());
+    let forced = test_support::keys::helper("lock:sem:forced", "forced-leases");
+    let marks: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&forced)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(marks.len(), 2, "{marks:?}");
+    assert!(
+        marks.iter().any(|mark| mark == a.token()) && marks.iter().any(|mark| mark == b.token())
+    );
+    for broken in [a, b] {
+        assert!(matches!(
+            broken.release().await,
+            Err(LockError::Lost {
+                cause: distlock::LostCause::ForceReleased,
+                ..
+            })
+        ));
+    }
+    later.release().await.unwrap();
+    assert!(!server.exists("lock:sem:forced"));
+    assert!(!server.exists(&test_support::keys::helper(
+        "lock:sem:forced",
+        "permit-fences"
+    )));
 }
 
 // ---------------------------------------------------------------------------------------------

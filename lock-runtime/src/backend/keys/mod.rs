@@ -205,6 +205,14 @@ impl LockKeys {
         self.helper("forced")
     }
 
+    /// The tokens of a semaphore's permits or readers that an operator force-released, a
+    /// sorted set scored by when each is forgotten (a day on; see
+    /// `scripts::LEASED_FORCE_RELEASE`): each holder's next extension or release learns why
+    /// its lease is gone. A set, where the mutex's [`LockKeys::forced`] keeps one token.
+    pub(crate) fn forced_leases(&self) -> String {
+        self.helper("forced-leases")
+    }
+
     /// When the lock's holder got it, for a holder that waited first (see `granted` in
     /// `scripts.rs`): its UUID and the grant's Redis time in ms; lives as long as the lock.
     pub(crate) fn since(&self) -> String {

@@ -187,7 +187,7 @@ impl Memory {
         let admitted = self.admit(table, key, now, keys.kind);
         table.tidy(key);
         Ok(match (ours, admitted) {
-            (false, _) => Released::NotOurs(LostCause::Expired),
+            (false, _) => Released::NotOurs(lease_lost(table, token, now)),
             (true, 0) => Released::Freed,
             (true, _) => Released::HandedOver,
         })
@@ -205,9 +205,51 @@ impl Memory {
             }
             None => {
                 table.tidy(&keys.lock);
-                Ownership::Lost(LostCause::Expired)
+                Ownership::Lost(lease_lost(&mut table, token, now))
             }
         }
+    }
+
+    /// Breaks, for an operator, the permits or readers of `keys` whose tokens are in `seen`,
+    /// keeping each token in the `forced-leases` marks, and lets in the head of the line, as
+    /// `leased_force_release.lua` does; `true` if any was broken.
+    pub(crate) fn force_unlock_leases(&self, keys: &LockKeys, seen: &[String]) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let table = &mut *table;
+        let key = &keys.lock;
+        let row = table.row(key, now);
+        let Some(leases) = row.leases.as_mut().filter(|leases| {
+            matches!(
+                (leases.kind, keys.kind),
+                (Kind::Permits(_), Kind::Permits(_)) | (Kind::Read, Kind::Read)
+            )
+        }) else {
+            return false;
+        };
+        let mut broken = Vec::new();
+        leases.holders.retain(|lease| {
+            let seen = seen.iter().any(|value| **value == *lease.token);
+            if seen {
+                broken.push(Arc::clone(&lease.token));
+            }
+            !seen
+        });
+        let kind = leases.kind;
+        if leases.holders.is_empty() {
+            row.leases = None;
+        }
+        table.forced_leases.retain(|_, until| *until > now);
+        for token in &broken {
+            table
+                .forced_leases
+                .insert(Arc::clone(token), now + super::FORCED_KEPT);
+        }
+        if !broken.is_empty() {
+            self.admit(table, key, now, kind);
+        }
+        table.tidy(key);
+        !broken.is_empty()
     }
 
     /// Whether `token` holds a permit or a read lock now.
@@ -386,6 +428,17 @@ pub(super) fn look(
             holders,
         }),
     })
+}
+
+/// Why `token` holds no lease: an operator broke it (the `forced-leases` marks hold it), or
+/// it ran out.
+fn lease_lost(table: &mut Table, token: &str, now: Instant) -> LostCause {
+    table.forced_leases.retain(|_, until| *until > now);
+    if table.forced_leases.contains_key(token) {
+        LostCause::ForceReleased
+    } else {
+        LostCause::Expired
+    }
 }
 
 /// How many permits of a semaphore are free (0 for anything else).

@@ -54,6 +54,8 @@
 --   reply) is known for what it is; drops the marks whose window closed. A set, not the
 --   mutex's one-token `released` marker: several permits or readers release side by side.
 -- - `was_released(marks, token, window)`: whether `marks` remembers `token`'s release.
+-- - `was_forced(forced, token)`: whether the `forced-leases` marks `forced` (nil: none) hold
+--   `token`: an operator broke its lease (`leased_force_release.lua`).
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -246,5 +248,13 @@ local function was_released(marks, token, window)
     return false
   end
   local kept = redis.call('ZSCORE', marks, token)
+  return kept ~= false and tonumber(kept) >= now_ms()
+end
+
+local function was_forced(forced, token)
+  if not forced then
+    return false
+  end
+  local kept = redis.call('ZSCORE', forced, token)
   return kept ~= false and tonumber(kept) >= now_ms()
 end
