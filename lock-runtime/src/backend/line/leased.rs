@@ -204,13 +204,10 @@ impl Node {
         keys: &LockKeys,
         seen: &[String],
     ) -> failure::Result<bool> {
-        let (script, line, kind): (&Script, String, &str) = match keys.kind {
-            Kind::Permits(_) => (
-                &scripts::LEASED_FORCE_RELEASE,
-                keys.permit_line(),
-                "permits",
-            ),
-            Kind::Read | Kind::Mutex => (&scripts::LEASED_FORCE_RELEASE, keys.line(), "read"),
+        let script = &*scripts::LEASED_FORCE_RELEASE;
+        let (line, kind) = match keys.kind {
+            Kind::Permits(_) => (keys.permit_line(), "permits"),
+            Kind::Read | Kind::Mutex => (keys.line(), "read"),
         };
         let (fence, fences, forced) = (keys.fence(), keys.permit_fences(), keys.forced_leases());
         let broken: i64 = self
