@@ -1127,3 +1127,110 @@ fn concurrent_callers_never_hold_more_than_n_permits() {
     assert!(most > 1, "the permits were never shared: {most}");
     assert!(holders(&mut shared_server().conn(), &keys[0]).is_empty());
 }
+
+/// A release run twice where it may be (the marks passed): the second run answers as the first,
+/// for two permits released side by side; the marks vouch for no other token, and a release
+/// without them answers "not ours" the second time, as before.
+#[test]
+fn a_release_run_twice_with_the_marks_answers_as_the_first() {
+    let mut conn = shared_server().conn();
+    let name = "family:released-twice";
+    let keys = semaphore_keys(name);
+    let marks = keys::helper(&keys[0], "releases");
+    let forced = keys::helper(&keys[0], "forced-leases");
+    let with_marks: Vec<String> = keys
+        .iter()
+        .cloned()
+        .chain([forced, marks.clone()])
+        .collect();
+    let release = |conn: &mut Connection, token: &str, marked: bool| -> i64 {
+        semaphore_release()
+            .key(if marked { &with_marks[..] } else { &keys[..] })
+            .arg(token)
+            .arg(CLAIM)
+            .arg("0")
+            .arg("0")
+            .arg(if marked { "5000" } else { "" })
+            .invoke(conn)
+            .expect("semaphore release")
+    };
+    let (one, two, other) = (value(name, "1"), value(name, "2"), value(name, "other"));
+    for token in [&one, &two] {
+        assert_eq!(
+            sem_acquire(&mut conn, &keys, token, TTL, 2, "first").unwrap()[0],
+            1
+        );
+    }
+    assert_eq!(release(&mut conn, &one, true), 1);
+    assert_eq!(release(&mut conn, &two, true), 1);
+    assert_eq!(
+        release(&mut conn, &one, true),
+        1,
+        "re-sent: answered as the first run"
+    );
+    assert_eq!(
+        release(&mut conn, &two, true),
+        1,
+        "re-sent: answered as the first run"
+    );
+    assert_eq!(
+        release(&mut conn, &other, true),
+        0,
+        "never released: not ours"
+    );
+    let pttl: i64 = redis::cmd("PTTL").arg(&marks).query(&mut conn).unwrap();
+    assert!(pttl > 0 && pttl <= 5000, "the marks expire: {pttl}");
+
+    // Readers, and several keys, the same way.
+    let rw = rw_keys("family:released-twice:rw");
+    let rw_marks: Vec<String> = rw
+        .iter()
+        .cloned()
+        .chain([
+            keys::helper(&rw[0], "forced-leases"),
+            keys::helper(&rw[0], "releases"),
+        ])
+        .collect();
+    let reader = reader(name, "r");
+    assert_eq!(
+        rw_acquire_as(&mut conn, &rw, &reader, "first").unwrap()[0],
+        1
+    );
+    for run in ["first", "re-sent"] {
+        let released: i64 = rw_release()
+            .key(&rw_marks[..])
+            .arg(&reader)
+            .arg(CLAIM)
+            .arg("0")
+            .arg("0")
+            .arg("5000")
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(released, 1, "reader, {run} run");
+    }
+    let names = ["family:{twice}:a", "family:{twice}:b"];
+    let token = value(name, "multi");
+    assert_eq!(ints(&multi_try(&mut conn, &names, &token, false))[0], 1);
+    let mut multi = multi_keys(&names);
+    multi.push(keys::helper(&keys::default_key(names[0]), "releases"));
+    for (run, expected) in [("first", vec![2, 0, 0]), ("re-sent", vec![0, 0, 0])] {
+        let released: Vec<i64> = multi_release()
+            .key(&multi[..])
+            .arg(&token)
+            .arg(CLAIM)
+            .arg("0")
+            .arg("0")
+            .arg("5000")
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(released, expected, "several keys, {run} run");
+    }
+
+    // Unmarked, as a standalone release on a connection in use is: "not ours" the second time.
+    assert_eq!(
+        sem_acquire(&mut conn, &keys, &one, TTL, 2, "first").unwrap()[0],
+        1
+    );
+    assert_eq!(release(&mut conn, &one, false), 1);
+    assert_eq!(release(&mut conn, &one, false), 0);
+}

@@ -1526,3 +1526,66 @@ async fn list_and_show_give_every_permit_of_a_semaphore_and_every_reader() {
     b.release().await.unwrap();
     reader.release().await.unwrap();
 }
+
+/// `release --force` of a semaphore and of readers breaks every holder shown, who is told
+/// so, and lets in the waiter at the head of the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_force_breaks_every_permit_and_reader_and_lets_the_line_in() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let manager = LockManager::connect(&url).await.unwrap();
+    let waiters = LockManager::connect(&url).await.unwrap();
+    let permits = labelled("payments").permits(2);
+    let read = labelled("catalog").mode(distlock::LockMode::Read);
+    for (name, held, says) in [
+        ("api:pay", permits, "2 of 2 permits: payments (pid"),
+        ("cat:eu", read, "2 readers: catalog (pid"),
+    ] {
+        let a = manager.acquire(name, &held).await.unwrap();
+        let b = manager.acquire(name, &held).await.unwrap();
+        let waiting = if name == "api:pay" {
+            held.clone()
+        } else {
+            labelled("writer")
+        };
+        let waiter = {
+            let waiters = waiters.clone();
+            tokio::spawn(async move { waiters.acquire(name, &waiting).await })
+        };
+        let mut in_line = false;
+        for _ in 0..400 {
+            let info = manager.inspect(name).await.unwrap().expect("held");
+            in_line = info.waiters == 1;
+            if in_line {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(in_line, "{name}: the waiter never joined the line");
+
+        let (out, _) = expect(&url, &["release", name, "--force", "--yes"], 0);
+        assert!(
+            out.contains(&format!("released lock:{name} (it was held by {says}")),
+            "{out}"
+        );
+        let admitted = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was let in")
+            .unwrap()
+            .unwrap();
+        for broken in [a, b] {
+            assert!(
+                matches!(
+                    broken.release().await,
+                    Err(LockError::Lost {
+                        cause: distlock::LostCause::ForceReleased,
+                        ..
+                    })
+                ),
+                "{name}"
+            );
+        }
+        admitted.release().await.unwrap();
+        assert!(!server.exists(&format!("lock:{name}")), "{name}");
+    }
+}

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{self, Stream};
 
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::{Look, Scan};
 use crate::{LockError, LockManager};
 
@@ -62,6 +62,9 @@ pub struct LockInfo {
     /// The lock key's value as it was read (`None`: not UTF-8), for
     /// [`LockManager::force_release`], which breaks the lock only if it still holds it.
     value: Option<String>,
+    /// Every permit's or reader's value as it was read (those that are UTF-8 text), for
+    /// [`LockManager::force_release`], which breaks only these.
+    leases: Vec<String>,
 }
 
 /// Who holds a lock, as it wrote itself into the lock's value when it took it.
@@ -230,6 +233,13 @@ impl LockManager {
     /// never `Ok`, as if the holder had released the lock itself. (On Redlock, which keeps no
     /// mark, the cause given is `Expired`.) Use it on holders that are gone or hung.
     ///
+    /// A semaphore's permits or a read lock's readers ([`HeldMode::Semaphore`],
+    /// [`HeldMode::Read`]) are broken together: every holder in [`LockInfo::holders`] whose
+    /// lease is still there loses it (a holder that came in after the inspection keeps its
+    /// own), each is told `Lost` with `ForceReleased` the same way (their tokens kept for a day
+    /// in `{<key>}:distlock:forced-leases`), and the permits or the read lock go to the head
+    /// of the line as their releases would give them. `true` if any lease was broken.
+    ///
     /// # Errors
     /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] when the lock's
     /// value is not UTF-8 text (not written by distlock: delete the key by hand).
@@ -246,13 +256,14 @@ impl LockManager {
     /// ```
     pub async fn force_release(&self, info: &LockInfo) -> Result<bool, LockError> {
         let keys = LockKeys::new(info.key.clone())?;
-        if info.mode != HeldMode::Exclusive {
-            return Err(LockError::config(format!(
-                "`{}` is held by a semaphore's permits or by readers, which are not broken one \
-                 by one: each lease runs out at its ttl; delete the key by hand (`redis-cli \
-                 DEL`) only if every holder is gone",
-                info.key
-            )));
+        let leased = match info.mode {
+            HeldMode::Exclusive => None,
+            HeldMode::Semaphore { permits } => Some(Kind::Permits(permits)),
+            HeldMode::Read => Some(Kind::Read),
+        };
+        if let Some(kind) = leased {
+            let keys = keys.with_kind(kind);
+            return Ok(self.backend()?.force_unlock(&keys, &info.leases).await?);
         }
         let Some(value) = &info.value else {
             return Err(LockError::config(format!(
@@ -261,7 +272,10 @@ impl LockManager {
                 info.key
             )));
         };
-        Ok(self.backend()?.force_unlock(&keys, value).await?)
+        Ok(self
+            .backend()?
+            .force_unlock(&keys, std::slice::from_ref(value))
+            .await?)
     }
 }
 
@@ -381,6 +395,12 @@ fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
         ttl_left: look.ttl_left,
         waiters: look.waiters,
         fence: look.fence,
+        leases: look
+            .leased
+            .iter()
+            .flat_map(|leased| &leased.holders)
+            .filter_map(|(value, _)| String::from_utf8(value.clone()).ok())
+            .collect(),
         value: String::from_utf8(look.value).ok(),
     }
 }

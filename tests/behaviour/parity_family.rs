@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockMode, LockOptions};
+use distlock::{LockError, LockManager, LockMode, LockOptions, LostCause};
 
 /// Tests of one backend, each calling the body of the same name below.
 macro_rules! family_parity_tests {
@@ -22,6 +22,17 @@ macro_rules! family_parity_tests {
         #[tokio::test]
         async fn a_permit_is_a_lease() {
             parity_family::a_permit_is_a_lease($connect).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_force_release_breaks_every_permit_or_reader_and_lets_the_line_in() {
+            parity_family::a_force_release_breaks_every_permit_or_reader_and_lets_the_line_in(
+                $connect,
+            )
+            .await;
+        }
+        #[tokio::test]
+        async fn when_every_permit_runs_out_the_line_is_let_in() {
+            parity_family::when_every_permit_runs_out_the_line_is_let_in($connect).await;
         }
         #[tokio::test]
         async fn a_name_used_two_ways_and_another_n_are_refused() {
@@ -154,6 +165,118 @@ where
     assert_eq!(inspected.holders.len(), 1, "{inspected:?}");
     kept.release().await.unwrap();
     assert!(manager.inspect(&name).await.unwrap().is_none());
+}
+
+/// An operator's `force_release` of a semaphore, and of a read lock: every holder inspected
+/// loses its lease and is told so (`ForceReleased`) by its extension or release, and the
+/// waiter at the head of the line is let in at once, long before the leases would run out.
+pub(crate) async fn a_force_release_breaks_every_permit_or_reader_and_lets_the_line_in<F, Fut>(
+    connect: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let (holders, operator, waiters) = (connect().await, connect().await, connect().await);
+    let reader = LockOptions::new()
+        .mode(LockMode::Read)
+        .ttl(Duration::from_secs(60))
+        .timeout(Duration::from_secs(30));
+    let cases = [
+        (
+            "semaphore",
+            permits(2).ttl(Duration::from_secs(60)),
+            permits(2),
+        ),
+        (
+            "readers",
+            reader,
+            LockOptions::new().timeout(Duration::from_secs(30)),
+        ),
+    ];
+    for (what, held, waiting) in cases {
+        let name = name(&format!("forced-{what}"));
+        let first = holders.acquire(&name, &held).await.unwrap();
+        let second = holders.acquire(&name, &held).await.unwrap();
+        let (waiters, waiter_name) = (waiters.clone(), name.clone());
+        let waiter = tokio::spawn(async move { waiters.acquire(&waiter_name, &waiting).await });
+        let mut info = None;
+        for _ in 0..200 {
+            let seen = operator.inspect(&name).await.unwrap().expect("held");
+            if seen.waiters == 1 {
+                info = Some(seen);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let info = info.unwrap_or_else(|| panic!("{what}: the waiter never joined the line"));
+        assert_eq!(info.holders.len(), 2, "{what}: {info:?}");
+        assert!(
+            operator.force_release(&info).await.unwrap(),
+            "{what}: broke it"
+        );
+        let admitted = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the waiter was not let in"))
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{what}: the waiter's acquire: {error}"));
+        let told = [
+            first.extend(Duration::from_secs(60)).await,
+            second.release().await,
+            first.release().await,
+        ];
+        for told in told {
+            assert!(
+                matches!(
+                    told,
+                    Err(LockError::Lost {
+                        cause: LostCause::ForceReleased,
+                        ..
+                    })
+                ),
+                "{what}: {told:?}"
+            );
+        }
+        // Again with the same look (on Redis, a call re-sent: it answers as the first did):
+        // only the holders seen are broken, and the waiter let in since keeps its lease.
+        operator.force_release(&info).await.unwrap();
+        assert!(admitted.is_held().await.unwrap(), "{what}");
+        admitted.release().await.unwrap();
+    }
+}
+
+/// Every permit's holder stops renewing (hung, or gone without a release): the waiters in the
+/// semaphore's line get their permits when the leases run out, though nobody releases.
+pub(crate) async fn when_every_permit_runs_out_the_line_is_let_in<F, Fut>(connect: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = LockManager>,
+{
+    let name = name("all-run-out");
+    let (holders, waiters) = (connect().await, connect().await);
+    let short = permits(2).ttl(Duration::from_millis(300));
+    let first = holders.acquire(&name, &short).await.unwrap();
+    let second = holders.acquire(&name, &short).await.unwrap();
+    let waiting = |waiters: LockManager, name: String| {
+        tokio::spawn(async move {
+            waiters
+                .acquire(&name, &permits(2).timeout(Duration::from_secs(10)))
+                .await
+        })
+    };
+    let one = waiting(waiters.clone(), name.clone());
+    let two = waiting(waiters.clone(), name.clone());
+    let (one, two) = (one.await.unwrap(), two.await.unwrap());
+    let (one, two) = (
+        one.expect("the first waiter is let in once the leases ran out"),
+        two.expect("the second waiter is let in once the leases ran out"),
+    );
+    assert!(!first.is_held().await.unwrap() && !second.is_held().await.unwrap());
+    assert!(one.is_held().await.unwrap() && two.is_held().await.unwrap());
+    for lost in [first, second] {
+        assert!(matches!(lost.release().await, Err(LockError::Lost { .. })));
+    }
+    one.release().await.unwrap();
+    two.release().await.unwrap();
 }
 
 pub(crate) async fn a_name_used_two_ways_and_another_n_are_refused<F, Fut>(connect: F)

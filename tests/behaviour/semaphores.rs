@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockMode, LockOptions};
 use redis::aio::MultiplexedConnection;
 use test_support::{connect, global_server, shared_server, spawn_worker, wait_all, RedisServer};
 
@@ -431,14 +431,53 @@ async fn inspection_and_list_show_every_permit_and_n() {
         .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].holders.len(), 2);
-    let error = manager
-        .force_release(&info)
-        .await
-        .expect_err("not one by one");
-    assert!(matches!(error, LockError::Config(_)), "{error:?}");
     a.release().await.unwrap();
     b.release().await.unwrap();
     assert!(manager.inspect("sem:shown").await.unwrap().is_none());
+}
+
+/// An operator's `force_release` of a semaphore takes every permit inspected, on the server:
+/// the set and the holders' fencing tokens are gone, the broken tokens are kept for their
+/// holders to learn why, and a permit holder that came in after the inspection keeps its own.
+#[tokio::test]
+async fn force_release_of_a_semaphore_breaks_the_permits_inspected_only() {
+    let server = shared_server();
+    let manager = connect(server).await;
+    let options = permits(3).fencing(true);
+    let a = manager.acquire("sem:forced", &options).await.unwrap();
+    let b = manager.acquire("sem:forced", &options).await.unwrap();
+    let info = manager.inspect("sem:forced").await.unwrap().expect("held");
+    let later = manager.acquire("sem:forced", &options).await.unwrap();
+    assert!(manager.force_release(&info).await.unwrap());
+    let left = manager.inspect("sem:forced").await.unwrap().expect("held");
+    assert_eq!(left.holders.len(), 1, "{left:?}");
+    assert!(later.is_held().await.unwrap());
+    let forced = test_support::keys::helper("lock:sem:forced", "forced-leases");
+    let marks: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&forced)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(marks.len(), 2, "{marks:?}");
+    assert!(
+        marks.iter().any(|mark| mark == a.token()) && marks.iter().any(|mark| mark == b.token())
+    );
+    for broken in [a, b] {
+        assert!(matches!(
+            broken.release().await,
+            Err(LockError::Lost {
+                cause: distlock::LostCause::ForceReleased,
+                ..
+            })
+        ));
+    }
+    later.release().await.unwrap();
+    assert!(!server.exists("lock:sem:forced"));
+    assert!(!server.exists(&test_support::keys::helper(
+        "lock:sem:forced",
+        "permit-fences"
+    )));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -582,9 +621,9 @@ async fn permit_waiters_in_other_processes_are_served_in_arrival_order() {
 }
 
 /// One attempt of a mutex on a name held as a semaphore is refused as a wait for it is (and as
-/// the in-process backend refuses it), not answered "busy", which would hide the misuse.
+/// the in-process backend refuses it), not answered "busy", which would hide the misuse; on a
+/// name held by readers it is busy, as a writer's wait for them is a wait.
 #[tokio::test]
-#[ignore = "on Redis a mutex's try_acquire of a name held as a semaphore answers None (its SET NX fails as on a held lock) where the in-process backend and acquire answer Config"]
 async fn a_mutex_try_on_a_held_semaphore_is_refused() {
     let manager = connect(shared_server()).await;
     let permit = manager
@@ -600,6 +639,19 @@ async fn a_mutex_try_on_a_held_semaphore_is_refused() {
         tried.map(|guard| guard.is_some())
     );
     permit.release().await.unwrap();
+    let reader = manager
+        .acquire(
+            "sem:two-ways:try-read",
+            &LockOptions::new().mode(LockMode::Read),
+        )
+        .await
+        .unwrap();
+    let writer = manager
+        .try_acquire("sem:two-ways:try-read", &LockOptions::new())
+        .await
+        .unwrap();
+    assert!(writer.is_none(), "busy while a reader holds it");
+    reader.release().await.unwrap();
 }
 
 /// A task holding a permit that asks for the same name with another n is told both numbers,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{distributed_lock, LockError, LockManager, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockMode, LockOptions};
 use redis::AsyncCommands;
 use test_support::{keys, FaultProxy, ProxiedCluster, RedisServer, RedisServers};
 use tokio::time::Instant;
@@ -461,6 +461,73 @@ async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
     match stale.release().await {
         Err(LockError::Lost { key: lost, .. }) => assert_eq!(lost, key),
         other => panic!("the release of an expired lock answered {other:?}, not Lost"),
+    }
+}
+
+/// A permit's, a reader's and a multi-key release whose reply was lost ran twice, as the
+/// mutex's does above: the second run finds the token in the lock's `releases` marks and
+/// answers as the first, not `Lost`; and the marks vouch for that release only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_or_multi_key_release_whose_reply_was_lost_is_not_reported_lost() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let ttl = LockOptions::new().ttl(RESEND_TTL);
+    let cases: [(&str, &[&str], LockOptions); 3] = [
+        ("permit", &["resend:{permit}"], ttl.clone().permits(2)),
+        (
+            "reader",
+            &["resend:{reader}"],
+            ttl.clone().mode(LockMode::Read),
+        ),
+        ("keys", &["resend:{keys}:a", "resend:{keys}:b"], ttl.clone()),
+    ];
+    for (what, names, options) in cases {
+        let take = || async {
+            if names.len() == 1 {
+                manager.acquire(names[0], &options).await
+            } else {
+                manager.acquire_all(names, &options).await
+            }
+        };
+        // A first cycle loads the scripts: the armed request below is the release itself.
+        take().await.unwrap().release().await.unwrap();
+        let guard = take().await.unwrap();
+        node.reset_stats();
+        let lost_before = cluster.proxy().replies_lost();
+        cluster
+            .proxy()
+            .lose_next_reply_to(&format!("lock:{}", names[0]));
+        let released = guard.release().await;
+        assert!(
+            released.is_ok(),
+            "{what}: a release that ran, then was sent again, answered {released:?}"
+        );
+        assert_eq!(cluster.proxy().replies_lost(), lost_before + 1, "{what}");
+        assert_eq!(
+            node.command_count("evalsha"),
+            2,
+            "{what}: the release ran, its reply was lost, and the connection sent it again"
+        );
+        for name in names {
+            assert!(
+                !node.exists(&format!("lock:{name}")),
+                "{what}: {name} is free"
+            );
+        }
+
+        // A holder whose lease ran out is still told it lost it.
+        let short = options.clone().ttl(Duration::from_millis(200));
+        let stale = if names.len() == 1 {
+            manager.acquire(names[0], &short).await.unwrap()
+        } else {
+            manager.acquire_all(names, &short).await.unwrap()
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            matches!(stale.release().await, Err(LockError::Lost { .. })),
+            "{what}: the release of an expired lease must say Lost"
+        );
     }
 }
 

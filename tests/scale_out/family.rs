@@ -118,6 +118,39 @@ async fn readers_share_and_a_writer_waits_on_a_cluster() {
     writer.release().await.unwrap();
 }
 
+/// On a cluster too, one attempt of a mutex on a name held as a semaphore is refused, not
+/// answered "busy"; on a name held by readers it is busy.
+#[tokio::test]
+async fn a_mutex_try_on_a_semaphore_of_a_cluster_is_refused() {
+    let manager = cluster_manager().await;
+    let permit = manager
+        .acquire("family:cluster:try", &permits(3))
+        .await
+        .unwrap();
+    let tried = manager
+        .try_acquire("family:cluster:try", &LockOptions::new())
+        .await;
+    assert!(
+        matches!(&tried, Err(LockError::Config(message)) if message.contains("semaphore of 3 permits")),
+        "{:?}",
+        tried.map(|guard| guard.is_some())
+    );
+    permit.release().await.unwrap();
+    let reader = manager
+        .acquire(
+            "family:cluster:try",
+            &LockOptions::new().mode(LockMode::Read),
+        )
+        .await
+        .unwrap();
+    let writer = manager
+        .try_acquire("family:cluster:try", &LockOptions::new())
+        .await
+        .unwrap();
+    assert!(writer.is_none(), "busy while a reader holds it");
+    reader.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn redlock_refuses_semaphores_and_read_locks_saying_why() {
     let servers = RedisServers::start(3);

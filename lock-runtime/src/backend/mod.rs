@@ -434,14 +434,28 @@ impl Backend {
     }
 
     /// Breaks the lock for an operator (`LockManager::force_release`) if its key still holds
-    /// `value`, releasing it as its holder would; `true` if it did. On a single endpoint and
-    /// in process it also leaves a `forced` mark with `value`, so that the holder's next
+    /// the value `seen` (a mutex's one; every permit's or reader's seen, for `keys.kind`),
+    /// releasing it as its holder would; `true` if it did. On a single endpoint and in
+    /// process it also leaves a `forced` mark with each value, so that the holder's next
     /// release, hold or extension learns it was force-released — and never mistakes the
     /// release for its own.
-    pub(crate) async fn force_unlock(&self, keys: &LockKeys, value: &str) -> failure::Result<bool> {
+    pub(crate) async fn force_unlock(
+        &self,
+        keys: &LockKeys,
+        seen: &[String],
+    ) -> failure::Result<bool> {
+        let Some(value) = seen.first() else {
+            return Ok(false);
+        };
         match &self.locks {
+            Locks::Single(node) if keys.kind != Kind::Mutex => {
+                Box::pin(node.force_release_leases(keys, seen)).await
+            }
             Locks::Single(node) => node.force_release(keys, value).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
+            Locks::Memory(memory) if keys.kind != Kind::Mutex => {
+                Ok(memory.force_unlock_leases(keys, seen))
+            }
             Locks::Memory(memory) => Ok(memory.force_unlock(keys, value)),
         }
     }
@@ -551,6 +565,17 @@ impl Backend {
             Locks::Memory(memory) => {
                 Ok(memory.extend(keys, token, Duration::from_millis(ttl_millis)))
             }
+        }
+    }
+
+    /// After a mutex's one attempt found the name held: `Config` when it is held as a
+    /// semaphore (see `Node::refuse_a_semaphore`); the in-process table refuses in the attempt.
+    pub(crate) async fn refuse_a_semaphore(&self, keys: &LockKeys) -> failure::Result<()> {
+        match &self.locks {
+            Locks::Single(node) if keys.kind == Kind::Mutex && keys.together.is_none() => {
+                node.refuse_a_semaphore(keys).await
+            }
+            _ => Ok(()),
         }
     }
 

@@ -207,6 +207,21 @@ pub(crate) static SEMAPHORE_EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(&[FAMILY_PRELUDE, include_str!("scripts/semaphore_extend.lua")].concat())
 });
 
+/// Break the leases of a semaphore or of readers that an operator saw, and let in the head of
+/// the line.
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/leased_force_release.lua`.
+pub(crate) static LEASED_FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        &[
+            FAMILY_PRELUDE,
+            RW_LINE,
+            include_str!("scripts/leased_force_release.lua"),
+        ]
+        .concat(),
+    )
+});
+
 /// Whether a permit or a reader's lease is still the caller's; writes nothing.
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/leased_held.lua`.

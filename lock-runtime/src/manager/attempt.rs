@@ -81,7 +81,15 @@ impl LockManager {
                 };
                 Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
             }
-            Attempt::Held { .. } => Ok(None),
+            // A mutex's `SET NX` fails on a semaphore as on any held lock: told apart only
+            // now, so an uncontended try stays one command. (With fencing, the acquire
+            // script has already refused it.)
+            Attempt::Held { .. } => {
+                if !options.fencing_enabled() {
+                    self.inner.backend.refuse_a_semaphore(&keys).await?;
+                }
+                Ok(None)
+            }
         }
     }
 

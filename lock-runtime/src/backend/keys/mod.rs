@@ -190,11 +190,27 @@ impl LockKeys {
         self.helper("released")
     }
 
+    /// The tokens of the lock's recent releases of permits, readers or keys taken together:
+    /// a sorted set scored by when each is forgotten, kept for as long as a connection may
+    /// send that release again (see `family_prelude.lua`). A set, where the mutex's
+    /// [`LockKeys::released`] keeps one token: several leases are released side by side.
+    pub(crate) fn releases(&self) -> String {
+        self.helper("releases")
+    }
+
     /// The token of the lock's last holder that an operator force-released, kept for a day
     /// (see `scripts::FORCE_RELEASE`): that holder's next extension or release learns why the
     /// lock is no longer its.
     pub(crate) fn forced(&self) -> String {
         self.helper("forced")
+    }
+
+    /// The tokens of a semaphore's permits or readers that an operator force-released, a
+    /// sorted set scored by when each is forgotten (a day on; see
+    /// `scripts::LEASED_FORCE_RELEASE`): each holder's next extension or release learns why
+    /// its lease is gone. A set, where the mutex's [`LockKeys::forced`] keeps one token.
+    pub(crate) fn forced_leases(&self) -> String {
+        self.helper("forced-leases")
     }
 
     /// When the lock's holder got it, for a holder that waited first (see `granted` in

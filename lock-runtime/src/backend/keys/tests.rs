@@ -7,8 +7,17 @@ use super::*;
 const PREFIXES: [&str; 5] = ["lock:", "", "{", "{p}", "}"];
 
 /// The helper words of today and of the helpers to come.
-const WORDS: [&str; 8] = [
-    "waiters", "fence", "line", "leases", "claim", "wake", "released", "waits",
+const WORDS: [&str; 10] = [
+    "waiters",
+    "fence",
+    "line",
+    "leases",
+    "claim",
+    "wake",
+    "released",
+    "waits",
+    "releases",
+    "forced-leases",
 ];
 
 /// Lock names with braces in every position: every sequence of three pieces (empty tags,

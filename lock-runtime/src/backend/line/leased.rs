@@ -5,7 +5,9 @@
 //! Every operation is one script on the lock's slot, as the mutex's are. An acquisition's
 //! script finds a lease it already took (a call sent twice, a hand-off not heard yet) and
 //! answers the same, and a place in line is looked for before one is written: each may be sent
-//! again. A release run twice answers "not ours" the second time, so it is sent at most once.
+//! again. A release that may be sent twice (on a cluster, or after an idle connection) leaves
+//! its token in the lock's `releases` marks, by which its second run answers as its first;
+//! any other is sent at most once, as the mutex's are (`Node::release_rule`).
 
 use std::time::Duration;
 
@@ -104,20 +106,27 @@ impl Node {
             Kind::Permits(_) => (&scripts::SEMAPHORE_RELEASE, keys.permit_line()),
             Kind::Read | Kind::Mutex => (&scripts::RW_RELEASE, keys.line()),
         };
-        let (fence, fences) = (keys.fence(), keys.permit_fences());
+        let (fence, fences, releases) = (keys.fence(), keys.permit_fences(), keys.releases());
+        let forced = keys.forced_leases();
         let rule = if leave {
             Resend::Idempotent
         } else {
-            Resend::AtMostOnce
+            self.release_rule()
         };
         let released: i64 = self
             .send(rule, || async {
                 let mut connection = self.connection().await?;
-                let mut cmd = scripts::evalsha(script, &[&keys.lock, &line, &fence, &fences], 4, 0);
+                let window = self.resend_window_of(&connection, rule);
+                let mut all = vec![&*keys.lock, &line, &fence, &fences, &forced];
+                if window.is_some() {
+                    all.push(&releases);
+                }
+                let mut cmd = scripts::evalsha(script, &all, 5, 0);
                 cmd.arg(token)
                     .arg(millis(CLAIM))
                     .arg(flag(leave))
-                    .arg(flag(counts_receivers(&connection)));
+                    .arg(flag(counts_receivers(&connection)))
+                    .arg(window.map_or_else(String::new, |window| millis(window).to_string()));
                 scripts::invoke(script, &cmd, &mut connection)
                     .await
                     .map_err(Failure::from_family)
@@ -128,6 +137,7 @@ impl Node {
             2 => Ok(Released::HandedOver),
             0 => Ok(Released::NotOurs(LostCause::Expired)),
             -1 => Ok(Released::NotOurs(LostCause::Taken)),
+            -2 => Ok(Released::NotOurs(LostCause::ForceReleased)),
             other => Err(unexpected_reply("a leased release script", &[other])),
         }
     }
@@ -161,12 +171,16 @@ impl Node {
         token: &str,
         ttl_millis: u64,
     ) -> failure::Result<Ownership> {
-        let fences = keys.permit_fences();
+        let (fences, forced) = (keys.permit_fences(), keys.forced_leases());
         let extended: i64 = self
             .send(Resend::Idempotent, || async {
                 let mut connection = self.connection().await?;
-                let mut cmd =
-                    scripts::evalsha(&scripts::SEMAPHORE_EXTEND, &[&keys.lock, &fences], 2, 0);
+                let mut cmd = scripts::evalsha(
+                    &scripts::SEMAPHORE_EXTEND,
+                    &[&keys.lock, &fences, &forced],
+                    2,
+                    0,
+                );
                 cmd.arg(token).arg(ttl_millis);
                 scripts::invoke(&scripts::SEMAPHORE_EXTEND, &cmd, &mut connection)
                     .await
@@ -176,8 +190,48 @@ impl Node {
         match extended {
             1 => Ok(Ownership::Ours),
             0 => Ok(Ownership::Lost(LostCause::Expired)),
+            -2 => Ok(Ownership::Lost(LostCause::ForceReleased)),
             other => Err(unexpected_reply("the leased extend script", &[other])),
         }
+    }
+
+    /// Breaks, for an operator, the permits or readers of `keys` (by `keys.kind`) whose values
+    /// are in `seen` and still hold a lease, and lets in the head of the line (see
+    /// `scripts::LEASED_FORCE_RELEASE`); `true` if any was broken (or by this same call, sent
+    /// again: the `forced-leases` marks recognise it).
+    pub(crate) async fn force_release_leases(
+        &self,
+        keys: &LockKeys,
+        seen: &[String],
+    ) -> failure::Result<bool> {
+        let script = &*scripts::LEASED_FORCE_RELEASE;
+        let (line, kind) = match keys.kind {
+            Kind::Permits(_) => (keys.permit_line(), "permits"),
+            Kind::Read | Kind::Mutex => (keys.line(), "read"),
+        };
+        let (fence, fences, forced) = (keys.fence(), keys.permit_fences(), keys.forced_leases());
+        let broken: i64 = self
+            .send(Resend::Idempotent, || async {
+                let mut connection = self.connection().await?;
+                let mut cmd = scripts::evalsha(
+                    script,
+                    &[&keys.lock, &line, &fence, &fences, &forced],
+                    4 + seen.len(),
+                    0,
+                );
+                cmd.arg(kind)
+                    .arg(millis(CLAIM))
+                    .arg(flag(counts_receivers(&connection)))
+                    .arg(millis(super::release::FORCED_KEPT));
+                for value in seen {
+                    cmd.arg(value);
+                }
+                scripts::invoke(script, &cmd, &mut connection)
+                    .await
+                    .map_err(Failure::from_family)
+            })
+            .await?;
+        Ok(broken > 0)
     }
 
     /// Whether a permit or a read lock is still `token`'s.

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::Node;
 use crate::backend::failure;
-use crate::backend::keys::LockKeys;
+use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::scripts;
 use crate::redis::connection::Connection;
 
@@ -149,14 +149,31 @@ impl Node {
         }
     }
 
-    /// Whether the lock key holds `token` now.
+    /// Whether the lock key holds `token` now. A key of another type (a semaphore's or
+    /// readers' set) holds no mutex's token: `false`.
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         let mut connection = self.connection().await?;
-        let holder: Option<String> = redis::cmd("GET")
+        let holder: redis::RedisResult<Option<String>> = redis::cmd("GET")
             .arg(&*keys.lock)
             .query_async(&mut connection)
-            .await?;
-        Ok(holder.as_deref() == Some(token))
+            .await;
+        match holder {
+            Ok(holder) => Ok(holder.as_deref() == Some(token)),
+            Err(error) if crate::redis::classify::is_wrong_type_reply(&error) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// For a mutex's one attempt that found the name held (its `SET NX` failed, as on a
+    /// semaphore too): `Config` when a semaphore holds it, the misuse a wait would be told of;
+    /// nothing for a mutex or readers (a writer's wait for them is a wait). One command, spent
+    /// only on a busy name; a store that cannot tell (no answer, an ACL without
+    /// `ZRANGEBYSCORE`) leaves the answer "busy".
+    pub(crate) async fn refuse_a_semaphore(&self, keys: &LockKeys) -> failure::Result<()> {
+        match self.leased_marker(keys).await {
+            Some(found @ Kind::Permits(_)) => Err(failure::used_otherwise(keys, found)),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -144,6 +144,19 @@ impl Node {
         }
     }
 
+    /// How long a release sent by `rule` on `connection` is remembered in its lock's marks,
+    /// so that a second run answers as the first: where it may run twice, that is on a
+    /// cluster (whose connection sends a command again by itself) or when `rule` is
+    /// [`Resend::Marked`]; `None` elsewhere.
+    pub(super) fn resend_window_of(
+        &self,
+        connection: &Connection,
+        rule: Resend,
+    ) -> Option<Duration> {
+        (matches!(connection, Connection::Cluster(_)) || rule == Resend::Marked)
+            .then(|| self.connections.resend_window())
+    }
+
     /// Whether this runtime's connection has gone unused long enough that a server may have
     /// closed it for being idle: Redis counts its `timeout` in whole seconds. (Not on a
     /// cluster, whose connection sends a command again by itself.)

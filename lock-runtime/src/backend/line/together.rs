@@ -27,11 +27,17 @@ fn locks(keys: &LockKeys) -> Vec<&LockKeys> {
 }
 
 /// `EVALSHA` of `script` over the locks of `keys`, their lines and their fencing counters
-/// (the layout of `multi_acquire.lua` and `multi_release.lua`), with room for `argv_count`
-/// values.
-fn command_with_helpers(script: &redis::Script, keys: &LockKeys, argv_count: usize) -> Cmd {
+/// (the layout of `multi_acquire.lua` and `multi_release.lua`), then `last` if any, with room
+/// for `argv_count` values.
+fn command_with_helpers(
+    script: &redis::Script,
+    keys: &LockKeys,
+    last: Option<String>,
+    argv_count: usize,
+) -> Cmd {
     let locks = locks(keys);
-    let mut cmd = scripts::evalsha_head(script, 3 * locks.len(), argv_count, 0);
+    let key_count = 3 * locks.len() + usize::from(last.is_some());
+    let mut cmd = scripts::evalsha_head(script, key_count, argv_count, 0);
     for lock in &locks {
         cmd.arg(&*lock.lock);
     }
@@ -40,6 +46,9 @@ fn command_with_helpers(script: &redis::Script, keys: &LockKeys, argv_count: usi
     }
     for lock in &locks {
         cmd.arg(lock.fence());
+    }
+    if let Some(last) = last {
+        cmd.arg(last);
     }
     cmd
 }
@@ -64,7 +73,7 @@ impl Node {
             Wait::InLine { renewing, .. } if *renewing || self.resends_commands() => "renew",
             Wait::InLine { .. } => "join",
         };
-        let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, 6);
+        let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, None, 6);
         cmd.arg(token)
             .arg(ttl_millis)
             .arg(flag(fencing))
@@ -126,8 +135,10 @@ impl Node {
     /// of its line; with `leave`, also takes `token` out of every line (a waiter that gives
     /// up, passing on the keys handed to it meanwhile). `Lost` when any key was not `token`'s.
     ///
-    /// Sent once at most for a release: a second run would find the keys gone and report them
-    /// lost. A waiter leaving runs the same twice.
+    /// A release that may be sent twice (on a cluster, or after an idle connection) leaves its
+    /// token in the first lock's `releases` marks, by which a second run answers as the first;
+    /// any other is sent once at most (`Node::release_rule`). A waiter leaving runs the same
+    /// twice.
     pub(crate) async fn release_together(
         &self,
         keys: &LockKeys,
@@ -137,16 +148,19 @@ impl Node {
         let rule = if leave {
             Resend::Idempotent
         } else {
-            Resend::AtMostOnce
+            self.release_rule()
         };
         let reply: Vec<i64> = self
             .send(rule, || async {
                 let mut connection = self.connection().await?;
-                let mut cmd = command_with_helpers(&scripts::MULTI_RELEASE, keys, 4);
+                let window = self.resend_window_of(&connection, rule);
+                let marks = window.map(|_| keys.releases());
+                let mut cmd = command_with_helpers(&scripts::MULTI_RELEASE, keys, marks, 5);
                 cmd.arg(token)
                     .arg(millis(crate::backend::CLAIM))
                     .arg(flag(leave))
-                    .arg(flag(counts_receivers(&connection)));
+                    .arg(flag(counts_receivers(&connection)))
+                    .arg(window.map_or_else(String::new, |window| millis(window).to_string()));
                 Ok(scripts::invoke(&scripts::MULTI_RELEASE, &cmd, &mut connection).await?)
             })
             .await?;

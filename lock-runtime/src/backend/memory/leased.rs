@@ -85,7 +85,7 @@ impl Memory {
             });
         }
         // The line first: whoever waits is served before the caller.
-        self.admit(table, key, now);
+        self.admit(table, key, now, keys.kind);
         let row = table.row(key, now);
         if let Some(lease) = row.lease(token) {
             return Ok(Attempt::Acquired {
@@ -184,10 +184,10 @@ impl Memory {
             }
             None => false,
         };
-        let admitted = self.admit(table, key, now);
+        let admitted = self.admit(table, key, now, keys.kind);
         table.tidy(key);
         Ok(match (ours, admitted) {
-            (false, _) => Released::NotOurs(LostCause::Expired),
+            (false, _) => Released::NotOurs(lease_lost(table, token, now)),
             (true, 0) => Released::Freed,
             (true, _) => Released::HandedOver,
         })
@@ -205,9 +205,51 @@ impl Memory {
             }
             None => {
                 table.tidy(&keys.lock);
-                Ownership::Lost(LostCause::Expired)
+                Ownership::Lost(lease_lost(&mut table, token, now))
             }
         }
+    }
+
+    /// Breaks, for an operator, the permits or readers of `keys` whose tokens are in `seen`,
+    /// keeping each token in the `forced-leases` marks, and lets in the head of the line, as
+    /// `leased_force_release.lua` does; `true` if any was broken.
+    pub(crate) fn force_unlock_leases(&self, keys: &LockKeys, seen: &[String]) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        let table = &mut *table;
+        let key = &keys.lock;
+        let row = table.row(key, now);
+        let Some(leases) = row.leases.as_mut().filter(|leases| {
+            matches!(
+                (leases.kind, keys.kind),
+                (Kind::Permits(_), Kind::Permits(_)) | (Kind::Read, Kind::Read)
+            )
+        }) else {
+            return false;
+        };
+        let mut broken = Vec::new();
+        leases.holders.retain(|lease| {
+            let seen = seen.iter().any(|value| **value == *lease.token);
+            if seen {
+                broken.push(Arc::clone(&lease.token));
+            }
+            !seen
+        });
+        let kind = leases.kind;
+        if leases.holders.is_empty() {
+            row.leases = None;
+        }
+        table.forced_leases.retain(|_, until| *until > now);
+        for token in &broken {
+            table
+                .forced_leases
+                .insert(Arc::clone(token), now + super::FORCED_KEPT);
+        }
+        if !broken.is_empty() {
+            self.admit(table, key, now, kind);
+        }
+        table.tidy(key);
+        !broken.is_empty()
     }
 
     /// Whether `token` holds a permit or a read lock now.
@@ -226,16 +268,32 @@ impl Memory {
     /// Lets in whoever the line's head may have: free permits to the first live waiters of a
     /// semaphore; readers at the head of a read-write lock's line while no writer holds it,
     /// or one writer once nobody does. Returns how many were let in.
-    fn admit(&self, table: &mut Table, key: &Arc<str>, now: Instant) -> usize {
+    ///
+    /// `asked`: how the caller takes the name. A semaphore whose every lease ran out is
+    /// forgotten with them, its n too (as its key expires in Redis), but not its line: the
+    /// caller's n lets in the head of that line then, as `semaphore_acquire.lua` does.
+    fn admit(&self, table: &mut Table, key: &Arc<str>, now: Instant, asked: Kind) -> usize {
         let row = table.row(key, now);
-        let kind = row.leases.as_ref().map(|leases| leases.kind);
-        if let Some(Kind::Permits(_)) = kind {
+        let kind = match (&row.leases, asked) {
+            (Some(leases), _) => Some(leases.kind),
+            (None, Kind::Permits(_)) if !row.permit_line.is_empty() => Some(asked),
+            (None, _) => None,
+        };
+        if let Some(Kind::Permits(n)) = kind {
             let mut admitted = 0;
-            while free_permits(table.row(key, now)) > 0 {
-                let Some(place) = table.row(key, now).permit_line.pop_front() else {
+            loop {
+                let row = table.row(key, now);
+                let free = match row.leases {
+                    Some(_) => free_permits(row),
+                    None => usize::try_from(n).unwrap_or(usize::MAX),
+                };
+                if free == 0 {
+                    break;
+                }
+                let Some(place) = row.permit_line.pop_front() else {
                     break;
                 };
-                self.grant_lease(table, key, now, &place, Kind::Permits(0));
+                self.grant_lease(table, key, now, &place, Kind::Permits(n));
                 admitted += 1;
             }
             return admitted;
@@ -370,6 +428,17 @@ pub(super) fn look(
             holders,
         }),
     })
+}
+
+/// Why `token` holds no lease: an operator broke it (the `forced-leases` marks hold it), or
+/// it ran out.
+fn lease_lost(table: &mut Table, token: &str, now: Instant) -> LostCause {
+    table.forced_leases.retain(|_, until| *until > now);
+    if table.forced_leases.contains_key(token) {
+        LostCause::ForceReleased
+    } else {
+        LostCause::Expired
+    }
 }
 
 /// How many permits of a semaphore are free (0 for anything else).

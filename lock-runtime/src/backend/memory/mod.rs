@@ -29,7 +29,7 @@ use crate::backend::keys::LockKeys;
 use crate::LostCause;
 
 /// How long a force-released holder's token is kept in its lock's `forced` mark, as on Redis.
-const FORCED_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
+pub(super) const FORCED_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The process's lock table.
 pub(crate) struct Memory {
@@ -51,6 +51,9 @@ struct Table {
     /// The `forced` marks: per key, the token of the holder an operator force-released last,
     /// and until when it is kept (see `scripts::FORCE_RELEASE`).
     forced: HashMap<Arc<str>, (Arc<str>, Instant)>,
+    /// The `forced-leases` marks: the tokens of permits and readers an operator broke, each
+    /// with until when it is kept (see `scripts::LEASED_FORCE_RELEASE`).
+    forced_leases: HashMap<Arc<str>, Instant>,
     /// The wait records (see `backend::waits`), by lock key: per field, the record's text (or
     /// `None`, an end mark) and until when it lives.
     waits: HashMap<Arc<str>, waits::Fields>,

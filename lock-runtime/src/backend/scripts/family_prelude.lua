@@ -48,6 +48,14 @@
 --   and its fencing token is taken back when it was the last issued; dead entries and entries of
 --   holders are dropped. Returns the reply for `me` when it got a permit (or the error reply of
 --   its fencing token), and how many permits went to others.
+-- - `mark_released(marks, token, window, now)`: remembers in the sorted set `marks` (helper
+--   `releases`) that `token`'s release ran, for `window` ms (`''`: nothing is kept, `marks` is
+--   nil), so that the same release sent again (a cluster connection's resend after a lost
+--   reply) is known for what it is; drops the marks whose window closed. A set, not the
+--   mutex's one-token `released` marker: several permits or readers release side by side.
+-- - `was_released(marks, token, window)`: whether `marks` remembers `token`'s release.
+-- - `was_forced(forced, token)`: whether the `forced-leases` marks `forced` (nil: none) hold
+--   `token`: an operator broke its lease (`leased_force_release.lua`).
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -223,4 +231,30 @@ local function give_permits(set, line, counter, fences, free, now, me, claim, co
     end
   end
   return nil, given
+end
+
+local function mark_released(marks, token, window, now)
+  if window == '' then
+    return
+  end
+  local keep = tonumber(window)
+  redis.call('ZREMRANGEBYSCORE', marks, '-inf', '(' .. now)
+  redis.call('ZADD', marks, now + keep, token)
+  redis.call('PEXPIRE', marks, keep)
+end
+
+local function was_released(marks, token, window)
+  if window == '' then
+    return false
+  end
+  local kept = redis.call('ZSCORE', marks, token)
+  return kept ~= false and tonumber(kept) >= now_ms()
+end
+
+local function was_forced(forced, token)
+  if not forced then
+    return false
+  end
+  local kept = redis.call('ZSCORE', forced, token)
+  return kept ~= false and tonumber(kept) >= now_ms()
 end
