@@ -11,7 +11,11 @@
 //! - the in-process store reports a two-task cycle; Redlock reports none (it detects none), and
 //!   its cycle times out as before;
 //! - a waiter that holds nothing, or is not in a cycle, costs a bounded number of commands per
-//!   walk, counted with `INFO commandstats`.
+//!   walk, counted with `INFO commandstats`;
+//! - a cycle through a holder that waits for two locks at once, through `acquire_all`'s wait,
+//!   or through a read lock has one victim; a wait through a semaphore with another holder
+//!   that will release is not reported (permits are not followed);
+//! - the waits hash keeps only live records, and replaces a key of another type.
 //!
 //! Each worker is this test binary run again (`spawn_worker`). The workers meet on a separate
 //! standalone server (the "meeting point"), so that each holds its first lock before any asks
