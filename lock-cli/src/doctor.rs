@@ -721,6 +721,8 @@ async fn acl_check(
         vec!["zadd", &lease, "1", "w"],
         vec!["zscore", &lease, "w"],
         vec!["zremrangebyscore", &lease, "0", "1"],
+        // Whether several locks taken together are still held: one read of their keys.
+        vec!["mget", &key, &line],
         // Deadlock detection's wait records, a hash per lock read and written by scripts.
         vec!["hset", &waits, "w", "v"],
         vec!["hgetall", &waits],

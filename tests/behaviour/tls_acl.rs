@@ -129,6 +129,20 @@ async fn everything(url: &str, tls_ca: Option<Vec<u8>>, name: &str) {
         .expect("free after the release");
     again.release().await.expect("release");
 
+    // Several locks taken together by one script, checked with one `MGET`.
+    let together = holder_manager
+        .acquire_all(
+            &[format!("{name}:all:1"), format!("{name}:all:2")],
+            &LockOptions::new(),
+        )
+        .await
+        .expect("acquire_all (EVALSHA)");
+    assert!(together.is_held().await.expect("is_held of several (MGET)"));
+    together
+        .release()
+        .await
+        .expect("release of several (EVALSHA)");
+
     let second_manager = connect().await.expect("another manager connects");
     let third_manager = connect().await.expect("a third manager connects");
     taking_turns(
