@@ -23,6 +23,7 @@ use distlock::{LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
+use super::family::Family;
 use super::ring::{Ring, Turn};
 use super::stats::Section;
 use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
@@ -174,6 +175,16 @@ enum WorkerLock {
     },
     /// [`Lock::Ring`]: no lock, the floors' ring.
     Ring(Ring),
+    /// [`Lock::Family`]: a semaphore, a read-write lock or two keys at once, each section
+    /// taking what [`Family::section`] says for it.
+    Family {
+        manager: LockManager,
+        family: Family,
+        /// [`WorkerSpec::process`]: with the task and the section, it picks each section's
+        /// mode or accounts.
+        process: usize,
+        tasks: usize,
+    },
 }
 
 impl WorkerLock {
@@ -186,6 +197,16 @@ impl WorkerLock {
                     .await
                     .expect("fleet worker: cannot connect distlock"),
                 options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
+            },
+            Lock::Family(family) => WorkerLock::Family {
+                manager: LockManager::builder(spec.url.as_str())
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .connect()
+                    .await
+                    .expect("fleet worker: cannot connect distlock"),
+                family,
+                process: spec.process,
+                tasks: spec.tasks,
             },
             Lock::Ring { pass, raw } => WorkerLock::Ring(
                 Ring::connect(
@@ -248,13 +269,45 @@ impl WorkerLock {
                 acquired,
                 release_start,
                 released: monotonic_ns(),
+                tag: self.tag(turn),
             });
         }
         sections
     }
 
+    /// What the section `turn` takes, for the analysis (see [`Family::section`]); 0 for a
+    /// mutex.
+    fn tag(&self, turn: Turn) -> u32 {
+        match self {
+            WorkerLock::Family {
+                family,
+                process,
+                tasks,
+                ..
+            } => family.section(process * tasks + turn.task, turn.n).tag,
+            _ => 0,
+        }
+    }
+
     async fn acquire(&self, name: &str, token: &str, turn: Turn) -> Held {
         match self {
+            WorkerLock::Family {
+                manager,
+                family,
+                process,
+                tasks,
+            } => {
+                let section = family.section(process * tasks + turn.task, turn.n);
+                let options = section.options(LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT));
+                let guard = match section.accounts {
+                    Some((from, to)) => {
+                        let names = [Family::account(name, from), Family::account(name, to)];
+                        manager.acquire_all(&names, &options).await
+                    }
+                    None => manager.acquire(name, &options).await,
+                };
+                Held::Guard(guard.expect("fleet worker: distlock acquire failed"))
+            }
             WorkerLock::Ring(ring) => {
                 ring.wait(name, token, turn).await;
                 Held::Token
@@ -297,7 +350,7 @@ impl WorkerLock {
     async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
             (WorkerLock::Ring(ring), Held::Token) => ring.pass(name, token, turn).await,
-            (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
+            (WorkerLock::Distlock { .. } | WorkerLock::Family { .. }, Held::Guard(guard)) => guard
                 .release()
                 .await
                 .expect("fleet worker: distlock release failed"),
