@@ -386,17 +386,18 @@ fn run_once(
     sections: usize,
     config: &FleetConfig,
 ) -> RoundFigures {
-    let (sections, commands) = run_sections(url, info, shape, lock, name, sections, config);
+    let (sections, commands) =
+        run_sections(url, info, (shape, lock, false), name, sections, config);
     stats::analyse(sections, commands)
 }
 
 /// The sections of one run (see [`run_once`]) as the workers recorded them, and the Redis
-/// commands of the run by name.
+/// commands of the run by name; with `sleep`, every section is held by sleeping (see
+/// `worker::critical_section`).
 fn run_sections(
     url: &str,
     info: &mut redis::Connection,
-    shape: Shape,
-    lock: Lock,
+    (shape, lock, sleep): (Shape, Lock, bool),
     name: &str,
     sections: usize,
     config: &FleetConfig,
@@ -412,6 +413,7 @@ fn run_sections(
             sections,
             critical_us: u64::try_from(config.critical.as_micros())
                 .expect("a section of centuries"),
+            sleep,
         })
         .collect();
     let mut workers = Workers::spawn(&specs);

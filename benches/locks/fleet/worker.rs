@@ -54,6 +54,9 @@ pub(super) struct WorkerSpec {
     /// Sections per task.
     pub sections: usize,
     pub critical_us: u64,
+    /// Hold each section by sleeping rather than spinning (see [`critical_section`]).
+    #[serde(default)]
+    pub sleep: bool,
 }
 
 /// What a worker prints when done.
@@ -144,9 +147,16 @@ fn watch_parent() {
 }
 
 /// Holds the lock until `acquired + critical` by spinning, yielding to the runtime between checks
-/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick).
-async fn critical_section(acquired: u64, critical_us: u64) {
+/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick); or, with `sleep`, by
+/// sleeping, for workloads where several holders at once (permits, readers, transfers) would
+/// otherwise keep the machine's cores from the waiters they hand over to.
+async fn critical_section(acquired: u64, critical_us: u64, sleep: bool) {
     let end = acquired + critical_us * 1_000;
+    if sleep {
+        let left = end.saturating_sub(monotonic_ns());
+        tokio::time::sleep(Duration::from_nanos(left)).await;
+        return;
+    }
     while monotonic_ns() < end {
         tokio::task::yield_now().await;
         std::hint::spin_loop();
@@ -259,7 +269,7 @@ impl WorkerLock {
             let called = monotonic_ns();
             let held = self.acquire(&spec.name, &token, turn).await;
             let acquired = monotonic_ns();
-            critical_section(acquired, spec.critical_us).await;
+            critical_section(acquired, spec.critical_us, spec.sleep).await;
             let release_start = monotonic_ns();
             self.release(held, &spec.name, &token, turn).await;
             sections.push(Section {

@@ -40,6 +40,9 @@ pub(crate) struct RunFigures {
     /// Of the time someone waited, the share during which all `n` places were in use.
     /// `AtMost` only.
     pub busy_all: f64,
+    /// Of the time someone waited, the mean share of the `n` places in use (the issue's "busy
+    /// permits": for the mutex, its busy fraction). `AtMost` only.
+    pub busy_mean: f64,
     /// Redis commands of the run per section.
     pub commands_per_section: f64,
     pub commands: BTreeMap<String, u64>,
@@ -88,11 +91,14 @@ pub(crate) fn analyse(
     let mut freed: VecDeque<u64> = VecDeque::new();
     let mut gaps_ms = Vec::new();
     let (mut waited, mut full) = (0_u64, 0_u64);
+    // Σ places in use × time, while someone waited.
+    let mut used: u128 = 0;
     let mut last = events.first().map_or(0, |event| event.0);
     for &(at, event, index) in &events {
         let span = at - last;
         if waiting > 0 {
             waited += span;
+            used += u128::from(span) * in_use.min(capacity) as u128;
             if in_use >= capacity {
                 full += span;
             }
@@ -164,6 +170,11 @@ pub(crate) fn analyse(
         } else {
             f64::NAN
         },
+        busy_mean: if single && waited > 0 {
+            used as f64 / (waited as f64 * capacity as f64)
+        } else {
+            f64::NAN
+        },
         commands_per_section: commands.values().sum::<u64>() as f64
             / sections.len().max(1) as f64,
         commands,
@@ -189,6 +200,7 @@ pub(crate) struct Summary {
     pub gap_p99_ms: f64,
     pub gaps: usize,
     pub busy_all: f64,
+    pub busy_mean: f64,
     pub commands_per_section: f64,
     pub commands_per_section_by_name: BTreeMap<String, f64>,
     pub overlaps: usize,
@@ -226,6 +238,7 @@ impl Summary {
             gap_p99_ms: percentile(&gaps, 99.0),
             gaps: gaps.len(),
             busy_all: median(|round| round.busy_all),
+            busy_mean: median(|round| round.busy_mean),
             commands_per_section: median(|round| round.commands_per_section),
             commands_per_section_by_name: by_name,
             overlaps: rounds.iter().map(|round| round.overlaps).sum(),

@@ -10,13 +10,21 @@
 //!   one name. Figures: the **permit gap** (a release made while someone waits, to the next
 //!   entry, releases and entries paired in time order; for the mutex and the floor it is their
 //!   hand-off gap, measured the same way) and **busy permits** (of the time someone waits, the
-//!   share during which all `n` permits are in use; for the mutex, the one lock).
+//!   share during which all `n` permits are in use; for the mutex, the one lock), and the
+//!   issue's **busy permits** (of that time, the mean share of the `n` permits in use, against
+//!   the mutex's busy fraction measured the same way; all `n` at once is about the per-permit
+//!   share to the power `n`, so it is the stricter figure).
 //! - **rwlock**: `mode(Read)` for 9 sections in 10 and `mode(Write)` for the others (which
 //!   ones is fixed by the task and the section), against the same with every section a
 //!   writer, the mutex and the floor: throughput, and commands per section.
 //! - **transfers**: `acquire_all` of two accounts out of 8 (which two, and in which order, is
 //!   fixed by the task and the section: both orders occur), against the mutex and the floor
 //!   on one name: throughput and commands per section.
+//!
+//! Every section is held by sleeping until its 1 ms is up (every contender alike): four
+//! permits or many readers spinning at once would take a 2-core machine's cores from the
+//! waiters they hand over to, and measure the machine rather than the lock. A sleep ends on the
+//! runtime's next timer tick, so sections last 1 to 2 ms.
 //!
 //! Every run is checked against its lock's promise (at most `n` holders; no reader with a
 //! writer; no account in two sections at once): a section that breaks it fails the bench after
@@ -243,7 +251,7 @@ pub(crate) fn run(
         };
         for (index, (_, lock, _)) in contenders.iter().enumerate() {
             let name = format!("bench:family:{pid}:{workload}:warm-up:{index}");
-            run_sections(url, &mut info, warm_up, *lock, &name, 5, fleet);
+            run_sections(url, &mut info, (warm_up, *lock, true), &name, 5, fleet);
         }
         for &shape in &config.shapes {
             let started = std::time::Instant::now();
@@ -254,7 +262,7 @@ pub(crate) fn run(
                     let (contender, lock, rule) = contenders[index];
                     let name = format!("bench:family:{pid}:{workload}:{shape}:{index}:{round}");
                     let (sections, commands) =
-                        run_sections(url, &mut info, shape, lock, &name, config.sections, fleet);
+                        run_sections(url, &mut info, (shape, lock, true), &name, config.sections, fleet);
                     let figures = figures::analyse(&sections, commands, rule);
                     if figures.overlaps > 0 {
                         eprintln!(
@@ -333,14 +341,14 @@ fn ratios(workload: &str, results: &[(&'static str, Summary)]) -> Vec<Ratio> {
             Some(1.3),
         ));
         out.push(ratio(
-            "busy permits (all 4 in use while someone waits)".to_owned(),
+            "all 4 permits in use, share of the time someone waits".to_owned(),
             family.busy_all,
             ">=",
             Some(0.9),
         ));
         out.push(ratio(
-            "busy permits / mutex's busy fraction".to_owned(),
-            family.busy_all / mutex.busy_all,
+            "busy permits (mean in use / 4) / mutex's busy fraction".to_owned(),
+            family.busy_mean / mutex.busy_mean,
             ">=",
             Some(0.9),
         ));

@@ -19,13 +19,14 @@ impl FamilyReport {
         for workload in &self.workloads {
             let _ = writeln!(
                 out,
-                "\n{} {}  {:>9} {:>9} {:>8} {:>8} {:>6} {:>8} {:>8}",
+                "\n{} {}  {:>9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8}",
                 workload.workload,
                 workload.configuration,
                 "sections/s",
                 "max wait",
                 "gap p50",
                 "gap p99",
+                "all n",
                 "busy",
                 "cmds/sec",
                 "overlaps"
@@ -34,13 +35,14 @@ impl FamilyReport {
             for (contender, s) in &workload.results {
                 let _ = writeln!(
                     out,
-                    "  {:<34} {:>9} {:>9} {:>8} {:>8} {:>6} {:>8} {:>8}",
+                    "  {:<34} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8}",
                     contender,
                     figure(s.throughput_per_s, 0),
                     figure(s.longest_wait_ms, 1),
                     figure(s.gap_p50_ms, 3),
                     figure(s.gap_p99_ms, 3),
                     figure(s.busy_all, 2),
+                    figure(s.busy_mean, 2),
                     figure(s.commands_per_section, 2),
                     s.overlaps
                 );
@@ -70,8 +72,9 @@ impl FamilyReport {
         let _ = writeln!(
             out,
             "family: gap = a release made while someone waited -> the next entry (releases and \
-             entries paired in time order); busy = of the time someone waited, the share with \
-             every permit (the one lock) in use; cmds/sec = Redis commands per section (INFO \
+             entries paired in time order); all n = of the time someone waited, the share with \
+             every permit (the one lock) in use; busy = of that time, the mean share of the \
+             permits in use; cmds/sec = Redis commands per section (INFO \
              commandstats, scripts' own calls included); sections let in against their lock's \
              rule {} (must be 0)",
             self.overlaps
