@@ -291,6 +291,11 @@ pub(crate) fn run(
                 results,
             });
         }
+        if let Some(growth) = growth(workload, &reports) {
+            if let Some(last) = reports.last_mut() {
+                last.ratios.push(growth);
+            }
+        }
     }
     FamilyReport {
         sections_per_task: config.sections,
@@ -299,6 +304,49 @@ pub(crate) fn run(
         load_after: crate::report::load_average(),
         workloads: reports,
         overlaps,
+    }
+}
+
+/// Whether the family lock's commands per section grow with the number of waiters: its figure
+/// at the largest shape of `workload` over its figure at the smallest, when more than one ran.
+/// "Not growing" is judged as at most 1.2 (one run against another on a noisy machine).
+fn growth(workload: &str, reports: &[WorkloadReport]) -> Option<Ratio> {
+    let lock = family_lock(workload);
+    let of_workload: Vec<(&WorkloadReport, &Summary)> = reports
+        .iter()
+        .filter(|report| report.workload == workload)
+        .filter_map(|report| {
+            let summary = report.results.iter().find(|(name, _)| *name == lock)?;
+            Some((report, &summary.1))
+        })
+        .collect();
+    let ([(small, small_figures), ..], [.., (large, large_figures)]) =
+        (of_workload.as_slice(), of_workload.as_slice())
+    else {
+        return None;
+    };
+    if of_workload.len() < 2 {
+        return None;
+    }
+    let value = large_figures.commands_per_section / small_figures.commands_per_section;
+    Some(Ratio {
+        name: format!(
+            "commands per section, {} / {} (more waiters)",
+            large.configuration, small.configuration
+        ),
+        value,
+        op: "<=",
+        limit: Some(1.2),
+        result: if value <= 1.2 { "PASS" } else { "MISS" },
+    })
+}
+
+/// The contender of `workload` that is the family's lock.
+fn family_lock(workload: &str) -> &'static str {
+    match workload {
+        "semaphore" => SEMAPHORE,
+        "rwlock" => READERS_90,
+        _ => TRANSFERS,
     }
 }
 
@@ -325,11 +373,7 @@ fn ratios(workload: &str, results: &[(&'static str, Summary)]) -> Vec<Ratio> {
         }
     };
     let mut out = Vec::new();
-    let lock = match workload {
-        "semaphore" => SEMAPHORE,
-        "rwlock" => READERS_90,
-        _ => TRANSFERS,
-    };
+    let lock = family_lock(workload);
     let Some(family) = of(lock) else {
         return out;
     };
