@@ -297,7 +297,10 @@ async fn writers_among_churning_readers_are_never_refused() {
     stop.store(1, Ordering::SeqCst);
     let mut cycles = 0;
     for reader in readers {
-        cycles += reader.await.unwrap().expect("a reader is never refused either");
+        cycles += reader
+            .await
+            .unwrap()
+            .expect("a reader is never refused either");
     }
     assert!(
         refused.is_empty(),

@@ -718,7 +718,10 @@ async fn transfers_are_never_left_waiting_for_a_renewal() {
     let got_b = for_b.await.unwrap().expect("the mutex waiter gets b");
     held_a.release().await.unwrap();
     got_b.release().await.unwrap();
-    let both = both.await.unwrap().expect("the transfer gets both in the end");
+    let both = both
+        .await
+        .unwrap()
+        .expect("the transfer gets both in the end");
     both.release().await.unwrap();
     assert!(!server.exists(&b_key));
     assert!(!server.exists(&test_support::keys::default_key(a)));

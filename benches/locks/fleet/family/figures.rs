@@ -175,8 +175,7 @@ pub(crate) fn analyse(
         } else {
             f64::NAN
         },
-        commands_per_section: commands.values().sum::<u64>() as f64
-            / sections.len().max(1) as f64,
+        commands_per_section: commands.values().sum::<u64>() as f64 / sections.len().max(1) as f64,
         commands,
         overlaps,
     }

@@ -86,12 +86,16 @@ impl Family {
         h ^= h >> 31;
         let (tag, accounts) = match self {
             Family::Semaphore { .. } => (0, None),
-            Family::ReadWrite { readers_in_10 } => (u32::from(h % 10 < u64::from(readers_in_10)), None),
+            Family::ReadWrite { readers_in_10 } => {
+                (u32::from(h % 10 < u64::from(readers_in_10)), None)
+            }
             Family::Transfers { accounts } => {
                 let count = u64::from(accounts.clamp(2, 32));
                 let from = h % count;
                 let to = (from + 1 + (h / count) % (count - 1)) % count;
-                let (from, to) = (from as u32, to as u32);
+                // Both below `count`, at most 32.
+                let index = |account: u64| u32::try_from(account).expect("an account below 32");
+                let (from, to) = (index(from), index(to));
                 ((1 << from) | (1 << to), Some((from, to)))
             }
         };
@@ -261,8 +265,14 @@ pub(crate) fn run(
                     let index = (round + step) % contenders.len();
                     let (contender, lock, rule) = contenders[index];
                     let name = format!("bench:family:{pid}:{workload}:{shape}:{index}:{round}");
-                    let (sections, commands) =
-                        run_sections(url, &mut info, (shape, lock, true), &name, config.sections, fleet);
+                    let (sections, commands) = run_sections(
+                        url,
+                        &mut info,
+                        (shape, lock, true),
+                        &name,
+                        config.sections,
+                        fleet,
+                    );
                     let figures = figures::analyse(&sections, commands, rule);
                     if figures.overlaps > 0 {
                         eprintln!(
