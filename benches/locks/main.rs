@@ -7,7 +7,8 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals, deadlocks)
+//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals, deadlocks,
+//!                                        semaphore, rwlock, transfers)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
 //! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
@@ -97,13 +98,6 @@
 //!    section: 20 waiters on one held lock, holding nothing, then each holding a lock of its own
 //!    in its scope; Redis commands and client CPU per waiter per second (see `deadlocks`).
 //!
-//! 9. **semaphore**, **rwlock**, **transfers** (printed after the fleet) — the fleet's worker
-//!    processes (16x1 by default) taking a semaphore of 4 permits, a read-write lock with 90 %
-//!    readers (and with every section a writer), or two accounts out of 8 with `acquire_all`,
-//!    each next to the mutex and the `floor: script + join per turn` ring in the same rounds:
-//!    permit gap, busy permits, throughput, Redis commands per section, and their ratios (see
-//!    `fleet::family`).
-//!
 //! 8. **replicas** (row label `8 replicas`) — workload 1's cycle (one task, `N5` cycles per
 //!    round, the `current_thread` runtime, idle spinners) against a master with one replica the
 //!    bench starts: `floor` (its `SET NX PX` and compare-and-delete), `floor + WAIT 1` (the same
@@ -111,6 +105,13 @@
 //!    `distlock, no wait` and `distlock wait_for_replicas(1)` (`manager.acquire` +
 //!    `guard.release()`); rows: time per cycle, and the paired ratios `wait_for_replicas` vs the
 //!    floor with `WAIT` and vs no wait. Skipped under `REDIS_URL`.
+//!
+//! 9. **semaphore**, **rwlock**, **transfers** (printed after the fleet) — the fleet's worker
+//!    processes (16x1 by default) taking a semaphore of 4 permits, a read-write lock with 90 %
+//!    readers (and with every section a writer), or two accounts out of 8 with `acquire_all`,
+//!    each next to the mutex and the `floor: script + join per turn` ring in the same rounds:
+//!    permit gap, busy permits, throughput, Redis commands per section, and their ratios (see
+//!    `fleet::family`).
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
