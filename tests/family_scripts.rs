@@ -529,6 +529,8 @@ fn multi_try(conn: &mut Connection, names: &[&str], token: &str, fencing: bool) 
         .arg("")
         .arg(LEASE)
         .arg("first")
+        .arg(CLAIM)
+        .arg("0")
         .invoke(conn)
         .expect("multi acquire")
 }
@@ -633,6 +635,8 @@ fn a_multi_key_waiter_waits_in_the_first_busy_line_and_is_handed_it() {
             .arg("")
             .arg(LEASE)
             .arg("join")
+            .arg(CLAIM)
+            .arg("0")
             .invoke(&mut conn)
             .expect("join"),
     );
@@ -692,6 +696,8 @@ fn a_multi_key_waiter_gives_back_a_key_that_comes_after_the_one_it_waits_for() {
             .arg("")
             .arg(LEASE)
             .arg("renew")
+            .arg(CLAIM)
+            .arg("0")
             .invoke(&mut conn)
             .expect("renew"),
     );
@@ -1073,6 +1079,8 @@ fn a_free_key_that_others_wait_for_is_busy_for_a_multi_key_newcomer() {
         .arg("")
         .arg(LEASE)
         .arg("first")
+        .arg(CLAIM)
+        .arg("0")
         .invoke::<Value>(&mut conn)
         .expect_err("a semaphore is not a key to take with others");
     let (code, text) = refusal(&error);

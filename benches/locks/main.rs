@@ -7,12 +7,14 @@
 //! DISTLOCK_BENCH_QUICK=1 cargo bench --bench locks         # small counts, for development
 //! REDIS_URL=redis://host:6379/ cargo bench --bench locks   # an existing server instead
 //! DISTLOCK_BENCH_ONLY=cycle,parallel ...                   # some workloads only
-//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals, deadlocks)
+//!                                       (cycle, contend, parallel, backends, replicas, fleet, renewals, deadlocks,
+//!                                        semaphore, rwlock, transfers)
 //! cargo bench --bench locks -- cycle parallel              # the same, as arguments
 //! cargo bench --bench locks -- fleet                       # only the fleet workload (~60 s)
 //! cargo bench --bench locks -- fleet --quick               # the same, 1 round (~35 s)
 //! cargo bench --bench locks -- renewals                    # a renewal at 1 and 1 000 waiters
 //! cargo bench --bench locks -- deadlocks                   # deadlock detection's cost per waiter
+//! cargo bench --bench locks -- semaphore rwlock transfers  # the lock family across processes
 //! DISTLOCK_BENCH_CONTENDERS="floor,distlock manual" ...    # some contenders only (profiling)
 //! DISTLOCK_BENCH_FLEET_SHAPES=16x1 DISTLOCK_BENCH_FLEET_SECTIONS=50 DISTLOCK_BENCH_FLEET_ROUNDS=3
 //!                                                          # fleet configurations and counts
@@ -103,6 +105,13 @@
 //!    `distlock, no wait` and `distlock wait_for_replicas(1)` (`manager.acquire` +
 //!    `guard.release()`); rows: time per cycle, and the paired ratios `wait_for_replicas` vs the
 //!    floor with `WAIT` and vs no wait. Skipped under `REDIS_URL`.
+//!
+//! 9. **semaphore**, **rwlock**, **transfers** (printed after the fleet) — the fleet's worker
+//!    processes (16x1 by default) taking a semaphore of 4 permits, a read-write lock with 90 %
+//!    readers (and with every section a writer), or two accounts out of 8 with `acquire_all`,
+//!    each next to the mutex and the `floor: script + join per turn` ring in the same rounds:
+//!    permit gap, busy permits, throughput, Redis commands per section, and their ratios (see
+//!    `fleet::family`).
 //!
 //! Every workload runs `R` rounds after a warm-up round; in each round every contender runs
 //! once, in an order rotated from round to round, so that drift of the shared machine hits all
@@ -195,6 +204,7 @@ struct Config {
     /// Contenders to run (`DISTLOCK_BENCH_CONTENDERS=floor,distlock manual`; default all).
     contenders: Option<Vec<String>>,
     fleet: fleet::FleetConfig,
+    family: fleet::family::FamilyConfig,
 }
 
 impl Config {
@@ -224,6 +234,7 @@ impl Config {
                 .ok()
                 .map(|list| list.split(',').map(|name| name.trim().to_owned()).collect()),
             fleet: fleet::FleetConfig::from_env(quick),
+            family: fleet::family::FamilyConfig::from_env(quick),
         };
         if quick {
             Config {
@@ -281,6 +292,18 @@ fn main() {
     if config.runs("fleet") {
         results.fleet = Some(workloads::fleet(&bench, &config));
     }
+    let family: Vec<&'static str> = fleet::family::WORKLOADS
+        .into_iter()
+        .filter(|workload| config.runs(workload))
+        .collect();
+    if !family.is_empty() {
+        results.family = Some(fleet::family::run(
+            &bench.url,
+            &config.fleet,
+            &config.family,
+            &family,
+        ));
+    }
     // Printed at once, after the workloads before it: not part of the report's tables.
     if config.runs("renewals") {
         renewals::renewals(&bench);
@@ -315,5 +338,10 @@ fn main() {
         results.fleet.as_ref().map_or(0, |fleet| fleet.overlaps),
         0,
         "a lock let two holders in at once: see the fleet's OVERLAP lines and table"
+    );
+    assert_eq!(
+        results.family.as_ref().map_or(0, |family| family.overlaps),
+        0,
+        "a lock of the family let in a section against its rule: see the OVERLAP lines"
     );
 }

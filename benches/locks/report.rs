@@ -22,6 +22,7 @@ pub(crate) struct Results {
     /// Idle spinners that ran during workloads 1 and 5 (the larger count).
     pub(crate) spinners_running: usize,
     pub(crate) fleet: Option<FleetReport>,
+    pub(crate) family: Option<crate::fleet::family::FamilyReport>,
 }
 
 /// Rows of one cycle workload: its main figure, then the client's and Redis's CPU per cycle.
@@ -308,6 +309,7 @@ pub(crate) fn render(
         keys_left_backends,
         spinners_running,
         fleet,
+        family,
     } = results;
     let mut out = String::new();
     let _ = writeln!(
@@ -405,6 +407,9 @@ pub(crate) fn render(
     }
     if let Some(fleet) = fleet {
         out.push_str(&fleet.render());
+    }
+    if let Some(family) = family {
+        out.push_str(&family.render());
     }
     let _ = writeln!(
         out,
@@ -509,6 +514,7 @@ pub(crate) fn json(
             "keys_left_after_backends": results.keys_left_backends,
         },
         "fleet": results.fleet,
+        "family": results.family,
         "total_seconds": number(total.as_secs_f64()),
     })
 }

@@ -253,3 +253,59 @@ async fn the_attribute_takes_the_read_lock() {
         "released after the body"
     );
 }
+
+/// Writers that take the lock while readers come and go, each reader's lease ending a moment
+/// after it began: a writer's plain attempt can meet a leased set of readers that is gone (or
+/// a writer's string) by the time it looks at what the set is. Such a writer waits and gets
+/// the lock; it is never refused as if the name were used in two ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_among_churning_readers_are_never_refused() {
+    const NAME: &str = "rw:churn";
+    const WRITES: usize = 200;
+    let server = shared_server();
+    let stop = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let (manager, stop) = (connect(server).await, stop.clone());
+        readers.push(tokio::spawn(async move {
+            let mut cycles = 0_usize;
+            while stop.load(Ordering::SeqCst) == 0 {
+                let guard = manager.acquire(NAME, &read()).await?;
+                guard.release().await?;
+                cycles += 1;
+            }
+            Ok::<usize, LockError>(cycles)
+        }));
+    }
+    let mut writers = Vec::new();
+    for _ in 0..2 {
+        let manager = connect(server).await;
+        writers.push(tokio::spawn(async move {
+            for _ in 0..WRITES {
+                let guard = manager.acquire(NAME, &write()).await?;
+                guard.release().await?;
+            }
+            Ok::<(), LockError>(())
+        }));
+    }
+    let mut refused = Vec::new();
+    for writer in writers {
+        if let Err(error) = writer.await.unwrap() {
+            refused.push(error.to_string());
+        }
+    }
+    stop.store(1, Ordering::SeqCst);
+    let mut cycles = 0;
+    for reader in readers {
+        cycles += reader
+            .await
+            .unwrap()
+            .expect("a reader is never refused either");
+    }
+    assert!(
+        refused.is_empty(),
+        "writers among {cycles} reader cycles were refused: {refused:?}"
+    );
+    assert!(cycles > 0, "the readers took the lock meanwhile");
+    assert!(!server.exists("lock:rw:churn"), "everything was given back");
+}

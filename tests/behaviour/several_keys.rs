@@ -654,3 +654,75 @@ async fn several_keys_as_a_semaphore_or_to_read_are_refused_and_take_nothing() {
         assert!(!server.exists(&format!("lock:{name}")), "{name} was taken");
     }
 }
+
+/// A key a multi-key waiter is handed while an earlier key of its own is free, and finds that
+/// earlier key taken at its look, is given back: it goes straight to the next waiter in that
+/// key's line, as a release would hand it, rather than lying free until that waiter's renewal
+/// comes round (a lease later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_are_never_left_waiting_for_a_renewal() {
+    let server = shared_server();
+    let (a, b) = ("sk:renewal:a", "sk:renewal:b");
+    let b_key = test_support::keys::default_key(b);
+    let line_of_b = || -> usize {
+        redis::cmd("LLEN")
+            .arg(test_support::keys::named(b).line())
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    let (holder, taker, transfer, waiter) = (
+        redis_manager().await,
+        redis_manager().await,
+        redis_manager().await,
+        redis_manager().await,
+    );
+    let long = options(Duration::from_secs(30));
+    let held_b = holder.acquire(b, &long).await.unwrap();
+    let both = {
+        let long = long.clone();
+        tokio::spawn(async move { transfer.acquire_all(&[a, b], &long).await })
+    };
+    test_support::eventually(Duration::from_secs(10), "the transfer waits for b", || {
+        line_of_b() == 1
+    })
+    .await;
+    let for_b = {
+        let long = long.clone();
+        tokio::spawn(async move { waiter.acquire(b, &long).await })
+    };
+    test_support::eventually(Duration::from_secs(10), "a mutex waits behind it", || {
+        line_of_b() == 2
+    })
+    .await;
+    let held_a = taker
+        .try_acquire(a, &options(Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("a is free: the transfer waits in b's line only");
+    // b goes to the transfer, which finds a taken and gives b back: to the mutex waiter.
+    held_b.release().await.unwrap();
+    let started = Instant::now();
+    while !for_b.is_finished() {
+        assert!(
+            server.exists(&b_key),
+            "b lay free while a waiter was in its line ({:?} after its release): the transfer \
+             gave it back without handing it on",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the mutex waiter never got b"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let got_b = for_b.await.unwrap().expect("the mutex waiter gets b");
+    held_a.release().await.unwrap();
+    got_b.release().await.unwrap();
+    let both = both
+        .await
+        .unwrap()
+        .expect("the transfer gets both in the end");
+    both.release().await.unwrap();
+    assert!(!server.exists(&b_key));
+    assert!(!server.exists(&test_support::keys::default_key(a)));
+}

@@ -23,6 +23,9 @@ pub(super) struct Section {
     pub release_start: u64,
     /// The release call returned.
     pub released: u64,
+    /// What a section of the lock family took (see `family::Section::tag`); 0 for a mutex.
+    #[serde(default)]
+    pub tag: u32,
 }
 
 /// The figures of one run (one configuration, one contender, one round).

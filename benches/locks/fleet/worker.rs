@@ -23,6 +23,7 @@ use distlock::{LockManager, LockOptions};
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
+use super::family::Family;
 use super::ring::{Ring, Turn};
 use super::stats::Section;
 use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
@@ -53,6 +54,9 @@ pub(super) struct WorkerSpec {
     /// Sections per task.
     pub sections: usize,
     pub critical_us: u64,
+    /// Hold each section by sleeping rather than spinning (see [`critical_section`]).
+    #[serde(default)]
+    pub sleep: bool,
 }
 
 /// What a worker prints when done.
@@ -143,9 +147,16 @@ fn watch_parent() {
 }
 
 /// Holds the lock until `acquired + critical` by spinning, yielding to the runtime between checks
-/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick).
-async fn critical_section(acquired: u64, critical_us: u64) {
+/// (a `tokio::time::sleep` would round up to the next 1 ms timer tick); or, with `sleep`, by
+/// sleeping, for workloads where several holders at once (permits, readers, transfers) would
+/// otherwise keep the machine's cores from the waiters they hand over to.
+async fn critical_section(acquired: u64, critical_us: u64, sleep: bool) {
     let end = acquired + critical_us * 1_000;
+    if sleep {
+        let left = end.saturating_sub(monotonic_ns());
+        tokio::time::sleep(Duration::from_nanos(left)).await;
+        return;
+    }
     while monotonic_ns() < end {
         tokio::task::yield_now().await;
         std::hint::spin_loop();
@@ -174,6 +185,16 @@ enum WorkerLock {
     },
     /// [`Lock::Ring`]: no lock, the floors' ring.
     Ring(Ring),
+    /// [`Lock::Family`]: a semaphore, a read-write lock or two keys at once, each section
+    /// taking what [`Family::section`] says for it.
+    Family {
+        manager: LockManager,
+        family: Family,
+        /// [`WorkerSpec::process`]: with the task and the section, it picks each section's
+        /// mode or accounts.
+        process: usize,
+        tasks: usize,
+    },
 }
 
 impl WorkerLock {
@@ -186,6 +207,16 @@ impl WorkerLock {
                     .await
                     .expect("fleet worker: cannot connect distlock"),
                 options: LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT),
+            },
+            Lock::Family(family) => WorkerLock::Family {
+                manager: LockManager::builder(spec.url.as_str())
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .connect()
+                    .await
+                    .expect("fleet worker: cannot connect distlock"),
+                family,
+                process: spec.process,
+                tasks: spec.tasks,
             },
             Lock::Ring { pass, raw } => WorkerLock::Ring(
                 Ring::connect(
@@ -238,7 +269,7 @@ impl WorkerLock {
             let called = monotonic_ns();
             let held = self.acquire(&spec.name, &token, turn).await;
             let acquired = monotonic_ns();
-            critical_section(acquired, spec.critical_us).await;
+            critical_section(acquired, spec.critical_us, spec.sleep).await;
             let release_start = monotonic_ns();
             self.release(held, &spec.name, &token, turn).await;
             sections.push(Section {
@@ -248,13 +279,45 @@ impl WorkerLock {
                 acquired,
                 release_start,
                 released: monotonic_ns(),
+                tag: self.tag(turn),
             });
         }
         sections
     }
 
+    /// What the section `turn` takes, for the analysis (see [`Family::section`]); 0 for a
+    /// mutex.
+    fn tag(&self, turn: Turn) -> u32 {
+        match self {
+            WorkerLock::Family {
+                family,
+                process,
+                tasks,
+                ..
+            } => family.section(process * tasks + turn.task, turn.n).tag,
+            _ => 0,
+        }
+    }
+
     async fn acquire(&self, name: &str, token: &str, turn: Turn) -> Held {
         match self {
+            WorkerLock::Family {
+                manager,
+                family,
+                process,
+                tasks,
+            } => {
+                let section = family.section(process * tasks + turn.task, turn.n);
+                let options = section.options(LockOptions::new().ttl(TTL).timeout(ACQUIRE_TIMEOUT));
+                let guard = match section.accounts {
+                    Some((from, to)) => {
+                        let names = [Family::account(name, from), Family::account(name, to)];
+                        manager.acquire_all(&names, &options).await
+                    }
+                    None => manager.acquire(name, &options).await,
+                };
+                Held::Guard(guard.expect("fleet worker: distlock acquire failed"))
+            }
             WorkerLock::Ring(ring) => {
                 ring.wait(name, token, turn).await;
                 Held::Token
@@ -297,7 +360,7 @@ impl WorkerLock {
     async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
             (WorkerLock::Ring(ring), Held::Token) => ring.pass(name, token, turn).await,
-            (WorkerLock::Distlock { .. }, Held::Guard(guard)) => guard
+            (WorkerLock::Distlock { .. } | WorkerLock::Family { .. }, Held::Guard(guard)) => guard
                 .release()
                 .await
                 .expect("fleet worker: distlock release failed"),

@@ -14,10 +14,24 @@ use crate::backend::recent::Written;
 use crate::backend::{Attempt, LockRequest, Ownership, Released, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
 
+/// How many times an attempt is made again when its script met a leased set of readers that
+/// was gone when looked at: each time, readers came and went within one round trip.
+const READERS_GONE_RETRIES: usize = 8;
+
 impl Node {
     /// One attempt to take the lock; `wait` says what else it must find out or mark (see
     /// `Backend::try_lock`).
     pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
+        self.attempt_within(request, READERS_GONE_RETRIES).await
+    }
+
+    /// [`attempt`](Self::attempt), trying again up to `retries` times when the mutex's script
+    /// met a leased set that was gone when its marker was read.
+    async fn attempt_within(
+        &self,
+        request: LockRequest<'_>,
+        retries: usize,
+    ) -> failure::Result<Attempt> {
         let LockRequest {
             keys,
             token,
@@ -53,9 +67,15 @@ impl Node {
         // The mutex's script cannot wait for readers: a writer that finds them (a leased set
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
-        if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type())
-            && self.leased_marker(keys).await == Some(Kind::Read)
-        {
+        if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type()) {
+            let marker = self.leased_marker(keys).await;
+            let again = |wait| LockRequest {
+                keys,
+                token,
+                ttl_millis,
+                fencing,
+                wait,
+            };
             let wait = match renewing {
                 None => Wait::FirstTry,
                 Some(renewing) => Wait::InLine {
@@ -63,14 +83,16 @@ impl Node {
                     renewing,
                 },
             };
-            return Box::pin(self.leased_attempt(LockRequest {
-                keys,
-                token,
-                ttl_millis,
-                fencing,
-                wait,
-            }))
-            .await;
+            match marker {
+                Some(Kind::Read) => return Box::pin(self.leased_attempt(again(wait))).await,
+                // No leased set any more: the last reader left between the script and the
+                // look (and readers may be back by now). The key is looked at afresh; one of
+                // another type fails every time and is named below.
+                None if retries > 0 => {
+                    return Box::pin(self.attempt_within(again(wait), retries - 1)).await;
+                }
+                _ => {}
+            }
         }
         let (attempt, place) = self.naming_the_key(keys, tried).await?;
         if let Some(place) = place {

@@ -73,13 +73,6 @@ impl Node {
             Wait::InLine { renewing, .. } if *renewing || self.resends_commands() => "renew",
             Wait::InLine { .. } => "join",
         };
-        let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, None, 6);
-        cmd.arg(token)
-            .arg(ttl_millis)
-            .arg(flag(fencing))
-            .arg(channel)
-            .arg(millis(crate::backend::LEASE))
-            .arg(how);
         // A first try runs the same twice (a second run finds every key its first took); a
         // place in line is kept by the waiter instead.
         let rule = if wait == Wait::FirstTry {
@@ -90,6 +83,15 @@ impl Node {
         let reply: Value = self
             .send(rule, || async {
                 let mut connection = self.connection().await?;
+                let mut cmd = command_with_helpers(&scripts::MULTI_ACQUIRE, keys, None, 8);
+                cmd.arg(token)
+                    .arg(ttl_millis)
+                    .arg(flag(fencing))
+                    .arg(channel)
+                    .arg(millis(crate::backend::LEASE))
+                    .arg(how)
+                    .arg(millis(crate::backend::CLAIM))
+                    .arg(flag(counts_receivers(&connection)));
                 // A key held as a semaphore or by readers answers `MODE`: a use of the name
                 // the caller must change, said in the script's words.
                 scripts::invoke(&scripts::MULTI_ACQUIRE, &cmd, &mut connection)

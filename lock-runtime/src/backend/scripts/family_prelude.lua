@@ -40,6 +40,10 @@
 --   `me`'s fencing token could not be issued; `'skipped'` when another's could not (it is told
 --   `"<token> !"`) or nobody heard its grant (with `counted`): then `take_back()` undoes
 --   `place`, and its fencing token goes back to the counter when it was the last issued.
+-- - `hand_key(lock, line, counter, me, claim, counted)`: hands the mutex key `lock`, which the
+--   caller `me` holds, to the first live waiter of `line` other than `me`, as the mutex's
+--   release does (`grant`, the value written into `lock`); dead entries and ones whose grant
+--   nobody heard are dropped. Returns whether someone got it (if not, `lock` is left as it was).
 -- - `give_permits(set, line, counter, fences, free, now, me, claim, counted)`: hands up to
 --   `free` permits of the leased set `set` to the live waiters at the head of `line`, in order:
 --   each gets a lease of `min(its ttl, claim)` (`me`, the caller, its full ttl and no message),
@@ -198,6 +202,30 @@ local function grant(token, wanted, fencing, channel, me, claim, counted, counte
     redis.call('SET', counter, fence - 1)
   end
   return 'skipped'
+end
+
+local function hand_key(lock, line, counter, me, claim, counted)
+  local now = nil
+  while true do
+    local entry = redis.call('LPOP', line)
+    if not entry then
+      return false
+    end
+    local token, deadline, wanted, fencing, channel = parse(entry)
+    now = now or now_ms()
+    if token and token ~= me and tonumber(deadline) >= now then
+      local outcome = grant(token, wanted, fencing, channel, me, claim, counted, counter,
+        function(px)
+          redis.call('SET', lock, token, 'PX', px)
+        end,
+        function()
+          redis.call('DEL', lock)
+        end)
+      if outcome == 'given' then
+        return true
+      end
+    end
+  end
 end
 
 local function give_permits(set, line, counter, fences, free, now, me, claim, counted)

@@ -9,7 +9,9 @@
 -- - `ARGV[1]` the caller's value (token, the same in every key), `ARGV[2]` the ttl in ms,
 --   `ARGV[3]` `"1"` to issue fencing tokens (one per distinct key, from its own counter),
 --   `ARGV[4]` the grant channel (empty: not subscribed), `ARGV[5]` the lease of a place in
---   line in ms, `ARGV[6]` `"first"`, `"join"` or `"renew"` (as in `semaphore_acquire.lua`).
+--   line in ms, `ARGV[6]` `"first"`, `"join"` or `"renew"` (as in `semaphore_acquire.lua`),
+--   `ARGV[7]` the claim in ms and `ARGV[8]` `"1"` where receivers of a publish are counted
+--   (for a key given back, as in `multi_release.lua`).
 -- - Returns `{1, fences, ttl}` when the caller holds every key: `fences` one fencing token
 --   per position of `KEYS[1..k]` (a repeated key repeats its token; 0s without fencing);
 --   `{0, pttl, deadline, busy, index}` when it waits: `busy` the 1-based position in
@@ -25,9 +27,10 @@
 -- then holds that key while it waits for the rest, its expiry cut to the place's lease at each
 -- look (a waiter that dies frees it within a lease). A key it holds that comes after the first
 -- busy one (handed over while an earlier key was free, which has been taken since) is given
--- back at the look: so a waiter holds only keys before the one it waits for, in one order
--- shared by every caller, and cannot close a cycle with another multi-key caller. An attempt
--- never takes some free keys and not others.
+-- back at the look, handed to the first live waiter of its line as a release hands it (that
+-- waiter may be alone in the line and wait for no message but this one): so a waiter holds
+-- only keys before the one it waits for, in one order shared by every caller, and cannot close
+-- a cycle with another multi-key caller. An attempt never takes some free keys and not others.
 local k = #KEYS / 3
 local me, ttl, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local order, seen = {}, {}
@@ -109,8 +112,11 @@ for _, i in ipairs(owned) do
   if KEYS[i] > KEYS[busy] then
     -- Handed over while an earlier key was free, which is busy now: holding it while waiting
     -- for that earlier key could close a cycle with another multi-key waiter, so it is given
-    -- back; its line's first waiter finds it free at its next look.
-    redis.call('DEL', KEYS[i])
+    -- back, to its line's first live waiter when there is one.
+    if not hand_key(KEYS[i], KEYS[k + i], KEYS[2 * k + i], me, tonumber(ARGV[7]),
+        ARGV[8] == '1') then
+      redis.call('DEL', KEYS[i])
+    end
   else
     redis.call('PEXPIRE', KEYS[i], math.min(ttl, lease))
   end

@@ -14,9 +14,10 @@
 --   re-sent after it gave back every key, finds the token in the marks and answers
 --   `{0, 0, 0}`.
 --
--- A hand-off here is the mutex's: the waiter's value is written into the key with a ttl of
--- `min(its ttl, claim)`, its fencing token (if it asked) is issued from that key's counter, and
--- `"<token> <fence>"` is published on its channel; dead or unheard waiters are skipped.
+-- A hand-off here is the mutex's (`hand_key`): the waiter's value is written into the key with a
+-- ttl of `min(its ttl, claim)`, its fencing token (if it asked) is issued from that key's
+-- counter, and `"<token> <fence>"` is published on its channel; dead or unheard waiters are
+-- skipped.
 local window = ARGV[5] or ''
 local MARKS = nil
 if window ~= '' then
@@ -24,38 +25,6 @@ if window ~= '' then
 end
 local k = math.floor(#KEYS / 3)
 local me, claim, counted = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'
-local now = nil
-
-local function hand_off(lock, line, counter)
-  while true do
-    local entry = redis.call('LPOP', line)
-    if not entry then
-      return false
-    end
-    local token, deadline, wanted, fencing, channel = parse(entry)
-    now = now or now_ms()
-    if token and token ~= me and tonumber(deadline) >= now then
-      local fence, failed = 0, nil
-      if fencing == '1' then
-        fence, failed = next_fence(counter)
-      end
-      if failed then
-        if channel ~= '' then
-          redis.call('PUBLISH', channel, token .. ' !')
-        end
-      else
-        redis.call('SET', lock, token, 'PX', math.min(tonumber(wanted), claim))
-        if publish(channel, token, fence, counted) then
-          return true
-        end
-        if fence > 0 and tonumber(redis.call('GET', counter)) == fence then
-          redis.call('SET', counter, fence - 1)
-        end
-      end
-    end
-  end
-end
-
 local seen = {}
 local released, handed, lost = 0, 0, 0
 for i = 1, k do
@@ -70,7 +39,7 @@ for i = 1, k do
     end
     local value = redis.pcall('GET', lock)
     if value == me then
-      if hand_off(lock, KEYS[k + i], KEYS[2 * k + i]) then
+      if hand_key(lock, KEYS[k + i], KEYS[2 * k + i], me, claim, counted) then
         handed = handed + 1
       else
         redis.call('DEL', lock)
@@ -82,7 +51,7 @@ for i = 1, k do
   end
 end
 if lost == 0 and ARGV[3] ~= '1' then
-  mark_released(MARKS, me, window, now or now_ms())
+  mark_released(MARKS, me, window, now_ms())
 elseif released + handed == 0 and was_released(MARKS, me, window) then
   -- Only a run that found every key ours writes the mark, so it vouches for no other.
   return {0, 0, 0}
