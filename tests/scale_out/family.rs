@@ -168,9 +168,24 @@ async fn a_force_release_on_a_cluster_keeps_its_marks_in_the_slot_and_expiring()
     let cases = [
         // The waiter let in releases as a permit (`releases` marks) or as a writer (the
         // mutex's `released` marker).
-        ("family:cluster:force}a{b", permits(2), permits(2), "releases"),
-        ("{family:7}:cluster:force", permits(2), permits(2), "releases"),
-        ("family:cluster:force}r{w", reader.clone(), writer.clone(), "released"),
+        (
+            "family:cluster:force}a{b",
+            permits(2),
+            permits(2),
+            "releases",
+        ),
+        (
+            "{family:7}:cluster:force",
+            permits(2),
+            permits(2),
+            "releases",
+        ),
+        (
+            "family:cluster:force}r{w",
+            reader.clone(),
+            writer.clone(),
+            "released",
+        ),
         ("{family:8}:cluster:force:rw", reader, writer, "released"),
     ];
     let (holders, operator, waiters) = (
@@ -200,7 +215,10 @@ async fn a_force_release_on_a_cluster_keeps_its_marks_in_the_slot_and_expiring()
             .unwrap_or_else(|_| panic!("{name}: the waiter was not let in"))
             .unwrap()
             .unwrap_or_else(|error| panic!("{name}: the waiter's acquire: {error}"));
-        for told in [first.extend(Duration::from_secs(60)).await, second.release().await] {
+        for told in [
+            first.extend(Duration::from_secs(60)).await,
+            second.release().await,
+        ] {
             assert!(
                 matches!(
                     told,
@@ -225,7 +243,8 @@ async fn a_force_release_on_a_cluster_keeps_its_marks_in_the_slot_and_expiring()
             .collect();
         for word in ["forced-leases", release_mark] {
             assert!(
-                left.iter().any(|(key, _)| key.contains(&format!(":distlock:{word}"))),
+                left.iter()
+                    .any(|(key, _)| key.contains(&format!(":distlock:{word}"))),
                 "{name}: no `{word}` marks among {left:?}"
             );
         }
