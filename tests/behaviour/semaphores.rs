@@ -701,7 +701,7 @@ async fn thousands_of_leases_that_ran_out_together_are_taken_out_at_the_next_cal
         let mut dead = redis::cmd("ZADD");
         dead.arg(&key);
         for holder in 0..9000 {
-            dead.arg(a_second_ago as u64).arg(format!("dead-{holder}"));
+            dead.arg(a_second_ago).arg(format!("dead-{holder}"));
         }
         let added: i64 = dead.query(&mut server.conn()).unwrap();
         assert_eq!(added, 9000);

@@ -86,7 +86,7 @@ async fn hostile_names_held_as_a_semaphore_are_refused_to_a_mutex_and_broken_by_
         "every semaphore broken"
     );
     for key in server.keys("*") {
-        assert!(server.pttl(&key) > 0, "{:.80?} has no expiry", key);
+        assert!(server.pttl(&key) > 0, "{key:.80?} has no expiry");
     }
 }
 
