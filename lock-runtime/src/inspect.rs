@@ -62,9 +62,10 @@ pub struct LockInfo {
     /// The lock key's value as it was read (`None`: not UTF-8), for
     /// [`LockManager::force_release`], which breaks the lock only if it still holds it.
     value: Option<String>,
-    /// Every permit's or reader's value as it was read (those that are UTF-8 text), for
-    /// [`LockManager::force_release`], which breaks only these.
-    leases: Vec<String>,
+    /// Every permit's or reader's value as it was read, for [`LockManager::force_release`],
+    /// which breaks only these; `None` when one of them is not UTF-8 text (not written by
+    /// distlock), which `force_release` refuses rather than break the others and leave it.
+    leases: Option<Vec<String>>,
 }
 
 /// Who holds a lock, as it wrote itself into the lock's value when it took it.
@@ -242,7 +243,8 @@ impl LockManager {
     ///
     /// # Errors
     /// [`LockError::Redis`] if Redis could not be asked; [`LockError::Config`] when the lock's
-    /// value is not UTF-8 text (not written by distlock: delete the key by hand).
+    /// value, or one permit's or reader's, is not UTF-8 text (not written by distlock: delete
+    /// the key by hand).
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -262,8 +264,15 @@ impl LockManager {
             HeldMode::Read => Some(Kind::Read),
         };
         if let Some(kind) = leased {
+            let Some(leases) = &info.leases else {
+                return Err(LockError::config(format!(
+                    "a lease of `{}` is not UTF-8 text, so distlock did not write it; delete the \
+                     key by hand (`redis-cli DEL`) if you are sure nothing holds it",
+                    info.key
+                )));
+            };
             let keys = keys.with_kind(kind);
-            return Ok(self.backend()?.force_unlock(&keys, &info.leases).await?);
+            return Ok(self.backend()?.force_unlock(&keys, leases).await?);
         }
         let Some(value) = &info.value else {
             return Err(LockError::config(format!(
@@ -399,7 +408,7 @@ fn info(name: &str, keys: &LockKeys, look: Look) -> LockInfo {
             .leased
             .iter()
             .flat_map(|leased| &leased.holders)
-            .filter_map(|(value, _)| String::from_utf8(value.clone()).ok())
+            .map(|(value, _)| String::from_utf8(value.clone()).ok())
             .collect(),
         value: String::from_utf8(look.value).ok(),
     }

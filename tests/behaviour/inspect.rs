@@ -476,6 +476,50 @@ async fn force_release_refuses_a_value_that_is_not_text_in_plain_words() {
     assert_eq!(server.keys("lock:binary").len(), 1, "left as it was");
 }
 
+/// The same for a semaphore's permits and for readers: a lease whose value is not text was not
+/// written by distlock, and breaking the lock is refused saying to delete it by hand, not
+/// answered "changed hands since it was read" (which running the command again would repeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_refuses_a_lease_that_is_not_text_in_plain_words() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let read = LockOptions::new().mode(distlock::LockMode::Read);
+    for (name, options) in [
+        ("binary:permits", LockOptions::new().permits(2)),
+        ("binary:read", read),
+    ] {
+        let guard = manager.acquire(name, &options).await.unwrap();
+        let () = redis::cmd("ZADD")
+            .arg(format!("lock:{name}"))
+            .arg(in_ten_minutes_ms())
+            .arg(&b"\xff\xfe"[..])
+            .query(&mut server.conn())
+            .map(|_: i64| ())
+            .unwrap();
+        guard.release().await.unwrap();
+        let info = inspect(&manager, name).await;
+        assert!(info.holders.is_empty(), "{name}: {info:?}");
+        let error = manager.force_release(&info).await.unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, LockError::Config(_)), "{name}: {text}");
+        assert!(text.contains("redis-cli DEL"), "{name}: {text}");
+        assert!(!text.contains("  "), "a run of blanks in: {text:?}");
+        assert_eq!(
+            server.keys(&format!("lock:{name}")).len(),
+            1,
+            "{name}: left as it was"
+        );
+    }
+}
+
+/// Ten minutes from now, in Unix ms: a lease's score.
+fn in_ten_minutes_ms() -> u128 {
+    (SystemTime::now() + Duration::from_secs(600))
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
 /// A holder that waited shows as held since the grant — the moment the release handed the lock
 /// over (Redlock: woke it to take it) — not since it asked; and extensions that keep the lock
 /// past the ttl it was granted with keep that record.

@@ -676,3 +676,50 @@ async fn a_task_holding_a_permit_asking_another_n_is_told_both() {
     );
     permit.release().await.unwrap();
 }
+
+/// Holders that stop together (a fleet shut down at once) leave their leases to run out side
+/// by side, and the next call on the name takes them all out in one script: more of them than
+/// Lua passes to one command (about 8000) must not make every call on the name an error until
+/// the last live lease ends. The dead leases are written straight into the set, as the
+/// holders left them, so that the test does not race their ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_leases_that_ran_out_together_are_taken_out_at_the_next_call() {
+    let server = RedisServer::start();
+    let manager = connect(&server).await;
+    let reader = LockOptions::new()
+        .mode(LockMode::Read)
+        .ttl(Duration::from_secs(60));
+    for (what, options) in [("permits", permits(20_000)), ("readers", reader)] {
+        let name = format!("many-gone:{what}");
+        let key = format!("lock:{name}");
+        let live = manager.acquire(&name, &options).await.unwrap();
+        let a_second_ago = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            - 1000;
+        let mut dead = redis::cmd("ZADD");
+        dead.arg(&key);
+        for holder in 0..9000 {
+            dead.arg(a_second_ago).arg(format!("dead-{holder}"));
+        }
+        let added: i64 = dead.query(&mut server.conn()).unwrap();
+        assert_eq!(added, 9000);
+        let next = manager
+            .acquire(&name, &options)
+            .await
+            .unwrap_or_else(|error| panic!("{what}: the next holder: {error}"));
+        live.extend(Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|error| panic!("{what}: the live holder's extension: {error}"));
+        let info = manager.inspect(&name).await.unwrap().expect("held");
+        assert_eq!(
+            info.holders.len(),
+            2,
+            "{what}: only the live holders are left"
+        );
+        next.release().await.unwrap();
+        live.release().await.unwrap();
+        assert!(!server.exists(&key), "{what}: every lease given back");
+    }
+}

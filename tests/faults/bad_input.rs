@@ -27,6 +27,69 @@ async fn locked_for(name: &str) -> Result<String, LockError> {
     Ok(lock.key().to_owned())
 }
 
+/// The same hostile names held as a semaphore: a mutex's one attempt on each is refused as a
+/// misuse, an operator's `force_release` breaks its permits (its marks written beside the key,
+/// whatever braces the name has) and each holder is told why, and no key is left without an
+/// expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_held_as_a_semaphore_are_refused_to_a_mutex_and_broken_by_force() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let megabyte = "k".repeat(1 << 20);
+    let names: Vec<&str> = vec![
+        &megabyte,
+        "a\0b",
+        "a\r\nSET injected 1\r\n",
+        "{",
+        "}",
+        "{}",
+        "}{",
+        "x}y{z",
+        "{tag}rest",
+        "{lock:}:distlock:releases",
+        "鍵🔒",
+    ];
+    let permits = options().permits(2).ttl(Duration::from_secs(60));
+    for name in &names {
+        let len = name.len();
+        let first = manager.acquire(name, &permits).await.unwrap();
+        let second = manager.acquire(name, &permits).await.unwrap();
+        let tried = manager.try_acquire(name, &options()).await;
+        assert!(
+            matches!(tried, Err(LockError::Config(_))),
+            "a mutex's try on a semaphore named by {len} bytes: {:?}",
+            tried.map(|guard| guard.is_some())
+        );
+        let info = manager.inspect(name).await.unwrap().expect("held");
+        assert!(manager.force_release(&info).await.unwrap(), "{len} bytes");
+        for told in [
+            first.extend(Duration::from_secs(60)).await,
+            second.release().await,
+        ] {
+            assert!(
+                matches!(
+                    told,
+                    Err(LockError::Lost {
+                        cause: distlock::LostCause::ForceReleased,
+                        ..
+                    })
+                ),
+                "{len} bytes: {told:?}"
+            );
+        }
+        drop(first);
+    }
+    assert!(!server.exists("injected"), "names are data, never commands");
+    assert_eq!(
+        server.keys("lock:*"),
+        Vec::<String>::new(),
+        "every semaphore broken"
+    );
+    for key in server.keys("*") {
+        assert!(server.pttl(&key) > 0, "{key:.80?} has no expiry");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_binary_and_unicode_names_lock_exactly_the_key_they_name() {
     let server = RedisServer::start();

@@ -531,6 +531,89 @@ async fn a_leased_or_multi_key_release_whose_reply_was_lost_is_not_reported_lost
     }
 }
 
+/// A permit's and a reader's release whose reply was lost after its first run let the waiter
+/// in line in: the second run answers as the first (`Ok`), and touches neither the lease it
+/// handed over nor the other holders' — the marks vouch for the caller's own release only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_release_leaves_the_lease_it_handed_over_alone() {
+    let cluster = ProxiedCluster::start();
+    let (holder, other) = (
+        proxied_cluster_manager(&cluster).await,
+        proxied_cluster_manager(&cluster).await,
+    );
+    let ttl = LockOptions::new()
+        .ttl(RESEND_TTL)
+        .timeout(RESEND_TTL + Duration::from_secs(10));
+    let permits = ttl.clone().permits(2);
+    let reader = ttl.clone().mode(LockMode::Read);
+    // What is held (the first is released, the rest kept), and what waits.
+    let cases = [
+        (
+            "permit",
+            "resend:{handed-permit}",
+            permits.clone(),
+            2,
+            permits,
+        ),
+        ("reader", "resend:{handed-read}", reader.clone(), 1, ttl),
+    ];
+    for (what, name, held, count, waiting) in cases {
+        let mut guards = Vec::new();
+        for _ in 0..count {
+            guards.push(holder.acquire(name, &held).await.unwrap());
+        }
+        let other = other.clone();
+        let waiter = tokio::spawn(async move { other.acquire(name, &waiting).await });
+        let mut waits = false;
+        for _ in 0..200 {
+            if holder
+                .inspect(name)
+                .await
+                .unwrap()
+                .is_some_and(|info| info.waiters == 1)
+            {
+                waits = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(waits, "{what}: the waiter never joined the line");
+        let first = guards.remove(0);
+        let lost_before = cluster.proxy().replies_lost();
+        // Only the release carries its holder's token: the waiter's own calls pass.
+        cluster.proxy().lose_next_reply_to(first.token());
+        let released = first.release().await;
+        assert!(
+            released.is_ok(),
+            "{what}: a release that ran, then was sent again, answered {released:?}"
+        );
+        assert_eq!(cluster.proxy().replies_lost(), lost_before + 1, "{what}");
+        let admitted = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the waiter was not let in"))
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{what}: the waiter's acquire: {error}"));
+        assert!(
+            admitted.is_held().await.unwrap(),
+            "{what}: the waiter's lease"
+        );
+        for kept in &guards {
+            assert!(
+                kept.is_held().await.unwrap(),
+                "{what}: another holder's lease"
+            );
+        }
+        assert!(
+            holder.try_acquire(name, &held).await.unwrap().is_none(),
+            "{what}: full, as the resend left every lease in place"
+        );
+        admitted.release().await.unwrap();
+        for kept in guards {
+            kept.release().await.unwrap();
+        }
+    }
+}
+
 /// A join whose reply was lost: the acquire script ran twice. Its second run finds the
 /// waiter's place and leaves one, so the waiter's leaving empties the line, and the release
 /// after it hands the lock to nobody.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockMode, LockOptions};
+use distlock::{LockError, LockManager, LockMode, LockOptions, LostCause};
 use test_support::RedisServers;
 
 use crate::cluster::shared_cluster;
@@ -149,6 +149,111 @@ async fn a_mutex_try_on_a_semaphore_of_a_cluster_is_refused() {
         .unwrap();
     assert!(writer.is_none(), "busy while a reader holds it");
     reader.release().await.unwrap();
+}
+
+/// An operator's `force_release` of a semaphore's permits and of readers on a cluster, under
+/// names whose braces make their helper keys hash by a tag of distlock's (a `}` with no tag
+/// before it) or by the user's own: the broken holders are told `ForceReleased` through the
+/// `forced-leases` marks, the head of the line is let in, its release is remembered in the
+/// `releases` marks, every one of those keys in the lock's slot (else the script is refused
+/// with CROSSSLOT), and none of the lock's keys is left without an expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_force_release_on_a_cluster_keeps_its_marks_in_the_slot_and_expiring() {
+    let cluster = shared_cluster();
+    let reader = LockOptions::new()
+        .mode(LockMode::Read)
+        .ttl(Duration::from_secs(60))
+        .timeout(Duration::from_secs(30));
+    let writer = LockOptions::new().timeout(Duration::from_secs(30));
+    let cases = [
+        // The waiter let in releases as a permit (`releases` marks) or as a writer (the
+        // mutex's `released` marker).
+        (
+            "family:cluster:force}a{b",
+            permits(2),
+            permits(2),
+            "releases",
+        ),
+        (
+            "{family:7}:cluster:force",
+            permits(2),
+            permits(2),
+            "releases",
+        ),
+        (
+            "family:cluster:force}r{w",
+            reader.clone(),
+            writer.clone(),
+            "released",
+        ),
+        ("{family:8}:cluster:force:rw", reader, writer, "released"),
+    ];
+    let (holders, operator, waiters) = (
+        cluster_manager().await,
+        cluster_manager().await,
+        cluster_manager().await,
+    );
+    for (name, held, waiting, release_mark) in cases {
+        let held = held.ttl(Duration::from_secs(60));
+        let first = holders.acquire(name, &held).await.unwrap();
+        let second = holders.acquire(name, &held).await.unwrap();
+        let waiters = waiters.clone();
+        let waiter = tokio::spawn(async move { waiters.acquire(name, &waiting).await });
+        let mut info = None;
+        for _ in 0..200 {
+            let seen = operator.inspect(name).await.unwrap().expect("held");
+            if seen.waiters == 1 {
+                info = Some(seen);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let info = info.unwrap_or_else(|| panic!("{name}: the waiter never joined the line"));
+        assert!(operator.force_release(&info).await.unwrap(), "{name}");
+        let admitted = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the waiter was not let in"))
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{name}: the waiter's acquire: {error}"));
+        for told in [
+            first.extend(Duration::from_secs(60)).await,
+            second.release().await,
+        ] {
+            assert!(
+                matches!(
+                    told,
+                    Err(LockError::Lost {
+                        cause: LostCause::ForceReleased,
+                        ..
+                    })
+                ),
+                "{name}: {told:?}"
+            );
+        }
+        admitted.release().await.unwrap();
+        let lock = format!("lock:{name}");
+        let left: Vec<(String, i64)> = cluster
+            .keys("*")
+            .into_iter()
+            .filter(|key| key.contains(&lock))
+            .map(|key| {
+                let pttl = cluster.pttl(&key);
+                (key, pttl)
+            })
+            .collect();
+        for word in ["forced-leases", release_mark] {
+            assert!(
+                left.iter()
+                    .any(|(key, _)| key.contains(&format!(":distlock:{word}"))),
+                "{name}: no `{word}` marks among {left:?}"
+            );
+        }
+        assert!(
+            left.iter().all(|(_, pttl)| *pttl > 0),
+            "{name}: a key without expiry: {left:?}"
+        );
+        drop(first);
+    }
 }
 
 #[tokio::test]

@@ -126,7 +126,11 @@ local function prune(set, fences, now)
   local gone = redis.call('ZRANGEBYSCORE', set, '-inf', '(' .. now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. now)
-    redis.call('HDEL', fences, unpack(gone))
+    -- In slices: Lua hands at most about 8000 values to one call, and the leases of holders
+    -- that stopped together run out together.
+    for first = 1, #gone, 1000 do
+      redis.call('HDEL', fences, unpack(gone, first, math.min(first + 999, #gone)))
+    end
   end
 end
 
