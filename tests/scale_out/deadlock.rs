@@ -13,7 +13,7 @@
 //! - a waiter that holds nothing, or is not in a cycle, costs a bounded number of commands per
 //!   walk, counted with `INFO commandstats`;
 //! - a cycle through a holder that waits for two locks at once, through `acquire_all`'s wait,
-//!   or through a read lock has one victim; a wait through a semaphore with another holder
+//!   or through a read lock (also through one of more than 8 readers) has one victim; a wait through a semaphore with another holder
 //!   that will release is not reported (permits are not followed);
 //! - the waits hash keeps only live records, and replaces a key of another type.
 //!
@@ -606,6 +606,56 @@ async fn a_cycle_through_a_read_lock_has_one_victim() {
         victims, 1,
         "exactly one victim in a real cycle: {reports:?}"
     );
+}
+
+/// A cycle through a reader of a lock that more than `MAX_HOLDERS` (8) readers hold: the
+/// readers that wait for nothing came first (their leases run out first), and the one in the
+/// cycle is still followed, so the cycle has one victim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_one_of_many_readers_has_one_victim() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let timeout = Duration::from_secs(8);
+    let read = options("idle").mode(distlock::LockMode::Read);
+    let mut idle = Vec::new();
+    for _ in 0..10 {
+        idle.push(manager.acquire("dlmany:r", &read).await.unwrap());
+    }
+    let t_holds = manager
+        .acquire("dlmany:r", &options("t").mode(distlock::LockMode::Read))
+        .await
+        .unwrap();
+    let u_holds = manager.acquire("dlmany:m", &options("u")).await.unwrap();
+    let t = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let report = t_holds
+                .scope(async { report_of(manager.acquire("dlmany:m", &options).await).0 })
+                .await;
+            t_holds.release().await.unwrap();
+            format!("t {report}")
+        })
+    };
+    let u = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let options = options("u").timeout(timeout);
+            let report = u_holds
+                .scope(async { report_of(manager.acquire("dlmany:r", &options).await).0 })
+                .await;
+            u_holds.release().await.unwrap();
+            format!("u {report}")
+        })
+    };
+    let reports = [t.await.unwrap(), u.await.unwrap()];
+    // u's wait began last: it is the victim, and t then gets `m`.
+    assert!(reports[0] == "t ok", "{reports:?}");
+    assert!(reports[1].starts_with("u deadlock "), "{reports:?}");
+    for guard in idle {
+        guard.release().await.unwrap();
+    }
 }
 
 /// Lock names with braces (a hash tag, an empty one, unbalanced ones), spaces and a line
