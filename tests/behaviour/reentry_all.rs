@@ -319,3 +319,44 @@ fn a_blocking_body_of_several_keys_asking_for_its_second_again_is_refused_at_onc
         "released after the body"
     );
 }
+
+/// `acquire_all` holding some names and waiting for the rest, cancelled mid-wait (its future
+/// dropped): the names it re-entered stay with the outer guard, and the rest are not left
+/// taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn some_names_held_and_the_wait_for_the_rest_cancelled_keeps_the_outer_locks() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let outer = manager
+        .acquire_all(&["rc:{t}:a", "rc:{t}:b"], &options())
+        .await
+        .unwrap();
+    let busy = other.acquire("rc:{t}:c", &options()).await.unwrap();
+    for cut in [0, 1, 5, 50, 600] {
+        let waited = outer
+            .scope(tokio::time::timeout(
+                Duration::from_millis(cut),
+                manager.acquire_all(&["rc:{t}:b", "rc:{t}:c", "rc:{t}:a"], &options()),
+            ))
+            .await;
+        assert!(waited.is_err(), "cut {cut}: c is busy, the wait is cut");
+        // A release in the background would have run by now.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(outer.is_held().await.unwrap(), "cut {cut}: a and b still held");
+        for name in ["rc:{t}:a", "rc:{t}:b"] {
+            assert!(
+                other.try_acquire(name, &options()).await.unwrap().is_none(),
+                "cut {cut}: {name} still the outer guard's"
+            );
+        }
+    }
+    busy.release().await.unwrap();
+    // c was not left taken by a cancelled wait.
+    let c = other
+        .acquire("rc:{t}:c", &options().timeout(Duration::from_secs(4)))
+        .await
+        .expect("c free once its holder released");
+    c.release().await.unwrap();
+    outer.release().await.unwrap();
+}

@@ -658,6 +658,61 @@ async fn a_cycle_through_one_of_many_readers_has_one_victim() {
     }
 }
 
+/// A process killed (SIGKILL) while it held `a` and waited for `b` leaves its wait record, which
+/// no end mark follows; once that record has lapsed, the holder of `b` waiting for `a` (still
+/// held by the dead process, until its ttl) is told nothing of a deadlock: it waits, and times
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_of_a_killed_process_lapses_and_reports_no_deadlock() {
+    let server = RedisServer::start();
+    let meet = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let b = manager.acquire("dlkill:b", &options("t")).await.unwrap();
+    let mut child = spawn_worker(
+        "deadlock::deadlock_worker",
+        &[
+            (URLS, server.url()),
+            (KIND, "standalone".to_owned()),
+            (MEET, meet.url()),
+            (HOLD, "dlkill:a".to_owned()),
+            (WANT, "dlkill:b".to_owned()),
+            (COUNT, "1".to_owned()),
+            (KEEP_MS, "0".to_owned()),
+            (LABEL, "w0".to_owned()),
+        ],
+    );
+    let waits = "{lock:dlkill:a}:distlock:waits";
+    let started = std::time::Instant::now();
+    loop {
+        let values: Vec<String> = redis::cmd("HVALS")
+            .arg(waits)
+            .query(&mut server.conn())
+            .unwrap();
+        if values.iter().any(|value| value.ends_with("lock:dlkill:b")) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the worker never recorded its wait"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its record lives 3 s from its last renewal, which came before the kill.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    assert!(server.exists("lock:dlkill:a"), "the dead process still holds a");
+    let options = options("t").timeout(Duration::from_secs(4));
+    let waited = b
+        .scope(async { manager.acquire("dlkill:a", &options).await.map(drop) })
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "no deadlock through a process that is gone: {waited:?}"
+    );
+    b.release().await.unwrap();
+}
+
 /// Lock names with braces (a hash tag, an empty one, unbalanced ones), spaces and a line
 /// break are names like others: the wait record names the lock waited for by its full key,
 /// and the walk follows it back to the same key, so the two-task cycle still has one victim.
