@@ -343,7 +343,10 @@ async fn some_names_held_and_the_wait_for_the_rest_cancelled_keeps_the_outer_loc
         assert!(waited.is_err(), "cut {cut}: c is busy, the wait is cut");
         // A release in the background would have run by now.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(outer.is_held().await.unwrap(), "cut {cut}: a and b still held");
+        assert!(
+            outer.is_held().await.unwrap(),
+            "cut {cut}: a and b still held"
+        );
         for name in ["rc:{t}:a", "rc:{t}:b"] {
             assert!(
                 other.try_acquire(name, &options()).await.unwrap().is_none(),
