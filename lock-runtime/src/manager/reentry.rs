@@ -267,7 +267,6 @@ fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry,
     let Ok(backend) = manager.backend() else {
         return None;
     };
-    let full = name_key(manager, name);
     set.entries().find_map(|entry| {
         std::iter::once(&entry.held)
             .chain(&entry.parts)
@@ -275,7 +274,9 @@ fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry,
                 !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
             })
             .find_map(|held| {
-                let keys = lock_keys(held).find(|keys| *keys.lock == *full)?;
+                let prefix = manager.key_prefix();
+                let keys =
+                    lock_keys(held).find(|keys| keys.lock.strip_prefix(prefix) == Some(name))?;
                 Some((held, Arc::clone(&keys.lock)))
             })
             .map(|(held, key)| {
@@ -294,15 +295,6 @@ fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry,
 fn lock_keys(held: &Held) -> impl Iterator<Item = &LockKeys> {
     let together = held.keys.together.iter().flat_map(|keys| keys.iter());
     std::iter::once(&held.keys).chain(together)
-}
-
-/// The full key of `name` on `manager`.
-fn name_key(manager: &LockManager, name: &str) -> String {
-    let prefix = manager.key_prefix();
-    let mut full = String::with_capacity(prefix.len() + name.len());
-    full.push_str(prefix);
-    full.push_str(name);
-    full
 }
 
 /// The locks of `manager` the current task holds, still held: each lock's keys and token,
