@@ -187,6 +187,7 @@ impl LockGuard {
             reentry: crate::guard::Reentry {
                 reentered: true,
                 class: None,
+                shown: None,
             },
             parts: Vec::new(),
         }
@@ -195,6 +196,15 @@ impl LockGuard {
     /// What the guard shares with its watchdog and its re-entered guards.
     pub(crate) fn held(&self) -> &Arc<Held> {
         &self.held
+    }
+
+    /// This re-entered guard, showing the lock `key` of the locks its outer guard took
+    /// together: the one the inner call asked for.
+    pub(crate) fn showing(mut self, key: Arc<str>) -> Self {
+        if *key != *self.held.keys.lock {
+            self.reentry.shown = Some(key);
+        }
+        self
     }
 
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
@@ -218,7 +228,10 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn key(&self) -> &str {
-        &self.held.keys.lock
+        self.reentry
+            .shown
+            .as_deref()
+            .unwrap_or(&self.held.keys.lock)
     }
 
     /// Every full Redis key this guard holds: one for [`acquire`](crate::LockManager::acquire),
@@ -235,6 +248,9 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn keys(&self) -> Vec<&str> {
+        if let Some(shown) = &self.reentry.shown {
+            return vec![shown];
+        }
         let together = self.held.keys.together.iter().flat_map(|keys| keys.iter());
         std::iter::once(&self.held.keys)
             .chain(together)
@@ -274,7 +290,9 @@ impl LockGuard {
     /// earlier acquisition of the same key, by any client. Pass it along with every write the
     /// lock protects, and have the storage reject writes with a smaller token than it has seen.
     /// With [`acquire_all`](crate::LockManager::acquire_all) each key's counter issues one, and
-    /// this is the one of [`key`](Self::key), the first name's.
+    /// this is the one of [`key`](Self::key), the first name's. A re-entered guard of another
+    /// name that such a guard took together with the first by one script has none (`None`):
+    /// that name's token is not kept, and another counter's would not fence its storage.
     ///
     /// ```no_run
     /// # async fn example(manager: distlock::LockManager) -> Result<(), distlock::LockError> {
@@ -286,6 +304,10 @@ impl LockGuard {
     /// ```
     #[must_use]
     pub fn fencing_token(&self) -> Option<u64> {
+        // Only the first name's token is kept: another counter's would fence the wrong storage.
+        if self.reentry.shown.is_some() {
+            return None;
+        }
         self.held.fence
     }
 
@@ -536,4 +558,7 @@ pub(crate) struct Reentry {
     pub(crate) reentered: bool,
     /// The attribute's label (`path::to::function template`), for lock-order checks.
     pub(crate) class: Option<Arc<str>>,
+    /// The key a re-entered guard shows, when it is not its lock's first: a name its outer
+    /// guard took together with others by one script.
+    pub(crate) shown: Option<Arc<str>>,
 }

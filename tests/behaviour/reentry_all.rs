@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distlock::{LockError, LockManager, LockMode, LockOptions};
+use distlock::{distributed_lock, LockError, LockManager, LockMode, LockOptions};
 use test_support::RedisServer;
 
 /// A timeout long enough that a wait for the task's own lock would show.
@@ -184,5 +184,182 @@ async fn a_kind_several_keys_cannot_be_taken_as_is_refused_even_when_every_name_
             "{asked:?}: {refused:?}"
         );
     }
+    outer.release().await.unwrap();
+}
+
+/// A lone `acquire` (and `try_acquire`) of any name an `acquire_all` guard holds re-enters it
+/// at once, not only its first: the task would otherwise wait for its own release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_acquire_of_any_name_of_an_acquire_all_guard_is_re_entered() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let outer = manager
+        .acquire_all(&["rl:{t}:a", "rl:{t}:b", "rl:{t}:c"], &options())
+        .await
+        .unwrap();
+    let mut conn = server.conn();
+    let started = std::time::Instant::now();
+    let (keys, commands) = outer
+        .scope(async {
+            reset_stats(&mut conn);
+            let mut keys = Vec::new();
+            for name in ["rl:{t}:b", "rl:{t}:c", "rl:{t}:a"] {
+                let inner = manager.acquire(name, &options()).await.expect("re-entered");
+                assert_eq!(inner.token(), outer.token(), "a view of the outer lock");
+                keys.push(inner.key().to_owned());
+                inner.release().await.expect("releases nothing");
+                let tried = manager
+                    .try_acquire(name, &options())
+                    .await
+                    .unwrap()
+                    .expect("re-entered by one attempt too");
+                assert_eq!(tried.key(), format!("lock:{name}"));
+                // A read is covered by the write lock the guard holds.
+                let read = manager
+                    .acquire(name, &options().mode(LockMode::Read))
+                    .await
+                    .expect("a read re-enters a write lock");
+                drop(read);
+            }
+            (keys, commands_since_reset(&mut conn))
+        })
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "no wait for the task's own locks: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(keys, ["lock:rl:{t}:b", "lock:rl:{t}:c", "lock:rl:{t}:a"]);
+    assert!(commands.is_empty(), "no command sent: {commands:?}");
+    for name in ["rl:{t}:a", "rl:{t}:b", "rl:{t}:c"] {
+        assert!(
+            other.try_acquire(name, &options()).await.unwrap().is_none(),
+            "{name}: the outer guard still holds it"
+        );
+    }
+    // A semaphore of the name is another use of it: refused at once, not a wait.
+    let refused = outer
+        .scope(manager.acquire("rl:{t}:c", &options().permits(2)))
+        .await;
+    assert!(
+        matches!(&refused, Err(LockError::Config(message)) if message.contains("rl:{t}:c")),
+        "{refused:?}"
+    );
+    outer.release().await.unwrap();
+    assert!(other
+        .try_acquire("rl:{t}:c", &options())
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// What `transfer` saw of the lone lock its body took.
+#[distributed_lock(keys = ["rt:account:{from}", "rt:account:{to}"], ttl = 30, timeout = 8)]
+async fn transfer(from: u32, to: u32) -> Result<String, LockError> {
+    let _ = from;
+    credit(to).await
+}
+
+#[distributed_lock(key = "rt:account:{id}", ttl = 30, timeout = 8, guard = lock)]
+async fn credit(id: u32) -> Result<String, LockError> {
+    let _ = id;
+    Ok(lock.key().to_owned())
+}
+
+/// The attribute: a `keys = [..]` body calling a function locked on its second key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_body_of_several_keys_calls_a_function_locked_on_its_second() {
+    let server = test_support::global_server().await;
+    let started = std::time::Instant::now();
+    let key = transfer(1, 2).await.expect("credit re-enters account 2");
+    assert_eq!(key, "lock:rt:account:2");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "no wait for the task's own lock: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !server.exists("lock:rt:account:2"),
+        "released after the body"
+    );
+}
+
+/// A locked plain `fn` of several keys whose body takes one of them again through the blocking
+/// API: refused at once, as for one key, whichever of its names it is.
+#[distributed_lock(keys = ["rb:account:{from}", "rb:account:{to}"], ttl = 30, timeout = 8)]
+fn transfer_blocking(from: u32, to: u32) -> Result<Result<(), LockError>, LockError> {
+    let _ = from;
+    let manager = distlock::blocking::global()?;
+    Ok(manager
+        .acquire(&format!("rb:account:{to}"), &options())
+        .map(drop))
+}
+
+#[test]
+fn a_blocking_body_of_several_keys_asking_for_its_second_again_is_refused_at_once() {
+    let server = test_support::shared_server();
+    match distlock::blocking::init(&server.url()) {
+        Ok(()) | Err(LockError::AlreadyInitialized) => {}
+        Err(error) => panic!("blocking::init failed: {error}"),
+    }
+    let started = std::time::Instant::now();
+    let inner = transfer_blocking(1, 2).expect("the outer call takes both");
+    assert!(
+        matches!(&inner, Err(LockError::Config(message)) if message.contains("lock:rb:account:2")),
+        "{inner:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !server.exists("lock:rb:account:2"),
+        "released after the body"
+    );
+}
+
+/// `acquire_all` holding some names and waiting for the rest, cancelled mid-wait (its future
+/// dropped): the names it re-entered stay with the outer guard, and the rest are not left
+/// taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn some_names_held_and_the_wait_for_the_rest_cancelled_keeps_the_outer_locks() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let outer = manager
+        .acquire_all(&["rc:{t}:a", "rc:{t}:b"], &options())
+        .await
+        .unwrap();
+    let busy = other.acquire("rc:{t}:c", &options()).await.unwrap();
+    for cut in [0, 1, 5, 50, 600] {
+        let waited = outer
+            .scope(tokio::time::timeout(
+                Duration::from_millis(cut),
+                manager.acquire_all(&["rc:{t}:b", "rc:{t}:c", "rc:{t}:a"], &options()),
+            ))
+            .await;
+        assert!(waited.is_err(), "cut {cut}: c is busy, the wait is cut");
+        // A release in the background would have run by now.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            outer.is_held().await.unwrap(),
+            "cut {cut}: a and b still held"
+        );
+        for name in ["rc:{t}:a", "rc:{t}:b"] {
+            assert!(
+                other.try_acquire(name, &options()).await.unwrap().is_none(),
+                "cut {cut}: {name} still the outer guard's"
+            );
+        }
+    }
+    busy.release().await.unwrap();
+    // c was not left taken by a cancelled wait.
+    let c = other
+        .acquire("rc:{t}:c", &options().timeout(Duration::from_secs(4)))
+        .await
+        .expect("c free once its holder released");
+    c.release().await.unwrap();
     outer.release().await.unwrap();
 }

@@ -292,6 +292,57 @@ async fn another_use_among_several_keys_in_one_slot_and_across_slots() {
     }
 }
 
+/// Across slots each name is a lock of its own (a part of the guard): a lone `acquire` of any
+/// of them inside the guard's scope re-enters that lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_slots_a_lone_acquire_of_any_name_held_is_re_entered() {
+    let cluster = shared_cluster();
+    let names = names_across_slots(cluster, "sk:reenter:");
+    let manager = cluster_manager(&cluster.urls()).await;
+    let other = cluster_manager(&cluster.urls()).await;
+    let outer = manager
+        .acquire_all(&names, &options(Duration::from_secs(8)))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let seen = outer
+        .scope(async {
+            let mut seen = Vec::new();
+            for name in names.iter().rev() {
+                let inner = manager
+                    .acquire(name, &options(Duration::from_secs(8)))
+                    .await
+                    .expect("re-entered");
+                seen.push(inner.key().to_owned());
+                inner.release().await.expect("releases nothing");
+            }
+            seen
+        })
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "no wait for the task's own locks: {:?}",
+        started.elapsed()
+    );
+    let expected: Vec<String> = names
+        .iter()
+        .rev()
+        .map(|name| format!("lock:{name}"))
+        .collect();
+    assert_eq!(seen, expected);
+    for name in &names {
+        assert!(
+            other
+                .try_acquire(name, &options(Duration::ZERO))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: still held by the outer guard"
+        );
+    }
+    outer.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zz_probe_cancel_across() {
     let cluster = shared_cluster();

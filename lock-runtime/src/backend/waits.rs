@@ -22,8 +22,8 @@ use super::{failure, Backend, Locks};
 /// could not reach Redis) leaves a record this long at most.
 pub(crate) const RECORD_LIFE: Duration = Duration::from_secs(3);
 
-/// The most holders one look returns (the readers of a read lock beyond them are not
-/// followed).
+/// The most holders one look returns: of a read lock's readers, those that wait (that have a
+/// live record) in byte order; readers that wait for nothing lead nowhere and are left out.
 pub(crate) const MAX_HOLDERS: usize = 8;
 
 /// One wait of a holder for one lock, as its record says.

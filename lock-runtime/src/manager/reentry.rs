@@ -8,7 +8,7 @@
 //! it (`tokio::spawn`) is another owner, which waits as any other holder would. Inside the scope,
 //! [`LockManager::acquire`](crate::LockManager::acquire) and `try_acquire` of a lock the task
 //! holds (same manager, same name) return a *re-entered* guard at once: no Redis command, no
-//! wait. A re-entered guard is a view of the lock in effect: its `key`, `token` and
+//! wait. Any name of an `acquire_all` guard counts, not only its first: the guard holds each. A re-entered guard is a view of the lock in effect: its `key`, `token` and
 //! `fencing_token` are those of the outermost guard, its `extend` and `is_held` act on that lock,
 //! and its `release` and drop do nothing — the lock is released when the outermost guard is. The
 //! inner call's options (ttl, fencing, auto-extension) are not applied: the outer hold's are in
@@ -116,16 +116,10 @@ impl Entry {
         }
     }
 
-    /// Whether this is the lock `name` of `manager`, still held: a lock lost while its scope
-    /// still runs holds nothing to re-enter.
-    fn is(&self, manager: &LockManager, name: &str) -> bool {
-        !self.held.is_closed() && is_lock(&self.held, manager, name)
-    }
-
-    /// A re-entered guard of this lock, asked for in `wanted`.
-    async fn reenter(&self, wanted: Mode) -> Result<LockGuard, LockError> {
+    /// A re-entered guard of this lock, asked for in `wanted` by its full key `key` (one of
+    /// the keys it holds, which errors name).
+    async fn reenter(&self, wanted: Mode, key: &str) -> Result<LockGuard, LockError> {
         if !self.mode.covers(wanted) {
-            let key = &self.held.keys.lock;
             return Err(LockError::config(match (self.mode, wanted) {
                 (Mode::Shared, Mode::Exclusive) => format!(
                     "lock `{key}` is held by this task to read, and asked for to write: a read \
@@ -172,14 +166,16 @@ impl Entry {
     }
 }
 
-/// Whether `held` is the lock `name` of `manager`: the same manager's inside (its backend),
-/// and the same full key.
-fn is_lock(held: &Held, manager: &LockManager, name: &str) -> bool {
-    let Ok(backend) = manager.backend() else {
-        return false;
-    };
-    std::ptr::eq(&raw const held.shared.backend, backend)
-        && held.keys.lock.strip_prefix(manager.key_prefix()) == Some(name)
+/// The full key by which `held` holds the lock `name` of `manager`, if it does: the same
+/// manager's inside (its backend), and one of its full keys.
+fn key_of<'h>(held: &'h Held, manager: &LockManager, name: &str) -> Option<&'h str> {
+    let backend = manager.backend().ok()?;
+    if !std::ptr::eq(&raw const held.shared.backend, backend) {
+        return None;
+    }
+    lock_keys(held)
+        .map(|keys| &*keys.lock)
+        .find(|key| key.strip_prefix(manager.key_prefix()) == Some(name))
 }
 
 /// The locks of one task's scope: the innermost, then those of the scopes around it.
@@ -218,11 +214,18 @@ pub(crate) async fn reenter(
     name: &str,
     options: &crate::LockOptions,
 ) -> Option<Result<LockGuard, LockError>> {
-    let entry = HELD
-        .try_with(|set| set.entries().find(|entry| entry.is(manager, name)).cloned())
+    // Any lock of a guard: its own, one taken together with it by one script, or a part's.
+    let (entry, key) = HELD
+        .try_with(|set| held_lock(set, manager, name))
         .ok()
         .flatten()?;
-    Some(entry.reenter(Mode::of(super::kind_of(options))).await)
+    let wanted = Mode::of(super::kind_of(options));
+    Some(
+        entry
+            .reenter(wanted, &key)
+            .await
+            .map(|guard| guard.showing(key)),
+    )
 }
 
 /// The re-entered guards of those of `names` (distinct, taken as mutexes by `acquire_all`)
@@ -233,7 +236,7 @@ pub(crate) async fn reenter_all<'n>(
     manager: &LockManager,
     names: &[&'n str],
 ) -> Result<(Vec<LockGuard>, Vec<&'n str>), LockError> {
-    let found: Vec<Option<Entry>> = HELD
+    let found: Vec<Option<(Entry, Arc<str>)>> = HELD
         .try_with(|set| {
             names
                 .iter()
@@ -250,48 +253,48 @@ pub(crate) async fn reenter_all<'n>(
         match entry {
             None => rest.push(*name),
             // One guard per lock: names taken together by one script share it.
-            Some(entry) if guards.iter().any(|g| Arc::ptr_eq(g.held(), &entry.held)) => {}
-            Some(entry) => guards.push(entry.reenter(Mode::Exclusive).await?),
+            Some((entry, _)) if guards.iter().any(|g| Arc::ptr_eq(g.held(), &entry.held)) => {}
+            Some((entry, key)) => guards.push(entry.reenter(Mode::Exclusive, &key).await?),
         }
     }
     Ok((guards, rest))
 }
 
-/// The lock `name` of `manager` in `set`, as an entry of its own: a guard's lock, a lock taken
-/// together with it by one script (same token), or one of its parts; still held.
-fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<Entry> {
+/// The lock `name` of `manager` in `set`, as an entry of its own, with the full key it holds
+/// `name` by: a guard's lock, a lock taken together with it by one script (same token), or one
+/// of its parts; still held (a lock lost while its scope still runs holds nothing to re-enter).
+fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry, Arc<str>)> {
     let Ok(backend) = manager.backend() else {
         return None;
     };
-    let full = name_key(manager, name);
     set.entries().find_map(|entry| {
         std::iter::once(&entry.held)
             .chain(&entry.parts)
             .filter(|held| {
                 !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
             })
-            .find(|held| {
-                let together = held.keys.together.iter().flat_map(|keys| keys.iter());
-                std::iter::once(&held.keys)
-                    .chain(together)
-                    .any(|keys| *keys.lock == *full)
+            .find_map(|held| {
+                let prefix = manager.key_prefix();
+                let keys =
+                    lock_keys(held).find(|keys| keys.lock.strip_prefix(prefix) == Some(name))?;
+                Some((held, Arc::clone(&keys.lock)))
             })
-            .map(|held| Entry {
-                held: Arc::clone(held),
-                parts: Vec::new(),
-                mode: Mode::of(held.keys.kind),
-                class: None,
+            .map(|(held, key)| {
+                let entry = Entry {
+                    held: Arc::clone(held),
+                    parts: Vec::new(),
+                    mode: Mode::of(held.keys.kind),
+                    class: None,
+                };
+                (entry, key)
             })
     })
 }
 
-/// The full key of `name` on `manager`.
-fn name_key(manager: &LockManager, name: &str) -> String {
-    let prefix = manager.key_prefix();
-    let mut full = String::with_capacity(prefix.len() + name.len());
-    full.push_str(prefix);
-    full.push_str(name);
-    full
+/// Every lock `held` holds: its own, then those taken together with it by one script.
+fn lock_keys(held: &Held) -> impl Iterator<Item = &LockKeys> {
+    let together = held.keys.together.iter().flat_map(|keys| keys.iter());
+    std::iter::once(&held.keys).chain(together)
 }
 
 /// The locks of `manager` the current task holds, still held: each lock's keys and token,
@@ -308,12 +311,7 @@ pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
             .filter(|held| {
                 !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
             })
-            .flat_map(|held| {
-                let together = held.keys.together.iter().flat_map(|keys| keys.iter());
-                std::iter::once(&held.keys)
-                    .chain(together)
-                    .map(|keys| (keys.clone(), Arc::clone(&held.token)))
-            })
+            .flat_map(|held| lock_keys(held).map(|keys| (keys.clone(), Arc::clone(&held.token))))
             .collect()
     })
     .unwrap_or_default()
@@ -324,7 +322,7 @@ pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
 /// Nothing at all outside a scope.
 pub(crate) fn for_each_class_held(manager: &LockManager, name: &str, mut each: impl FnMut(&str)) {
     let _ = HELD.try_with(|set| {
-        if set.entries().any(|entry| entry.is(manager, name)) {
+        if held_lock(set, manager, name).is_some() {
             return;
         }
         for entry in set.entries() {
@@ -396,26 +394,27 @@ thread_local! {
     static THREAD_HELD: ThreadList = ThreadList::default();
 }
 
-/// A locked plain `fn`'s entry in the list of its thread's locks: removed when dropped, after
-/// the lock's release.
+/// A locked plain `fn`'s entries in the list of its thread's locks: removed when dropped,
+/// after the locks' release.
 pub(crate) struct ThreadHold {
     list: ThreadList,
-    held: Arc<Held>,
+    /// The guard's own lock and its parts' (several keys taken one by one).
+    helds: Vec<Arc<Held>>,
 }
 
 impl ThreadHold {
-    /// Records that the current thread holds `guard`'s lock; `None` on a thread that is
-    /// exiting (its list is gone, and it takes no more locks).
+    /// Records that the current thread holds every lock of `guard`; `None` on a thread that
+    /// is exiting (its list is gone, and it takes no more locks).
     pub(crate) fn record(guard: &LockGuard) -> Option<ThreadHold> {
-        let held = Arc::clone(guard.held());
+        let helds: Vec<Arc<Held>> = guard.helds().cloned().collect();
         THREAD_HELD
             .try_with(|list| {
                 list.lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(Arc::clone(&held));
+                    .extend(helds.iter().cloned());
                 ThreadHold {
                     list: Arc::clone(list),
-                    held,
+                    helds,
                 }
             })
             .ok()
@@ -425,8 +424,10 @@ impl ThreadHold {
 impl Drop for ThreadHold {
     fn drop(&mut self) {
         let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(at) = list.iter().position(|held| Arc::ptr_eq(held, &self.held)) {
-            list.swap_remove(at);
+        for mine in &self.helds {
+            if let Some(at) = list.iter().position(|held| Arc::ptr_eq(held, mine)) {
+                list.swap_remove(at);
+            }
         }
     }
 }
@@ -442,8 +443,8 @@ pub(crate) fn refuse_if_thread_holds(
         .try_with(|list| {
             let list = list.lock().unwrap_or_else(PoisonError::into_inner);
             list.iter()
-                .find(|held| is_lock(held, manager, name))
-                .map(|held| held.keys.lock.to_string())
+                .find_map(|held| key_of(held, manager, name))
+                .map(str::to_owned)
         })
         .ok()
         .flatten();

@@ -13,7 +13,7 @@ use crate::backend::waits::{Recording, Seen, MAX_HOLDERS, RECORD_LIFE};
 pub(super) type Fields = HashMap<String, (Option<String>, Instant)>;
 
 /// The live holders of `row`: its mutex's holder, or its readers (a semaphore's permits are not
-/// followed), at most [`MAX_HOLDERS`].
+/// followed).
 fn holders(row: &LockRow, now: Instant) -> Vec<String> {
     if let Some(holder) = &row.holder {
         return vec![holder.token.to_string()];
@@ -23,7 +23,6 @@ fn holders(row: &LockRow, now: Instant) -> Vec<String> {
             .holders
             .iter()
             .filter(|lease| lease.expires > now)
-            .take(MAX_HOLDERS)
             .map(|lease| lease.token.to_string())
             .collect(),
         _ => Vec::new(),
@@ -87,7 +86,7 @@ impl Memory {
     pub(crate) fn look_at(&self, keys: &LockKeys) -> Seen {
         let now = Instant::now();
         let mut table = self.table();
-        let holders = holders(table.row(&keys.lock, now), now);
+        let mut holders = holders(table.row(&keys.lock, now), now);
         table.tidy(&keys.lock);
         let records: Vec<String> = table
             .waits
@@ -97,6 +96,17 @@ impl Memory {
             .filter(|(_, until)| *until >= now)
             .filter_map(|(text, _)| text.clone())
             .collect();
+        if holders.len() > 1 {
+            // Readers: only those that wait lead anywhere, at most MAX_HOLDERS of them in byte
+            // order, as on Redis.
+            holders.retain(|token| {
+                records
+                    .iter()
+                    .any(|text| text.split(' ').next() == Some(token.as_str()))
+            });
+            holders.sort();
+            holders.truncate(MAX_HOLDERS);
+        }
         Seen::from_values(holders, &records)
     }
 }
