@@ -100,6 +100,15 @@ impl Walk {
     pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, seen: &Seen) -> Option<Vec<Edge>> {
         self.looked.insert(lock.to_owned());
         let path = std::mem::take(&mut self.current);
+        let mine = seen
+            .holders
+            .iter()
+            .any(|holder| waiter.tokens.iter().any(|token| **token == *holder.token));
+        if mine && path.is_empty() {
+            // A lock wanted that this waiter holds already (handed to a multi-key acquisition
+            // while it waits for the rest): no wait to follow, and no cycle of its own.
+            return None;
+        }
         if let Some(mine) = seen
             .holders
             .iter()
@@ -166,6 +175,12 @@ impl Detection {
 
     pub(crate) fn waiter(&self) -> &Waiter {
         &self.waiter
+    }
+
+    /// The waiter holds the locks of `tokens` now (a multi-key acquisition takes more as it
+    /// goes).
+    pub(crate) fn holds(&mut self, tokens: Vec<Arc<str>>) {
+        self.waiter.tokens = tokens;
     }
 
     /// When to renew the records and walk next.

@@ -13,6 +13,7 @@
 //! (`scripts::WAIT_LOOK`) is one command on one node: `L`'s holders (up to [`MAX_HOLDERS`])
 //! and the live records that name one of them ([`Seen`]).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::keys::LockKeys;
@@ -132,6 +133,58 @@ impl Backend {
             Locks::Memory(memory) => Ok(memory.look_at(keys)),
             Locks::Quorum(_) => Ok(Seen::default()),
         }
+    }
+}
+
+/// The locks a multi-key acquisition holds while it waits for the rest (taken one by one, or
+/// handed to it in a line): held locks for deadlock detection, since the acquisition waits
+/// holding them. The acquisition publishes them here (a task-local set around it by the
+/// watch, `manager::deadlock`); the watch reads them before each walk.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Meanwhile(Arc<Mutex<Vec<(LockKeys, Arc<str>)>>>);
+
+tokio::task_local! {
+    /// The current task's multi-key acquisition under watch, if any.
+    static MEANWHILE: Meanwhile;
+}
+
+impl Meanwhile {
+    /// Runs `acquisition` with this set as the task's: what it takes meanwhile lands here.
+    pub(crate) async fn scope<T>(self, acquisition: impl std::future::Future<Output = T>) -> T {
+        MEANWHILE.scope(self, acquisition).await
+    }
+
+    /// The current task's set, if it runs a watched multi-key acquisition.
+    pub(crate) fn current() -> Option<Meanwhile> {
+        MEANWHILE.try_with(Meanwhile::clone).ok()
+    }
+
+    /// The locks held meanwhile, with the tokens that hold them.
+    pub(crate) fn snapshot(&self) -> Vec<(LockKeys, Arc<str>)> {
+        self.0.lock().map(|held| held.clone()).unwrap_or_default()
+    }
+
+    /// The current task's acquisition took `keys` with `token` (one by one).
+    pub(crate) fn took(keys: &LockKeys, token: &Arc<str>) {
+        let _ = MEANWHILE.try_with(|set| {
+            if let Ok(mut held) = set.0.lock() {
+                held.push((keys.clone(), Arc::clone(token)));
+            }
+        });
+    }
+
+    /// The current task's acquisition (of locks taken together) holds exactly `keys`, with
+    /// `token`, after its last look.
+    pub(crate) fn holds_together(keys: Vec<LockKeys>, token: &str) {
+        let _ = MEANWHILE.try_with(|set| {
+            if let Ok(mut held) = set.0.lock() {
+                let token: Arc<str> = Arc::from(token);
+                *held = keys
+                    .into_iter()
+                    .map(|keys| (keys, Arc::clone(&token)))
+                    .collect();
+            }
+        });
     }
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::backend::keys::{slot, LockKeys};
+use crate::backend::waits::Meanwhile;
 use crate::backend::Together;
 use crate::manager::reentry;
 use crate::meters::Meter;
@@ -85,7 +86,8 @@ impl LockManager {
         if rest.is_empty() {
             return joined(reentered).ok_or_else(no_names);
         }
-        // A wait like `acquire`'s: watched for a deadlock inside a guard's scope.
+        // A wait like `acquire`'s, watched for a deadlock inside a guard's scope, and also
+        // once it holds some of the locks while it waits for the rest.
         let taken = self
             .watching(&rest, options, || self.take_all(&rest, options, false))
             .await?;
@@ -209,7 +211,13 @@ impl LockManager {
                 self.acquire_keys(ttl_millis, key, &options).await.map(Some)
             };
             match got {
-                Ok(Some(guard)) => taken.push((index, guard)),
+                Ok(Some(guard)) => {
+                    // Held while the rest are waited for: deadlock detection follows it.
+                    for held in guard.helds() {
+                        Meanwhile::took(&held.keys, &held.token);
+                    }
+                    taken.push((index, guard));
+                }
                 other => {
                     give_back(taken).await;
                     return other.map(|_| None);

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::acquire::finish::FinishOnDrop;
 use crate::backend::keys::{Kind, LockKeys};
+use crate::backend::waits::Meanwhile;
 use crate::backend::{Attempt, Wait};
 use crate::guard::Acquired;
 use crate::support::retry::Backoff;
@@ -112,18 +113,21 @@ impl LockManager {
         let in_line = matches!(wait, Wait::InLine { .. });
         let (manager, request_keys, request_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
+        // The request may finish on another task: it takes the acquisition's record of the
+        // locks it holds meanwhile with it.
+        let meanwhile = Meanwhile::current();
         let request = async move {
-            manager
-                .inner
-                .backend
-                .try_lock(crate::backend::LockRequest {
-                    keys: &request_keys,
-                    token: &request_token,
-                    ttl_millis,
-                    fencing,
-                    wait,
-                })
-                .await
+            let request = manager.inner.backend.try_lock(crate::backend::LockRequest {
+                keys: &request_keys,
+                token: &request_token,
+                ttl_millis,
+                fencing,
+                wait,
+            });
+            match meanwhile {
+                Some(meanwhile) => meanwhile.scope(request).await,
+                None => request.await,
+            }
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), keys.clone(), Arc::clone(token));

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::acquire::deadlock::{Detection, Edge, Verdict, Waiter, Walk};
 use crate::backend::keys::{Kind, LockKeys};
-use crate::backend::waits::Recording;
+use crate::backend::waits::{Meanwhile, Recording};
 use crate::manager::reentry;
 use crate::shared::Shared;
 use crate::support::units::millis;
@@ -47,7 +47,9 @@ impl LockManager {
         // A permit's holders are not followed (see `wait_look.lua`): its records would be
         // read by no walk.
         held.retain(|(keys, _)| !matches!(keys.kind, Kind::Permits(_)));
-        if held.is_empty()
+        // Several locks may be held meanwhile, as the acquisition takes them: then it is
+        // watched from the start, though it walks only once it holds one.
+        if (held.is_empty() && names.len() < 2)
             || options.timeout_duration().is_zero()
             || !self.inner.backend.capabilities().detects_deadlocks
         {
@@ -61,18 +63,23 @@ impl LockManager {
                 Err(_) => return acquire().await,
             }
         }
+        let meanwhile = Meanwhile::default();
+        let acquisition = meanwhile.clone().scope(acquire());
         // Boxed: the watch's state does not enlarge every acquisition's future.
-        Box::pin(self.acquire_watched(wanted, held, acquire())).await
+        Box::pin(self.acquire_watched(wanted, held, meanwhile, acquisition)).await
     }
 
-    /// `acquisition`, raced against the watch of a task holding `held` that waits for
-    /// `wanted` (full keys). An acquisition that fails ends its wait records before it
-    /// returns, so that no walk sees them once the caller may act on the failure (release its
-    /// locks); one that succeeds, or is cancelled, ends them in the background.
+    /// `acquisition`, raced against the watch of a task holding `held` (and `meanwhile`,
+    /// what the acquisition takes as it goes) that waits for `wanted` (full keys). An
+    /// acquisition that fails ends its wait records before it returns, so that no walk sees
+    /// them once the caller may act on the failure (release its locks); one that succeeds, or
+    /// is cancelled, ends them in the background. A victim's acquisition is dropped, which
+    /// gives back what it took meanwhile.
     async fn acquire_watched<T>(
         &self,
         wanted: Vec<String>,
         held: Vec<(LockKeys, Arc<str>)>,
+        meanwhile: Meanwhile,
         acquisition: impl Future<Output = Result<T, LockError>>,
     ) -> Result<T, LockError> {
         let since_ms = millis(
@@ -88,7 +95,9 @@ impl LockManager {
         let mut records = Records {
             shared: Arc::clone(&self.inner),
             wait_id: waiter.wait_id.clone(),
+            before: held.len(),
             held,
+            meanwhile,
             waits_for: wanted.len(),
             written: false,
         };
@@ -109,6 +118,13 @@ impl LockManager {
         let mut detection = Detection::new(waiter, Instant::now());
         loop {
             tokio::time::sleep_until(detection.walk_at()).await;
+            let tokens = records.holding();
+            if tokens.is_empty() {
+                // Holding nothing yet, this waiter is in no cycle: nothing to send.
+                detection.walked(Instant::now(), None);
+                continue;
+            }
+            detection.holds(tokens);
             records.renew(wanted, detection.waiter()).await;
             let cycle = self.walk(wanted, detection.waiter()).await;
             if let Verdict::Report(edges) = detection.walked(Instant::now(), cycle) {
@@ -151,13 +167,40 @@ impl LockManager {
 struct Records {
     shared: Arc<Shared>,
     wait_id: String,
+    /// The locks the wait is recorded at: those held before it began, then those its
+    /// acquisition took meanwhile (kept once given back: an end there is refused, harmless).
     held: Vec<(LockKeys, Arc<str>)>,
+    /// How many of `held` were held before the wait began.
+    before: usize,
+    /// What the acquisition holds meanwhile.
+    meanwhile: Meanwhile,
     /// How many locks the wait waits for (one field each).
     waits_for: usize,
     written: bool,
 }
 
 impl Records {
+    /// Adds the locks the acquisition holds meanwhile to those recorded at; the tokens of
+    /// every lock the waiter holds now (none: it is in no cycle).
+    fn holding(&mut self) -> Vec<Arc<str>> {
+        let mut tokens: Vec<Arc<str>> = self.held[..self.before]
+            .iter()
+            .map(|(_, token)| Arc::clone(token))
+            .collect();
+        for (keys, token) in self.meanwhile.snapshot() {
+            let known = self
+                .held
+                .iter()
+                .any(|(held, held_token)| held.lock == keys.lock && *held_token == token);
+            if !known {
+                self.held.push((keys, Arc::clone(&token)));
+            }
+            tokens.push(token);
+        }
+        tokens.dedup();
+        tokens
+    }
+
     /// Writes (or renews) the records of this wait at each lock held; a failure is left to the
     /// next renewal (a lock whose record is not written stops the others' walks there).
     async fn renew(&mut self, wanted: &[String], waiter: &Waiter) {

@@ -15,6 +15,7 @@ use super::{counts_receivers, flag, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::scripts;
+use crate::backend::waits::Meanwhile;
 use crate::backend::{Attempt, LockRequest, Ownership, Wait};
 use crate::support::units::millis;
 use crate::LostCause;
@@ -122,13 +123,35 @@ impl Node {
                     expires_in: Duration::from_millis(u64::try_from(*ttl).unwrap_or(0)),
                 })
             }
-            [Value::Int(0), Value::Int(pttl), ..] => Ok(Attempt::Held {
-                remaining: match *pttl {
-                    // Free, but others wait for it first: look again at the renewal.
-                    -3 => Some(crate::backend::LEASE),
-                    pttl => u64::try_from(pttl).ok().map(Duration::from_millis),
-                },
-            }),
+            [Value::Int(0), Value::Int(pttl), rest @ ..] => {
+                // The keys handed to this waiter that it keeps while it waits for the rest:
+                // held locks for deadlock detection.
+                if let Some(Value::Array(kept)) = rest.get(3) {
+                    let locks = locks(keys);
+                    let held = kept
+                        .iter()
+                        .filter_map(|position| match position {
+                            Value::Int(position) => usize::try_from(*position).ok(),
+                            _ => None,
+                        })
+                        .filter_map(|position| locks.get(position.checked_sub(1)?))
+                        .map(|held| {
+                            // One lock of them, recorded at on its own.
+                            let mut held = (*held).clone();
+                            held.together = None;
+                            held
+                        })
+                        .collect();
+                    Meanwhile::holds_together(held, token);
+                }
+                Ok(Attempt::Held {
+                    remaining: match *pttl {
+                        // Free, but others wait for it first: look again at the renewal.
+                        -3 => Some(crate::backend::LEASE),
+                        pttl => u64::try_from(pttl).ok().map(Duration::from_millis),
+                    },
+                })
+            }
             _ => Err(unexpected_value("the multi-key acquire script", &reply)),
         }
     }

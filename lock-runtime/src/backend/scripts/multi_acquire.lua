@@ -17,7 +17,8 @@
 --   `{0, pttl, deadline, busy, index}` when it waits: `busy` the 1-based position in
 --   `KEYS[1..k]` of the first busy key in canonical (byte) order, `pttl` what is left of that
 --   key's holder (-3: it is free but others wait for it first), `deadline` when the place
---   lapses (0 for `"first"`) and `index` the place in that key's line (-1 for `"first"`).
+--   lapses (0 for `"first"`) and `index` the place in that key's line (-1 for `"first"`);
+--   then `kept`, the positions in `KEYS[1..k]` of the keys the waiter holds meanwhile.
 -- - Errors: `MODE <found> multi ...` when a key is a semaphore or not distlock's (a key held by
 --   readers is busy: the caller waits for them as a writer).
 --
@@ -108,6 +109,7 @@ if not busy then
 end
 
 local lease = tonumber(ARGV[5])
+local kept = {}
 for _, i in ipairs(owned) do
   if KEYS[i] > KEYS[busy] then
     -- Handed over while an earlier key was free, which is busy now: holding it while waiting
@@ -119,10 +121,11 @@ for _, i in ipairs(owned) do
     end
   else
     redis.call('PEXPIRE', KEYS[i], math.min(ttl, lease))
+    kept[#kept + 1] = i
   end
 end
 if ARGV[6] == 'first' then
-  return {0, pttl, 0, busy, -1}
+  return {0, pttl, 0, busy, -1, kept}
 end
 for _, i in ipairs(order) do
   if i ~= busy then
@@ -137,4 +140,4 @@ local index, deadline = take_place(KEYS[k + busy], me, ttl .. ' ' .. fencing .. 
 if index > 0 and pttl ~= -3 then
   pttl = -3
 end
-return {0, pttl, deadline, busy, index}
+return {0, pttl, deadline, busy, index, kept}
