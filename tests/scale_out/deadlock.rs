@@ -761,6 +761,73 @@ async fn a_cycle_through_a_key_a_multi_key_waiter_holds_meanwhile_has_one_victim
     assert!(reports[1].starts_with("u deadlock "), "{reports:?}");
 }
 
+/// `t` takes `a` and waits for `b` (held by `u`) in one `acquire_all`, outside any scope, on
+/// `t_manager`; then `u`, inside the scope of `b`, asks for `a` on `u_manager`. The reports of
+/// both, `t` first.
+async fn a_cycle_through_a_key_taken_one_by_one(
+    t_manager: &LockManager,
+    u_manager: &LockManager,
+    prefix: &str,
+) -> [String; 2] {
+    let timeout = Duration::from_secs(8);
+    let (a, b) = (format!("{prefix}:a"), format!("{prefix}:b"));
+    let u_holds = u_manager.acquire(&b, &options("u")).await.unwrap();
+    let t = {
+        let manager = t_manager.clone();
+        let names = [a.clone(), b.clone()];
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let (report, guard) = report_of(manager.acquire_all(&names, &options).await);
+            if let Some(guard) = guard {
+                guard.release().await.unwrap();
+            }
+            format!("t {report}")
+        })
+    };
+    // t takes a (free) at once, then waits for b.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let u = {
+        let manager = u_manager.clone();
+        tokio::spawn(async move {
+            let options = options("u").timeout(timeout);
+            let report = u_holds
+                .scope(async { report_of(manager.acquire(&a, &options).await).0 })
+                .await;
+            u_holds.release().await.unwrap();
+            format!("u {report}")
+        })
+    };
+    [t.await.unwrap(), u.await.unwrap()]
+}
+
+/// Across cluster slots `acquire_all` takes its keys one by one: the key it took before the
+/// one it waits for carries its wait, so the single-key caller that closes the cycle, whose
+/// wait began last, is its victim and the multi-key caller gets both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_a_key_taken_one_by_one_across_cluster_slots_has_one_victim() {
+    let cluster = crate::cluster::shared_cluster();
+    let t_manager = crate::cluster::cluster_manager(&cluster.urls()).await;
+    let u_manager = crate::cluster::cluster_manager(&cluster.urls()).await;
+    // `lock:dlmc:a` and `lock:dlmc:b` hash to different slots (7053, 11246).
+    let reports = a_cycle_through_a_key_taken_one_by_one(&t_manager, &u_manager, "dlmc").await;
+    assert_eq!(reports[0], "t ok", "{reports:?}");
+    assert!(reports[1].starts_with("u deadlock "), "{reports:?}");
+    assert!(
+        reports[1].contains("`lock:dlmc:a` (held by t"),
+        "{reports:?}"
+    );
+}
+
+/// The in-process table takes an `acquire_all`'s keys one by one too: the same cycle, inside
+/// one process, has the same one victim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_a_key_taken_one_by_one_in_process_has_one_victim() {
+    let manager = LockManager::in_process();
+    let reports = a_cycle_through_a_key_taken_one_by_one(&manager, &manager, "dlmp").await;
+    assert_eq!(reports[0], "t ok", "{reports:?}");
+    assert!(reports[1].starts_with("u deadlock "), "{reports:?}");
+}
+
 /// Lock names with braces (a hash tag, an empty one, unbalanced ones), spaces and a line
 /// break are names like others: the wait record names the lock waited for by its full key,
 /// and the walk follows it back to the same key, so the two-task cycle still has one victim.
