@@ -388,6 +388,37 @@ async fn commands_of_a_wait(
     RedisServer::command_counts_on(&mut conn)
 }
 
+/// An `acquire_all` outside any scope that holds none of its keys while it waits (its first
+/// key is busy) is in no cycle: it writes no wait record and walks not — no read or write of a
+/// `waits` key reaches the server during a 3 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_waiter_holding_nothing_sends_no_deadlock_commands() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.unwrap();
+    let other = LockManager::connect(&server.url()).await.unwrap();
+    let blocker = other.acquire("dlnone:a", &options("v")).await.unwrap();
+    let mut conn = server.conn();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let short = options("counted").timeout(Duration::from_secs(3));
+    let waited = manager.acquire_all(&["dlnone:a", "dlnone:b"], &short).await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    let stats = RedisServer::command_counts_on(&mut conn);
+    let count = |command: &str| stats.get(command).copied().unwrap_or(0);
+    assert_eq!(
+        (count("hgetall"), count("hset")),
+        (0, 0),
+        "a multi-key waiter holding nothing walks not: {stats:?}"
+    );
+    assert!(server.keys("*distlock:waits*").is_empty());
+    blocker.release().await.unwrap();
+}
+
 /// A waiter that holds a lock and waits, in a chain that is no cycle, sends per walk one
 /// record write per lock it holds and one look per lock looked at, and no more: counted on the
 /// server over a wait of several walks, against the same wait of a waiter that holds nothing.
