@@ -79,7 +79,8 @@ pub enum LockError {
     /// process and host). One waiter of a cycle gets this error — the one that began waiting
     /// last — so the others go on once it gives its locks back (a `#[distributed_lock]` body
     /// returns the error and releases). Detected on standalone, Sentinel, Cluster and the
-    /// in-process store, for locks held inside a guard's scope (docs/deadlocks.md).
+    /// in-process store, for locks held inside a guard's scope and the keys an `acquire_all`
+    /// holds while it waits for the rest (docs/deadlocks.md).
     ///
     /// ```
     /// let error = distlock::LockError::Deadlock {

@@ -8,7 +8,9 @@
 //! - **A walk** ([`Walk`]) is a depth-first search from the locks wanted over every edge: a
 //!   look at a lock gives its holders (a mutex's one, or a read lock's readers) and each
 //!   holder's waits; each wait leads to the lock it waits for. It ends with a cycle when a
-//!   holder is this waiter (one of its tokens), and without one when every path ended — at a
+//!   holder is this waiter (one of its tokens) at the end of a path — a lock wanted that the
+//!   waiter holds already (a multi-key acquisition's, handed to it meanwhile) is no path —
+//!   and without one when every path ended — at a
 //!   free lock, a holder that does not wait (or whose wait is not recorded), a lock already
 //!   looked at in this walk (a cycle that does not pass through this waiter: its own members
 //!   report it), a path of [`MAX_HOPS`] locks — or after [`MAX_LOOKS`] looks.
@@ -98,7 +100,6 @@ impl Walk {
     /// The look at `lock` (the one [`next_look`](Self::next_look) gave) found `seen`: the
     /// cycle through `waiter`, if that closes one; else the paths it opens are queued.
     pub(crate) fn looked(&mut self, waiter: &Waiter, lock: &str, seen: &Seen) -> Option<Vec<Edge>> {
-        self.looked.insert(lock.to_owned());
         let path = std::mem::take(&mut self.current);
         let mine = seen
             .holders
@@ -106,9 +107,11 @@ impl Walk {
             .any(|holder| waiter.tokens.iter().any(|token| **token == *holder.token));
         if mine && path.is_empty() {
             // A lock wanted that this waiter holds already (handed to a multi-key acquisition
-            // while it waits for the rest): no wait to follow, and no cycle of its own.
+            // while it waits for the rest): no wait to follow, and no cycle of its own. Not
+            // marked looked at: a path through another lock may still end at it.
             return None;
         }
+        self.looked.insert(lock.to_owned());
         if let Some(mine) = seen
             .holders
             .iter()

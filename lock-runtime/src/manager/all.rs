@@ -46,8 +46,10 @@ impl LockManager {
     /// [`LockMode::Read`](crate::LockMode::Read) (several keys are mutexes), for a name the
     /// task holds to read or as a permit, or as [`acquire`](Self::acquire) for any name;
     /// [`LockError::Timeout`] naming the key still held when the timeout ran out;
-    /// [`LockError::Deadlock`] when, inside a guard's scope, this wait closes a wait-for cycle
-    /// and is its victim, as for [`acquire`](Self::acquire); [`LockError::Redis`] as for
+    /// [`LockError::Deadlock`] when this wait closes a wait-for cycle and is its victim, as for
+    /// [`acquire`](Self::acquire): inside a guard's scope, or once it holds some of the names
+    /// while it waits for the rest (those are held locks, in or out of a scope; it gives them
+    /// back before returning the error); [`LockError::Redis`] as for
     /// [`acquire`](Self::acquire).
     ///
     /// ```no_run

@@ -243,3 +243,38 @@ fn a_walk_looks_at_most_max_looks_locks() {
     let (cycle, looked) = walk(&me, &["lock:x"], &graph);
     assert_eq!((cycle, looked.len()), (None, MAX_LOOKS));
 }
+
+#[test]
+fn a_wanted_lock_the_waiter_holds_already_is_no_cycle_and_the_walk_goes_on() {
+    let me = waiter("w2", 20);
+    // A multi-key waiter wants a and b and holds a (handed to it meanwhile); b's holder waits
+    // for a: a cycle through b, not a cycle of a alone.
+    let graph = [
+        ("lock:a", held_by("mine")),
+        ("lock:b", waiting("other", "w1", 10, &["lock:a"])),
+    ];
+    let (cycle, looked) = walk(&me, &["lock:a", "lock:b"], &graph);
+    let cycle = cycle.expect("the cycle through b");
+    let locks: Vec<&str> = cycle.iter().map(|edge| edge.lock.as_str()).collect();
+    assert_eq!(locks, ["lock:b", "lock:a"]);
+    // a is looked at again at the end of the path through b.
+    assert_eq!(looked, ["lock:a", "lock:b", "lock:a"]);
+    // Holding a and wanting b, free: no cycle.
+    let (cycle, _) = walk(&me, &["lock:a", "lock:b"], &[("lock:a", held_by("mine"))]);
+    assert_eq!(cycle, None);
+}
+
+#[test]
+fn a_waiter_that_takes_a_lock_meanwhile_closes_a_cycle_through_it() {
+    let mut me = waiter("w2", 20);
+    me.tokens = Vec::new();
+    let graph = [
+        ("lock:b", waiting("other", "w1", 10, &["lock:a"])),
+        ("lock:a", held_by("taken")),
+    ];
+    assert_eq!(walk(&me, &["lock:b"], &graph).0, None, "holding nothing");
+    let mut detection = Detection::new(me, Instant::now());
+    detection.holds(vec![Arc::from("taken")]);
+    let cycle = walk(detection.waiter(), &["lock:b"], &graph).0;
+    assert!(cycle.is_some(), "the lock taken meanwhile is the waiter's");
+}
