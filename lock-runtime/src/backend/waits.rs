@@ -141,7 +141,10 @@ impl Backend {
 /// holding them. The acquisition publishes them here (a task-local set around it by the
 /// watch, `manager::deadlock`); the watch reads them before each walk.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Meanwhile(Arc<Mutex<Vec<(LockKeys, Arc<str>)>>>);
+pub(crate) struct Meanwhile(Arc<Mutex<Vec<HeldLock>>>);
+
+/// A lock held, with the token that holds it.
+type HeldLock = (LockKeys, Arc<str>);
 
 tokio::task_local! {
     /// The current task's multi-key acquisition under watch, if any.
