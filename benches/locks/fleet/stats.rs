@@ -192,26 +192,16 @@ pub(crate) struct Aggregate {
 
 impl Aggregate {
     pub(crate) fn over(rounds: &[RoundFigures]) -> Self {
-        let median = |pick: fn(&RoundFigures) -> f64| {
-            let mut values: Vec<f64> = rounds.iter().map(pick).collect();
-            values.sort_by(f64::total_cmp);
-            percentile(&values, 50.0)
-        };
-        let mut gaps: Vec<f64> = rounds
-            .iter()
-            .flat_map(|round| round.gaps_ms.iter().copied())
-            .collect();
-        gaps.sort_by(f64::total_cmp);
-        let sections: usize = rounds.iter().map(|round| round.sections).sum();
-        let mut by_name = BTreeMap::new();
-        for round in rounds {
-            for (name, calls) in &round.commands {
-                *by_name.entry(name.clone()).or_insert(0.0) += *calls as f64;
-            }
-        }
-        for calls in by_name.values_mut() {
-            *calls /= sections.max(1) as f64;
-        }
+        let median = |pick: fn(&RoundFigures) -> f64| median_of(rounds.iter().map(pick));
+        let gaps = sorted(
+            rounds
+                .iter()
+                .flat_map(|round| round.gaps_ms.iter().copied()),
+        );
+        let by_name = per_section_by_name(
+            rounds.iter().map(|round| &round.commands),
+            rounds.iter().map(|round| round.sections).sum(),
+        );
         Aggregate {
             holder_changes_pct: median(|round| round.holder_changes_pct),
             process_changes_pct: median(|round| round.process_changes_pct),
@@ -232,4 +222,33 @@ impl Aggregate {
             overlaps: rounds.iter().map(|round| round.overlaps).sum(),
         }
     }
+}
+
+/// `values`, smallest first.
+pub(crate) fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+/// The median of `values` (one figure per round).
+pub(crate) fn median_of(values: impl Iterator<Item = f64>) -> f64 {
+    percentile(&sorted(values), 50.0)
+}
+
+/// Redis commands by name, summed over the rounds' counts, per section of `sections` in all.
+pub(crate) fn per_section_by_name<'a>(
+    counts: impl Iterator<Item = &'a BTreeMap<String, u64>>,
+    sections: usize,
+) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    for count in counts {
+        for (name, calls) in count {
+            *by_name.entry(name.clone()).or_insert(0.0) += *calls as f64;
+        }
+    }
+    for calls in by_name.values_mut() {
+        *calls /= sections.max(1) as f64;
+    }
+    by_name
 }

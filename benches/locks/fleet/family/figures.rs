@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use crate::fleet::stats::Section;
+use crate::fleet::stats::{median_of, per_section_by_name, sorted, Section};
 use crate::statistics::percentile;
 
 /// Which sections may overlap: what the lock promises, and what the sweep checks.
@@ -207,26 +207,16 @@ pub(crate) struct Summary {
 
 impl Summary {
     pub(crate) fn over(rounds: &[RunFigures]) -> Self {
-        let median = |pick: fn(&RunFigures) -> f64| {
-            let mut values: Vec<f64> = rounds.iter().map(pick).collect();
-            values.sort_by(f64::total_cmp);
-            percentile(&values, 50.0)
-        };
-        let mut gaps: Vec<f64> = rounds
-            .iter()
-            .flat_map(|round| round.gaps_ms.iter().copied())
-            .collect();
-        gaps.sort_by(f64::total_cmp);
-        let sections: usize = rounds.iter().map(|round| round.sections).sum();
-        let mut by_name = BTreeMap::new();
-        for round in rounds {
-            for (name, calls) in &round.commands {
-                *by_name.entry(name.clone()).or_insert(0.0) += *calls as f64;
-            }
-        }
-        for calls in by_name.values_mut() {
-            *calls /= sections.max(1) as f64;
-        }
+        let median = |pick: fn(&RunFigures) -> f64| median_of(rounds.iter().map(pick));
+        let gaps = sorted(
+            rounds
+                .iter()
+                .flat_map(|round| round.gaps_ms.iter().copied()),
+        );
+        let by_name = per_section_by_name(
+            rounds.iter().map(|round| &round.commands),
+            rounds.iter().map(|round| round.sections).sum(),
+        );
         Summary {
             throughput_per_s: median(|round| round.throughput_per_s),
             longest_wait_ms: rounds
