@@ -60,6 +60,9 @@
 -- - `was_released(marks, token, window)`: whether `marks` remembers `token`'s release.
 -- - `was_forced(forced, token)`: whether the `forced-leases` marks `forced` (nil: none) hold
 --   `token`: an operator broke its lease (`leased_force_release.lua`).
+-- - `gone_reply(marks, window, forced, token)`: what a release answers for a lease that is not
+--   `token`'s: 1 when this same release ran before (its mark), -2 when an operator broke it,
+--   nil otherwise (the caller says whose it is).
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -289,4 +292,14 @@ local function was_forced(forced, token)
   end
   local kept = redis.call('ZSCORE', forced, token)
   return kept ~= false and tonumber(kept) >= now_ms()
+end
+
+local function gone_reply(marks, window, forced, token)
+  if was_released(marks, token, window) then
+    return 1
+  end
+  if was_forced(forced, token) then
+    return -2
+  end
+  return nil
 end

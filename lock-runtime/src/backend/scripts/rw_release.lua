@@ -59,11 +59,9 @@ if readers > 0 then
 end
 if not ours then
   -- Only a run that found the lock ours writes the mark, so it vouches for no other.
-  if was_released(MARKS, me, window) then
-    return 1
-  end
-  if was_forced(FORCED, me) then
-    return -2
+  local gone = gone_reply(MARKS, window, FORCED, me)
+  if gone then
+    return gone
   end
   if other then
     return -1

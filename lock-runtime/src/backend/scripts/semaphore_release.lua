@@ -33,13 +33,7 @@ if ARGV[3] == '1' then
   end
 end
 if found == 'none' then
-  if was_released(MARKS, me, window) then
-    return 1
-  end
-  if was_forced(FORCED, me) then
-    return -2
-  end
-  return 0
+  return gone_reply(MARKS, window, FORCED, me) or 0
 end
 local now = now_ms()
 prune(SET, FENCES, now)
@@ -51,13 +45,7 @@ local _, handed = give_permits(SET, LINE, FENCE, FENCES, n - (redis.call('ZCARD'
 settle(SET, FENCES)
 if not ours then
   -- Only a run that found the permit ours writes the mark, so it vouches for no other.
-  if was_released(MARKS, me, window) then
-    return 1
-  end
-  if was_forced(FORCED, me) then
-    return -2
-  end
-  return 0
+  return gone_reply(MARKS, window, FORCED, me) or 0
 end
 if ARGV[3] ~= '1' then
   mark_released(MARKS, me, window, now)
