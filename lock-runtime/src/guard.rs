@@ -251,9 +251,9 @@ impl LockGuard {
         if let Some(shown) = &self.reentry.shown {
             return vec![shown];
         }
-        let together = self.held.keys.together.iter().flat_map(|keys| keys.iter());
-        std::iter::once(&self.held.keys)
-            .chain(together)
+        self.held
+            .keys
+            .every()
             .map(|keys| &*keys.lock)
             .chain(self.parts.iter().flat_map(LockGuard::keys))
             .collect()

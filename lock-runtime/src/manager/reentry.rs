@@ -8,8 +8,11 @@
 //! it (`tokio::spawn`) is another owner, which waits as any other holder would. Inside the scope,
 //! [`LockManager::acquire`](crate::LockManager::acquire) and `try_acquire` of a lock the task
 //! holds (same manager, same name) return a *re-entered* guard at once: no Redis command, no
-//! wait. Any name of an `acquire_all` guard counts, not only its first: the guard holds each. A re-entered guard is a view of the lock in effect: its `key`, `token` and
-//! `fencing_token` are those of the outermost guard, its `extend` and `is_held` act on that lock,
+//! wait. Any name of an `acquire_all` guard counts, not only its first: the guard holds each.
+//! A re-entered guard is a view of the lock in effect: its `token` and `fencing_token` are those
+//! of the outermost guard (no `fencing_token` for a name other than the first of an
+//! `acquire_all` taken by one script), its `key` the name asked for, its `extend` and `is_held`
+//! act on that lock,
 //! and its `release` and drop do nothing — the lock is released when the outermost guard is. The
 //! inner call's options (ttl, fencing, auto-extension) are not applied: the outer hold's are in
 //! effect. A lock the task's guard already knows lost is not re-entered: the inner call gets
@@ -168,13 +171,14 @@ impl Entry {
 
 /// The full key by which `held` holds the lock `name` of `manager`, if it does: the same
 /// manager's inside (its backend), and one of its full keys.
-fn key_of<'h>(held: &'h Held, manager: &LockManager, name: &str) -> Option<&'h str> {
+fn key_of<'h>(held: &'h Held, manager: &LockManager, name: &str) -> Option<&'h Arc<str>> {
     let backend = manager.backend().ok()?;
     if !std::ptr::eq(&raw const held.shared.backend, backend) {
         return None;
     }
-    lock_keys(held)
-        .map(|keys| &*keys.lock)
+    held.keys
+        .every()
+        .map(|keys| &keys.lock)
         .find(|key| key.strip_prefix(manager.key_prefix()) == Some(name))
 }
 
@@ -264,21 +268,11 @@ pub(crate) async fn reenter_all<'n>(
 /// `name` by: a guard's lock, a lock taken together with it by one script (same token), or one
 /// of its parts; still held (a lock lost while its scope still runs holds nothing to re-enter).
 fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry, Arc<str>)> {
-    let Ok(backend) = manager.backend() else {
-        return None;
-    };
     set.entries().find_map(|entry| {
         std::iter::once(&entry.held)
             .chain(&entry.parts)
-            .filter(|held| {
-                !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
-            })
-            .find_map(|held| {
-                let prefix = manager.key_prefix();
-                let keys =
-                    lock_keys(held).find(|keys| keys.lock.strip_prefix(prefix) == Some(name))?;
-                Some((held, Arc::clone(&keys.lock)))
-            })
+            .filter(|held| !held.is_closed())
+            .find_map(|held| Some((held, Arc::clone(key_of(held, manager, name)?))))
             .map(|(held, key)| {
                 let entry = Entry {
                     held: Arc::clone(held),
@@ -289,12 +283,6 @@ fn held_lock(set: &HeldSet, manager: &LockManager, name: &str) -> Option<(Entry,
                 (entry, key)
             })
     })
-}
-
-/// Every lock `held` holds: its own, then those taken together with it by one script.
-fn lock_keys(held: &Held) -> impl Iterator<Item = &LockKeys> {
-    let together = held.keys.together.iter().flat_map(|keys| keys.iter());
-    std::iter::once(&held.keys).chain(together)
 }
 
 /// The locks of `manager` the current task holds, still held: each lock's keys and token,
@@ -311,7 +299,11 @@ pub(crate) fn held_by_task(manager: &LockManager) -> Vec<(LockKeys, Arc<str>)> {
             .filter(|held| {
                 !held.is_closed() && std::ptr::eq(&raw const held.shared.backend, backend)
             })
-            .flat_map(|held| lock_keys(held).map(|keys| (keys.clone(), Arc::clone(&held.token))))
+            .flat_map(|held| {
+                held.keys
+                    .every()
+                    .map(|keys| (keys.clone(), Arc::clone(&held.token)))
+            })
             .collect()
     })
     .unwrap_or_default()
@@ -444,7 +436,7 @@ pub(crate) fn refuse_if_thread_holds(
             let list = list.lock().unwrap_or_else(PoisonError::into_inner);
             list.iter()
                 .find_map(|held| key_of(held, manager, name))
-                .map(str::to_owned)
+                .map(ToString::to_string)
         })
         .ok()
         .flatten();

@@ -143,6 +143,11 @@ impl LockKeys {
         })
     }
 
+    /// Every lock of these keys: this one, then those taken together with it by one script.
+    pub(crate) fn every(&self) -> impl Iterator<Item = &LockKeys> {
+        std::iter::once(self).chain(self.together.iter().flat_map(|together| together.iter()))
+    }
+
     /// These keys, taken as `kind`.
     pub(crate) fn with_kind(mut self, kind: Kind) -> Self {
         self.kind = kind;

@@ -22,9 +22,7 @@ use crate::LostCause;
 
 /// Every lock of `keys`: the primary one first, then those taken with it.
 fn locks(keys: &LockKeys) -> Vec<&LockKeys> {
-    std::iter::once(keys)
-        .chain(keys.together.iter().flat_map(|together| together.iter()))
-        .collect()
+    keys.every().collect()
 }
 
 /// `EVALSHA` of `script` over the locks of `keys`, their lines and their fencing counters
