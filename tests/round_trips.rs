@@ -1,11 +1,12 @@
 //! Round trips: an uncontended acquire + release costs exactly two client round
 //! trips — a plain `SET NX PX` (the first try needs no script), then one `EVALSHA` of the
-//! release script — once the script is loaded: the same two commands a hand-written lock sends.
-//! No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.
+//! release of a lock held alone — once the script is loaded: the same two commands a
+//! hand-written lock sends. No `PING`, no `SCRIPT LOAD`, no `PUBLISH`, no `SUBSCRIBE`.
 //!
-//! `INFO commandstats` also counts the commands that a script runs inside Redis (`GET`, `LPOP`
-//! and `DEL` in the release script); those are not round trips, and the tests pin them down too,
-//! so that any extra command shows up. The one `EVALSHA` is the release, so the one `SET` is the client's.
+//! `INFO commandstats` also counts the commands that a script runs inside Redis (`GET`,
+//! `LINDEX` and `DEL` in that release); those are not round trips, and the tests pin them down
+//! too, so that any extra command shows up. The one `EVALSHA` is the release, so the one `SET`
+//! is the client's.
 
 use std::collections::BTreeMap;
 
@@ -48,10 +49,10 @@ fn expected() -> BTreeMap<String, u64> {
         // The two round trips: the acquire's plain SET NX PX, the release script.
         ("set", 1),
         ("evalsha", 1),
-        // Inside the release script: GET (compare), LPOP (the line: nobody to hand over to)
-        // and DEL.
+        // Inside the release of a lock held alone: GET (compare), LINDEX (the line: nobody
+        // to hand over to) and DEL.
         ("get", 1),
-        ("lpop", 1),
+        ("lindex", 1),
         ("del", 1),
     ]
     .into_iter()
@@ -152,4 +153,48 @@ async fn several_keys_in_one_slot_are_two_round_trips() {
     for name in ["a", "b", "c"] {
         assert!(!server.exists(&format!("lock:rt:all:{name}")));
     }
+}
+
+/// A lock taken by a first try that someone joined the line of while it was held: the release
+/// of a lock held alone finds the waiter and changes nothing, and the full release hands the
+/// lock over — one round trip more, only then. The waiter gets the lock from that hand-off,
+/// and the lock is not deleted in between (the hand-off's `SET` overwrites it, no `DEL` of it).
+#[tokio::test]
+async fn a_release_that_finds_a_waiter_hands_over_with_one_round_trip_more() {
+    let server = RedisServer::start();
+    let manager = LockManager::connect(&server.url()).await.expect("connect");
+    let waiting = LockManager::connect(&server.url()).await.expect("connect");
+    let options = LockOptions::new().timeout(std::time::Duration::from_secs(10));
+    // Warm-up: connects, and loads the scripts through the NOSCRIPT fallback.
+    let guard = manager.acquire("rt:handed", &options).await.expect("free");
+    guard.release().await.expect("ours");
+
+    let guard = manager.acquire("rt:handed", &options).await.expect("free");
+    let waiter = tokio::spawn(async move {
+        let guard = waiting
+            .acquire("rt:handed", &options)
+            .await
+            .expect("handed over");
+        guard.release().await.expect("ours");
+    });
+    let line = test_support::keys::named("rt:handed").line();
+    let mut waited = 0;
+    while !server.exists(&line) {
+        waited += 1;
+        assert!(waited < 500, "the waiter never took its place in line");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut conn = server.conn();
+    let stats = stats_of(&mut conn, async {
+        guard.release().await.expect("ours");
+    })
+    .await;
+    eprintln!("INFO commandstats for the release with a waiter in line: {stats:?}");
+    assert_eq!(
+        stats.get("evalsha"),
+        Some(&2),
+        "the release of a lock held alone, then the full release: {stats:?}"
+    );
+    assert_eq!(stats.get("lindex"), Some(&1), "{stats:?}");
+    waiter.await.expect("the waiter got the lock");
 }

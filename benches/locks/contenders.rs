@@ -45,10 +45,10 @@ impl Floor {
         Floor {
             connection,
             release: redis::Script::new(FLOOR_RELEASE),
-            // distlock's release script, from lock-runtime itself: a diagnostic floor that sends
-            // exactly distlock's commands with raw redis-rs, so the distance from it to distlock
-            // is what distlock's client side costs.
-            distlock_release: redis::Script::new(&distlock_release_source()),
+            // distlock's release of a lock held alone, from lock-runtime itself: a diagnostic
+            // floor that sends exactly distlock's commands with raw redis-rs, so the distance
+            // from it to distlock is what distlock's client side costs.
+            distlock_release: redis::Script::new(distlock_release_source()),
         }
     }
 
@@ -120,24 +120,10 @@ impl Floor {
             .expect("floor: SET failed");
         assert_eq!(set, redis::Value::Okay, "floor: {key} was taken");
         let release = if distlock_release {
-            // What distlock sends on a standalone server: the lock key, its line, its fencing
-            // counter, its `since` record, its `forced` mark (read only by a release that is not
-            // the holder's) and its line's lease table; the token, the claim (3 s), "not leaving a line", no `released`
-            // marker (nothing is re-sent), receivers counted, and no reading of Redis's clock
-            // (a manager that never waited in this line has none).
+            // What distlock sends on a standalone server for a lock taken by `SET NX`: the
+            // lock key and its line (whose emptiness says nobody waits), and the token.
             let mut release = self.distlock_release.key(&key);
-            release
-                .key(format!("{{{key}}}:distlock:line"))
-                .key(format!("{{{key}}}:distlock:fence"))
-                .key(format!("{{{key}}}:distlock:since"))
-                .key(format!("{{{key}}}:distlock:forced"))
-                .key(format!("{{{key}}}:distlock:leases"))
-                .arg(&token)
-                .arg(3000)
-                .arg("0")
-                .arg("")
-                .arg("1")
-                .arg("");
+            release.key(format!("{{{key}}}:distlock:line")).arg(&token);
             release
         } else {
             let mut release = self.release.key(&key);
@@ -294,16 +280,10 @@ impl Contender {
     }
 }
 
-/// The text of distlock's release script, put together from lock-runtime's Lua files in the
-/// order lock-runtime concatenates them; the uncontended workload checks that Redis knows the
-/// same SHA after distlock released, so a copy that drifted fails there rather than measure a
+/// The text of distlock's release of a lock held alone (taken by `SET NX`, nobody in line),
+/// lock-runtime's own Lua file; the uncontended workload checks that Redis knows the same SHA
+/// after distlock connected, so a copy that drifted fails there rather than measure a
 /// different script.
-pub(crate) fn distlock_release_source() -> String {
-    [
-        include_str!("../../lock-runtime/src/backend/scripts/release_uncontended.lua"),
-        include_str!("../../lock-runtime/src/backend/scripts/line_prelude.lua"),
-        include_str!("../../lock-runtime/src/backend/scripts/not_ours.lua"),
-        include_str!("../../lock-runtime/src/backend/scripts/release_contended.lua"),
-    ]
-    .concat()
+pub(crate) fn distlock_release_source() -> &'static str {
+    include_str!("../../lock-runtime/src/backend/scripts/release_alone.lua")
 }

@@ -31,10 +31,10 @@
 //!      `SET key token NX PX 30000`, then the compare-and-delete script by SHA
 //!      (`redis::Script::invoke_async`), one after the other;
 //!    - `floor with distlock's commands`: the same raw client sending exactly what distlock
-//!      sends for an uncontended cycle: `SET NX PX`, then distlock's release script, which also
-//!      names the lock's waiters key (whose name is the wake-up channel too). A diagnostic: the
-//!      distance from it to distlock is client-side cost only, and from the floor to it the
-//!      cost of that extra key;
+//!      sends for an uncontended cycle: `SET NX PX`, then distlock's release of a lock held
+//!      alone, which also names the lock's line (it deletes only when nobody waits). A
+//!      diagnostic: the distance from it to distlock is client-side cost only, and from the
+//!      floor to it the cost of that extra key;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that

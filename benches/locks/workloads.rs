@@ -109,11 +109,11 @@ impl Bench {
             )
             .expect("cannot connect distlock");
         distlock::init_with(global).expect("distlock::init_with failed");
-        // `connect` has just loaded distlock's release script: the diagnostic floor sends the
-        // same script by its SHA.
+        // `connect` has just loaded distlock's release scripts: the diagnostic floor sends the
+        // one of a lock held alone by its SHA.
         let copy_is_current: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
-            .arg(redis::Script::new(&crate::contenders::distlock_release_source()).get_hash())
+            .arg(redis::Script::new(crate::contenders::distlock_release_source()).get_hash())
             .query(&mut client.get_connection().expect("cannot connect to Redis"))
             .expect("SCRIPT EXISTS failed");
         assert_eq!(

@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::acquire::queue::Turn;
+use crate::acquire::queue::{Lease, Turn};
 use crate::backend::keys::LockKeys;
+use crate::backend::Taken;
 use crate::hold::held::{Expiry, Finder, Held};
 use crate::meters::Meter;
 use crate::shared::Shared;
@@ -27,6 +28,8 @@ pub(crate) struct Acquired {
     /// The send time of the command that got the lock: ours for at least `expires_in` from it.
     pub(crate) since: Instant,
     pub(crate) expires_in: Duration,
+    /// How it was taken.
+    pub(crate) taken: Taken,
 }
 
 /// A held lock.
@@ -64,20 +67,25 @@ pub struct LockGuard {
     parts: Vec<LockGuard>,
 }
 
+/// A lock's turn among this process's tasks lasts while the lock lives: until its expiry, or
+/// now once it is known lost.
+impl Lease for Held {
+    fn lives_until(&self) -> Option<Instant> {
+        Some(if self.is_lost() {
+            tokio::time::Instant::now()
+        } else {
+            self.expiry().valid_until
+        })
+    }
+}
+
 impl LockGuard {
     pub(crate) fn new(held: Held, turn: Turn) -> Self {
         let held = Arc::new(held);
         // This process's next task may contend once the lock has expired: a holder stuck past
         // its ttl keeps it from no one, in this process as in others.
-        let lease = Arc::downgrade(&held);
-        turn.hold_while(move || {
-            let held = lease.upgrade()?;
-            Some(if held.is_lost() {
-                tokio::time::Instant::now()
-            } else {
-                held.expiry().valid_until
-            })
-        });
+        let lease: std::sync::Weak<dyn Lease> = Arc::downgrade(&held) as _;
+        turn.hold_while(lease);
         LockGuard {
             held,
             turn: Some(turn),
@@ -146,6 +154,7 @@ impl LockGuard {
             turn,
             since,
             expires_in,
+            taken,
         } = acquired;
         let expiry = Expiry {
             ttl,
@@ -164,7 +173,8 @@ impl LockGuard {
             expiry,
             hold_until,
             Meter::new(options).hold(),
-        );
+        )
+        .taken_by(taken);
         let mut guard = LockGuard::new(held, turn);
         // By `ttl`, not by what is left: a lock found handed over by looking (no message) is
         // known only by its remaining PTTL, below even a ttl that the hand-off gave in full.

@@ -46,11 +46,13 @@
 //! 3. **Release.** [`LockGuard::release`] asks what the guard and its watchdog share
 //!    (`hold::held`) to give the lock back: with `hold_at_least` not yet reached, the lock is
 //!    left to expire then (the `HOLD` script); otherwise the store's release runs — on one
-//!    endpoint `Node::release` (`backend::line`), the `RELEASE` script: compare-and-delete by
-//!    token, and, when someone waits, the Lua function `hand_off` (in `line_prelude.lua`) gives
-//!    the lock to the first live waiter and publishes its grant. `RELEASE` is
-//!    `release_uncontended.lua`, `line_prelude.lua`, `not_ours.lua` and `release_contended.lua`
-//!    joined, so that an uncontended release returns before the line's code. A guard dropped
+//!    endpoint `Node::release` (`backend::line`): a lock taken by a first try's `SET NX` is
+//!    first offered to `RELEASE_ALONE` (compare-and-delete when nobody is in line, else
+//!    nothing); then the `RELEASE` script: compare-and-delete by token, and, when someone
+//!    waits, the Lua function `hand_off` (in `line_prelude.lua`) gives the lock to the first
+//!    live waiter and publishes its grant. `RELEASE` is `release_uncontended.lua`,
+//!    `line_prelude.lua`, `not_ours.lua` and `release_contended.lua` joined, so that a release
+//!    nobody waits for returns before the line's code. A guard dropped
 //!    without a release (panic, cancellation) releases on the process-wide
 //!    `support::background` runtime, and an acquire dropped while its command was in flight is
 //!    finished there too (`acquire::finish`), so no clean-up depends on the caller's runtime.

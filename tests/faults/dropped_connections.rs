@@ -330,10 +330,12 @@ fn a_hold_release_whose_reply_was_lost_keeps_the_hold() {
 }
 
 /// A release with a waiter in line whose reply is lost with its connection, and an extension
-/// whose reply is lost: the re-sent extension answers Ok and the lock keeps its new ttl; the
+/// whose reply is lost: the re-sent extension answers Ok and the lock keeps its new ttl. The
 /// release, a moment after the extension (its connection cannot have been closed for being
-/// idle), is not sent again: it reports the Redis error, never a false `Lost`, and its first
-/// run handed the lock to the waiter.
+/// idle), of a lock taken by a first try, is first the short release of a lock held alone,
+/// which finds the waiter and changes nothing; its reply lost, the full release follows on a
+/// new connection, finds the lock still ours and hands it to the waiter: the release answers
+/// Ok, which it now knows, and the waiter holds the lock.
 #[test]
 fn a_release_and_an_extension_whose_replies_were_lost() {
     let server = RedisServer::start();
@@ -371,14 +373,45 @@ fn a_release_and_an_extension_whose_replies_were_lost() {
         .await;
         proxy.lose_next_reply_to(&key);
         let released = guard.release().await;
+        let lost = proxy.replies_lost();
         let value = server.get(&key);
         let (token, waiter_release) = waiting.await.unwrap();
+        // The extension's reply and the short release's.
         assert!(
-            matches!(released, Err(LockError::Redis(_))),
-            "the release whose reply was lost answered {released:?}"
+            released.is_ok() && lost == 2,
+            "the release whose first reply was lost answered {released:?} (replies lost: {lost})"
         );
         assert_eq!(value.as_deref(), Some(token.as_str()));
         assert!(waiter_release.is_ok());
+    });
+}
+
+/// The short release of a lock held alone (taken by a first try, nobody in line) whose reply
+/// is lost with its connection: it deleted the lock, which the full release that follows cannot
+/// tell from a lock lost earlier, so the release reports the Redis error — never a false
+/// `Lost` — and the lock is free.
+#[test]
+fn a_short_release_whose_reply_was_lost_reports_the_error_not_lost() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:short-release-lost";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let lost = proxy.replies_lost();
+        assert!(
+            matches!(released, Err(LockError::Redis(_))) && lost == 1,
+            "the release whose reply was lost answered {released:?} (replies lost: {lost})"
+        );
+        assert!(!server.exists(&key), "the short release deleted the lock");
+        let again = holder.try_acquire(name, &options).await.unwrap();
+        assert!(again.is_some(), "the lock is free again");
+        again.unwrap().release().await.unwrap();
     });
 }
 

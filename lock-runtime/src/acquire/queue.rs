@@ -8,39 +8,46 @@
 //! The queue of a key exists only while someone holds or waits for it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// How often a waiter looks again at a head whose lock's expiry is not known yet (it is still
 /// acquiring, or handing over).
 const RECHECK: Duration = Duration::from_millis(500);
 
-/// Until when the head's lock surely lives; `None` while that is not known.
-type Lease = Box<dyn Fn() -> Option<Instant> + Send + Sync>;
+/// What the head's turn lasts for: the lock it took.
+pub(crate) trait Lease: Send + Sync {
+    /// Until when the lock surely lives; `None` while that is not known.
+    fn lives_until(&self) -> Option<Instant>;
+}
 
 /// The queues of one lock manager.
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    queues: Mutex<HashMap<Arc<str>, Arc<KeyQueue>>>,
+    queues: Mutex<Queues>,
 }
+
+/// The queues by key.
+type Queues = HashMap<Arc<str>, Arc<KeyQueue>>;
 
 /// One key's line: one permit, and who has it.
 struct KeyQueue {
-    semaphore: Arc<Semaphore>,
-    head: Mutex<Option<Arc<HeadState>>>,
+    /// The turn: taken by the head, given back when its turn ends or is revoked.
+    turn: Semaphore,
+    head: Mutex<Option<Head>>,
 }
 
 /// What the line knows of the task whose turn it is.
-#[derive(Default)]
-struct HeadState {
-    lease: Mutex<Option<Lease>>,
-    /// Its lock expired while it kept its turn (a stuck task): the turn went to the next task,
-    /// and its permit is not given back when it is finally dropped.
-    revoked: AtomicBool,
+struct Head {
+    /// Tells this head's [`Turn`] from a later one: a turn revoked meanwhile (see
+    /// [`KeyQueue::revoke_expired_head`]) no longer finds its number here, and gives back no
+    /// permit when it ends.
+    number: u64,
+    lease: Option<Weak<dyn Lease>>,
 }
 
 /// A place in a key's queue; removes the queue when the last place is given up.
@@ -54,83 +61,75 @@ struct Ticket {
 /// key — until the lock it holds expires (see [`Turn::hold_while`]). Dropping it hands the turn
 /// to the next task in line.
 pub(crate) struct Turn {
-    permit: Option<OwnedSemaphorePermit>,
-    state: Arc<HeadState>,
+    number: u64,
     ticket: Ticket,
 }
 
 impl Turn {
-    fn new(permit: OwnedSemaphorePermit, ticket: Ticket) -> Self {
-        let state = Arc::new(HeadState::default());
-        *ticket.queue.head() = Some(Arc::clone(&state));
-        Turn {
-            permit: Some(permit),
-            state,
-            ticket,
-        }
+    /// The turn of the holder of `ticket`'s one permit, which it has taken and forgotten.
+    fn new(ticket: Ticket) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, Ordering::Relaxed);
+        *ticket.queue.head() = Some(Head {
+            number,
+            lease: None,
+        });
+        Turn { number, ticket }
     }
 
     /// The turn lasts while `lease` says the lock lives. The ttl is what frees a lock whose
     /// holder hangs: once it has run out, the next task of the process gets the turn, as another
     /// process gets the lock, instead of waiting behind the stuck one for ever. (Redis still
     /// decides who holds the lock; the turn only orders the tasks of this process.)
-    pub(crate) fn hold_while(&self, lease: impl Fn() -> Option<Instant> + Send + Sync + 'static) {
-        *self
-            .state
-            .lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(lease));
+    pub(crate) fn hold_while(&self, lease: Weak<dyn Lease>) {
+        if let Some(head) = self
+            .ticket
+            .queue
+            .head()
+            .as_mut()
+            .filter(|head| head.number == self.number)
+        {
+            head.lease = Some(lease);
+        }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut head = self.ticket.queue.head();
-        if head
-            .as_ref()
-            .is_some_and(|state| Arc::ptr_eq(state, &self.state))
-        {
+        let queue = &self.ticket.queue;
+        let mut head = queue.head();
+        // A revoked turn's permit went to the next task when it was revoked.
+        if head.as_ref().is_some_and(|head| head.number == self.number) {
             *head = None;
-        }
-        if let Some(permit) = self.permit.take() {
-            if self.state.revoked.load(Ordering::SeqCst) {
-                // Its permit was given to the next task when the turn was revoked.
-                permit.forget();
-            } else {
-                drop(permit);
-            }
+            drop(head);
+            queue.turn.add_permits(1);
         }
     }
 }
 
 impl KeyQueue {
-    fn head(&self) -> std::sync::MutexGuard<'_, Option<Arc<HeadState>>> {
+    fn head(&self) -> MutexGuard<'_, Option<Head>> {
         self.head.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// When to look at the head again: when its lock may expire.
     fn head_lease(&self) -> Option<Instant> {
-        let head = self.head().clone()?;
-        let lease = head.lease.lock().unwrap_or_else(PoisonError::into_inner);
-        lease.as_ref().and_then(|lease| lease())
+        let lease = self.head().as_ref()?.lease.as_ref()?.upgrade()?;
+        lease.lives_until()
     }
 
     /// Passes the turn on if the head's lock has expired.
     fn revoke_expired_head(&self) {
         let mut head = self.head();
-        let Some(state) = head.as_ref() else {
-            return;
-        };
-        let expired = state
-            .lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let expired = head
             .as_ref()
-            .and_then(|lease| lease())
+            .and_then(|head| head.lease.as_ref()?.upgrade())
+            .and_then(|lease| lease.lives_until())
             .is_some_and(|until| until <= Instant::now());
-        if expired && !state.revoked.swap(true, Ordering::SeqCst) {
+        if expired {
             *head = None;
-            self.semaphore.add_permits(1);
+            drop(head);
+            self.turn.add_permits(1);
         }
     }
 }
@@ -139,38 +138,41 @@ impl LocalQueues {
     /// Waits for this task's turn on `key`. Cancel-safe: a dropped wait leaves the line.
     pub(crate) async fn wait_turn(self: &Arc<Self>, key: &Arc<str>) -> Turn {
         let ticket = self.ticket(key);
-        let acquire = Arc::clone(&ticket.queue.semaphore).acquire_owned();
-        let mut acquire = std::pin::pin!(acquire);
-        loop {
-            let look_again = ticket
-                .queue
-                .head_lease()
-                .unwrap_or_else(|| Instant::now() + RECHECK);
-            tokio::select! {
-                biased;
-                permit = &mut acquire => {
-                    let permit =
-                        permit.expect("distlock: a local queue's semaphore is never closed");
-                    return Turn::new(permit, ticket);
+        {
+            let mut acquire = std::pin::pin!(ticket.queue.turn.acquire());
+            loop {
+                let look_again = ticket
+                    .queue
+                    .head_lease()
+                    .unwrap_or_else(|| Instant::now() + RECHECK);
+                tokio::select! {
+                    biased;
+                    permit = &mut acquire => {
+                        permit
+                            .expect("distlock: a local queue's semaphore is never closed")
+                            .forget();
+                        break;
+                    }
+                    () = tokio::time::sleep_until(look_again) => ticket.queue.revoke_expired_head(),
                 }
-                () = tokio::time::sleep_until(look_again) => ticket.queue.revoke_expired_head(),
             }
         }
+        Turn::new(ticket)
     }
 
     /// This task's turn on `key` if nobody in the process holds (a lock still alive) or waits
     /// for it.
     pub(crate) fn try_turn(self: &Arc<Self>, key: &Arc<str>) -> Option<Turn> {
         let ticket = self.ticket(key);
-        let semaphore = Arc::clone(&ticket.queue.semaphore);
-        let permit = match Arc::clone(&semaphore).try_acquire_owned() {
+        let permit = match ticket.queue.turn.try_acquire() {
             Ok(permit) => permit,
             Err(_) => {
                 ticket.queue.revoke_expired_head();
-                semaphore.try_acquire_owned().ok()?
+                ticket.queue.turn.try_acquire().ok()?
             }
         };
-        Some(Turn::new(permit, ticket))
+        permit.forget();
+        Some(Turn::new(ticket))
     }
 
     /// How many keys have a queue now (for leak tests).
@@ -182,7 +184,7 @@ impl LocalQueues {
     fn ticket(self: &Arc<Self>, key: &Arc<str>) -> Ticket {
         let queue = Arc::clone(self.map().entry(Arc::clone(key)).or_insert_with(|| {
             Arc::new(KeyQueue {
-                semaphore: Arc::new(Semaphore::new(1)),
+                turn: Semaphore::new(1),
                 head: Mutex::new(None),
             })
         }));
@@ -193,7 +195,7 @@ impl LocalQueues {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<KeyQueue>>> {
+    fn map(&self) -> MutexGuard<'_, Queues> {
         self.queues.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

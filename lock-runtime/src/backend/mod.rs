@@ -177,6 +177,16 @@ pub(crate) struct LockRequest<'a> {
     pub(crate) wait: Wait,
 }
 
+/// How a held lock was taken: what its release may skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// By a first try, which writes nothing but the lock key (no `since` record): a release
+    /// that finds nobody in line deletes that key alone.
+    FirstTry,
+    /// Any other way (in line, handed over, several keys at once): the full release.
+    Otherwise,
+}
+
 /// Why a lock is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unlock {
@@ -410,8 +420,13 @@ impl Backend {
     }
 
     /// Deletes the lock if it is still ours (handing it to the next waiter, or waking the
-    /// waiters); why not, if it was not ours.
-    pub(crate) async fn unlock(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
+    /// waiters); why not, if it was not ours. `taken`: how it was taken.
+    pub(crate) async fn unlock(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        taken: Taken,
+    ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_release(keys, token)).await
@@ -419,7 +434,7 @@ impl Backend {
             Locks::Single(node) if keys.together.is_some() => {
                 node.release_together(keys, token, false).await
             }
-            Locks::Single(node) => node.release(keys, token).await,
+            Locks::Single(node) => node.release(keys, token, taken).await,
             Locks::Quorum(quorum) => {
                 Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
             }

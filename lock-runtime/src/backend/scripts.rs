@@ -45,7 +45,7 @@ where
 {
     match cmd.query_async(connection).await {
         Err(error) if crate::redis::classify::is_no_script(&error) => {
-            script.load_async(connection).await?;
+            Box::pin(script.load_async(connection)).await?;
             cmd.query_async(connection).await
         }
         other => other,
@@ -86,6 +86,13 @@ pub(crate) static ACQUIRE: Lazy<Script> =
 ///
 /// KEYS, ARGV and the reply are in the header of `backend/scripts/release_uncontended.lua`.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(&release_source()));
+
+/// The release of a lock held alone: taken by a first try's `SET NX`, with nobody in its line.
+/// It changes nothing otherwise, and the caller then sends [`RELEASE`].
+///
+/// KEYS, ARGV and the reply are in the header of `backend/scripts/release_alone.lua`.
+pub(crate) static RELEASE_ALONE: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("scripts/release_alone.lua")));
 
 /// The text of [`RELEASE`]. The benchmark's floor puts the same files together in this order.
 pub(crate) fn release_source() -> String {

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::keys::LockKeys;
-use crate::backend::Ownership;
+use crate::backend::{Ownership, Taken};
 use crate::meters::Hold;
 use crate::shared::Shared;
 use crate::{LockError, LostCause};
@@ -46,6 +46,9 @@ pub(crate) struct Held {
     changed: Notify,
     /// The metrics of this hold (nothing without the `metrics` feature).
     pub(crate) hold: Hold,
+    /// How it was taken, which its release may take a shortcut by (see
+    /// [`Held::taken_by`]).
+    taken: Taken,
 }
 
 /// What is known of the lock's expiry in Redis.
@@ -96,7 +99,15 @@ impl Held {
             closed: AtomicBool::new(false),
             changed: Notify::new(),
             hold,
+            taken: Taken::Otherwise,
         }
+    }
+
+    /// This hold, of a lock taken as `taken` says (by default, not by a first try: its release
+    /// takes no shortcut).
+    pub(crate) fn taken_by(mut self, taken: Taken) -> Self {
+        self.taken = taken;
+        self
     }
 
     pub(crate) fn expiry(&self) -> Expiry {
@@ -197,7 +208,7 @@ impl Held {
             .filter(|millis| *millis > 0);
         let released = match keep_millis {
             Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await,
-            None => backend.unlock(&self.keys, &self.token).await,
+            None => backend.unlock(&self.keys, &self.token, self.taken).await,
         };
         let ours = match released {
             Ok(ours) => ours,

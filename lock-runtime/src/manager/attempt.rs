@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::acquire::finish::FinishOnDrop;
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::waits::Meanwhile;
-use crate::backend::{Attempt, Wait};
+use crate::backend::{Attempt, Taken, Wait};
 use crate::guard::Acquired;
 use crate::support::retry::Backoff;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
@@ -62,6 +62,7 @@ impl LockManager {
                     turn,
                     since: sent,
                     expires_in,
+                    taken: Taken::FirstTry,
                 };
                 Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
             }
@@ -79,6 +80,7 @@ impl LockManager {
                     turn,
                     since: sent,
                     expires_in: options.ttl_duration(),
+                    taken: Taken::FirstTry,
                 };
                 Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
             }

@@ -10,7 +10,7 @@ use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, 
 use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::{Kind, LockKeys};
-use crate::backend::{Attempt, Wait};
+use crate::backend::{Attempt, Taken, Wait};
 use crate::guard::Acquired;
 use crate::manager::attempt::{fence_failed, local_line, new_token, timeout};
 use crate::manager::place::PlaceInLine;
@@ -43,7 +43,9 @@ impl LockManager {
         let (turn, turn_came) = match self.inner.queues.try_turn(&local_line(&keys)) {
             Some(turn) => (turn, started),
             None => (
-                self.wait_turn(&keys, deadline, started).await?,
+                // Boxed, as the other steps of a contended acquisition: the future every
+                // acquisition carries stays the size of its first attempt's.
+                Box::pin(self.wait_turn(&keys, deadline, started)).await?,
                 Instant::now(),
             ),
         };
@@ -95,12 +97,14 @@ impl LockManager {
                 }
                 Step::Sleep { until, spread } => {
                     let until = (until + jitter(spread)).min(deadline);
-                    let message = self.sleep(&keys, &token, listener.as_ref(), until).await;
+                    let message =
+                        Box::pin(self.sleep(&keys, &token, listener.as_ref(), until)).await;
                     machine.woke(Instant::now(), message)
                 }
                 Step::Confirm => {
                     let sent = Instant::now();
-                    let confirmed = backend.confirm_replicated(&keys, &token, ttl_millis).await;
+                    let confirmed =
+                        Box::pin(backend.confirm_replicated(&keys, &token, ttl_millis)).await;
                     let ours = confirmed.unwrap_or_else(|error| {
                         // Given back, place and all: the next look takes a new place at the
                         // end of the line.
@@ -127,6 +131,11 @@ impl LockManager {
                         turn,
                         since,
                         expires_in,
+                        taken: if won.via == Via::FirstTry {
+                            Taken::FirstTry
+                        } else {
+                            Taken::Otherwise
+                        },
                     };
                     return Ok(LockGuard::acquired(&self.inner, acquired, options));
                 }

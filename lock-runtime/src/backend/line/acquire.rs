@@ -34,12 +34,14 @@ impl Node {
         if !fencing && wait == Wait::FirstTry {
             let set = match self.replicas {
                 None => set_nx(&mut connection, keys, token, ttl_millis).await,
+                // Boxed, as the script below is: the uncontended future stays the `SET`'s.
                 Some(replicas) => {
-                    match set_nx_acked(&self.connections, keys, token, ttl_millis, replicas).await {
+                    let acked = set_nx_acked(&self.connections, keys, token, ttl_millis, replicas);
+                    match Box::pin(acked).await {
                         Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
-                            return Err(self
-                                .not_acknowledged(keys, token, acknowledged, replicas)
-                                .await)
+                            let refused =
+                                self.not_acknowledged(keys, token, acknowledged, replicas);
+                            return Err(Box::pin(refused).await);
                         }
                         set => set.map(|(taken, _)| taken),
                     }
@@ -69,6 +71,29 @@ impl Node {
                 Err(error) => return Err(error),
             }
         }
+        // Boxed: the script's future is many times the `SET`'s, and only a contended
+        // acquisition (or one with fencing) runs it, while every acquisition carries this one.
+        Box::pin(self.try_lock_by_script(
+            keys, token, ttl_millis, fencing, wait, entry, connection, sent_again,
+        ))
+        .await
+    }
+
+    /// The acquire script's part of [`Node::try_lock`]: every attempt but a first try without
+    /// fencing, on `connection`; `sent_again` when it is the once a first try's `SET` is sent
+    /// again.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_lock_by_script(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_millis: u64,
+        fencing: bool,
+        wait: Wait,
+        entry: Option<&Entry>,
+        mut connection: Connection,
+        sent_again: bool,
+    ) -> failure::Result<(Attempt, Option<RedisPlace>)> {
         // A first try is sent once more at most: after a `SET` that met a dropped connection,
         // the script below is that once.
         let rule = if wait == Wait::FirstTry && !sent_again {

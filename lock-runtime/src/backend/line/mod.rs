@@ -43,6 +43,9 @@ pub(crate) struct Node {
     contended: Contended,
     /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
     join_refused: AtomicBool,
+    /// Redis refused the release of a lock held alone its read of the line (`LINDEX`):
+    /// releases run the full release script.
+    pub(super) alone_refused: AtomicBool,
     /// How many replicas must acknowledge a lock or an extension (`wait_for_replicas`).
     replicas: Option<Replicas>,
 }
@@ -70,6 +73,7 @@ impl Node {
             connections,
             contended: Contended::default(),
             join_refused: AtomicBool::new(false),
+            alone_refused: AtomicBool::new(false),
             replicas: None,
         }
     }
@@ -185,18 +189,24 @@ impl Node {
         keys: &LockKeys,
         result: failure::Result<T>,
     ) -> failure::Result<T> {
-        let error = match result {
+        match result {
             Err(Failure::Redis(error))
                 if crate::redis::classify::classify(&error)
                     == crate::redis::classify::Meaning::WrongType
                     && !crate::redis::classify::wrong_type_named(&error, "distlock:") =>
             {
-                error
+                // Boxed: every lock operation carries this future, and only this rare error
+                // looks at the keys.
+                Err(Box::pin(self.name_the_key(keys, error)).await)
             }
-            other => return other,
-        };
+            other => other,
+        }
+    }
+
+    /// The error of [`Node::naming_the_key`] for `error`, a `WRONGTYPE` that names no key.
+    async fn name_the_key(&self, keys: &LockKeys, error: redis::RedisError) -> Failure {
         let Ok(mut connection) = self.connection().await else {
-            return Err(error.into());
+            return error.into();
         };
         let (line, fence, released, forced) =
             (keys.line(), keys.fence(), keys.released(), keys.forced());
@@ -236,23 +246,25 @@ impl Node {
             // way elsewhere, which the caller is told as such.
             if helper.is_none() {
                 if let Some(found) = self.leased_marker(keys).await {
-                    return Err(failure::used_otherwise(keys, found));
+                    return failure::used_otherwise(keys, found);
                 }
             }
-            return Err(redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into());
+            return redis::make_extension_error("WRONGTYPE".to_owned(), Some(detail)).into();
         }
-        Err(error.into())
+        error.into()
     }
 
     /// Checks that the endpoint answers as Redis does and lets us run the lock scripts: a
-    /// `PING`, then the release script on a probe key with a token that matches nothing (it
-    /// deletes nothing, and loads the script for the first real release).
+    /// `PING`, then the release scripts on a probe key with a token that matches nothing (they
+    /// delete nothing, and are loaded for the first real release).
     pub(crate) async fn ping(&self, probe: &LockKeys) -> failure::Result<()> {
         let mut connection = self.connection().await?;
         redis::cmd("PING")
             .query_async::<()>(&mut connection)
             .await?;
         self.unlock(probe, "no token matches this", Unlock::Release, None)
+            .await?;
+        self.release_alone(probe, "no token matches this")
             .await
             .map(drop)
     }

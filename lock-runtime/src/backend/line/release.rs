@@ -1,6 +1,7 @@
 //! Giving a lock back on one endpoint (handing it to the next in line), holding it to a
 //! `hold_at_least`, extending it, breaking it for an operator.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::Cmd;
@@ -57,6 +58,30 @@ impl Node {
         .await
     }
 
+    /// The release of a lock held alone (see `scripts::RELEASE_ALONE`): `true` if it deleted
+    /// the lock, `false` if it changed nothing (someone waits, the lock is not ours, or the
+    /// user may not read the line, which stops this manager from sending it again).
+    pub(crate) async fn release_alone(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+    ) -> failure::Result<bool> {
+        let mut connection = self.connection().await?;
+        let line = keys.helper_arg("line");
+        let mut cmd = scripts::evalsha_head(
+            &scripts::RELEASE_ALONE,
+            2,
+            1,
+            keys.lock.len() + line.len() + token.len(),
+        );
+        cmd.arg(&*keys.lock).arg(line).arg(token);
+        let deleted: i64 = scripts::invoke(&scripts::RELEASE_ALONE, &cmd, &mut connection).await?;
+        if deleted == -1 && !self.alone_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(target: "distlock", "LINDEX refused: every release now runs the full release script, which costs Redis more; add +lindex to the ACL user (see docs/tls-acl.md)");
+        }
+        Ok(deleted == 1)
+    }
+
     /// [`Node::unlock`], tried again while a cluster is in flux or a Sentinel service fails
     /// over.
     pub(super) async fn unlock_through_failover(
@@ -91,7 +116,6 @@ impl Node {
                 }
                 Err(error) => Err(error.into()),
             };
-            let pause = backoff.next_pause();
             let not_run = |failure: &Failure| match failure {
                 Failure::Redis(error) if in_cluster => {
                     crate::redis::classify::cluster_in_flux(error) || error.is_connection_refusal()
@@ -99,9 +123,11 @@ impl Node {
                 failure => sentinel && failure.wants_a_master(),
             };
             match result {
-                Err(failure)
-                    if not_run(&failure) && tokio::time::Instant::now() + pause < give_up =>
-                {
+                Err(failure) if not_run(&failure) => {
+                    let pause = backoff.next_pause();
+                    if tokio::time::Instant::now() + pause >= give_up {
+                        return Err(failure);
+                    }
                     tokio::time::sleep(pause).await;
                 }
                 result => return result,

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::Node;
+use super::{Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::recent::Written;
-use crate::backend::{Attempt, LockRequest, Ownership, Released, Unlock, Wait, LEASE};
+use crate::backend::{Attempt, LockRequest, Ownership, Released, Taken, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
 
 /// How many times an attempt is made again when its script met a leased set of readers that
@@ -39,11 +39,13 @@ impl Node {
             fencing,
             wait,
         } = request;
-        if let Some(pushed) = self
-            .join_behind(keys, token, ttl_millis, fencing, &wait)
-            .await?
-        {
-            return Ok(pushed);
+        // Boxed, as the other paths an uncontended acquisition does not take: only a waiter
+        // that joins can push its place itself.
+        if matches!(wait, Wait::InLine { .. }) {
+            let join = self.join_behind(keys, token, ttl_millis, fencing, &wait);
+            if let Some(pushed) = Box::pin(join).await? {
+                return Ok(pushed);
+            }
         }
         let sent = Instant::now();
         let entry = match &wait {
@@ -68,7 +70,7 @@ impl Node {
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
         if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type()) {
-            let marker = self.leased_marker(keys).await;
+            let marker = Box::pin(self.leased_marker(keys)).await;
             let again = |wait| LockRequest {
                 keys,
                 token,
@@ -185,8 +187,37 @@ impl Node {
     }
 
     /// Deletes the lock if it is still ours, handing it to the next waiter; why not, if it was
-    /// not ours.
-    pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> failure::Result<Ownership> {
+    /// not ours. A lock `taken` by a first try, whose release is sent at most once, is first
+    /// released by the short script, which deletes it when nobody waits (most times) and
+    /// changes nothing otherwise; then the full release runs, one round trip more.
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        taken: Taken,
+    ) -> failure::Result<Ownership> {
+        // The short release's error when its reply may have been lost.
+        let mut unanswered = None;
+        if taken == Taken::FirstTry
+            && self.release_rule() == Resend::AtMostOnce
+            && !self.resends_commands()
+            && !self.alone_refused.load(Ordering::Relaxed)
+        {
+            match self.release_alone(keys, token).await {
+                Ok(true) => {
+                    self.contended.forget(&keys.lock);
+                    return Ok(Ownership::Ours);
+                }
+                // It deleted the lock, or changed nothing (someone waits: the lock would stay
+                // theirs to wait out). The full release follows: a lock it finds still ours it
+                // releases, and that is the answer; one it does not find may be the short
+                // release's doing, and the error stands, never a `Lost` that may be false.
+                Err(error) if error.may_have_run() => unanswered = Some(error),
+                // Someone waits, or the lock is not ours: the full release says which. Or it
+                // did not run (a failover under way, say): the full release rides it out.
+                Ok(false) | Err(_) => {}
+            }
+        }
         let released = self
             .unlock(
                 keys,
@@ -195,7 +226,13 @@ impl Node {
                 self.contended.redis_clock(&keys.lock),
             )
             .await;
-        Ok(match self.naming_the_key(keys, released).await? {
+        let released = self.naming_the_key(keys, released).await;
+        if let Some(error) = unanswered {
+            if !matches!(released, Ok(Released::HandedOver | Released::Freed)) {
+                return Err(error);
+            }
+        }
+        Ok(match released? {
             Released::HandedOver => {
                 self.contended.mark(&keys.lock);
                 Ownership::Ours
