@@ -11,7 +11,7 @@ use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
 use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
-use crate::backend::{Attempt, Ownership, RedisPlace, Unlock, Wait};
+use crate::backend::{Attempt, LockRequest, Ownership, RedisPlace, Unlock, Wait};
 use crate::redis::connection::{Connection, Connections};
 use crate::support::units::millis;
 
@@ -22,16 +22,19 @@ impl Node {
     /// manager knows it, which lets the renewal skip looking for it (see `scripts::ACQUIRE`).
     pub(crate) async fn try_lock(
         &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
+        request: LockRequest<'_>,
         entry: Option<&Entry>,
     ) -> failure::Result<(Attempt, Option<RedisPlace>)> {
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            ref wait,
+        } = request;
         let mut connection = self.connection().await?;
         let mut sent_again = false;
-        if !fencing && wait == Wait::FirstTry {
+        if !fencing && *wait == Wait::FirstTry {
             let set = match self.replicas {
                 None => set_nx(&mut connection, keys, token, ttl_millis).await,
                 // Boxed, as the script below is: the uncontended future stays the `SET`'s.
@@ -73,27 +76,26 @@ impl Node {
         }
         // Boxed: the script's future is many times the `SET`'s, and only a contended
         // acquisition (or one with fencing) runs it, while every acquisition carries this one.
-        Box::pin(self.try_lock_by_script(
-            keys, token, ttl_millis, fencing, wait, entry, connection, sent_again,
-        ))
-        .await
+        Box::pin(self.try_lock_by_script(request, entry, connection, sent_again)).await
     }
 
     /// The acquire script's part of [`Node::try_lock`]: every attempt but a first try without
     /// fencing, on `connection`; `sent_again` when it is the once a first try's `SET` is sent
     /// again.
-    #[allow(clippy::too_many_arguments)]
     async fn try_lock_by_script(
         &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_millis: u64,
-        fencing: bool,
-        wait: Wait,
+        request: LockRequest<'_>,
         entry: Option<&Entry>,
         mut connection: Connection,
         sent_again: bool,
     ) -> failure::Result<(Attempt, Option<RedisPlace>)> {
+        let LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            wait,
+        } = request;
         // A first try is sent once more at most: after a `SET` that met a dropped connection,
         // the script below is that once.
         let rule = if wait == Wait::FirstTry && !sent_again {

@@ -63,9 +63,14 @@ impl Node {
             Wait::FirstTry => None,
             Wait::InLine { renewing, .. } => Some(*renewing),
         };
-        let tried = self
-            .try_lock(keys, token, ttl_millis, fencing, wait, entry.as_ref())
-            .await;
+        let request = LockRequest {
+            keys,
+            token,
+            ttl_millis,
+            fencing,
+            wait,
+        };
+        let tried = self.try_lock(request, entry.as_ref()).await;
         // The mutex's script cannot wait for readers: a writer that finds them (a leased set
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
