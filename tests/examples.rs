@@ -259,37 +259,48 @@ fn a_named_redis_that_does_not_answer_gets_instructions_without_the_password() {
     );
 }
 
+/// Ctrl-C during the quickstart's run stops its private server and exits with 130. The run
+/// lasts about 600 ms after the line that names the server; on a loaded machine the signal
+/// (sent through `sh -c kill`) can land after it has ended, which shows as a normal exit (0,
+/// its server stopped too): the run is then made again, up to 3 times.
 #[test]
 fn quickstart_stops_its_server_on_ctrl_c() {
-    let mut child = Command::new(example("quickstart"))
-        .arg("--start-redis")
-        .env_remove("REDIS_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(&mut child);
-    let line = lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the first line");
-    let (pid, port) =
-        private_server(&line).unwrap_or_else(|| panic!("not about the server: {line}"));
-    // The run takes three 200 ms sections in turn after this line: interrupt it within them.
-    send_signal(child.id(), "INT");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+    for attempt in 1..=3 {
+        let mut child = Command::new(example("quickstart"))
+            .arg("--start-redis")
+            .env_remove("REDIS_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let lines = lines_of(&mut child);
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the first line");
+        let (pid, port) =
+            private_server(&line).unwrap_or_else(|| panic!("not about the server: {line}"));
+        // The run takes three 200 ms sections in turn after this line: interrupt it within them.
+        send_signal(child.id(), "INT");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "still running 30 s after Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_stopped(pid, port);
+        if status.code() == Some(0) && attempt < 3 {
+            eprintln!("attempt {attempt}: the run ended before Ctrl-C landed; again");
+            continue;
         }
-        assert!(Instant::now() < deadline, "still running 30 s after Ctrl-C");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(
-        status.code(),
-        Some(130),
-        "exit status after Ctrl-C: {status}"
-    );
-    assert_stopped(pid, port);
+        assert_eq!(
+            status.code(),
+            Some(130),
+            "exit status after Ctrl-C: {status}"
+        );
+        return;
+    }
 }
 
 /// A directory holding a `redis-server` that starts, records its pid, and never answers (a
