@@ -47,6 +47,7 @@
 //! hand-off gap p50 ≤ 0.2 ms; busy fraction ≥ 0.85; no overlap.
 
 pub(crate) mod family;
+mod hand_written;
 mod processes;
 mod render;
 mod ring;
