@@ -54,6 +54,25 @@ impl HandWritten {
         }
     }
 
+    /// Waits until `token` holds the key of one lock in `names` (a semaphore's slots) and
+    /// returns that key.
+    ///
+    /// Tries them in order from `first` on, wrapping round, and takes the first that is free:
+    /// callers that start at different slots do not all ask for the same one first. Sleeps
+    /// when every one refuses.
+    pub(super) async fn take_any(&self, names: &[String], first: usize, token: &str) -> String {
+        let keys: Vec<String> = names.iter().map(|name| format!("{PREFIX}{name}")).collect();
+        loop {
+            for offset in 0..keys.len() {
+                let key = &keys[(first + offset) % keys.len()];
+                if self.try_take(key, token).await {
+                    return key.clone();
+                }
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+
     /// Gives back `keys`, which must still be `token`'s: the ttl is far longer than the run,
     /// so a key found gone or another's is a broken lock.
     pub(super) async fn release(&self, keys: &[String], token: &str) {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use distlock::{LockManager, LockOptions};
 use serde::{Deserialize, Serialize};
 
-use super::family::Family;
+use super::family::{ByHand, Family};
 use super::hand_written::HandWritten;
 use super::ring::{Ring, Turn};
 use super::stats::Section;
@@ -193,6 +193,14 @@ enum WorkerLock {
         process: usize,
         tasks: usize,
     },
+    /// [`Lock::FamilyPoll`]: the keys [`Family::by_hand`] names for each section, taken by
+    /// hand.
+    FamilyPoll {
+        lock: HandWritten,
+        family: Family,
+        process: usize,
+        tasks: usize,
+    },
 }
 
 impl WorkerLock {
@@ -229,6 +237,15 @@ impl WorkerLock {
             Lock::Poll { interval_ms } => WorkerLock::Poll(
                 HandWritten::connect(&spec.url, Duration::from_millis(interval_ms)).await,
             ),
+            Lock::FamilyPoll {
+                family,
+                interval_ms,
+            } => WorkerLock::FamilyPoll {
+                lock: HandWritten::connect(&spec.url, Duration::from_millis(interval_ms)).await,
+                family,
+                process: spec.process,
+                tasks: spec.tasks,
+            },
         }
     }
 
@@ -282,6 +299,12 @@ impl WorkerLock {
                 process,
                 tasks,
                 ..
+            }
+            | WorkerLock::FamilyPoll {
+                family,
+                process,
+                tasks,
+                ..
             } => family.section(process * tasks + turn.task, turn.n).tag,
             _ => 0,
         }
@@ -317,6 +340,19 @@ impl WorkerLock {
                     .expect("fleet worker: distlock acquire failed"),
             ),
             WorkerLock::Poll(lock) => Held::Keys(lock.take_all(&[name.to_owned()], token).await),
+            WorkerLock::FamilyPoll {
+                lock,
+                family,
+                process,
+                tasks,
+            } => Held::Keys(
+                match family.by_hand(name, process * tasks + turn.task, turn.n) {
+                    ByHand::AnyOf { names, first } => {
+                        vec![lock.take_any(&names, first, token).await]
+                    }
+                    ByHand::AllOf(names) => lock.take_all(&names, token).await,
+                },
+            ),
         }
     }
 
@@ -330,7 +366,7 @@ impl WorkerLock {
                 .release()
                 .await
                 .expect("fleet worker: distlock release failed"),
-            (WorkerLock::Poll(lock), Held::Keys(keys)) => {
+            (WorkerLock::Poll(lock) | WorkerLock::FamilyPoll { lock, .. }, Held::Keys(keys)) => {
                 lock.release(&keys, token).await;
             }
             _ => unreachable!("what a lock takes, that lock and only it gives back"),
