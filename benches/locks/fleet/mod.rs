@@ -47,6 +47,7 @@
 //! hand-off gap p50 ≤ 0.2 ms; busy fraction ≥ 0.85; no overlap.
 
 pub(crate) mod family;
+mod hand_written;
 mod processes;
 mod render;
 mod ring;
@@ -107,6 +108,12 @@ pub(crate) enum Lock {
     },
     /// A semaphore, a read-write lock or several keys (see [`family`]).
     Family(family::Family),
+    /// The family's poll baseline: what `family::Family::by_hand` says each section takes, by
+    /// `SET NX PX`, sleeping `interval_ms` after each refusal.
+    FamilyPoll {
+        family: family::Family,
+        interval_ms: u64,
+    },
 }
 
 pub(crate) const POLL_100: &str = "SET NX PX + 100 ms poll";

@@ -20,13 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockManager, LockOptions};
-use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
-use super::family::Family;
+use super::family::{ByHand, Family};
+use super::hand_written::HandWritten;
 use super::ring::{Ring, Turn};
 use super::stats::Section;
-use super::{monotonic_ns, Lock, PREFIX, RESPONSE_TIMEOUT, TTL};
+use super::{monotonic_ns, Lock, RESPONSE_TIMEOUT, TTL};
 
 /// Set (to a [`WorkerSpec`] in JSON) in the environment of a worker process.
 pub(super) const WORKER_ENV: &str = "DISTLOCK_BENCH_FLEET_WORKER";
@@ -166,8 +166,10 @@ async fn critical_section(acquired: u64, critical_us: u64, sleep: bool) {
 /// A lock taken by [`WorkerLock::acquire`].
 enum Held {
     Guard(distlock::LockGuard),
-    /// The hand-written lock: released by the token it was taken with.
-    Token,
+    /// The hand-written lock's keys, given back by the token they were taken with.
+    Keys(Vec<String>),
+    /// A ring floor's turn, handed on by [`Ring::pass`].
+    Turn,
 }
 
 /// The lock as one worker process takes it; its tasks share it (and so its connections).
@@ -176,13 +178,9 @@ enum WorkerLock {
         manager: LockManager,
         options: LockOptions,
     },
-    /// What users write by hand: `SET key token NX PX ttl` until it answers OK, sleeping
-    /// `interval` after each refusal; released with a compare-and-delete script.
-    Poll {
-        connection: MultiplexedConnection,
-        release: redis::Script,
-        interval: Duration,
-    },
+    /// [`Lock::Poll`]: what users write by hand, `SET key token NX PX ttl` until it answers
+    /// OK, sleeping after each refusal.
+    Poll(HandWritten),
     /// [`Lock::Ring`]: no lock, the floors' ring.
     Ring(Ring),
     /// [`Lock::Family`]: a semaphore, a read-write lock or two keys at once, each section
@@ -192,6 +190,14 @@ enum WorkerLock {
         family: Family,
         /// [`WorkerSpec::process`]: with the task and the section, it picks each section's
         /// mode or accounts.
+        process: usize,
+        tasks: usize,
+    },
+    /// [`Lock::FamilyPoll`]: the keys [`Family::by_hand`] names for each section, taken by
+    /// hand.
+    FamilyPoll {
+        lock: HandWritten,
+        family: Family,
         process: usize,
         tasks: usize,
     },
@@ -228,19 +234,18 @@ impl WorkerLock {
                 )
                 .await,
             ),
-            Lock::Poll { interval_ms } => {
-                let client = redis::Client::open(spec.url.as_str()).expect("bad Redis URL");
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                WorkerLock::Poll {
-                    connection: client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                        .expect("fleet worker: cannot connect to Redis"),
-                    release: redis::Script::new(crate::FLOOR_RELEASE),
-                    interval: Duration::from_millis(interval_ms),
-                }
-            }
+            Lock::Poll { interval_ms } => WorkerLock::Poll(
+                HandWritten::connect(&spec.url, Duration::from_millis(interval_ms)).await,
+            ),
+            Lock::FamilyPoll {
+                family,
+                interval_ms,
+            } => WorkerLock::FamilyPoll {
+                lock: HandWritten::connect(&spec.url, Duration::from_millis(interval_ms)).await,
+                family,
+                process: spec.process,
+                tasks: spec.tasks,
+            },
         }
     }
 
@@ -294,6 +299,12 @@ impl WorkerLock {
                 process,
                 tasks,
                 ..
+            }
+            | WorkerLock::FamilyPoll {
+                family,
+                process,
+                tasks,
+                ..
             } => family.section(process * tasks + turn.task, turn.n).tag,
             _ => 0,
         }
@@ -320,7 +331,7 @@ impl WorkerLock {
             }
             WorkerLock::Ring(ring) => {
                 ring.wait(name, token, turn).await;
-                Held::Token
+                Held::Turn
             }
             WorkerLock::Distlock { manager, options } => Held::Guard(
                 manager
@@ -328,29 +339,20 @@ impl WorkerLock {
                     .await
                     .expect("fleet worker: distlock acquire failed"),
             ),
-            WorkerLock::Poll {
-                connection,
-                interval,
-                ..
-            } => {
-                let key = format!("{PREFIX}{name}");
-                loop {
-                    let set: redis::Value = redis::cmd("SET")
-                        .arg(&key)
-                        .arg(token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(u64::try_from(TTL.as_millis()).expect("a ttl of centuries"))
-                        .query_async(&mut connection.clone())
-                        .await
-                        .expect("fleet worker: SET NX PX failed");
-                    match set {
-                        redis::Value::Okay => return Held::Token,
-                        redis::Value::Nil => tokio::time::sleep(*interval).await,
-                        other => panic!("fleet worker: SET NX PX answered {other:?}"),
+            WorkerLock::Poll(lock) => Held::Keys(lock.take_all(&[name.to_owned()], token).await),
+            WorkerLock::FamilyPoll {
+                lock,
+                family,
+                process,
+                tasks,
+            } => Held::Keys(
+                match family.by_hand(name, process * tasks + turn.task, turn.n) {
+                    ByHand::AnyOf { names, first } => {
+                        vec![lock.take_any(&names, first, token).await]
                     }
-                }
-            }
+                    ByHand::AllOf(names) => lock.take_all(&names, token).await,
+                },
+            ),
         }
     }
 
@@ -359,28 +361,15 @@ impl WorkerLock {
     /// A ring floor hands the turn to the next task.
     async fn release(&self, held: Held, name: &str, token: &str, turn: Turn) {
         match (self, held) {
-            (WorkerLock::Ring(ring), Held::Token) => ring.pass(name, token, turn).await,
+            (WorkerLock::Ring(ring), Held::Turn) => ring.pass(name, token, turn).await,
             (WorkerLock::Distlock { .. } | WorkerLock::Family { .. }, Held::Guard(guard)) => guard
                 .release()
                 .await
                 .expect("fleet worker: distlock release failed"),
-            (
-                WorkerLock::Poll {
-                    connection,
-                    release,
-                    ..
-                },
-                Held::Token,
-            ) => {
-                let deleted: i64 = release
-                    .key(format!("{PREFIX}{name}"))
-                    .arg(token)
-                    .invoke_async(&mut connection.clone())
-                    .await
-                    .expect("fleet worker: release script failed");
-                assert_eq!(deleted, 1, "fleet worker: the lock was no longer ours");
+            (WorkerLock::Poll(lock) | WorkerLock::FamilyPoll { lock, .. }, Held::Keys(keys)) => {
+                lock.release(&keys, token).await;
             }
-            _ => unreachable!("a guard comes from distlock, and only from it"),
+            _ => unreachable!("what a lock takes, that lock and only it gives back"),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The lock family across processes (`cargo bench --bench locks -- semaphore rwlock transfers`):
 //! the fleet workload's processes and start (see [`super`]), taking a semaphore, a read-write
-//! lock, or two keys at once, next to the mutex and a floor measured in the same run.
+//! lock, or two keys at once, next to the mutex, a floor and the same lock written by hand
+//! (the poll baseline), measured in the same run.
 //!
 //! Each workload runs `P`x`T` (default 16x1) worker processes, `S` sections of 1 ms per task,
 //! its contenders in rotated order within each of `R` rounds (defaults: 25 sections, 3
@@ -21,25 +22,44 @@
 //!   fixed by the task and the section: both orders occur), against the mutex and the floor
 //!   on one name: throughput and commands per section.
 //!
+//! Each workload also runs its **poll baseline**, `SET NX PX + 5 ms poll`: what a user without
+//! distlock writes by hand for that lock, as the fleet's mutex poll does (one multiplexed
+//! connection per process, `SET key token NX PX ttl`, 5 ms of sleep after a refusal, the
+//! compare-and-delete script to give a key back; see `fleet::hand_written` and
+//! [`Family::by_hand`]):
+//! - semaphore: 4 slot keys `<name>:slot:<i>`, tried in order from the task's own (task
+//!   modulo 4), the first that is free taken; when all refuse, a sleep and all again;
+//! - rwlock: one key for every section, reader or writer: a hand-written `SET NX` lock has no
+//!   shared mode, so the baseline is what a user without a read-write lock does, a mutex (and
+//!   it is checked as one);
+//! - transfers: both account keys in account order; when the second refuses, the first is
+//!   given back, and after a sleep both are asked for again.
+//!
+//! It reports the figures the other contenders do, and the family lock's over its own come
+//! under them for information: throughput, longest wait, permit gap (semaphore), commands per
+//! section.
+//!
 //! Every section is held by sleeping until its 1 ms is up (every contender alike): four
 //! permits or many readers spinning at once would take a 2-core machine's cores from the
 //! waiters they hand over to, and measure the machine rather than the lock. A sleep ends on the
 //! runtime's next timer tick, so sections last 1 to 2 ms.
 //!
 //! Every run is checked against its lock's promise (at most `n` holders; no reader with a
-//! writer; no account in two sections at once): a section that breaks it fails the bench after
-//! the report, as in the fleet workload.
+//! writer; no account in two sections at once; for the rwlock's poll baseline, one holder): a
+//! section that breaks it fails the bench after the report, as in the fleet workload.
 
 mod figures;
+mod poll_baseline;
 mod render;
 
 use serde::{Deserialize, Serialize};
 
 use distlock::{LockMode, LockOptions};
 
-use super::{ring, run_sections, FleetConfig, Lock, Shape, RING_SCRIPT_JOIN};
+use super::{ring, run_sections, FleetConfig, Lock, Shape, POLL_5, RING_SCRIPT_JOIN};
 use crate::DISTLOCK;
 use figures::{Rule, RunFigures, Summary};
+pub(crate) use poll_baseline::ByHand;
 
 /// The lock of a family workload, as a worker takes it (see `worker::WorkerLock::Family`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,39 +148,52 @@ const FLOOR_LOCK: Lock = Lock::Ring {
 fn contenders(workload: &str) -> Vec<(&'static str, Lock, Rule)> {
     let mutex = (DISTLOCK, Lock::Distlock, Rule::AtMost(1));
     let floor = (RING_SCRIPT_JOIN, FLOOR_LOCK, Rule::AtMost(1));
+    // The family lock's sections taken by hand (see `Family::by_hand`), under the rule of what
+    // it takes: a read-write lock written by hand is a mutex, which is stricter than "a writer
+    // is alone".
+    let poll = |family, rule| {
+        (
+            POLL_5,
+            Lock::FamilyPoll {
+                family,
+                interval_ms: 5,
+            },
+            rule,
+        )
+    };
     match workload {
-        "semaphore" => vec![
-            (
-                SEMAPHORE,
-                Lock::Family(Family::Semaphore { permits: 4 }),
-                Rule::AtMost(4),
-            ),
-            mutex,
-            floor,
-        ],
-        "rwlock" => vec![
-            (
-                READERS_90,
-                Lock::Family(Family::ReadWrite { readers_in_10: 9 }),
-                Rule::ReadWrite,
-            ),
-            (
-                ALL_WRITERS,
-                Lock::Family(Family::ReadWrite { readers_in_10: 0 }),
-                Rule::ReadWrite,
-            ),
-            mutex,
-            floor,
-        ],
-        "transfers" => vec![
-            (
-                TRANSFERS,
-                Lock::Family(Family::Transfers { accounts: 8 }),
-                Rule::Accounts,
-            ),
-            mutex,
-            floor,
-        ],
+        "semaphore" => {
+            let semaphore = Family::Semaphore { permits: 4 };
+            vec![
+                (SEMAPHORE, Lock::Family(semaphore), Rule::AtMost(4)),
+                mutex,
+                floor,
+                poll(semaphore, Rule::AtMost(4)),
+            ]
+        }
+        "rwlock" => {
+            let readers_90 = Family::ReadWrite { readers_in_10: 9 };
+            vec![
+                (READERS_90, Lock::Family(readers_90), Rule::ReadWrite),
+                (
+                    ALL_WRITERS,
+                    Lock::Family(Family::ReadWrite { readers_in_10: 0 }),
+                    Rule::ReadWrite,
+                ),
+                mutex,
+                floor,
+                poll(readers_90, Rule::AtMost(1)),
+            ]
+        }
+        "transfers" => {
+            let transfers = Family::Transfers { accounts: 8 };
+            vec![
+                (TRANSFERS, Lock::Family(transfers), Rule::Accounts),
+                mutex,
+                floor,
+                poll(transfers, Rule::Accounts),
+            ]
+        }
         other => panic!("no lock-family workload named {other:?}"),
     }
 }
@@ -447,5 +480,46 @@ fn ratios(workload: &str, results: &[(&'static str, Summary)]) -> Vec<Ratio> {
         "info",
         None,
     ));
+    if let Some(poll) = of(POLL_5) {
+        out.extend(
+            poll_baseline_ratios(workload, family, poll)
+                .into_iter()
+                .map(|(name, value)| {
+                    ratio(
+                        format!("{name}, {lock} / poll baseline's"),
+                        value,
+                        "info",
+                        None,
+                    )
+                }),
+        );
+    }
     out
+}
+
+/// The family lock's figures over the poll baseline's (`SET NX PX + 5 ms poll`, what a user
+/// writes without distlock), for information: the issue sets no target on them.
+fn poll_baseline_ratios(
+    workload: &str,
+    family: &Summary,
+    poll: &Summary,
+) -> Vec<(&'static str, f64)> {
+    let mut ratios = vec![
+        (
+            "throughput",
+            family.throughput_per_s / poll.throughput_per_s,
+        ),
+        (
+            "longest wait",
+            family.longest_wait_ms / poll.longest_wait_ms,
+        ),
+        (
+            "commands per section",
+            family.commands_per_section / poll.commands_per_section,
+        ),
+    ];
+    if workload == "semaphore" {
+        ratios.push(("permit gap p50", family.gap_p50_ms / poll.gap_p50_ms));
+    }
+    ratios
 }

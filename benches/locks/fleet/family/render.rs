@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::FamilyReport;
 use crate::fleet::render::figure;
+use crate::fleet::POLL_5;
 
 impl FamilyReport {
     /// One table per workload and shape, its ratios under it, and the load of the machine.
@@ -61,7 +62,7 @@ impl FamilyReport {
                     .map_or_else(|| "-".to_owned(), |limit| format!("{} {limit}", ratio.op));
                 let _ = writeln!(
                     out,
-                    "  {:<62} {:>8} {:>8}  {}",
+                    "  {:<72} {:>8} {:>8}  {}",
                     ratio.name,
                     figure(ratio.value, 3),
                     limit,
@@ -75,8 +76,11 @@ impl FamilyReport {
              entries paired in time order); all n = of the time someone waited, the share with \
              every permit (the one lock) in use; busy = of that time, the mean share of the \
              permits in use; cmds/sec = Redis commands per section (INFO \
-             commandstats, scripts' own calls included); sections let in against their lock's \
-             rule {} (must be 0)",
+             commandstats, scripts' own calls included); {POLL_5} = the family lock by hand: \
+             one of 4 slot keys, one key for readers and writers alike (no shared mode: the \
+             read-write lock of a user without one), or both account keys in order, giving the \
+             first back when the second is refused; sections let in against their lock's rule \
+             {} (must be 0)",
             self.overlaps
         );
         out
