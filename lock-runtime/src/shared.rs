@@ -32,8 +32,6 @@ pub(crate) struct Shared {
     pub(crate) description: String,
     /// The process it was made in (and, through [`Shared::current`], the one using it).
     pub(crate) pid: u32,
-    /// Tells whether this process is one forked from the one it was made in.
-    made_here: MadeHere,
     remake: Remake,
     /// The inside made from the same settings in a process forked from this one (the first
     /// to ask, in each process: a grandchild finds its parent's here, and goes one further).
@@ -55,7 +53,6 @@ impl Shared {
             queues: Arc::new(LocalQueues::default()),
             description,
             pid: std::process::id(),
-            made_here: MadeHere::now(),
             remake,
             forked: OnceCell::new(),
         }
@@ -68,7 +65,7 @@ impl Shared {
     /// [`LockError::Config`] if the settings, accepted in the process that made `self`, cannot
     /// be set up again here (not expected: making the inside anew sends nothing).
     pub(crate) fn current(self: &Arc<Self>) -> Result<&Arc<Self>, LockError> {
-        if !self.is_inherited() {
+        if self.pid == std::process::id() {
             return Ok(self);
         }
         let forked = self.forked.get_or_try_init(|| {
@@ -84,34 +81,6 @@ impl Shared {
     /// Whether this inside belongs to another process (this one was forked from it): what it
     /// holds is that process's to release.
     pub(crate) fn is_inherited(&self) -> bool {
-        self.made_here.forked_since()
-    }
-}
-
-/// A mark of the process it is made in, that tells whether the process reading it was forked
-/// from that one since: on every acquire and release, so read without a system call where the
-/// platform allows.
-#[derive(Clone)]
-enum MadeHere {
-    /// The count of forks that a `pthread_atfork` handler keeps.
-    Counted(forkguard::Guard),
-    /// The process id, asked of the kernel each time: where no fork handler could be set.
-    ByPid(forkguard::pid::Guard),
-}
-
-impl MadeHere {
-    fn now() -> Self {
-        forkguard::Guard::try_new().map_or_else(
-            |_| MadeHere::ByPid(forkguard::pid::Guard::default()),
-            MadeHere::Counted,
-        )
-    }
-
-    fn forked_since(&self) -> bool {
-        // On a copy: the mark stays the one of the process it was made in.
-        match self {
-            MadeHere::Counted(guard) => guard.clone().detected_fork(),
-            MadeHere::ByPid(guard) => guard.clone().detected_fork(),
-        }
+        self.pid != std::process::id()
     }
 }
