@@ -530,9 +530,21 @@ fn the_attribute_on_a_plain_fn_releases_after_the_bodys_temporaries() {
 /// running nothing the parent's other threads may have left half done.
 #[allow(unsafe_code)]
 fn fork_and_wait(limit: Duration, child: impl FnOnce() -> Result<(), String>) -> ExitCode {
+    // SAFETY: see `fork_by_and_wait`.
+    fork_by_and_wait(|| unsafe { libc::fork() }, limit, child)
+}
+
+/// [`fork_and_wait`], the process forked by `fork` (a `fork(2)` of some flavour: returns the
+/// child's pid in the parent, 0 in the child).
+#[allow(unsafe_code)]
+fn fork_by_and_wait(
+    fork: impl FnOnce() -> libc::pid_t,
+    limit: Duration,
+    child: impl FnOnce() -> Result<(), String>,
+) -> ExitCode {
     // SAFETY: see above; the child touches no lock another thread may hold but distlock's own,
     // which is what the test checks.
-    let pid = unsafe { libc::fork() };
+    let pid = fork();
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let code = match child() {
@@ -772,6 +784,77 @@ fn a_forked_child_cannot_release_or_extend_its_parents_guard() {
     let worker = spawn_worker(
         "blocking::fork_inherited_guard_worker",
         &[("DISTLOCK_FORK_INHERITED_URL", server.url())],
+    );
+    for status in wait_all(vec![worker], Duration::from_secs(90)) {
+        assert!(status.success(), "the fork worker failed: {status}");
+    }
+}
+
+// `_Fork` (glibc 2.34, POSIX.1-2024): the async-signal-safe fork, which runs no
+// `pthread_atfork` handler.
+#[allow(unsafe_code)]
+extern "C" {
+    fn _Fork() -> libc::pid_t;
+}
+
+/// The worker of the test below, started by `spawn_worker`.
+pub(crate) fn fork_by_underscore_fork_worker() {
+    let url = std::env::var("DISTLOCK_UNDERSCORE_FORK_URL")
+        .expect("set by the test that starts this worker");
+    let manager = LockManager::connect(&url).unwrap();
+    let guard = manager
+        .acquire("blocking:fork:underscore", &ttl(30_000))
+        .unwrap();
+    let token = guard.token().to_owned();
+    let slot = std::cell::RefCell::new(Some(guard));
+    let child = || -> Result<(), String> {
+        let guard = slot.borrow_mut().take().ok_or("no guard")?;
+        // The release, on a thread of its own, so that a child that hangs in it still reports.
+        let (sent, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sent.send(guard.release().is_ok());
+        });
+        match answer.recv_timeout(Duration::from_secs(5)) {
+            Ok(true) => return Err("the child released its parent's lock".into()),
+            Ok(false) => {}
+            Err(_) => return Err("the child's release of its parent's guard hangs".into()),
+        }
+        let mut redis = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection())
+            .map_err(|error| error.to_string())?;
+        let value: Option<String> = redis::cmd("GET")
+            .arg("lock:blocking:fork:underscore")
+            .query(&mut redis)
+            .map_err(|error| error.to_string())?;
+        match value {
+            Some(held) if held == token => Ok(()),
+            other => Err(format!("the parent's lock now holds {other:?}")),
+        }
+    };
+    // SAFETY: as `libc::fork` in `fork_and_wait`.
+    #[allow(unsafe_code)]
+    let ended = fork_by_and_wait(|| unsafe { _Fork() }, Duration::from_secs(30), child);
+    assert_eq!(ended, ExitCode(Some(0)), "the forked child failed");
+    let guard = slot.into_inner().expect("the parent's guard");
+    assert!(guard.is_held().unwrap(), "the parent still holds it");
+    guard.release().unwrap();
+}
+
+/// A child forked by `_Fork` (the async-signal-safe fork of glibc 2.34 and POSIX.1-2024, which
+/// runs no `pthread_atfork` handler; so does a raw `fork`/`clone` system call) is a forked child
+/// all the same. Since 11ddd32 a manager tells a forked child only by forkguard's
+/// `pthread_atfork` counter, which such a fork never counts: the child takes its parent's
+/// guard for its own and releases the parent's lock (or hangs on its parent's runtime, whose
+/// threads were not forked). The parent's process id, asked as before, tells it.
+///
+/// Interleaving: parent acquires `L` (token T) → parent `_Fork`s → child: `guard.release()` →
+/// `Held::not_inherited` reads the counter, unchanged → the release runs as the holder's.
+#[test]
+fn a_child_forked_without_fork_handlers_cannot_release_its_parents_guard() {
+    let server = shared_server();
+    let worker = spawn_worker(
+        "blocking::fork_by_underscore_fork_worker",
+        &[("DISTLOCK_UNDERSCORE_FORK_URL", server.url())],
     );
     for status in wait_all(vec![worker], Duration::from_secs(90)) {
         assert!(status.success(), "the fork worker failed: {status}");

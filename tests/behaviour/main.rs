@@ -81,5 +81,9 @@ fn worker() {
             "blocking::fork_inherited_guard_worker",
             blocking::fork_inherited_guard_worker,
         ),
+        (
+            "blocking::fork_by_underscore_fork_worker",
+            blocking::fork_by_underscore_fork_worker,
+        ),
     ]);
 }
