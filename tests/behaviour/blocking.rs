@@ -842,13 +842,12 @@ pub(crate) fn fork_by_underscore_fork_worker() {
 
 /// A child forked by `_Fork` (the async-signal-safe fork of glibc 2.34 and POSIX.1-2024, which
 /// runs no `pthread_atfork` handler; so does a raw `fork`/`clone` system call) is a forked child
-/// all the same. Since 11ddd32 a manager tells a forked child only by forkguard's
-/// `pthread_atfork` counter, which such a fork never counts: the child takes its parent's
-/// guard for its own and releases the parent's lock (or hangs on its parent's runtime, whose
-/// threads were not forked). The parent's process id, asked as before, tells it.
+/// all the same, and cannot release its parent's guard. A check by a counter that fork handlers
+/// keep would never count such a fork: the child would take its parent's guard for its own and
+/// release the parent's lock. The process id tells it.
 ///
-/// Interleaving: parent acquires `L` (token T) → parent `_Fork`s → child: `guard.release()` →
-/// `Held::not_inherited` reads the counter, unchanged → the release runs as the holder's.
+/// Interleaving guarded against: parent acquires `L` (token T) → parent `_Fork`s → child:
+/// `guard.release()` → the fork check → a release as the holder's would delete `L`.
 #[test]
 fn a_child_forked_without_fork_handlers_cannot_release_its_parents_guard() {
     let server = shared_server();
