@@ -170,11 +170,14 @@ async fn a_release_that_finds_a_waiter_hands_over_with_one_round_trip_more() {
     guard.release().await.expect("ours");
 
     let guard = manager.acquire("rt:handed", &options).await.expect("free");
+    // The waiter releases only once the stats are read: its release is not counted.
+    let (counted, stats_read) = tokio::sync::oneshot::channel::<()>();
     let waiter = tokio::spawn(async move {
         let guard = waiting
             .acquire("rt:handed", &options)
             .await
             .expect("handed over");
+        stats_read.await.expect("the stats were read");
         guard.release().await.expect("ours");
     });
     let line = test_support::keys::named("rt:handed").line();
@@ -196,5 +199,12 @@ async fn a_release_that_finds_a_waiter_hands_over_with_one_round_trip_more() {
         "the release of a lock held alone, then the full release: {stats:?}"
     );
     assert_eq!(stats.get("lindex"), Some(&1), "{stats:?}");
+    assert_eq!(stats.get("publish"), Some(&1), "handed over: {stats:?}");
+    assert_eq!(
+        stats.get("del"),
+        None,
+        "the lock was never deleted: {stats:?}"
+    );
+    counted.send(()).expect("the waiter waits");
     waiter.await.expect("the waiter got the lock");
 }
