@@ -131,11 +131,7 @@ impl LockManager {
                         turn,
                         since,
                         expires_in,
-                        taken: if won.via == Via::FirstTry {
-                            Taken::FirstTry
-                        } else {
-                            Taken::Otherwise
-                        },
+                        taken: taken_by(won.via),
                     };
                     return Ok(LockGuard::acquired(&self.inner, acquired, options));
                 }
@@ -273,6 +269,15 @@ impl LockManager {
                 message
             }
         }
+    }
+}
+
+/// How a lock won `via` was taken, for its release: only a first try's writes nothing else.
+fn taken_by(via: Via) -> Taken {
+    if via == Via::FirstTry {
+        Taken::FirstTry
+    } else {
+        Taken::Otherwise
     }
 }
 
