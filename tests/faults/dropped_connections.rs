@@ -415,6 +415,44 @@ fn a_short_release_whose_reply_was_lost_reports_the_error_not_lost() {
     });
 }
 
+/// The short release of a lock an operator broke, whose reply is lost with its connection: the
+/// operator's `forced` mark names the holder's token, which proves the lock was still the
+/// holder's when it was broken (the mark is written only then), so the short release cannot
+/// have removed it: the holder is told `Lost { ForceReleased }`, not a bare Redis error.
+#[test]
+fn a_short_release_whose_reply_was_lost_after_an_operator_broke_the_lock_says_so() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:short-release-forced";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let operator = test_support::connect(&server).await;
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the lock is held");
+        assert!(operator.force_release(&info).await.unwrap());
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let lost = proxy.replies_lost();
+        assert!(
+            matches!(
+                released,
+                Err(LockError::Lost {
+                    cause: distlock::LostCause::ForceReleased,
+                    ..
+                })
+            ) && lost == 1,
+            "the release whose reply was lost answered {released:?} (replies lost: {lost})"
+        );
+    });
+}
+
 /// A release after a section of more than a second (its connection may have been closed for
 /// being idle, so it leaves a marker), with a waiter in line, whose reply is lost with its
 /// connection: sent once more, it finds its own release in the marker and answers Ok — not

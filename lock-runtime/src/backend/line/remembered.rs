@@ -13,6 +13,7 @@ use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::recent::Written;
 use crate::backend::{Attempt, LockRequest, Ownership, Released, Taken, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
+use crate::LostCause;
 
 /// How many times an attempt is made again when its script met a leased set of readers that
 /// was gone when looked at: each time, readers came and went within one round trip.
@@ -233,7 +234,16 @@ impl Node {
             .await;
         let released = self.naming_the_key(keys, released).await;
         if let Some(error) = unanswered {
-            if !matches!(released, Ok(Released::HandedOver | Released::Freed)) {
+            // A lock found ours was not removed by the short release. Neither was one an
+            // operator broke: the `forced` mark is written only while the lock key still holds
+            // the holder's token, so a mark naming ours proves the lock was there to break.
+            // Any other lock not found ours may be the short release's doing.
+            if !matches!(
+                released,
+                Ok(Released::HandedOver
+                    | Released::Freed
+                    | Released::NotOurs(LostCause::ForceReleased))
+            ) {
                 return Err(error);
             }
         }
