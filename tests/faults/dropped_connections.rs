@@ -453,6 +453,105 @@ fn a_short_release_whose_reply_was_lost_after_an_operator_broke_the_lock_says_so
     });
 }
 
+/// The short release of a lock held alone deletes it, its reply lost with its connection; an
+/// operator who saw the lock held breaks it before the full release that follows arrives: the
+/// lock no longer holds the holder's token, so the operator breaks nothing and writes no
+/// `forced` mark, and the full release finds the lock nobody's — the release reports the Redis
+/// error, never `Lost` (it did release the lock). The interleaving the `ForceReleased` answer
+/// trusted after a lost short reply must not take for an operator's doing.
+#[test]
+fn a_short_release_whose_reply_was_lost_then_an_operator_break_is_not_force_released() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:short-release-then-forced";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let operator = test_support::connect(&server).await;
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the lock is held");
+        // Every hop through the proxy takes 200 ms: the full release, on a new connection,
+        // reaches Redis well after the short release has run.
+        proxy.set_delay(Duration::from_millis(200));
+        proxy.lose_next_reply_to(&key);
+        let release = tokio::spawn(guard.release());
+        let start = Instant::now();
+        while server.exists(&key) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the lock was never deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let broken = operator.force_release(&info).await;
+        let forced = keys::named(name).forced();
+        let mark = server.get(&forced);
+        let released = release.await.unwrap();
+        let lost = proxy.replies_lost();
+        assert!(
+            matches!(broken, Ok(false)),
+            "the operator broke a lock already deleted: {broken:?}"
+        );
+        assert_eq!(mark, None, "a `forced` mark was written for a deleted lock");
+        assert!(
+            matches!(released, Err(LockError::Redis(_))) && lost == 1,
+            "the release whose reply was lost answered {released:?} (replies lost: {lost})"
+        );
+    });
+}
+
+/// The `forced` mark of an earlier lock of the same name (another token, broken by an
+/// operator) is still there when a new holder's short release runs and its reply is lost: the
+/// mark does not name the new holder, so its release reports the Redis error, not `Lost`.
+#[test]
+fn a_short_release_whose_reply_was_lost_ignores_an_earlier_holders_forced_mark() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:short-release-old-mark";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let operator = test_support::connect(&server).await;
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        let first = holder.acquire(name, &options).await.unwrap();
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the lock is held");
+        assert!(operator.force_release(&info).await.unwrap());
+        let forced = keys::named(name).forced();
+        assert!(server.exists(&forced), "the operator's mark is there");
+        assert!(matches!(
+            first.release().await,
+            Err(LockError::Lost {
+                cause: distlock::LostCause::ForceReleased,
+                ..
+            })
+        ));
+        let guard = holder.acquire(name, &options).await.unwrap();
+        assert!(
+            server.exists(&forced),
+            "the earlier holder's mark is still there"
+        );
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let lost = proxy.replies_lost();
+        assert!(
+            matches!(released, Err(LockError::Redis(_))) && lost == 1,
+            "the release whose reply was lost answered {released:?} (replies lost: {lost})"
+        );
+        assert!(!server.exists(&key), "the short release deleted the lock");
+    });
+}
+
 /// A release after a section of more than a second (its connection may have been closed for
 /// being idle, so it leaves a marker), with a waiter in line, whose reply is lost with its
 /// connection: sent once more, it finds its own release in the marker and answers Ok — not
