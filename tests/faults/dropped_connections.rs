@@ -552,6 +552,84 @@ fn a_short_release_whose_reply_was_lost_ignores_an_earlier_holders_forced_mark()
     });
 }
 
+/// A first try whose `SET` ran but whose reply was lost is sent once more (the acquire script,
+/// same token); an operator breaks the lock its first send took before the second lands, so the
+/// second takes the free lock again under that token — with the operator's `forced` mark still
+/// naming it. The short release of that lock deletes it and its reply is lost: the mark names
+/// the holder's token, yet the short release did remove the lock (it was the holder's again), so
+/// the release must report the Redis error, not `Lost { ForceReleased }`.
+#[test]
+fn a_short_release_whose_reply_was_lost_of_a_lock_retaken_after_a_break_is_not_force_released() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:short-release-retaken";
+    let key = format!("lock:{name}");
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let operator = test_support::connect(&server).await;
+        let options = LockOptions::new().ttl(Duration::from_secs(20));
+        // Every hop through the proxy takes 50 ms: the first try's second send, on a new
+        // connection, reaches Redis well after the operator has broken what its first took.
+        proxy.set_delay(Duration::from_millis(50));
+        proxy.lose_next_reply_to(&key);
+        let attempt = tokio::spawn({
+            let holder = holder.clone();
+            let options = options.clone();
+            async move { holder.try_acquire(name, &options).await }
+        });
+        let start = Instant::now();
+        while !server.exists(&key) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the first try's SET never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let info = operator
+            .inspect(name)
+            .await
+            .unwrap()
+            .expect("the first send took the lock");
+        assert!(operator.force_release(&info).await.unwrap());
+        let guard = attempt
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the second send took the free lock");
+        proxy.set_delay(Duration::ZERO);
+        assert_eq!(proxy.replies_lost(), 1, "the first try's reply was lost");
+        assert_eq!(
+            server.get(&key).as_deref(),
+            Some(guard.token()),
+            "the second send took the lock again under the same token"
+        );
+        let forced = keys::named(name).forced();
+        assert_eq!(
+            server.get(&forced).as_deref(),
+            Some(guard.token()),
+            "the operator's mark names the token that holds the lock again"
+        );
+        // A call on the holder's connection just before the release, which would otherwise
+        // count the slow acquisition as idle time and send the marked full release instead.
+        assert!(holder.inspect(name).await.unwrap().is_some());
+        let short_releases = server.command_count("lindex");
+        proxy.lose_next_reply_to(&key);
+        let released = guard.release().await;
+        let lost = proxy.replies_lost();
+        assert_eq!(
+            server.command_count("lindex"),
+            short_releases + 1,
+            "the short release ran"
+        );
+        assert!(!server.exists(&key), "the short release deleted the lock");
+        assert!(
+            matches!(released, Err(LockError::Redis(_))) && lost == 2,
+            "the release whose reply was lost answered {released:?} (replies lost: {lost})"
+        );
+    });
+}
+
 /// A release after a section of more than a second (its connection may have been closed for
 /// being idle, so it leaves a marker), with a waiter in line, whose reply is lost with its
 /// connection: sent once more, it finds its own release in the marker and answers Ok — not
