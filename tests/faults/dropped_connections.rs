@@ -554,10 +554,10 @@ fn a_short_release_whose_reply_was_lost_ignores_an_earlier_holders_forced_mark()
 
 /// A first try whose `SET` ran but whose reply was lost is sent once more (the acquire script,
 /// same token); an operator breaks the lock its first send took before the second lands, so the
-/// second takes the free lock again under that token — with the operator's `forced` mark still
-/// naming it. The short release of that lock deletes it and its reply is lost: the mark names
-/// the holder's token, yet the short release did remove the lock (it was the holder's again), so
-/// the release must report the Redis error, not `Lost { ForceReleased }`.
+/// second takes the free lock again under that token, and clears the operator's `forced` mark
+/// of it: that token holds the lock anew. The short release of that lock deletes it and its
+/// reply is lost: the short release did remove the lock, so the release must report the Redis
+/// error, not `Lost { ForceReleased }` from a mark left naming the token.
 #[test]
 fn a_short_release_whose_reply_was_lost_of_a_lock_retaken_after_a_break_is_not_force_released() {
     let server = RedisServer::start();
@@ -606,9 +606,9 @@ fn a_short_release_whose_reply_was_lost_of_a_lock_retaken_after_a_break_is_not_f
         );
         let forced = keys::named(name).forced();
         assert_eq!(
-            server.get(&forced).as_deref(),
-            Some(guard.token()),
-            "the operator's mark names the token that holds the lock again"
+            server.get(&forced),
+            None,
+            "the second send, which holds the lock anew, cleared the operator's mark of its token"
         );
         // A call on the holder's connection just before the release, which would otherwise
         // count the slow acquisition as idle time and send the marked full release instead.

@@ -105,7 +105,13 @@ impl Node {
         };
         let channel = wait.channel_arg();
 
-        let (line, fence, since, leases) = (keys.line(), keys.fence(), keys.since(), keys.leases());
+        let (line, fence, since, leases, forced) = (
+            keys.line(),
+            keys.fence(),
+            keys.since(),
+            keys.leases(),
+            keys.forced(),
+        );
         let renewing = matches!(wait, Wait::InLine { renewing: true, .. });
         let (entry_text, lease) = match entry.filter(|_| renewing) {
             // The lease only when the entry names the channel this look names: else
@@ -122,7 +128,7 @@ impl Node {
         };
         let mut cmd = scripts::evalsha(
             &scripts::ACQUIRE,
-            &[&keys.lock, &line, &fence, &since, &leases],
+            &[&keys.lock, &line, &fence, &since, &leases, &forced],
             10,
             token.len() + 20 + 1 + channel.len() + 20 + 20 + 5 + 1 + entry_text.len() + lease.len(),
         );

@@ -236,7 +236,8 @@ impl Node {
         if let Some(error) = unanswered {
             // A lock found ours was not removed by the short release. Neither was one an
             // operator broke: the `forced` mark is written only while the lock key still holds
-            // the holder's token, so a mark naming ours proves the lock was there to break.
+            // the holder's token, and cleared when a first try sent again takes the lock anew
+            // under that token, so a mark naming ours proves the lock was there to break.
             // Any other lock not found ours may be the short release's doing.
             if !matches!(
                 released,
