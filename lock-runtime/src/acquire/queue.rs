@@ -31,8 +31,8 @@ pub(crate) struct LocalQueues {
     queues: Mutex<Queues>,
 }
 
-/// The queues by key.
-type Queues = HashMap<Arc<str>, Arc<KeyQueue>>;
+/// The queues by key (hashed with foldhash: this map is on every acquisition's path).
+type Queues = HashMap<Arc<str>, Arc<KeyQueue>, foldhash::fast::RandomState>;
 
 /// One key's line: one permit, and who has it.
 struct KeyQueue {
