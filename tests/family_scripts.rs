@@ -758,6 +758,7 @@ fn a_name_held_as_a_mutex_is_refused_by_the_semaphore_and_the_other_way() {
             helpers.line(),
             helpers.fence(),
             helpers.since(),
+            helpers.forced(),
             helpers.leases(),
         ])
         .arg(value(name, "m"))

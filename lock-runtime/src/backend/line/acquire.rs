@@ -105,12 +105,12 @@ impl Node {
         };
         let channel = wait.channel_arg();
 
-        let (line, fence, since, leases, forced) = (
+        let (line, fence, since, forced, leases) = (
             keys.line(),
             keys.fence(),
             keys.since(),
-            keys.leases(),
             keys.forced(),
+            keys.leases(),
         );
         let renewing = matches!(wait, Wait::InLine { renewing: true, .. });
         let (entry_text, lease) = match entry.filter(|_| renewing) {
@@ -128,7 +128,7 @@ impl Node {
         };
         let mut cmd = scripts::evalsha(
             &scripts::ACQUIRE,
-            &[&keys.lock, &line, &fence, &since, &leases, &forced],
+            &[&keys.lock, &line, &fence, &since, &forced, &leases],
             10,
             token.len() + 20 + 1 + channel.len() + 20 + 20 + 5 + 1 + entry_text.len() + lease.len(),
         );

@@ -5,8 +5,8 @@
 -- KEYS[2]   its line (entries: see line_prelude.lua)
 -- KEYS[3]   its fencing counter
 -- KEYS[4]   its `since` record
--- KEYS[5]   its lease table
--- KEYS[6]   its `forced` mark
+-- KEYS[5]   its `forced` mark
+-- KEYS[6]   its lease table (the last key: see line_prelude.lua)
 -- ARGV[1]   token
 -- ARGV[2]   ttl, ms
 -- ARGV[3]   "1" issue a fencing token, "0" not
@@ -76,11 +76,11 @@ if not held then
     -- a millisecond between the two, and then the record must be the one that ends first.
     if ARGV[7] ~= 'first' then
       granted(ARGV[1], ARGV[2])
-    elseif redis.pcall('GET', KEYS[6]) == ARGV[1] then
+    elseif redis.pcall('GET', KEYS[5]) == ARGV[1] then
       -- A first try sent again after an operator broke the lock its first run took: the
       -- token holds the lock anew, and the mark no longer speaks for it (it would call a
       -- later expiry a break, and make a release that deleted the lock look broken).
-      redis.call('DEL', KEYS[6])
+      redis.call('DEL', KEYS[5])
     end
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     return {1, fence, tonumber(ARGV[2])}
