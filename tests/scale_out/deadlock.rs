@@ -1137,3 +1137,120 @@ async fn a_record_write_drops_lapsed_records_and_replaces_a_key_of_another_type(
     held.release().await.unwrap();
     blocker.release().await.unwrap();
 }
+
+/// A multi-key acquisition taken by one script (`t`: names in one slot, on a cluster) holds a
+/// key only while every name before it is its own or free: once one of those is taken, its
+/// next look (every renewal, 1 s) gives the key back, handed to the first waiter of its line,
+/// and waits for the name taken. So `t`, holding `k` (handed to it in k's line while `n` was
+/// free) and waiting for `b`, does not wait for `n` holding `k`, though its record at `k` names
+/// `n`. Here `z`, an `acquire_all` taken one by one (its names across slots) whose wait began
+/// after `t`'s and is walked every 0.7 s, takes `z0` and then `n` (free) just after one of
+/// `t`'s looks, and waits for `k`: `t`'s next look hands `k` to `z`. Nothing is a cycle; `z`
+/// gets its locks, then `t` gets its own. `z`'s two walks before `t`'s next look must not
+/// report `k → n` as a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_multi_key_waiter_gives_back_at_its_next_look_closes_no_cycle() {
+    let cluster = crate::cluster::shared_cluster();
+    let (n, k, b, z0) = ("{dlgb}:1n", "{dlgb}:2k", "{dlgb}:3b", "dlgb:0");
+    let k_key = format!("lock:{k}");
+    // z0 sorts before n (byte-wise), in another slot: z takes z0, then n, then waits for k.
+    assert!(format!("lock:{z0}") < format!("lock:{n}"));
+    assert_ne!(
+        cluster.slot_of(&format!("lock:{z0}")),
+        cluster.slot_of(&format!("lock:{n}")),
+        "z's names are taken one by one"
+    );
+    let holders = crate::cluster::cluster_manager(&cluster.urls()).await;
+    let t_manager = crate::cluster::cluster_manager(&cluster.urls()).await;
+    let z_manager = crate::cluster::cluster_manager(&cluster.urls()).await;
+    let k_node = redis::Client::open(cluster.node_for_key(&k_key).url()).unwrap();
+    let mut k_node = k_node.get_multiplexed_async_connection().await.unwrap();
+    let timeout = Duration::from_secs(30);
+    let hold_b = holders.acquire(b, &options("v")).await.unwrap();
+    let hold_k = holders.acquire(k, &options("h")).await.unwrap();
+    let hold_z0 = holders.acquire(z0, &options("h")).await.unwrap();
+    // t: n free, k busy: t waits in k's line.
+    let t_task = {
+        let manager = t_manager.clone();
+        tokio::spawn(async move {
+            let options = options("t").timeout(timeout);
+            let (report, guard) = report_of(manager.acquire_all(&[n, k, b], &options).await);
+            if let Some(guard) = guard {
+                guard.release().await.unwrap();
+            }
+            format!("t {report}")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // z waits for z0; its wait is watched from now on (walks at 0.4 s, then every 0.7 s).
+    let z_started = tokio::time::Instant::now();
+    let z_task = {
+        let manager = z_manager.clone();
+        tokio::spawn(async move {
+            let options = options("z").timeout(timeout);
+            let (report, guard) = report_of(manager.acquire_all(&[z0, n, k], &options).await);
+            if let Some(guard) = guard {
+                guard.release().await.unwrap();
+            }
+            format!("z {report}")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // k handed to t: t holds it, its ttl cut to the lease (3 s) at each of t's looks, and waits
+    // in b's line.
+    hold_k.release().await.unwrap();
+    let pttl = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let key = k_key.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    // Past a walk of t's, which writes its record at k.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let left = pttl(&mut k_node).await;
+    assert!((0..=3000).contains(&left), "t holds k: {left}");
+    // Just after one of t's looks (k's ttl goes back up), when z's next walk comes 60..180 ms
+    // later, z0 is released: z takes z0 and n at once and waits for k. t's next look comes
+    // 1 s after its last; z walks twice before it.
+    let walk_every = Duration::from_millis(700);
+    let first_walk = z_started + Duration::from_millis(400);
+    let mut last = pttl(&mut k_node).await;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        assert!(tokio::time::Instant::now() < give_up, "no look of t's came");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let now_left = pttl(&mut k_node).await;
+        let looked = now_left > last;
+        last = now_left;
+        if !looked {
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        let walks = (now - first_walk).as_millis() / walk_every.as_millis() + 1;
+        let next_walk = first_walk + walk_every * u32::try_from(walks).unwrap();
+        let ahead = next_walk - now;
+        if ahead >= Duration::from_millis(60) && ahead <= Duration::from_millis(180) {
+            break;
+        }
+    }
+    hold_z0.release().await.unwrap();
+    let z_report = tokio::time::timeout(Duration::from_secs(20), z_task)
+        .await
+        .expect("z ends")
+        .unwrap();
+    hold_b.release().await.unwrap();
+    let t_report = tokio::time::timeout(Duration::from_secs(20), t_task)
+        .await
+        .expect("t ends")
+        .unwrap();
+    assert_eq!(
+        [z_report.as_str(), t_report.as_str()],
+        ["z ok", "t ok"],
+        "no cycle: t gives k to z at its next look"
+    );
+}

@@ -9,7 +9,9 @@
 //!   look at a lock gives its holders (a mutex's one, or a read lock's readers) and each
 //!   holder's waits; each wait leads to the lock it waits for. It ends with a cycle when a
 //!   holder is this waiter (one of its tokens) at the end of a path — a lock wanted that the
-//!   waiter holds already (a multi-key acquisition's, handed to it meanwhile) is no path —
+//!   waiter holds already (a multi-key acquisition's, handed to it meanwhile) is no path, nor
+//!   ends one that began at a wanted lock sorting before it; and a multi-key acquisition's
+//!   hold of one of its names waits only for the names after it (`multi_key_hold`) —
 //!   and without one when every path ended — at a
 //!   free lock, a holder that does not wait (or whose wait is not recorded), a lock already
 //!   looked at in this walk (a cycle that does not pass through this waiter: its own members
@@ -29,7 +31,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::waits::{Seen, WaitRecord};
+use crate::backend::waits::{Holder, Seen, WaitRecord};
 
 /// How long a waiter that holds locks waits before its first walk.
 pub(crate) const FIRST_WALK: Duration = Duration::from_millis(400);
@@ -61,6 +63,8 @@ pub(crate) struct Waiter {
 /// One walk in progress: the paths still to follow, deepest last.
 #[derive(Debug)]
 pub(crate) struct Walk {
+    /// The locks wanted (full keys).
+    wanted: Vec<String>,
     /// Locks to look at, each with the edges that led to it (empty for a lock wanted).
     pending: Vec<(String, Vec<Edge>)>,
     /// The locks looked at so far.
@@ -73,6 +77,7 @@ impl Walk {
     /// A walk from the locks wanted, first of `wanted` first.
     pub(crate) fn new(wanted: &[String]) -> Self {
         Walk {
+            wanted: wanted.to_vec(),
             pending: wanted
                 .iter()
                 .rev()
@@ -104,19 +109,20 @@ impl Walk {
         let mine = seen
             .holders
             .iter()
-            .any(|holder| waiter.tokens.iter().any(|token| **token == *holder.token));
-        if mine && path.is_empty() {
+            .find(|holder| waiter.tokens.iter().any(|token| **token == *holder.token));
+        if let Some(mine) = mine {
             // A lock wanted that this waiter holds already (handed to a multi-key acquisition
-            // while it waits for the rest): no wait to follow, and no cycle of its own. Not
-            // marked looked at: a path through another lock may still end at it.
-            return None;
-        }
-        self.looked.insert(lock.to_owned());
-        if let Some(mine) = seen
-            .holders
-            .iter()
-            .find(|holder| waiter.tokens.iter().any(|token| **token == *holder.token))
-        {
+            // while it waits for the rest, or taken one by one): no wait to follow, and no
+            // cycle of its own. Nor is a path from a wanted lock that sorts before it: the
+            // acquisition holds such a lock only while every name before it is its own or
+            // free, and gives it back at its next look once one is taken (see
+            // `multi_key_hold`). Not marked looked at: another path may still end at it.
+            let held_meanwhile = self.wanted.iter().any(|wanted| wanted == lock);
+            let before = path.first().is_some_and(|first| first.lock.as_str() < lock);
+            if path.is_empty() || (held_meanwhile && before) {
+                return None;
+            }
+            self.looked.insert(lock.to_owned());
             let mut cycle = path;
             cycle.push(Edge {
                 lock: lock.to_owned(),
@@ -125,6 +131,7 @@ impl Walk {
             });
             return Some(cycle);
         }
+        self.looked.insert(lock.to_owned());
         if path.len() + 1 >= MAX_HOPS {
             return None;
         }
@@ -133,6 +140,9 @@ impl Walk {
             for wait in holder.waits.iter().rev() {
                 let next = &wait.waits_for;
                 if next == lock || path.iter().any(|edge| edge.lock == *next) {
+                    continue;
+                }
+                if next.as_str() < lock && multi_key_hold(holder, wait, lock) {
                     continue;
                 }
                 let mut longer = path.clone();
@@ -146,6 +156,22 @@ impl Walk {
         }
         None
     }
+}
+
+/// Whether `holder` holds `lock` as one of the names of the multi-key acquisition whose wait
+/// `wait` is (that wait also waits for `lock`: a key it holds while it waits for the rest).
+/// Such a hold waits for the names after `lock` only. The names are taken in byte order of
+/// their full keys: one by one, every name before `lock` was taken before it; by one script,
+/// a key is kept only while every name before it is the waiter's or free, and once one of
+/// those is taken by another, the waiter's next look gives `lock` back (to the first waiter
+/// of its line) and waits for that name instead. Either way it never waits for an earlier
+/// name while holding `lock`: a record saying so would close a cycle that its next look
+/// breaks.
+fn multi_key_hold(holder: &Holder, wait: &WaitRecord, lock: &str) -> bool {
+    holder
+        .waits
+        .iter()
+        .any(|other| other.wait_id == wait.wait_id && other.waits_for == lock)
 }
 
 /// What a walk's result means.

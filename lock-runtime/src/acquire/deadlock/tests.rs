@@ -278,3 +278,67 @@ fn a_waiter_that_takes_a_lock_meanwhile_closes_a_cycle_through_it() {
     let cycle = walk(detection.waiter(), &["lock:b"], &graph).0;
     assert!(cycle.is_some(), "the lock taken meanwhile is the waiter's");
 }
+
+/// A multi-key acquisition `t` taken by one script (one server, or one slot) waits for
+/// `lock:3b`, holding `lock:2k` (handed to it in k's line while `lock:1n`, the first of its
+/// names, was free); its record at k names each of its locks. Then `z` takes n and waits for
+/// k. `t`'s record says it waits for n, but it does not: at its next look (within a renewal,
+/// 1 s) it finds n busy, gives k back — to `z`, first in k's line — and waits in n's line. The
+/// chain moves; the walk must not find a cycle k → n through `t`'s hold of k. (Taken one by
+/// one, `t` would hold n before k: a name before a held one is its own, never a wait either.)
+#[test]
+fn a_multi_key_hold_does_not_wait_for_a_name_that_sorts_before_it() {
+    let mut z = waiter("wz", 30);
+    z.tokens = vec![Arc::from("z-n")];
+    let graph = [
+        (
+            "lock:2k",
+            waiting("t", "wt", 10, &["lock:1n", "lock:2k", "lock:3b"]),
+        ),
+        ("lock:3b", held_by("v")),
+        ("lock:1n", held_by("z-n")),
+    ];
+    let (cycle, _) = walk(&z, &["lock:2k"], &graph);
+    assert_eq!(cycle, None, "t gives k back once n is busy: no wait k → n");
+    // Its wait for a name after the held key is followed: holding k, it needs 3b.
+    let graph = [
+        (
+            "lock:2k",
+            waiting("t", "wt", 10, &["lock:1n", "lock:2k", "lock:3b"]),
+        ),
+        ("lock:3b", held_by("z-n")),
+    ];
+    assert!(walk(&z, &["lock:2k"], &graph).0.is_some());
+    // A lock held before the wait began (a scope's), not one of the wait's names, waits for
+    // every name: once n is busy, t waits for it holding that lock.
+    let graph = [
+        ("lock:9s", waiting("t", "wt", 10, &["lock:1n", "lock:2k"])),
+        ("lock:1n", held_by("z-n")),
+    ];
+    assert!(walk(&z, &["lock:9s"], &graph).0.is_some());
+}
+
+/// The same from the multi-key waiter's own walk: it holds `lock:2k` meanwhile, and `lock:1n`,
+/// the first of its names, free at its last look, is taken since by `z`, which waits for k.
+/// The waiter does not wait for n holding k (its next look gives k to `z`): no cycle through
+/// its walk from n. From a name after k (`lock:3b`) the cycle is real.
+#[test]
+fn a_multi_key_waiter_holding_a_name_meanwhile_does_not_wait_for_the_names_before_it() {
+    let mut t = waiter("wt", 30);
+    t.tokens = vec![Arc::from("t")];
+    let wanted = ["lock:1n", "lock:2k", "lock:3b"];
+    let graph = [
+        ("lock:1n", waiting("z", "wz", 10, &["lock:2k"])),
+        ("lock:2k", held_by("t")),
+        ("lock:3b", held_by("v")),
+    ];
+    assert_eq!(walk(&t, &wanted, &graph).0, None);
+    let graph = [
+        ("lock:1n", held_by("v")),
+        ("lock:2k", held_by("t")),
+        ("lock:3b", waiting("z", "wz", 10, &["lock:2k"])),
+    ];
+    let cycle = walk(&t, &wanted, &graph).0.expect("the cycle through 3b");
+    let locks: Vec<&str> = cycle.iter().map(|edge| edge.lock.as_str()).collect();
+    assert_eq!(locks, ["lock:3b", "lock:2k"]);
+}
