@@ -1243,3 +1243,43 @@ fn a_release_run_twice_with_the_marks_answers_as_the_first() {
     assert_eq!(release(&mut conn, &one, false), 1);
     assert_eq!(release(&mut conn, &one, false), 0);
 }
+
+/// The order the multi-key script takes its keys in is the byte order every client sorts by,
+/// compared byte by byte in the script (`bytes_before`), not by Lua's `<`, which follows the
+/// server's locale: a shorter prefix first, and bytes compared unsigned (`é`'s UTF-8 bytes and
+/// `\xff` after every ASCII byte).
+#[test]
+fn the_scripts_compare_keys_byte_by_byte() {
+    let mut conn = shared_server().conn();
+    let before = script(&["return bytes_before(ARGV[1], ARGV[2]) and 1 or 0"]);
+    let cases: [(&[u8], &[u8], i64); 8] = [
+        (b"lock:{a}:1", b"lock:{a}:2", 1),
+        (b"lock:{a}:2", b"lock:{a}:1", 0),
+        (b"lock:{a}", b"lock:{a}:1", 1),
+        (b"lock:{a}:1", b"lock:{a}", 0),
+        (b"same", b"same", 0),
+        (b"Zebra", b"apple", 1),
+        (b"a-b", b"ab", 1),
+        ("lock:z".as_bytes(), "lock:\u{e9}".as_bytes(), 1),
+    ];
+    for (a, b, expected) in cases {
+        let got: i64 = before
+            .arg(a)
+            .arg(b)
+            .invoke(&mut conn)
+            .expect("bytes_before");
+        assert_eq!(
+            got,
+            expected,
+            "bytes_before({:?}, {:?})",
+            String::from_utf8_lossy(a),
+            String::from_utf8_lossy(b)
+        );
+    }
+    let high: i64 = before
+        .arg(&b"lock:\x7f"[..])
+        .arg(&b"lock:\xff"[..])
+        .invoke(&mut conn)
+        .expect("bytes_before");
+    assert_eq!(high, 1, "a byte above 0x7f sorts after 0x7f");
+}

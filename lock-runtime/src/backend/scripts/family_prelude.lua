@@ -58,11 +58,24 @@
 --   reply) is known for what it is; drops the marks whose window closed. A set, not the
 --   mutex's one-token `released` marker: several permits or readers release side by side.
 -- - `was_released(marks, token, window)`: whether `marks` remembers `token`'s release.
+-- - `bytes_before(a, b)`: whether string `a` sorts before `b` byte by byte. Lua's `<` on
+--   strings follows the server's `LC_COLLATE` (Redis takes it from its environment), and the
+--   order keys are taken in must be the byte order every client uses, whatever the locale.
 -- - `was_forced(forced, token)`: whether the `forced-leases` marks `forced` (nil: none) hold
 --   `token`: an operator broke its lease (`leased_force_release.lua`).
 -- - `gone_reply(marks, window, forced, token)`: what a release answers for a lease that is not
 --   `token`'s: 1 when this same release ran before (its mark), -2 when an operator broke it,
 --   nil otherwise (the caller says whose it is).
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

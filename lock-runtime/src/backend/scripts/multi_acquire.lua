@@ -41,7 +41,7 @@ for i = 1, k do
     order[#order + 1] = i
   end
 end
-table.sort(order, function(a, b) return KEYS[a] < KEYS[b] end)
+table.sort(order, function(a, b) return bytes_before(KEYS[a], KEYS[b]) end)
 
 local now = now_ms()
 local busy, pttl = nil, -1
@@ -111,7 +111,7 @@ end
 local lease = tonumber(ARGV[5])
 local kept = {}
 for _, i in ipairs(owned) do
-  if KEYS[i] > KEYS[busy] then
+  if bytes_before(KEYS[busy], KEYS[i]) then
     -- Handed over while an earlier key was free, which is busy now: holding it while waiting
     -- for that earlier key could close a cycle with another multi-key waiter, so it is given
     -- back, to its line's first live waiter when there is one.

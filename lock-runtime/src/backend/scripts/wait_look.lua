@@ -43,7 +43,7 @@ else
       waiting[#waiting + 1] = record[1]
     end
   end
-  table.sort(waiting)
+  table.sort(waiting, bytes_before)
   local most = tonumber(ARGV[1])
   for _, token in ipairs(waiting) do
     if #holders >= most then
