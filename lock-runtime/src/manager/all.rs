@@ -49,8 +49,8 @@ impl LockManager {
     /// [`LockError::Deadlock`] when this wait closes a wait-for cycle and is its victim, as for
     /// [`acquire`](Self::acquire): inside a guard's scope, or once it holds some of the names
     /// while it waits for the rest (those are held locks, in or out of a scope; it gives them
-    /// back as it returns the error: taken one by one, released before it returns; taken by
-    /// one script, released in the background); [`LockError::Redis`] as for
+    /// back as it returns the error: their releases are sent in the background, so another
+    /// waiter may get one a round trip after the error); [`LockError::Redis`] as for
     /// [`acquire`](Self::acquire).
     ///
     /// ```no_run
