@@ -5,7 +5,18 @@
 use std::time::{Duration, Instant};
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{keys, FaultProxy, RedisServer};
+use test_support::{eventually, keys, FaultProxy, RedisServer};
+
+/// An operator breaks `name`'s lock as `distlock release --force` does: looks at who holds it,
+/// then force-releases what it saw. Whether it broke it.
+async fn operator_breaks(operator: &LockManager, name: &str) -> bool {
+    let info = operator
+        .inspect(name)
+        .await
+        .unwrap()
+        .expect("the lock is held");
+    operator.force_release(&info).await.unwrap()
+}
 
 /// Redlock over three masters with an idle-client `timeout` of 1 s. The holder's section runs
 /// 2.5 s with no Redis call, so every master has closed its connection; then it releases.
@@ -431,12 +442,7 @@ fn a_short_release_whose_reply_was_lost_after_an_operator_broke_the_lock_says_so
         let operator = test_support::connect(&server).await;
         let options = LockOptions::new().ttl(Duration::from_secs(20));
         let guard = holder.acquire(name, &options).await.unwrap();
-        let info = operator
-            .inspect(name)
-            .await
-            .unwrap()
-            .expect("the lock is held");
-        assert!(operator.force_release(&info).await.unwrap());
+        assert!(operator_breaks(&operator, name).await);
         proxy.lose_next_reply_to(&key);
         let released = guard.release().await;
         let lost = proxy.replies_lost();
@@ -481,14 +487,12 @@ fn a_short_release_whose_reply_was_lost_then_an_operator_break_is_not_force_rele
         proxy.set_delay(Duration::from_millis(200));
         proxy.lose_next_reply_to(&key);
         let release = tokio::spawn(guard.release());
-        let start = Instant::now();
-        while server.exists(&key) {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the lock was never deleted"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            "the short release to delete the lock",
+            || !server.exists(&key),
+        )
+        .await;
         let broken = operator.force_release(&info).await;
         let forced = keys::named(name).forced();
         let mark = server.get(&forced);
@@ -521,12 +525,7 @@ fn a_short_release_whose_reply_was_lost_ignores_an_earlier_holders_forced_mark()
         let operator = test_support::connect(&server).await;
         let options = LockOptions::new().ttl(Duration::from_secs(20));
         let first = holder.acquire(name, &options).await.unwrap();
-        let info = operator
-            .inspect(name)
-            .await
-            .unwrap()
-            .expect("the lock is held");
-        assert!(operator.force_release(&info).await.unwrap());
+        assert!(operator_breaks(&operator, name).await);
         let forced = keys::named(name).forced();
         assert!(server.exists(&forced), "the operator's mark is there");
         assert!(matches!(
@@ -578,20 +577,13 @@ fn a_short_release_whose_reply_was_lost_of_a_lock_retaken_after_a_break_is_not_f
             let options = options.clone();
             async move { holder.try_acquire(name, &options).await }
         });
-        let start = Instant::now();
-        while !server.exists(&key) {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the first try's SET never ran"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let info = operator
-            .inspect(name)
-            .await
-            .unwrap()
-            .expect("the first send took the lock");
-        assert!(operator.force_release(&info).await.unwrap());
+        eventually(
+            Duration::from_secs(10),
+            "the first try's SET to run",
+            || server.exists(&key),
+        )
+        .await;
+        assert!(operator_breaks(&operator, name).await);
         let guard = attempt
             .await
             .unwrap()

@@ -487,6 +487,25 @@ fn report_of(
     outcome(result)
 }
 
+/// Spawns `label`'s `acquire_all` of `names` on `manager`, waiting up to `timeout`: the task
+/// releases what it got and ends with `"<label> <report>"`.
+fn spawn_acquire_all<S: AsRef<str> + Send + Sync + 'static>(
+    manager: &LockManager,
+    label: &'static str,
+    names: Vec<S>,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<String> {
+    let manager = manager.clone();
+    tokio::spawn(async move {
+        let options = options(label).timeout(timeout);
+        let (report, guard) = report_of(manager.acquire_all(&names, &options).await);
+        if let Some(guard) = guard {
+            guard.release().await.unwrap();
+        }
+        format!("{label} {report}")
+    })
+}
+
 /// A task that holds `x` and waits for two locks at once (`join!` inside `x`'s scope) is in a
 /// real cycle through one of them: it waits for `a`, whose holder waits for `x`. Its other
 /// wait, for `b` (held by a task that waits for nothing), has its own record in `x`'s waits,
@@ -803,18 +822,7 @@ async fn a_cycle_through_a_key_taken_one_by_one(
     let timeout = Duration::from_secs(8);
     let (a, b) = (format!("{prefix}:a"), format!("{prefix}:b"));
     let u_holds = u_manager.acquire(&b, &options("u")).await.unwrap();
-    let t = {
-        let manager = t_manager.clone();
-        let names = [a.clone(), b.clone()];
-        tokio::spawn(async move {
-            let options = options("t").timeout(timeout);
-            let (report, guard) = report_of(manager.acquire_all(&names, &options).await);
-            if let Some(guard) = guard {
-                guard.release().await.unwrap();
-            }
-            format!("t {report}")
-        })
-    };
+    let t = spawn_acquire_all(t_manager, "t", vec![a.clone(), b], timeout);
     // t takes a (free) at once, then waits for b.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let u = {
@@ -1170,31 +1178,11 @@ async fn a_key_a_multi_key_waiter_gives_back_at_its_next_look_closes_no_cycle() 
     let hold_k = holders.acquire(k, &options("h")).await.unwrap();
     let hold_z0 = holders.acquire(z0, &options("h")).await.unwrap();
     // t: n free, k busy: t waits in k's line.
-    let t_task = {
-        let manager = t_manager.clone();
-        tokio::spawn(async move {
-            let options = options("t").timeout(timeout);
-            let (report, guard) = report_of(manager.acquire_all(&[n, k, b], &options).await);
-            if let Some(guard) = guard {
-                guard.release().await.unwrap();
-            }
-            format!("t {report}")
-        })
-    };
+    let t_task = spawn_acquire_all(&t_manager, "t", vec![n, k, b], timeout);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // z waits for z0; its wait is watched from now on (walks at 0.4 s, then every 0.7 s).
     let z_started = tokio::time::Instant::now();
-    let z_task = {
-        let manager = z_manager.clone();
-        tokio::spawn(async move {
-            let options = options("z").timeout(timeout);
-            let (report, guard) = report_of(manager.acquire_all(&[z0, n, k], &options).await);
-            if let Some(guard) = guard {
-                guard.release().await.unwrap();
-            }
-            format!("z {report}")
-        })
-    };
+    let z_task = spawn_acquire_all(&z_manager, "z", vec![z0, n, k], timeout);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // k handed to t: t holds it, its ttl cut to the lease (3 s) at each of t's looks, and waits
     // in b's line.
