@@ -14,6 +14,9 @@
 -- A line entry has the mutex's format, `"<token> <lease deadline ms> <ttl ms> <fencing 0|1>
 -- <grant channel>"`; a reader's value carries the field `;m=r` (see `is_reader`).
 --
+-- - `bytes_before(a, b)`: whether string `a` sorts before `b` byte by byte. Lua's `<` on
+--   strings follows the server's `LC_COLLATE` (Redis takes it from its environment), and the
+--   order keys are taken in must be the byte order every client uses, whatever the locale.
 -- - `now_ms()`: Redis time in ms.
 -- - `parse(entry)`: token, deadline, ttl, fencing, channel of a line entry (`nil` if malformed).
 -- - `is_reader(token)`: whether the value has the field `;m=r` (host and label are
@@ -58,9 +61,6 @@
 --   reply) is known for what it is; drops the marks whose window closed. A set, not the
 --   mutex's one-token `released` marker: several permits or readers release side by side.
 -- - `was_released(marks, token, window)`: whether `marks` remembers `token`'s release.
--- - `bytes_before(a, b)`: whether string `a` sorts before `b` byte by byte. Lua's `<` on
---   strings follows the server's `LC_COLLATE` (Redis takes it from its environment), and the
---   order keys are taken in must be the byte order every client uses, whatever the locale.
 -- - `was_forced(forced, token)`: whether the `forced-leases` marks `forced` (nil: none) hold
 --   `token`: an operator broke its lease (`leased_force_release.lua`).
 -- - `gone_reply(marks, window, forced, token)`: what a release answers for a lease that is not
