@@ -492,7 +492,7 @@ where
 
 /// Waits until `count` waiters hold a place in `name`'s line, as `inspect` shows it; panics
 /// after 20 s.
-async fn waiting_in_line(manager: &LockManager, name: &str, count: u64) {
+pub(crate) async fn waiting_in_line(manager: &LockManager, name: &str, count: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let info = manager.inspect(name).await.unwrap().expect("held");

@@ -112,16 +112,16 @@ where
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for waiter in 0..3 {
-        let (manager, name, order) = (connect().await, name.clone(), order.clone());
+        let (manager, asked, order) = (connect().await, name.clone(), order.clone());
         waiters.push(tokio::spawn(async move {
-            let guard = manager.acquire(&name, &permits(2)).await.unwrap();
+            let guard = manager.acquire(&asked, &permits(2)).await.unwrap();
             order.lock().unwrap().push(waiter);
             // Held a while: the order seen is the order of the grants, not of the wake-ups.
             tokio::time::sleep(Duration::from_millis(100)).await;
             guard.release().await.unwrap();
         }));
-        // In line before the next comes: a try finds both permits taken meanwhile.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // In line before the next comes, however slowly a loaded machine lets it get there.
+        crate::parity::waiting_in_line(&holder, &name, waiter + 1).await;
     }
     assert!(
         holder
