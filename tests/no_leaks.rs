@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockError, LockManager, LockOptions};
-use test_support::{keys, names, FaultProxy, RedisServer, RedisServers};
+use test_support::{eventually, keys, names, FaultProxy, RedisServer, RedisServers};
 use tokio::time::Instant;
 
 const UNCONTENDED_TASKS_PER_MANAGER: usize = 4;
@@ -21,20 +21,6 @@ const CONTENDED_TASKS_PER_MANAGER: usize = 4;
 const CONTENDED_CYCLES_PER_TASK: usize = 250;
 const HOLDER_CYCLES: usize = 300;
 const ABANDONING_ATTEMPTS: usize = 400;
-
-async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// The critical section of the contended key: a read-modify-write that loses updates unless
 /// the lock excludes every other holder, in this process or the other.
