@@ -99,6 +99,34 @@ pub async fn eventually(timeout: Duration, what: &str, mut condition: impl FnMut
     }
 }
 
+/// Waits until `count` waiters hold a place in `name`'s line, as `manager.inspect` shows it
+/// (polling every 10 ms), and returns what it showed then; panics after 20 s, or when the lock
+/// is not held. A waiter started in a task has joined the line once this returns, however
+/// slowly a loaded machine let it get there.
+pub async fn waiting_in_line(
+    manager: &distlock::LockManager,
+    name: &str,
+    count: u64,
+) -> distlock::LockInfo {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = manager
+            .inspect(name)
+            .await
+            .unwrap_or_else(|error| panic!("cannot inspect {name}: {error}"))
+            .unwrap_or_else(|| panic!("{name} is not held"));
+        if info.waiters == count {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} waiters in {name}'s line after 20 s, not {count}",
+            info.waiters
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A lock manager of its own on `server` (`LockManager::connect`), as another client of it;
 /// panics, naming the server, if it cannot connect.
 pub async fn connect(server: &RedisServer) -> distlock::LockManager {

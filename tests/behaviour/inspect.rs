@@ -84,18 +84,7 @@ async fn holder_waiters_and_fence(manager: &LockManager, others: [LockManager; 2
             })
         })
         .collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting = inspect(manager, name).await.waiters;
-        if waiting == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{waiting} waiters in line, not 2"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    test_support::waiting_in_line(manager, name, 2).await;
     let first_fence = guard.fencing_token();
     guard.release().await.unwrap();
     let mut labels = BTreeSet::new();
@@ -320,14 +309,7 @@ async fn the_in_process_backend_shows_its_holders_too() {
             )
             .await
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while inspect(&manager, "mem:[1]").await.waiters != 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the waiter never lined up"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    test_support::waiting_in_line(&manager, "mem:[1]", 1).await;
     let info = inspect(&manager, "mem:[1]").await;
     let holder = info.holder.unwrap();
     assert_eq!(

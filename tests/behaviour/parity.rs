@@ -405,7 +405,7 @@ where
     let asked = SystemTime::now();
     let waiter = waiting();
     // In line, then a wait long enough to tell apart from the grain of the clocks.
-    waiting_in_line(&first, NAME, 1).await;
+    test_support::waiting_in_line(&first, NAME, 1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let released = SystemTime::now();
     holder.release().await.unwrap();
@@ -471,7 +471,7 @@ where
         }));
         // The next one arrives once this one holds its place in the shared line, however
         // slowly a loaded machine lets it get there.
-        waiting_in_line(&holder_manager, "parity:fifo", n + 1).await;
+        test_support::waiting_in_line(&holder_manager, "parity:fifo", n + 1).await;
     }
     let released = Instant::now();
     holder.release().await.unwrap();
@@ -488,24 +488,6 @@ where
         "four hand-offs took {:?}: waiters were not woken by the releases",
         released.elapsed()
     );
-}
-
-/// Waits until `count` waiters hold a place in `name`'s line, as `inspect` shows it; panics
-/// after 20 s.
-pub(crate) async fn waiting_in_line(manager: &LockManager, name: &str, count: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = manager.inspect(name).await.unwrap().expect("held");
-        if info.waiters == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} waiters in {name}'s line after 20 s, not {count}",
-            info.waiters
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 pub(crate) async fn acquire_times_out_while_held<F, Fut>(connect: F)

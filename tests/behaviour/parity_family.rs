@@ -121,7 +121,7 @@ where
             guard.release().await.unwrap();
         }));
         // In line before the next comes, however slowly a loaded machine lets it get there.
-        crate::parity::waiting_in_line(&holder, &name, waiter + 1).await;
+        test_support::waiting_in_line(&holder, &name, waiter + 1).await;
     }
     assert!(
         holder
@@ -199,16 +199,7 @@ pub(crate) async fn a_force_release_breaks_every_permit_or_reader_and_lets_the_l
         let second = holders.acquire(&name, &held).await.unwrap();
         let (waiters, waiter_name) = (waiters.clone(), name.clone());
         let waiter = tokio::spawn(async move { waiters.acquire(&waiter_name, &waiting).await });
-        let mut info = None;
-        for _ in 0..200 {
-            let seen = operator.inspect(&name).await.unwrap().expect("held");
-            if seen.waiters == 1 {
-                info = Some(seen);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        let info = info.unwrap_or_else(|| panic!("{what}: the waiter never joined the line"));
+        let info = test_support::waiting_in_line(&operator, &name, 1).await;
         assert_eq!(info.holders.len(), 2, "{what}: {info:?}");
         assert!(
             operator.force_release(&info).await.unwrap(),

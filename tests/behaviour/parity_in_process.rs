@@ -105,7 +105,7 @@ async fn a_release_within_the_hold_wakes_a_waiter_of_another_manager_in_time() {
             .unwrap();
         (guard, Instant::now())
     });
-    crate::parity::waiting_in_line(&holder, "in-process:hold-wakes", 1).await;
+    test_support::waiting_in_line(&holder, "in-process:hold-wakes", 1).await;
     guard.release().await.unwrap();
     let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiting)
         .await

@@ -564,20 +564,7 @@ async fn a_resent_release_leaves_the_lease_it_handed_over_alone() {
         }
         let other = other.clone();
         let waiter = tokio::spawn(async move { other.acquire(name, &waiting).await });
-        let mut waits = false;
-        for _ in 0..200 {
-            if holder
-                .inspect(name)
-                .await
-                .unwrap()
-                .is_some_and(|info| info.waiters == 1)
-            {
-                waits = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        assert!(waits, "{what}: the waiter never joined the line");
+        test_support::waiting_in_line(&holder, name, 1).await;
         let first = guards.remove(0);
         let lost_before = cluster.proxy().replies_lost();
         // Only the release carries its holder's token: the waiter's own calls pass.

@@ -199,16 +199,7 @@ async fn a_force_release_on_a_cluster_keeps_its_marks_in_the_slot_and_expiring()
         let second = holders.acquire(name, &held).await.unwrap();
         let waiters = waiters.clone();
         let waiter = tokio::spawn(async move { waiters.acquire(name, &waiting).await });
-        let mut info = None;
-        for _ in 0..200 {
-            let seen = operator.inspect(name).await.unwrap().expect("held");
-            if seen.waiters == 1 {
-                info = Some(seen);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        let info = info.unwrap_or_else(|| panic!("{name}: the waiter never joined the line"));
+        let info = test_support::waiting_in_line(&operator, name, 1).await;
         assert!(operator.force_release(&info).await.unwrap(), "{name}");
         let admitted = tokio::time::timeout(Duration::from_secs(10), waiter)
             .await
