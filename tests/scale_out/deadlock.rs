@@ -779,18 +779,7 @@ async fn a_cycle_through_a_key_a_multi_key_waiter_holds_meanwhile_has_one_victim
     let timeout = Duration::from_secs(8);
     let v_holds = manager.acquire("dlmid:a", &options("v")).await.unwrap();
     let u_holds = manager.acquire("dlmid:b", &options("u")).await.unwrap();
-    let t = {
-        let manager = other.clone();
-        tokio::spawn(async move {
-            let options = options("t").timeout(timeout);
-            let (report, guard) =
-                report_of(manager.acquire_all(&["dlmid:a", "dlmid:b"], &options).await);
-            if let Some(guard) = guard {
-                guard.release().await.unwrap();
-            }
-            format!("t {report}")
-        })
-    };
+    let t = spawn_acquire_all(&other, "t", vec!["dlmid:a", "dlmid:b"], timeout);
     // t waits in a's line; a handed to it, it holds a and waits for b.
     tokio::time::sleep(Duration::from_millis(300)).await;
     v_holds.release().await.unwrap();
