@@ -277,11 +277,13 @@ impl Backend {
             Locks::Single(node) if request.keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_attempt(request)).await
             }
+            // The other stores' attempts and a multi-key one are boxed: inlined, the largest
+            // would set the size of every attempt's future, which each acquisition moves.
             Locks::Single(node) if request.keys.together.is_some() => {
-                node.attempt_together(request).await
+                Box::pin(node.attempt_together(request)).await
             }
             Locks::Single(node) => node.attempt(request).await,
-            Locks::Quorum(quorum) => quorum.try_lock(request).await,
+            Locks::Quorum(quorum) => Box::pin(quorum.try_lock(request)).await,
             Locks::Memory(memory) if request.keys.kind != Kind::Mutex => memory.try_lease(
                 request.keys,
                 request.token,
@@ -311,13 +313,14 @@ impl Backend {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
                 Box::pin(node.leased_release(keys, token)).await
             }
+            // Boxed, as in `try_lock`: the mutex's own release sets the future's size.
             Locks::Single(node) if keys.together.is_some() => {
-                node.release_together(keys, token, false).await
+                Box::pin(node.release_together(keys, token, false)).await
             }
             Locks::Single(node) => node.release(keys, token, taken).await,
-            Locks::Quorum(quorum) => {
-                Ok(Ownership::from_majority(quorum.unlock(keys, token).await?))
-            }
+            Locks::Quorum(quorum) => Ok(Ownership::from_majority(
+                Box::pin(quorum.unlock(keys, token)).await?,
+            )),
             Locks::Memory(memory) if keys.kind != Kind::Mutex => {
                 Ok(match memory.unlock_lease(keys, token, false)? {
                     Released::Freed | Released::HandedOver => Ownership::Ours,

@@ -198,7 +198,11 @@ impl Held {
         // `hold_at_least` release has just shortened. None is sent once the guard is closed,
         // and one already sent is waited for.
         self.close();
-        drop(self.setting_ttl.lock().await);
+        // Without waiting in the usual case, where no ttl change is under way: a try takes
+        // the mutex with one atomic operation, where a wait would register with it.
+        if self.setting_ttl.try_lock().is_err() {
+            drop(self.setting_ttl.lock().await);
+        }
         let backend = &self.shared.backend;
         // Rounded up: Redis applies it later than now, so the lock lives past the hold's end.
         let keep_millis = self
@@ -207,7 +211,8 @@ impl Held {
             .map(|keep| u64::try_from(keep.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
             .filter(|millis| *millis > 0);
         let released = match keep_millis {
-            Some(keep_millis) => backend.hold(&self.keys, &self.token, keep_millis).await,
+            // Boxed: the plain release is the usual one, and sets the future's size.
+            Some(keep_millis) => Box::pin(backend.hold(&self.keys, &self.token, keep_millis)).await,
             None => backend.unlock(&self.keys, &self.token, self.taken).await,
         };
         let ours = match released {

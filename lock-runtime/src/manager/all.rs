@@ -18,7 +18,7 @@ use crate::backend::keys::{slot, LockKeys};
 use crate::backend::waits::Meanwhile;
 use crate::backend::Together;
 use crate::manager::reentry;
-use crate::meters::Meter;
+use crate::meters::{Meter, Stopwatch};
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
 impl LockManager {
@@ -69,12 +69,12 @@ impl LockManager {
         names: &[S],
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let result = match self.here() {
             Ok(here) => here.all_waiting(&distinct(names), options).await,
             Err(error) => Err(error),
         };
-        Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
+        Meter::new(options).acquisition(result.as_ref().map(|_| true), started);
         result
     }
 
@@ -124,12 +124,12 @@ impl LockManager {
         names: &[S],
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let result = match self.here() {
             Ok(here) => here.all_once(&distinct(names), options).await,
             Err(error) => Err(error),
         };
-        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
+        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started);
         result
     }
 

@@ -119,16 +119,19 @@ impl LockManager {
         // locks it holds meanwhile with it.
         let meanwhile = Meanwhile::current();
         let request = async move {
-            let request = manager.inner.backend.try_lock(crate::backend::LockRequest {
+            let request = crate::backend::LockRequest {
                 keys: &request_keys,
                 token: &request_token,
                 ttl_millis,
                 fencing,
                 wait,
-            });
+            };
+            // Boxed when scoped (a task that holds locks already): the scope's future beside
+            // the plain one would double the future that every acquisition boxes and moves.
+            let backend = &manager.inner.backend;
             match meanwhile {
-                Some(meanwhile) => meanwhile.scope(request).await,
-                None => request.await,
+                Some(meanwhile) => Box::pin(meanwhile.scope(backend.try_lock(request))).await,
+                None => backend.try_lock(request).await,
             }
         };
         let (manager, cleanup_keys, cleanup_token) =

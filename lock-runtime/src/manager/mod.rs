@@ -12,12 +12,10 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::Backend;
 use crate::builder::{LockManagerBuilder, Topology};
-use crate::meters::Meter;
+use crate::meters::{Meter, Stopwatch};
 use crate::shared::Shared;
 use crate::{LockError, LockGuard, LockOptions};
 pub(crate) use kind::of as kind_of;
@@ -234,12 +232,12 @@ impl LockManager {
         if let Some(reentered) = reentry::reenter(self, name, options).await {
             return reentered;
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let result = match self.here() {
             Ok(here) => here.acquire_watching(name, options).await,
             Err(error) => Err(error),
         };
-        Meter::new(options).acquisition(result.as_ref().map(|_| true), started.elapsed());
+        Meter::new(options).acquisition(result.as_ref().map(|_| true), started);
         result
     }
 
@@ -270,12 +268,12 @@ impl LockManager {
         if let Some(reentered) = reentry::reenter(self, name, options).await {
             return reentered.map(Some);
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let result = match self.here() {
             Ok(here) => here.try_acquire_once(name, options).await,
             Err(error) => Err(error),
         };
-        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started.elapsed());
+        Meter::new(options).acquisition(result.as_ref().map(Option::is_some), started);
         result
     }
 

@@ -224,15 +224,19 @@ impl Node {
                 Ok(false) | Err(_) => {}
             }
         }
-        let released = self
-            .unlock(
-                keys,
-                token,
-                Unlock::Release,
-                self.contended.redis_clock(&keys.lock),
-            )
-            .await;
-        let released = self.naming_the_key(keys, released).await;
+        // Boxed: the usual release ends above, and its future should not carry this one's size.
+        let released = Box::pin(async {
+            let released = self
+                .unlock(
+                    keys,
+                    token,
+                    Unlock::Release,
+                    self.contended.redis_clock(&keys.lock),
+                )
+                .await;
+            self.naming_the_key(keys, released).await
+        })
+        .await;
         if let Some(error) = unanswered {
             // A lock found ours was not removed by the short release. Neither was one an
             // operator broke: the `forced` mark is written only while the lock key still holds
