@@ -20,10 +20,12 @@ impl Node {
     /// which also takes or renews a place in line, as `wait` says. With the attempt, the place
     /// it took or renewed, if it did. `entry`: the renewing waiter's entry in line as this
     /// manager knows it, which lets the renewal skip looking for it (see `scripts::ACQUIRE`).
+    /// `set_dropped`: the first try's `SET` was sent already, and met a dropped connection.
     pub(crate) async fn try_lock(
         &self,
         request: LockRequest<'_>,
         entry: Option<&Entry>,
+        set_dropped: bool,
     ) -> failure::Result<(Attempt, Option<RedisPlace>)> {
         let LockRequest {
             keys,
@@ -33,8 +35,8 @@ impl Node {
             ref wait,
         } = request;
         let mut connection = self.connection().await?;
-        let mut sent_again = false;
-        if !fencing && *wait == Wait::FirstTry {
+        let mut sent_again = set_dropped;
+        if !fencing && *wait == Wait::FirstTry && !set_dropped {
             let set = match self.replicas {
                 None => set_nx(&mut connection, keys, token, ttl_millis).await,
                 // Boxed, as the script below is: the uncontended future stays the `SET`'s.
@@ -51,19 +53,7 @@ impl Node {
                 }
             };
             match set {
-                Ok(taken) => {
-                    return Ok((
-                        if taken {
-                            Attempt::Acquired {
-                                fence: None,
-                                expires_in: Duration::from_millis(ttl_millis),
-                            }
-                        } else {
-                            Attempt::Held { remaining: None }
-                        },
-                        None,
-                    ))
-                }
+                Ok(taken) => return Ok((set_answer(taken, ttl_millis), None)),
                 // Sent once more on the connection made anew (see `Node::send`), as
                 // the acquire script's first try below, which finds the lock ours if the `SET`
                 // ran after all.
@@ -255,6 +245,18 @@ impl Node {
             .query_async(&mut connection)
             .await?;
         Ok(length > 0)
+    }
+}
+
+/// What a first try's `SET NX PX` of `ttl_millis` says, by whether it set the key.
+pub(super) fn set_answer(taken: bool, ttl_millis: u64) -> Attempt {
+    if taken {
+        Attempt::Acquired {
+            fence: None,
+            expires_in: Duration::from_millis(ttl_millis),
+        }
+    } else {
+        Attempt::Held { remaining: None }
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::acquire::{set_answer, set_nx};
 use super::{Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::{Kind, LockKeys};
@@ -23,15 +24,38 @@ impl Node {
     /// One attempt to take the lock; `wait` says what else it must find out or mark (see
     /// `Backend::try_lock`).
     pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
-        self.attempt_within(request, READERS_GONE_RETRIES).await
+        // An uncontended acquisition is a first try without fencing or replicas, and its
+        // `SET NX` answered: that much runs here, in a future and code of its own size, which
+        // every acquisition pays for. Anything else goes the whole way, boxed.
+        let mut set_dropped = false;
+        if request.wait == Wait::FirstTry && !request.fencing && self.replicas.is_none() {
+            let mut connection = self.connection().await?;
+            let LockRequest {
+                keys,
+                token,
+                ttl_millis,
+                ..
+            } = request;
+            match set_nx(&mut connection, keys, token, ttl_millis).await {
+                Ok(taken) => return Ok(set_answer(taken, ttl_millis)),
+                // Sent once more, by the acquire script on a connection made anew (see
+                // `Node::try_lock`).
+                Err(error) if self.sends_again(Resend::Idempotent, &error) => set_dropped = true,
+                // A `SET`'s error names no key of another type: nothing below would change it.
+                Err(error) => return Err(error),
+            }
+        }
+        Box::pin(self.attempt_within(request, READERS_GONE_RETRIES, set_dropped)).await
     }
 
     /// [`attempt`](Self::attempt), trying again up to `retries` times when the mutex's script
-    /// met a leased set that was gone when its marker was read.
+    /// met a leased set that was gone when its marker was read; `set_dropped` when a first
+    /// try's `SET` was sent already and met a dropped connection.
     async fn attempt_within(
         &self,
         request: LockRequest<'_>,
         retries: usize,
+        set_dropped: bool,
     ) -> failure::Result<Attempt> {
         let LockRequest {
             keys,
@@ -71,7 +95,7 @@ impl Node {
             fencing,
             wait,
         };
-        let tried = self.try_lock(request, entry.as_ref()).await;
+        let tried = self.try_lock(request, entry.as_ref(), set_dropped).await;
         // The mutex's script cannot wait for readers: a writer that finds them (a leased set
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
@@ -97,7 +121,7 @@ impl Node {
                 // look (and readers may be back by now). The key is looked at afresh; one of
                 // another type fails every time and is named below.
                 None if retries > 0 => {
-                    return Box::pin(self.attempt_within(again(wait), retries - 1)).await;
+                    return Box::pin(self.attempt_within(again(wait), retries - 1, false)).await;
                 }
                 _ => {}
             }
