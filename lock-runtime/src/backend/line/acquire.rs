@@ -16,11 +16,13 @@ use crate::redis::connection::{Connection, Connections};
 use crate::support::units::millis;
 
 impl Node {
-    /// One attempt: `SET NX PX` for a first try without fencing; otherwise the acquire script,
-    /// which also takes or renews a place in line, as `wait` says. With the attempt, the place
-    /// it took or renewed, if it did. `entry`: the renewing waiter's entry in line as this
-    /// manager knows it, which lets the renewal skip looking for it (see `scripts::ACQUIRE`).
-    /// `set_dropped`: the first try's `SET` was sent already, and met a dropped connection.
+    /// One attempt past the plain `SET` of a first try (which `Node::attempt_within` sends):
+    /// `SET NX PX` with a `WAIT` for a first try without fencing on a node that waits for
+    /// replicas; otherwise the acquire script, which also takes or renews a place in line, as
+    /// `wait` says. With the attempt, the place it took or renewed, if it did. `entry`: the
+    /// renewing waiter's entry in line as this manager knows it, which lets the renewal skip
+    /// looking for it (see `scripts::ACQUIRE`). `set_dropped`: the first try's `SET` was sent
+    /// already, and met a dropped connection: the script is that first try, sent again.
     pub(crate) async fn try_lock(
         &self,
         request: LockRequest<'_>,
@@ -36,21 +38,15 @@ impl Node {
         } = request;
         let mut connection = self.connection().await?;
         let mut sent_again = set_dropped;
-        if !fencing && *wait == Wait::FirstTry && !set_dropped {
-            let set = match self.replicas {
-                None => set_nx(&mut connection, keys, token, ttl_millis).await,
-                // Boxed, as the script below is: the uncontended future stays the `SET`'s.
-                Some(replicas) => {
-                    let acked = set_nx_acked(&self.connections, keys, token, ttl_millis, replicas);
-                    match Box::pin(acked).await {
-                        Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
-                            let refused =
-                                self.not_acknowledged(keys, token, acknowledged, replicas);
-                            return Err(Box::pin(refused).await);
-                        }
-                        set => set.map(|(taken, _)| taken),
-                    }
+        let first_set = !fencing && *wait == Wait::FirstTry && !set_dropped;
+        if let Some(replicas) = self.replicas.filter(|_| first_set) {
+            let acked = set_nx_acked(&self.connections, keys, token, ttl_millis, replicas);
+            let set = match acked.await {
+                Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
+                    let refused = self.not_acknowledged(keys, token, acknowledged, replicas);
+                    return Err(Box::pin(refused).await);
                 }
+                set => set.map(|(taken, _)| taken),
             };
             match set {
                 Ok(taken) => return Ok((set_answer(taken, ttl_millis), None)),

@@ -24,9 +24,20 @@ impl Node {
     /// One attempt to take the lock; `wait` says what else it must find out or mark (see
     /// `Backend::try_lock`).
     pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
-        // An uncontended acquisition is a first try without fencing or replicas, and its
-        // `SET NX` answered: that much runs here, in a future and code of its own size, which
-        // every acquisition pays for. Anything else goes the whole way, boxed.
+        self.attempt_within(request, READERS_GONE_RETRIES).await
+    }
+
+    /// [`attempt`](Self::attempt), trying again up to `retries` times when the mutex's script
+    /// met a leased set that was gone when its marker was read.
+    ///
+    /// A first try without fencing or replicas is a `SET NX`, sent here and only here: an
+    /// uncontended acquisition is that `SET` answered, so it runs in a future and code of its
+    /// own size, which every acquisition pays for. Anything else goes the whole way, boxed.
+    async fn attempt_within(
+        &self,
+        request: LockRequest<'_>,
+        retries: usize,
+    ) -> failure::Result<Attempt> {
         let mut set_dropped = false;
         if request.wait == Wait::FirstTry && !request.fencing && self.replicas.is_none() {
             let mut connection = self.connection().await?;
@@ -45,13 +56,13 @@ impl Node {
                 Err(error) => return Err(error),
             }
         }
-        Box::pin(self.attempt_within(request, READERS_GONE_RETRIES, set_dropped)).await
+        Box::pin(self.attempt_in_full(request, retries, set_dropped)).await
     }
 
-    /// [`attempt`](Self::attempt), trying again up to `retries` times when the mutex's script
-    /// met a leased set that was gone when its marker was read; `set_dropped` when a first
-    /// try's `SET` was sent already and met a dropped connection.
-    async fn attempt_within(
+    /// [`attempt_within`](Self::attempt_within) past a first try's `SET`: the acquire script,
+    /// or a `SET` and `WAIT` for replicas, and what their answer says; `set_dropped` when a
+    /// first try's `SET` was sent already and met a dropped connection.
+    async fn attempt_in_full(
         &self,
         request: LockRequest<'_>,
         retries: usize,
@@ -121,7 +132,7 @@ impl Node {
                 // look (and readers may be back by now). The key is looked at afresh; one of
                 // another type fails every time and is named below.
                 None if retries > 0 => {
-                    return Box::pin(self.attempt_within(again(wait), retries - 1, false)).await;
+                    return Box::pin(self.attempt_within(again(wait), retries - 1)).await;
                 }
                 _ => {}
             }
@@ -249,18 +260,7 @@ impl Node {
             }
         }
         // Boxed: the usual release ends above, and its future should not carry this one's size.
-        let released = Box::pin(async {
-            let released = self
-                .unlock(
-                    keys,
-                    token,
-                    Unlock::Release,
-                    self.contended.redis_clock(&keys.lock),
-                )
-                .await;
-            self.naming_the_key(keys, released).await
-        })
-        .await;
+        let released = Box::pin(self.unlock_naming_the_key(keys, token, Unlock::Release)).await;
         if let Some(error) = unanswered {
             // A lock found ours was not removed by the short release. Neither was one an
             // operator broke: the `forced` mark is written only while the lock key still holds
@@ -292,18 +292,25 @@ impl Node {
     /// Takes `token` out of the lock's line, and releases the lock if it was handed to `token`
     /// meanwhile (`true` then).
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
-        let released = self
-            .unlock(
-                keys,
-                token,
-                Unlock::Leave,
-                self.contended.redis_clock(&keys.lock),
-            )
-            .await;
         Ok(!matches!(
-            self.naming_the_key(keys, released).await?,
+            self.unlock_naming_the_key(keys, token, Unlock::Leave)
+                .await?,
             Released::NotOurs(_)
         ))
+    }
+
+    /// The release script run as `how` says, with the Redis clock this manager knows for the
+    /// lock, and a `WRONGTYPE` made into one that names the key (see `naming_the_key`).
+    async fn unlock_naming_the_key(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        how: Unlock,
+    ) -> failure::Result<Released> {
+        let released = self
+            .unlock(keys, token, how, self.contended.redis_clock(&keys.lock))
+            .await;
+        self.naming_the_key(keys, released).await
     }
 
     /// Breaks the lock for an operator (see `Backend::force_unlock`); `true` if it did.
