@@ -219,11 +219,16 @@ impl LockGuard {
 
     /// Sets the lock's ttl to the one it was asked for, a third into the claim it was handed
     /// over with, on the background runtime, unless it is released before (see `confirm`).
+    // Not inlined, nor is `start_watchdog`: the tasks they spawn would otherwise take room in
+    // the stack frame of every acquisition, which starts neither by default (see
+    // `support::cold`).
+    #[inline(never)]
     pub(crate) fn confirm_ttl(&mut self) {
         crate::hold::confirm::schedule(Arc::clone(&self.held));
     }
 
     /// Starts the auto-extension watchdog (see [`crate::LockOptions::auto_extend`]).
+    #[inline(never)]
     pub(crate) fn start_watchdog(&mut self) {
         let held = Arc::clone(&self.held);
         self.watchdog = Some(tokio::spawn(crate::hold::watchdog::keep_alive(held)));
@@ -475,7 +480,8 @@ impl LockGuard {
         // Each part is released whatever the others found; the first error is returned.
         let mut parts_released = Ok(());
         for part in std::mem::take(&mut self.parts) {
-            parts_released = parts_released.and(Box::pin(part.release()).await);
+            parts_released =
+                parts_released.and(crate::support::cold::boxed(|| part.release()).await);
         }
         self.stop_watchdog();
         let held = Arc::clone(&self.held);

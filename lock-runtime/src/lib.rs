@@ -66,7 +66,7 @@
 //!
 //! | folder / module | what it holds |
 //! |---|---|
-//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), the lock's value — its UUID, then who holds it (`identity`), a duration in whole milliseconds or microseconds, saturating (`units`) |
+//! | `support` | what every part uses: pauses between tries (`retry`), the process-wide runtime for clean-up that outlives its caller (`background`), a rare path's future boxed and polled out of line, so that it does not enlarge the usual path's stack frame (`cold`), the lock's value — its UUID, then who holds it (`identity`), a duration in whole milliseconds or microseconds, saturating (`units`) |
 //! | `diagnose` | which server settings can break locks (eviction), and their fix; the one `CLUSTER SLOTS` parser |
 //! | `redis` | the only place naming redis-rs connection types: connections to one endpoint per tokio runtime and their `Timeouts` (`connection`), a Sentinel service's master (`sentinel`), what a Redis error means (`classify`), the eviction check at connect (`eviction`) |
 //! | `error` | [`LockError`]: what went wrong and what to do |

@@ -55,9 +55,14 @@ where
     F::Output: Send,
     C: CleanUp<F::Output>,
 {
-    pub(crate) fn new(future: F, clean_up: C) -> Self {
+    /// The future `make` returns, boxed, with the clean-up of its output should it be dropped
+    /// before it completes. Built here, not in the caller's frame: every acquisition makes
+    /// one, and the caller's stack frame would otherwise hold a second copy of it (see
+    /// `support::cold`).
+    #[inline(never)]
+    pub(crate) fn new(make: impl FnOnce() -> F, clean_up: C) -> Self {
         FinishOnDrop {
-            future: Some(Box::pin(future)),
+            future: Some(Box::pin(make())),
             clean_up: Some(clean_up),
             started: false,
         }
@@ -103,23 +108,35 @@ where
         let (Some(future), Some(clean_up)) = (self.future.take(), self.clean_up.take()) else {
             return;
         };
-        if !self.started {
-            return;
+        if self.started {
+            finish_in_background(future, clean_up);
         }
-        // Armed outside the task: a runtime that is shutting down drops a task it is handed
-        // without ever polling it.
-        let unfinished = Unfinished::arm(clean_up.clone());
-        spawn_here(async move {
-            let output = future.await;
-            clean_up.apply(Some(output)).await;
-            unfinished.disarm();
-        });
     }
+}
+
+/// Drives `future` to its end in a task of its own and hands its output to `clean_up`. Not
+/// inlined into the drop, which every acquisition runs (see `support::cold`).
+#[inline(never)]
+fn finish_in_background<F, C>(future: Pin<Box<F>>, clean_up: C)
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+    C: CleanUp<F::Output>,
+{
+    // Armed outside the task: a runtime that is shutting down drops a task it is handed
+    // without ever polling it.
+    let unfinished = Unfinished::arm(clean_up.clone());
+    spawn_here(async move {
+        let output = future.await;
+        clean_up.apply(Some(output)).await;
+        unfinished.disarm();
+    });
 }
 
 /// Runs `clean_up` with `output` on the caller's runtime (after whatever this runtime's
 /// connection has sent), and again with `None` on the background runtime if that one shuts down
 /// first.
+#[inline(never)]
 pub(crate) fn spawn_clean_up<T, C>(clean_up: C, output: Option<T>)
 where
     T: Send + 'static,

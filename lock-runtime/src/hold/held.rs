@@ -212,7 +212,10 @@ impl Held {
             .filter(|millis| *millis > 0);
         let released = match keep_millis {
             // Boxed: the plain release is the usual one, and sets the future's size.
-            Some(keep_millis) => Box::pin(backend.hold(&self.keys, &self.token, keep_millis)).await,
+            Some(keep_millis) => {
+                crate::support::cold::boxed(|| backend.hold(&self.keys, &self.token, keep_millis))
+                    .await
+            }
             None => backend.unlock(&self.keys, &self.token, self.taken).await,
         };
         let ours = match released {

@@ -118,7 +118,7 @@ impl LockManager {
         // The request may finish on another task: it takes the acquisition's record of the
         // locks it holds meanwhile with it.
         let meanwhile = Meanwhile::current();
-        let request = async move {
+        let request = move || async move {
             let request = crate::backend::LockRequest {
                 keys: &request_keys,
                 token: &request_token,
@@ -130,7 +130,9 @@ impl LockManager {
             // the plain one would double the future that every acquisition boxes and moves.
             let backend = &manager.inner.backend;
             match meanwhile {
-                Some(meanwhile) => Box::pin(meanwhile.scope(backend.try_lock(request))).await,
+                Some(meanwhile) => {
+                    crate::support::cold::boxed(|| meanwhile.scope(backend.try_lock(request))).await
+                }
                 None => backend.try_lock(request).await,
             }
         };

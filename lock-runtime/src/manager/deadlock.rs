@@ -66,7 +66,8 @@ impl LockManager {
         let meanwhile = Meanwhile::default();
         let acquisition = meanwhile.clone().scope(acquire());
         // Boxed: the watch's state does not enlarge every acquisition's future.
-        Box::pin(self.acquire_watched(wanted, held, meanwhile, acquisition)).await
+        crate::support::cold::boxed(|| self.acquire_watched(wanted, held, meanwhile, acquisition))
+            .await
     }
 
     /// `acquisition`, raced against the watch of a task holding `held` (and `meanwhile`,

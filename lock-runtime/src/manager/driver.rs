@@ -45,7 +45,7 @@ impl LockManager {
             None => (
                 // Boxed, as the other steps of a contended acquisition: the future every
                 // acquisition carries stays the size of its first attempt's.
-                Box::pin(self.wait_turn(&keys, deadline, started)).await?,
+                crate::support::cold::boxed(|| self.wait_turn(&keys, deadline, started)).await?,
                 Instant::now(),
             ),
         };
@@ -97,14 +97,18 @@ impl LockManager {
                 }
                 Step::Sleep { until, spread } => {
                     let until = (until + jitter(spread)).min(deadline);
-                    let message =
-                        Box::pin(self.sleep(&keys, &token, listener.as_ref(), until)).await;
+                    let message = crate::support::cold::boxed(|| {
+                        self.sleep(&keys, &token, listener.as_ref(), until)
+                    })
+                    .await;
                     machine.woke(Instant::now(), message)
                 }
                 Step::Confirm => {
                     let sent = Instant::now();
-                    let confirmed =
-                        Box::pin(backend.confirm_replicated(&keys, &token, ttl_millis)).await;
+                    let confirmed = crate::support::cold::boxed(|| {
+                        backend.confirm_replicated(&keys, &token, ttl_millis)
+                    })
+                    .await;
                     let ours = confirmed.unwrap_or_else(|error| {
                         // Given back, place and all: the next look takes a new place at the
                         // end of the line.
@@ -119,7 +123,10 @@ impl LockManager {
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
                         if keys.kind == Kind::Read {
-                            Box::pin(self.let_readers_in(&keys, &token, ttl_millis)).await;
+                            crate::support::cold::boxed(|| {
+                                self.let_readers_in(&keys, &token, ttl_millis)
+                            })
+                            .await;
                         }
                     }
                     log_acquired(&keys, &won, started);

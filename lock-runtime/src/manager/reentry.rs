@@ -224,9 +224,10 @@ pub(crate) async fn reenter(
         .ok()
         .flatten()?;
     let wanted = Mode::of(super::kind_of(options));
+    // Boxed apart: re-entering is rare beside a first acquisition, whose future it would
+    // otherwise enlarge (see `support::cold`).
     Some(
-        entry
-            .reenter(wanted, &key)
+        crate::support::cold::boxed(|| entry.reenter(wanted, &key))
             .await
             .map(|guard| guard.showing(key)),
     )

@@ -267,8 +267,11 @@ enum State {
     /// Every caller of the runtime awaits this one attempt; it takes itself out of the map
     /// when it ends (and when its runtime drops it), so the next caller after a failure
     /// starts a new one.
-    Connecting(Shared<BoxFuture<'static, Result<Connection, ConnectError>>>),
+    Connecting(SharedConnect),
 }
+
+/// A connect in flight, which every caller of one runtime awaits.
+type SharedConnect = Shared<BoxFuture<'static, Result<Connection, ConnectError>>>;
 
 impl Connections {
     pub(crate) fn new(endpoint: Endpoint, timeouts: Timeouts) -> Arc<Self> {
@@ -292,82 +295,106 @@ impl Connections {
     pub(crate) async fn get(self: &Arc<Self>) -> Result<Connection, ConnectError> {
         let runtime = Handle::current();
         let id = runtime.id();
-        let mut start = None;
-        let attempt = {
+        let (attempt, start) = {
             let mut slots = self.slots();
             // A Sentinel master that may have failed over: connect anew, asking the sentinels.
             slots.retain(|slot| {
                 slot.runtime != id
                     || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
             });
-            let slot = slots.iter_mut().find(|slot| slot.runtime == id);
-            let state = slot.map(|slot| {
-                slot.last_used = std::time::Instant::now();
-                &slot.state
-            });
-            match state {
-                Some(State::Connected { connection, .. }) => return Ok(connection.clone()),
-                Some(State::Connecting(attempt)) => attempt.clone(),
-                None => {
-                    let (result, outcome) = oneshot::channel();
-                    // Should the connecting task end without a result (its runtime shut down
-                    // under it), its callers connect on their own: what they get is then what
-                    // the endpoint answers.
-                    let (endpoint, timeouts) = (self.endpoint.clone(), self.timeouts);
-                    let attempt = async move {
-                        match outcome.await {
-                            Ok(connected) => connected,
-                            Err(_) => endpoint.connect(timeouts).await,
-                        }
+            match slots.iter_mut().find(|slot| slot.runtime == id) {
+                Some(slot) => {
+                    slot.last_used = std::time::Instant::now();
+                    match &slot.state {
+                        State::Connected { connection, .. } => return Ok(connection.clone()),
+                        State::Connecting(attempt) => (attempt.clone(), None),
                     }
-                    .boxed()
-                    .shared();
+                }
+                None => {
+                    let (attempt, result) = self.connect_attempt();
                     slots.push(RuntimeConnection {
                         runtime: id,
                         state: State::Connecting(attempt.clone()),
                         last_used: std::time::Instant::now(),
                         spares: Vec::new(),
                     });
-                    start = Some(result);
-                    attempt
+                    (attempt, Some(result))
                 }
             }
         };
         if let Some(result) = start {
-            // Spawned with the map unlocked: a runtime that is shutting down drops the task at
-            // once, and its `EndAttempt` takes the lock. In a task of its own, a caller that
-            // gives up (a Redlock per-node timeout, a cancelled acquire) does not abort the
-            // connect, whose connection is then there for the next call.
-            let end = EndAttempt {
-                connections: Arc::clone(self),
-                runtime: id,
-                connected: false,
-            };
-            drop(runtime.spawn(async move {
-                let connections = Arc::clone(&end.connections);
-                let connected = connections.endpoint.connect(connections.timeouts).await;
-                let connected = end.finish(connected);
-                let mut checking = connected.as_ref().ok().cloned();
-                // The endpoint's first connection — the one `connect` makes — is checked before
-                // its caller gets it, so that the warning comes before `connect` returns and no
-                // command of the check reaches Redis after it. Any later one (a new runtime, a
-                // new Sentinel master after a failover) is checked after its caller has it:
-                // that caller may be an acquire, which must not wait for the check.
-                if !connections
-                    .first_connect_started
-                    .swap(true, Ordering::Relaxed)
-                {
-                    if let Some(connection) = checking.take() {
-                        connections.check_eviction(connection).await;
-                    }
-                }
-                let _ = result.send(connected);
-                if let Some(connection) = checking {
-                    connections.check_eviction(connection).await;
-                }
-            }));
+            // With the map unlocked: a runtime that is shutting down drops the task at once,
+            // and its `EndAttempt` takes the lock.
+            self.spawn_connect(&runtime, result);
         }
         attempt.await
+    }
+
+    /// The connect that a runtime's callers share, and the sender its result comes through.
+    /// Should the connecting task end without a result (its runtime shut down under it), its
+    /// callers connect on their own: what they get is then what the endpoint answers.
+    ///
+    /// Never inlined, nor is [`Connections::spawn_connect`]: the futures they make, needed only
+    /// when a runtime has no connection yet, would otherwise take room in the stack frame of
+    /// every request, which the uncontended cycle pays for in cache misses.
+    #[inline(never)]
+    fn connect_attempt(
+        &self,
+    ) -> (
+        SharedConnect,
+        oneshot::Sender<Result<Connection, ConnectError>>,
+    ) {
+        let (result, outcome) = oneshot::channel();
+        let (endpoint, timeouts) = (self.endpoint.clone(), self.timeouts);
+        let attempt = async move {
+            match outcome.await {
+                Ok(connected) => connected,
+                Err(_) => endpoint.connect(timeouts).await,
+            }
+        }
+        .boxed()
+        .shared();
+        (attempt, result)
+    }
+
+    /// Connects for the runtime `runtime` in a task of its own, and sends the result through
+    /// `result`. In a task of its own, a caller that gives up (a Redlock per-node timeout, a
+    /// cancelled acquire) does not abort the connect, whose connection is then there for the
+    /// next call.
+    #[inline(never)]
+    fn spawn_connect(
+        self: &Arc<Self>,
+        runtime: &Handle,
+        result: oneshot::Sender<Result<Connection, ConnectError>>,
+    ) {
+        let end = EndAttempt {
+            connections: Arc::clone(self),
+            runtime: runtime.id(),
+            connected: false,
+        };
+        drop(runtime.spawn(async move {
+            let connections = Arc::clone(&end.connections);
+            let connected = connections.endpoint.connect(connections.timeouts).await;
+            let connected = end.finish(connected);
+            let mut checking = connected.as_ref().ok().cloned();
+            // The endpoint's first connection — the one `connect` makes — is checked before
+            // its caller gets it, so that the warning comes before `connect` returns and no
+            // command of the check reaches Redis after it. Any later one (a new runtime, a
+            // new Sentinel master after a failover) is checked after its caller has it:
+            // that caller may be an acquire, which must not wait for the check.
+            if !connections
+                .first_connect_started
+                .swap(true, Ordering::Relaxed)
+            {
+                if let Some(connection) = checking.take() {
+                    connections.check_eviction(connection).await;
+                }
+            }
+            let _ = result.send(connected);
+            if let Some(connection) = checking {
+                connections.check_eviction(connection).await;
+            }
+        }));
     }
 
     /// A connection of the current runtime's own for one request that blocks its connection

@@ -43,8 +43,8 @@ impl Node {
             let acked = set_nx_acked(&self.connections, keys, token, ttl_millis, replicas);
             let set = match acked.await {
                 Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
-                    let refused = self.not_acknowledged(keys, token, acknowledged, replicas);
-                    return Err(Box::pin(refused).await);
+                    let refused = || self.not_acknowledged(keys, token, acknowledged, replicas);
+                    return Err(crate::support::cold::boxed(refused).await);
                 }
                 set => set.map(|(taken, _)| taken),
             };
@@ -62,7 +62,10 @@ impl Node {
         }
         // Boxed: the script's future is many times the `SET`'s, and only a contended
         // acquisition (or one with fencing) runs it, while every acquisition carries this one.
-        Box::pin(self.try_lock_by_script(request, entry, connection, sent_again)).await
+        crate::support::cold::boxed(|| {
+            self.try_lock_by_script(request, entry, connection, sent_again)
+        })
+        .await
     }
 
     /// The acquire script's part of [`Node::try_lock`]: every attempt but a first try without

@@ -197,7 +197,7 @@ impl Node {
             {
                 // Boxed: every lock operation carries this future, and only this rare error
                 // looks at the keys.
-                Err(Box::pin(self.name_the_key(keys, error)).await)
+                Err(crate::support::cold::boxed(|| self.name_the_key(keys, error)).await)
             }
             other => other,
         }

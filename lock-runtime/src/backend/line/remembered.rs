@@ -56,7 +56,7 @@ impl Node {
                 Err(error) => return Err(error),
             }
         }
-        Box::pin(self.attempt_in_full(request, retries, set_dropped)).await
+        crate::support::cold::boxed(|| self.attempt_in_full(request, retries, set_dropped)).await
     }
 
     /// [`attempt_within`](Self::attempt_within) past a first try's `SET`: the acquire script,
@@ -78,8 +78,8 @@ impl Node {
         // Boxed, as the other paths an uncontended acquisition does not take: only a waiter
         // that joins can push its place itself.
         if matches!(wait, Wait::InLine { .. }) {
-            let join = self.join_behind(keys, token, ttl_millis, fencing, &wait);
-            if let Some(pushed) = Box::pin(join).await? {
+            let join = || self.join_behind(keys, token, ttl_millis, fencing, &wait);
+            if let Some(pushed) = crate::support::cold::boxed(join).await? {
                 return Ok(pushed);
             }
         }
@@ -111,7 +111,7 @@ impl Node {
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
         if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type()) {
-            let marker = Box::pin(self.leased_marker(keys)).await;
+            let marker = crate::support::cold::boxed(|| self.leased_marker(keys)).await;
             let again = |wait| LockRequest {
                 keys,
                 token,
@@ -127,12 +127,17 @@ impl Node {
                 },
             };
             match marker {
-                Some(Kind::Read) => return Box::pin(self.leased_attempt(again(wait))).await,
+                Some(Kind::Read) => {
+                    return crate::support::cold::boxed(|| self.leased_attempt(again(wait))).await
+                }
                 // No leased set any more: the last reader left between the script and the
                 // look (and readers may be back by now). The key is looked at afresh; one of
                 // another type fails every time and is named below.
                 None if retries > 0 => {
-                    return Box::pin(self.attempt_within(again(wait), retries - 1)).await;
+                    return crate::support::cold::boxed(|| {
+                        self.attempt_within(again(wait), retries - 1)
+                    })
+                    .await;
                 }
                 _ => {}
             }
@@ -260,7 +265,10 @@ impl Node {
             }
         }
         // Boxed: the usual release ends above, and its future should not carry this one's size.
-        let released = Box::pin(self.unlock_naming_the_key(keys, token, Unlock::Release)).await;
+        let released = crate::support::cold::boxed(|| {
+            self.unlock_naming_the_key(keys, token, Unlock::Release)
+        })
+        .await;
         if let Some(error) = unanswered {
             // A lock found ours was not removed by the short release. Neither was one an
             // operator broke: the `forced` mark is written only while the lock key still holds
