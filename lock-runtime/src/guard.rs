@@ -16,6 +16,7 @@ use crate::backend::Taken;
 use crate::hold::held::{Expiry, Finder, Held};
 use crate::meters::Meter;
 use crate::shared::Shared;
+use crate::support::cold;
 use crate::{LockError, LockOptions};
 
 /// A lock just acquired: what its guard is made of.
@@ -480,8 +481,7 @@ impl LockGuard {
         // Each part is released whatever the others found; the first error is returned.
         let mut parts_released = Ok(());
         for part in std::mem::take(&mut self.parts) {
-            parts_released =
-                parts_released.and(crate::support::cold::boxed(|| part.release()).await);
+            parts_released = parts_released.and(cold::boxed(|| part.release()).await);
         }
         self.stop_watchdog();
         let held = Arc::clone(&self.held);

@@ -49,6 +49,7 @@ use crate::backend::keys::{Kind, LockKeys};
 use crate::options::Timeouts;
 use crate::redis::connection::{Connections, Endpoint};
 use crate::redis::sentinel::Sentinels;
+use crate::support::cold;
 pub(crate) use capabilities::{Capabilities, Together};
 #[cfg(feature = "resource-counts")]
 pub use counts::ResourceCounts;
@@ -275,15 +276,15 @@ impl Backend {
     pub(crate) async fn try_lock(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
         match &self.locks {
             Locks::Single(node) if request.keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_attempt(request)).await
+                cold::boxed(|| node.leased_attempt(request)).await
             }
             // The other stores' attempts and a multi-key one are boxed: inlined, the largest
             // would set the size of every attempt's future, which each acquisition moves.
             Locks::Single(node) if request.keys.together.is_some() => {
-                crate::support::cold::boxed(|| node.attempt_together(request)).await
+                cold::boxed(|| node.attempt_together(request)).await
             }
             Locks::Single(node) => node.attempt(request).await,
-            Locks::Quorum(quorum) => crate::support::cold::boxed(|| quorum.try_lock(request)).await,
+            Locks::Quorum(quorum) => cold::boxed(|| quorum.try_lock(request)).await,
             Locks::Memory(memory) if request.keys.kind != Kind::Mutex => memory.try_lease(
                 request.keys,
                 request.token,
@@ -311,15 +312,15 @@ impl Backend {
     ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_release(keys, token)).await
+                cold::boxed(|| node.leased_release(keys, token)).await
             }
             // Boxed, as in `try_lock`: the mutex's own release sets the future's size.
             Locks::Single(node) if keys.together.is_some() => {
-                crate::support::cold::boxed(|| node.release_together(keys, token, false)).await
+                cold::boxed(|| node.release_together(keys, token, false)).await
             }
             Locks::Single(node) => node.release(keys, token, taken).await,
             Locks::Quorum(quorum) => Ok(Ownership::from_majority(
-                crate::support::cold::boxed(|| quorum.unlock(keys, token)).await?,
+                cold::boxed(|| quorum.unlock(keys, token)).await?,
             )),
             Locks::Memory(memory) if keys.kind != Kind::Mutex => {
                 Ok(match memory.unlock_lease(keys, token, false)? {
@@ -347,7 +348,7 @@ impl Backend {
         };
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.force_release_leases(keys, seen)).await
+                cold::boxed(|| node.force_release_leases(keys, seen)).await
             }
             Locks::Single(node) => node.force_release(keys, value).await,
             Locks::Quorum(quorum) => quorum.unlock(keys, value).await,
@@ -386,7 +387,7 @@ impl Backend {
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_leave(keys, token)).await
+                cold::boxed(|| node.leased_leave(keys, token)).await
             }
             Locks::Single(node) if keys.together.is_some() => {
                 Ok(node.release_together(keys, token, true).await?.is_ours())
@@ -414,7 +415,7 @@ impl Backend {
             // A permit or read lock keeps its lease until the hold's end, then comes back at
             // the next look after it, with no hand-off.
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_extend(keys, token, keep_millis)).await
+                cold::boxed(|| node.leased_extend(keys, token, keep_millis)).await
             }
             // Left to expire at the hold's end; waiters find the keys free at their next look.
             Locks::Single(node) if keys.together.is_some() => {
@@ -445,7 +446,7 @@ impl Backend {
     ) -> failure::Result<Ownership> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_extend(keys, token, ttl_millis)).await
+                cold::boxed(|| node.leased_extend(keys, token, ttl_millis)).await
             }
             Locks::Single(node) if keys.together.is_some() => {
                 node.extend_together(keys, token, ttl_millis).await
@@ -481,7 +482,7 @@ impl Backend {
     pub(crate) async fn is_held(&self, keys: &LockKeys, token: &str) -> failure::Result<bool> {
         match &self.locks {
             Locks::Single(node) if keys.kind != Kind::Mutex => {
-                crate::support::cold::boxed(|| node.leased_is_held(keys, token)).await
+                cold::boxed(|| node.leased_is_held(keys, token)).await
             }
             Locks::Single(node) if keys.together.is_some() => {
                 node.is_held_together(keys, token).await

@@ -18,6 +18,7 @@ use crate::backend::keys::LockKeys;
 use crate::backend::{Ownership, Taken};
 use crate::meters::Hold;
 use crate::shared::Shared;
+use crate::support::cold;
 use crate::{LockError, LostCause};
 
 /// One held lock.
@@ -213,8 +214,7 @@ impl Held {
         let released = match keep_millis {
             // Boxed: the plain release is the usual one, and sets the future's size.
             Some(keep_millis) => {
-                crate::support::cold::boxed(|| backend.hold(&self.keys, &self.token, keep_millis))
-                    .await
+                cold::boxed(|| backend.hold(&self.keys, &self.token, keep_millis)).await
             }
             None => backend.unlock(&self.keys, &self.token, self.taken).await,
         };

@@ -12,6 +12,7 @@ use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::waits::Meanwhile;
 use crate::backend::{Attempt, Taken, Wait};
 use crate::guard::Acquired;
+use crate::support::cold;
 use crate::support::retry::Backoff;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
@@ -130,9 +131,7 @@ impl LockManager {
             // the plain one would double the future that every acquisition boxes and moves.
             let backend = &manager.inner.backend;
             match meanwhile {
-                Some(meanwhile) => {
-                    crate::support::cold::boxed(|| meanwhile.scope(backend.try_lock(request))).await
-                }
+                Some(meanwhile) => cold::boxed(|| meanwhile.scope(backend.try_lock(request))).await,
                 None => backend.try_lock(request).await,
             }
         };

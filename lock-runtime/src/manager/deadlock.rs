@@ -18,6 +18,7 @@ use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::waits::{Meanwhile, Recording};
 use crate::manager::reentry;
 use crate::shared::Shared;
+use crate::support::cold;
 use crate::support::units::millis;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
 
@@ -66,8 +67,7 @@ impl LockManager {
         let meanwhile = Meanwhile::default();
         let acquisition = meanwhile.clone().scope(acquire());
         // Boxed: the watch's state does not enlarge every acquisition's future.
-        crate::support::cold::boxed(|| self.acquire_watched(wanted, held, meanwhile, acquisition))
-            .await
+        cold::boxed(|| self.acquire_watched(wanted, held, meanwhile, acquisition)).await
     }
 
     /// `acquisition`, raced against the watch of a task holding `held` (and `meanwhile`,

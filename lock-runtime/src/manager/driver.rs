@@ -14,6 +14,7 @@ use crate::backend::{Attempt, Taken, Wait};
 use crate::guard::Acquired;
 use crate::manager::attempt::{fence_failed, local_line, new_token, timeout};
 use crate::manager::place::PlaceInLine;
+use crate::support::cold;
 use crate::support::retry::jitter;
 use crate::support::units::micros;
 use crate::{LockError, LockGuard, LockManager, LockOptions};
@@ -45,7 +46,7 @@ impl LockManager {
             None => (
                 // Boxed, as the other steps of a contended acquisition: the future every
                 // acquisition carries stays the size of its first attempt's.
-                crate::support::cold::boxed(|| self.wait_turn(&keys, deadline, started)).await?,
+                cold::boxed(|| self.wait_turn(&keys, deadline, started)).await?,
                 Instant::now(),
             ),
         };
@@ -97,18 +98,14 @@ impl LockManager {
                 }
                 Step::Sleep { until, spread } => {
                     let until = (until + jitter(spread)).min(deadline);
-                    let message = crate::support::cold::boxed(|| {
-                        self.sleep(&keys, &token, listener.as_ref(), until)
-                    })
-                    .await;
+                    let message =
+                        cold::boxed(|| self.sleep(&keys, &token, listener.as_ref(), until)).await;
                     machine.woke(Instant::now(), message)
                 }
                 Step::Confirm => {
                     let sent = Instant::now();
-                    let confirmed = crate::support::cold::boxed(|| {
-                        backend.confirm_replicated(&keys, &token, ttl_millis)
-                    })
-                    .await;
+                    let confirmed =
+                        cold::boxed(|| backend.confirm_replicated(&keys, &token, ttl_millis)).await;
                     let ours = confirmed.unwrap_or_else(|error| {
                         // Given back, place and all: the next look takes a new place at the
                         // end of the line.
@@ -123,10 +120,7 @@ impl LockManager {
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
                         if keys.kind == Kind::Read {
-                            crate::support::cold::boxed(|| {
-                                self.let_readers_in(&keys, &token, ttl_millis)
-                            })
-                            .await;
+                            cold::boxed(|| self.let_readers_in(&keys, &token, ttl_millis)).await;
                         }
                     }
                     log_acquired(&keys, &won, started);

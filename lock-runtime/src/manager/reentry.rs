@@ -49,6 +49,7 @@ use tokio::time::Instant;
 use crate::backend::keys::Kind;
 use crate::backend::keys::LockKeys;
 use crate::hold::held::{Finder, Held};
+use crate::support::cold;
 use crate::{LockError, LockGuard, LockManager, LostCause};
 
 tokio::task_local! {
@@ -227,7 +228,7 @@ pub(crate) async fn reenter(
     // Boxed apart: re-entering is rare beside a first acquisition, whose future it would
     // otherwise enlarge (see `support::cold`).
     Some(
-        crate::support::cold::boxed(|| entry.reenter(wanted, &key))
+        cold::boxed(|| entry.reenter(wanted, &key))
             .await
             .map(|guard| guard.showing(key)),
     )

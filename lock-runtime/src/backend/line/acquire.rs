@@ -13,6 +13,7 @@ use crate::backend::replicas::Replicas;
 use crate::backend::scripts;
 use crate::backend::{Attempt, LockRequest, Ownership, RedisPlace, Unlock, Wait};
 use crate::redis::connection::{Connection, Connections};
+use crate::support::cold;
 use crate::support::units::millis;
 
 impl Node {
@@ -44,7 +45,7 @@ impl Node {
             let set = match acked.await {
                 Ok((true, acknowledged)) if !replicas.enough(acknowledged) => {
                     let refused = || self.not_acknowledged(keys, token, acknowledged, replicas);
-                    return Err(crate::support::cold::boxed(refused).await);
+                    return Err(cold::boxed(refused).await);
                 }
                 set => set.map(|(taken, _)| taken),
             };
@@ -62,10 +63,7 @@ impl Node {
         }
         // Boxed: the script's future is many times the `SET`'s, and only a contended
         // acquisition (or one with fencing) runs it, while every acquisition carries this one.
-        crate::support::cold::boxed(|| {
-            self.try_lock_by_script(request, entry, connection, sent_again)
-        })
-        .await
+        cold::boxed(|| self.try_lock_by_script(request, entry, connection, sent_again)).await
     }
 
     /// The acquire script's part of [`Node::try_lock`]: every attempt but a first try without

@@ -32,6 +32,7 @@ use super::replicas::Replicas;
 use super::{Capabilities, Together, Unlock};
 use crate::backend::keys::LockKeys;
 use crate::redis::connection::{ConnectError, Connection, Connections};
+use crate::support::cold;
 pub(crate) use acquire::set_nx;
 pub(crate) use look::{LeasedLook, Look, ScanTarget};
 
@@ -197,7 +198,7 @@ impl Node {
             {
                 // Boxed: every lock operation carries this future, and only this rare error
                 // looks at the keys.
-                Err(crate::support::cold::boxed(|| self.name_the_key(keys, error)).await)
+                Err(cold::boxed(|| self.name_the_key(keys, error)).await)
             }
             other => other,
         }

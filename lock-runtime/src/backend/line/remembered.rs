@@ -14,6 +14,7 @@ use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::recent::Written;
 use crate::backend::{Attempt, LockRequest, Ownership, Released, Taken, Unlock, Wait, LEASE};
 use crate::redis::classify::Meaning;
+use crate::support::cold;
 use crate::LostCause;
 
 /// How many times an attempt is made again when its script met a leased set of readers that
@@ -56,7 +57,7 @@ impl Node {
                 Err(error) => return Err(error),
             }
         }
-        crate::support::cold::boxed(|| self.attempt_in_full(request, retries, set_dropped)).await
+        cold::boxed(|| self.attempt_in_full(request, retries, set_dropped)).await
     }
 
     /// [`attempt_within`](Self::attempt_within) past a first try's `SET`: the acquire script,
@@ -79,7 +80,7 @@ impl Node {
         // that joins can push its place itself.
         if matches!(wait, Wait::InLine { .. }) {
             let join = || self.join_behind(keys, token, ttl_millis, fencing, &wait);
-            if let Some(pushed) = crate::support::cold::boxed(join).await? {
+            if let Some(pushed) = cold::boxed(join).await? {
                 return Ok(pushed);
             }
         }
@@ -111,7 +112,7 @@ impl Node {
         // marked `#read`) takes the read-write lock's line instead — one more round trip, only
         // where readers use the name.
         if matches!(&tried, Err(failure) if failure.is_lock_key_of_another_type()) {
-            let marker = crate::support::cold::boxed(|| self.leased_marker(keys)).await;
+            let marker = cold::boxed(|| self.leased_marker(keys)).await;
             let again = |wait| LockRequest {
                 keys,
                 token,
@@ -127,17 +128,12 @@ impl Node {
                 },
             };
             match marker {
-                Some(Kind::Read) => {
-                    return crate::support::cold::boxed(|| self.leased_attempt(again(wait))).await
-                }
+                Some(Kind::Read) => return cold::boxed(|| self.leased_attempt(again(wait))).await,
                 // No leased set any more: the last reader left between the script and the
                 // look (and readers may be back by now). The key is looked at afresh; one of
                 // another type fails every time and is named below.
                 None if retries > 0 => {
-                    return crate::support::cold::boxed(|| {
-                        self.attempt_within(again(wait), retries - 1)
-                    })
-                    .await;
+                    return cold::boxed(|| self.attempt_within(again(wait), retries - 1)).await;
                 }
                 _ => {}
             }
@@ -265,10 +261,8 @@ impl Node {
             }
         }
         // Boxed: the usual release ends above, and its future should not carry this one's size.
-        let released = crate::support::cold::boxed(|| {
-            self.unlock_naming_the_key(keys, token, Unlock::Release)
-        })
-        .await;
+        let released =
+            cold::boxed(|| self.unlock_naming_the_key(keys, token, Unlock::Release)).await;
         if let Some(error) = unanswered {
             // A lock found ours was not removed by the short release. Neither was one an
             // operator broke: the `forced` mark is written only while the lock key still holds
