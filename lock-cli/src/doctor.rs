@@ -726,9 +726,10 @@ async fn acl_check(
         // Deadlock detection's wait records, a hash per lock read and written by scripts.
         vec!["hset", &waits, "w", "v"],
         vec!["hgetall", &waits],
+        // The release of a lock nobody waits for: whether anyone is in its line.
+        vec!["exists", &line],
     ];
     if role == Role::RedlockMaster {
-        commands.push(vec!["exists", &key]);
         commands.push(vec!["zrem", &wake, "w"]);
         commands.push(vec!["zpopmin", &wake]);
     }

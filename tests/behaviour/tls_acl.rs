@@ -276,6 +276,71 @@ async fn an_acl_user_without_the_lease_table_still_does_everything() {
     );
 }
 
+/// A user whose ACL lacks `+exists`, which the release of a lock nobody waits for reads the
+/// line with: everything still works, the manager learns of the refusal from its connect probe,
+/// and its releases go to the full release script from then on instead of being refused once
+/// per release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_exists_still_does_everything_and_stops_asking() {
+    let server = RedisServer::start();
+    let commands = documented_acl_commands();
+    assert!(commands.iter().any(|command| command == "exists"));
+    let allowed: Vec<&str> = commands
+        .iter()
+        .map(String::as_str)
+        .filter(|command| *command != "exists")
+        .collect();
+    let url = server.add_acl_user("locker", "s3cret", &allowed);
+    everything(&url, None, "without-exists").await;
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+
+    let manager = LockManager::connect(&url).await.expect("the user connects");
+    let refused_after_connect = exists_refusals(&server);
+    assert!(
+        refused_after_connect > 0,
+        "the connect probe's release asked for EXISTS and was refused"
+    );
+    for n in 0..5 {
+        let guard = manager
+            .acquire(&format!("without-exists:{n}"), &LockOptions::new())
+            .await
+            .expect("acquire");
+        guard
+            .release()
+            .await
+            .expect("the full release script releases it");
+    }
+    assert_eq!(
+        exists_refusals(&server),
+        refused_after_connect,
+        "a release after the refusal asked for EXISTS again"
+    );
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+}
+
+/// How many times the server refused `EXISTS` to an ACL user, summed over `ACL LOG`.
+fn exists_refusals(server: &RedisServer) -> u64 {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .arg(1000)
+        .query(&mut server.conn())
+        .expect("ACL LOG");
+    entries
+        .iter()
+        .filter(|entry| {
+            entry.get("object").is_some_and(|object| {
+                redis::from_redis_value_ref::<String>(object).is_ok_and(|object| object == "exists")
+            })
+        })
+        .map(|entry| {
+            entry
+                .get("count")
+                .and_then(|count| redis::from_redis_value_ref::<u64>(count).ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
 /// The key patterns docs/tls-acl.md says the minimal ACL may be narrowed to: "(`~*` may be narrowed
 /// to your prefix, e.g. `~lock:* ~{lock:* ...`".
 fn documented_narrowed_key_patterns() -> Vec<String> {

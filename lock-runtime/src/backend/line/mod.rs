@@ -44,7 +44,7 @@ pub(crate) struct Node {
     contended: Contended,
     /// Redis refused the one-command join (`RPUSHX`): joins run the acquire script.
     join_refused: AtomicBool,
-    /// Redis refused the release of a lock held alone its read of the line (`LINDEX`):
+    /// Redis refused the release of a lock held alone its read of the line (`EXISTS`):
     /// releases run the full release script.
     pub(super) alone_refused: AtomicBool,
     /// How many replicas must acknowledge a lock or an extension (`wait_for_replicas`).

@@ -77,7 +77,7 @@ impl Node {
         cmd.arg(&*keys.lock).arg(line).arg(token);
         let deleted: i64 = scripts::invoke(&scripts::RELEASE_ALONE, &cmd, &mut connection).await?;
         if deleted == -1 && !self.alone_refused.swap(true, Ordering::Relaxed) {
-            tracing::warn!(target: "distlock", "LINDEX refused: every release now runs the full release script, which costs Redis more; add +lindex to the ACL user (see docs/tls-acl.md)");
+            tracing::warn!(target: "distlock", "EXISTS refused: every release now runs the full release script, which costs Redis more; add +exists to the ACL user (see docs/tls-acl.md)");
         }
         Ok(deleted == 1)
     }

@@ -9,15 +9,17 @@
 -- ARGV[1]  token
 --
 -- Reply: 1 ours, now free; 0 nothing done; -1 nothing done, and the line cannot be read (an
--- ACL without `LINDEX`): the caller stops sending this script.
-local first = redis.pcall('LINDEX', KEYS[2], 0)
-if type(first) == 'table' and first.err then
-  if string.find(first.err, 'WRONGTYPE', 1, true) then
-    return 0
-  end
+-- ACL without `EXISTS`): the caller stops sending this script.
+--
+-- The line is read with `EXISTS`, not `LINDEX`: Redis empties a list by deleting it, so a line
+-- that exists has someone in it, and `EXISTS` is the cheaper command: in an uncontended cycle it
+-- halves what this script costs Redis beyond a plain compare-and-delete. A line key of another
+-- type exists too, and is left to the release script.
+local waiting = redis.pcall('EXISTS', KEYS[2])
+if type(waiting) == 'table' and waiting.err then
   return -1
 end
-if not first and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+if waiting == 0 and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
