@@ -760,6 +760,7 @@ async fn no_two_locks_share_a_key_whatever_their_names_and_prefixes() {
         let connect = || {
             LockManager::builder(server.url())
                 .key_prefix(prefix)
+                .response_timeout(test_support::names::PATIENT_RESPONSE)
                 .connect()
         };
         managers.push((connect().await.unwrap(), connect().await.unwrap()));

@@ -345,6 +345,7 @@ async fn no_two_locks_share_a_key_on_a_cluster_whatever_their_names_and_prefixes
         let connect = || {
             LockManager::cluster_builder(&cluster.urls())
                 .key_prefix(prefix)
+                .response_timeout(test_support::names::PATIENT_RESPONSE)
                 .connect()
         };
         managers.push((connect().await.unwrap(), connect().await.unwrap()));
