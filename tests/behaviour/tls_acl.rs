@@ -251,15 +251,23 @@ fn acl_user_without(server: &RedisServer, withheld: &[&str]) -> String {
     server.add_acl_user("locker", "s3cret", &allowed)
 }
 
+/// Starts a server, runs [`everything`] (lock names `name`) as the ACL user of
+/// [`acl_user_without`] `withheld`, and checks that no lock is left held; the server and the
+/// user's URL, for the test's own checks.
+async fn everything_without(withheld: &[&str], name: &str) -> (RedisServer, String) {
+    let server = RedisServer::start();
+    let url = acl_user_without(&server, withheld);
+    everything(&url, None, name).await;
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+    (server, url)
+}
+
 /// A user whose ACL was written from an earlier minimal ACL, without `+rpushx` (the join in one
 /// command of a process asking again): distlock joins with the acquire script instead, and
 /// everything still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_without_rpushx_still_does_everything() {
-    let server = RedisServer::start();
-    let url = acl_user_without(&server, &["rpushx"]);
-    everything(&url, None, "without-rpushx").await;
-    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+    everything_without(&["rpushx"], "without-rpushx").await;
 }
 
 /// A user whose ACL was written before distlock kept a lease table beside each line (without
@@ -267,11 +275,8 @@ async fn an_acl_user_without_rpushx_still_does_everything() {
 /// instead, and everything still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_without_the_lease_table_still_does_everything() {
-    let server = RedisServer::start();
     let lease_table = ["lindex", "lpos", "zadd", "zscore", "zremrangebyscore"];
-    let url = acl_user_without(&server, &lease_table);
-    everything(&url, None, "without-leases").await;
-    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+    let (server, _) = everything_without(&lease_table, "without-leases").await;
     assert!(
         server.keys(&keys::every("leases")).is_empty(),
         "a lease table was written without ZADD"
@@ -284,10 +289,7 @@ async fn an_acl_user_without_the_lease_table_still_does_everything() {
 /// per release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_without_exists_still_does_everything_and_stops_asking() {
-    let server = RedisServer::start();
-    let url = acl_user_without(&server, &["exists"]);
-    everything(&url, None, "without-exists").await;
-    assert_eq!(server.keys("lock:*"), Vec::<String>::new());
+    let (server, url) = everything_without(&["exists"], "without-exists").await;
 
     let manager = LockManager::connect(&url).await.expect("the user connects");
     let refused_after_connect = exists_refusals(&server);
