@@ -105,8 +105,7 @@ pub fn helper_owner(key: &str) -> Option<(&str, &str)> {
 ///
 /// The managers are built with [`PATIENT_RESPONSE`]. `all_keys` lists every key of the
 /// deployment (which nothing else may use meanwhile); `get` reads one; `slot_of`, given for a
-/// cluster and only there, gives a key's cluster slot as the
-/// server computes it.
+/// cluster and only there, gives a key's cluster slot as the server computes it.
 pub async fn no_two_locks_share_a_key(
     managers: &[(LockManager, LockManager)],
     all_keys: impl Fn() -> Vec<String>,
