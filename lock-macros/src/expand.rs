@@ -198,16 +198,23 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 let #guard: &#private::BlockingLockGuard = #guard_var.guard();
             }
         });
+        // The arm is the body's own block, the guard's binding put first among its statements:
+        // braces of ours around a one-line body would be rustc's `unused_braces` in the user's
+        // crate.
+        let body = match guard_binding {
+            None => block.to_token_stream(),
+            Some(binding) => {
+                let statements = &block.stmts;
+                quote_spanned!(block.brace_token.span.join()=> { #binding #(#statements)* })
+            }
+        };
         return Ok(quote! {
             #(#outer_attrs)*
             #vis #sig {
                 #prelude
                 let #span_var = #span_var.entered();
                 match #private::#acquire_blocking_fn(&#key_var, #options_var) {
-                    ::core::result::Result::Ok(ref #guard_var) => {
-                        #guard_binding
-                        #block
-                    }
+                    ::core::result::Result::Ok(ref #guard_var) => #body
                     ::core::result::Result::Err(#error) => {
                         return ::core::result::Result::Err(#from_error);
                     }
@@ -345,7 +352,11 @@ fn key_expression(segments: &[Segment], literal: &LitStr) -> syn::Result<TokenSt
             })
             .collect();
         let text = LitStr::new(&text, span);
-        return Ok(quote_spanned!(span=> ::std::string::String::from(#text)));
+        // Fully qualified: `String::from` needs `From` in scope, which `#![no_implicit_prelude]`
+        // takes away.
+        return Ok(quote_spanned!(span=>
+            <::std::string::String as ::core::convert::From<&'static str>>::from(#text)
+        ));
     }
     let format = LitStr::new(&format_string(segments), span);
     Ok(quote_spanned!(span=> ::std::format!(#format, #(#placeholders),*)))
@@ -539,7 +550,10 @@ mod tests {
     #[test]
     fn a_key_without_placeholders_is_a_plain_string() {
         let code = expanded(quote!(key = "a{{b}}"), FN);
-        assert!(code.contains("String :: from (\"a{b}\")"), "{code}");
+        assert!(
+            code.contains("< :: std :: string :: String as :: core :: convert :: From < & 'static str >> :: from (\"a{b}\")"),
+            "{code}"
+        );
         assert!(!code.contains("format !"), "{code}");
     }
 }

@@ -48,6 +48,15 @@ pub async fn early(flag: bool) -> std::io::Result<u32> {
     Ok(value)
 }
 
+/// The blocking form with a body of one expression on one line, and no guard (rustc's
+/// `unused_braces` looks at one-line blocks only).
+#[distributed_lock(key = "blocking")]
+pub fn blocking_one_expression() -> Result<(), LockError> { Ok(()) }
+
+/// The same with a guard.
+#[distributed_lock(key = "blocking:guarded", guard = lock)]
+pub fn blocking_one_expression_guarded() -> Result<(), LockError> { Ok(()) }
+
 /// A struct with a locked method.
 pub struct Thing {
     id: u32,
@@ -70,4 +79,12 @@ fn main() {
     drop(unused_guard());
     drop(used_guard());
     drop(early(true));
+    assert!(matches!(
+        blocking_one_expression(),
+        Err(LockError::NotInitialized)
+    ));
+    assert!(matches!(
+        blocking_one_expression_guarded(),
+        Err(LockError::NotInitialized)
+    ));
 }
