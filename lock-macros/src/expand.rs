@@ -198,15 +198,20 @@ pub(crate) fn expand(valid: &Valid) -> syn::Result<TokenStream> {
                 let #guard: &#private::BlockingLockGuard = #guard_var.guard();
             }
         });
-        // The arm is the body's own block, the guard's binding put first among its statements:
-        // braces of ours around a one-line body would be rustc's `unused_braces` in the user's
-        // crate.
+        // Without a guard, the arm is the body's own block: braces of ours straight around a
+        // one-line body would be rustc's `unused_braces` in the user's crate, and an arm is not
+        // linted. With a guard, the binding comes first and the body is the arm of a `match ()`
+        // after it: still a block of its own, so that an item of the body named like the guard
+        // is what the name means inside it, as in the async form, rather than clash with the
+        // binding.
         let body = match guard_binding {
             None => block.to_token_stream(),
-            Some(binding) => {
-                let statements = &block.stmts;
-                quote_spanned!(block.brace_token.span.join()=> { #binding #(#statements)* })
-            }
+            Some(binding) => quote!({
+                #binding
+                match () {
+                    () => #block
+                }
+            }),
         };
         return Ok(quote! {
             #(#outer_attrs)*
@@ -353,9 +358,10 @@ fn key_expression(segments: &[Segment], literal: &LitStr) -> syn::Result<TokenSt
             .collect();
         let text = LitStr::new(&text, span);
         // Fully qualified: `String::from` needs `From` in scope, which `#![no_implicit_prelude]`
-        // takes away.
+        // takes away. Through `::std`, not `::core`: these tokens carry the literal's span, so
+        // they resolve in the user's edition, and in 2015 `::core` is a path in the crate root.
         return Ok(quote_spanned!(span=>
-            <::std::string::String as ::core::convert::From<&'static str>>::from(#text)
+            <::std::string::String as ::std::convert::From<&'static str>>::from(#text)
         ));
     }
     let format = LitStr::new(&format_string(segments), span);
@@ -551,7 +557,7 @@ mod tests {
     fn a_key_without_placeholders_is_a_plain_string() {
         let code = expanded(quote!(key = "a{{b}}"), FN);
         assert!(
-            code.contains("< :: std :: string :: String as :: core :: convert :: From < & 'static str >> :: from (\"a{b}\")"),
+            code.contains("< :: std :: string :: String as :: std :: convert :: From < & 'static str >> :: from (\"a{b}\")"),
             "{code}"
         );
         assert!(!code.contains("format !"), "{code}");
