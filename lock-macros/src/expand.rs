@@ -338,7 +338,9 @@ fn key_expression(segments: &[Segment], literal: &LitStr) -> syn::Result<TokenSt
             Segment::Literal(_) => None,
         })
         .map(|placeholder| {
-            let root = Ident::new(&placeholder.root, span);
+            // A raw parameter (`r#type`) is named raw: `Ident::new` refuses the `r#`.
+            let mut root = Parser::parse_str(Ident::parse_any, &placeholder.root)?;
+            root.set_span(span);
             let fields = placeholder
                 .fields
                 .iter()

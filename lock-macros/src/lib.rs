@@ -61,7 +61,9 @@ mod valid;
 /// When the lock cannot be taken in time (or Redis fails, or the global manager is not
 /// initialised) the function returns `Err(E::from(distlock::LockError))` without running the body,
 /// so the error type needs `impl From<distlock::LockError>`. `std::io::Error`, `anyhow::Error` and
-/// `Box<dyn Error + Send + Sync>` have one already.
+/// `Box<dyn Error + Send + Sync>` have one already. A plain `fn` that returns a future (`impl
+/// Future`, `Pin<Box<dyn Future>>`) is refused: its work runs after it returns, when the lock
+/// would already be given back; make it an `async fn`.
 ///
 /// ```no_run
 /// #[derive(Debug)]

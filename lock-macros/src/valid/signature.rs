@@ -153,6 +153,19 @@ pub(super) fn check_return_type(sig: &Signature) -> syn::Result<()> {
         return Ok(());
     }
     let written = pretty_tokens(&ty.to_token_stream().to_string());
+    if sig.asyncness.is_none() && returns_a_future(ty) {
+        // Wrapping the future in a `Result` would make this the blocking form, which holds the
+        // lock only while the future is built, not while it runs.
+        return Err(syn::Error::new_spanned(
+            ty,
+            format!(
+                "`#[distributed_lock]` holds the lock while the body runs, and this function's \
+                 work runs later, in the future it returns (`{written}`); make it an `async fn` \
+                 that returns the future's output, a `Result<T, E>` where \
+                 `E: From<distlock::LockError>`"
+            ),
+        ));
+    }
     let instead = match &**ty {
         Type::Tuple(tuple) if tuple.elems.is_empty() => {
             "write `-> Result<(), YourError>` where `YourError: From<distlock::LockError>`, and \
@@ -168,6 +181,14 @@ pub(super) fn check_return_type(sig: &Signature) -> syn::Result<()> {
         ty,
         format!("{WHY_RESULT}; it returns `{written}`: {instead}"),
     ))
+}
+
+/// Whether `ty` is a future: `impl Future<..>` (or `impl .. + Future<..>`), or a path whose
+/// generic arguments contain one (`Pin<Box<dyn Future<..>>>`, `BoxFuture<'_, T>`).
+fn returns_a_future(ty: &Type) -> bool {
+    let text = ty.to_token_stream().to_string();
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .any(|word| word == "Future" || word == "BoxFuture" || word == "LocalBoxFuture")
 }
 
 /// Whether `ty` is a path whose last segment ends with `Result` (`Result<T, E>`,
