@@ -138,6 +138,105 @@ impl Floor {
     }
 }
 
+/// The floor with distlock's work: the commands distlock sends for an uncontended cycle, and
+/// what distlock's promises make it do besides on every cycle, each in its plainest form, with
+/// none of distlock's structure (no acquisition machine, no cancel-safe attempt, no guard, no
+/// meters). Not a lock: nothing here survives cancellation or reports a lost lock. The distance
+/// from it to distlock is what distlock's structure costs; from rslock to it, what its
+/// promises cost:
+///
+/// - a connection that reconnects by itself after Redis or the network drops it (redis-rs's
+///   `ConnectionManager`, as distlock's), rather than a bare multiplexed connection;
+/// - a lock value that says who holds it (`inspect`, the CLI): a UUID, the host, the process
+///   and the time, the part that stays the same in a process made once;
+/// - the in-process line: the key is entered in a table of keys this process holds or wants
+///   (under a lock, hashed with foldhash as lock-runtime does) and taken out at the release, so
+///   that tasks of one process wanting one key wait in order instead of racing;
+/// - the fork check: the process id, read at the acquisition and at the release, so that a
+///   forked child never releases its parent's lock;
+/// - the fleet line: distlock's release of a lock held alone, which also names the lock's line
+///   (as `floor with distlock's commands`).
+#[derive(Clone)]
+pub(crate) struct WorkFloor {
+    connection: redis::aio::ConnectionManager,
+    release: redis::Script,
+    /// `;h=<host>;p=<pid>;t=`, as distlock writes it after the UUID.
+    holder: Arc<str>,
+    taken: Arc<std::sync::Mutex<WorkFloorTable>>,
+}
+
+type WorkFloorTable = std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>;
+
+impl WorkFloor {
+    pub(crate) async fn connect(client: &redis::Client) -> Self {
+        let config =
+            redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let connection = client
+            .get_connection_manager_with_config(config)
+            .await
+            .expect("floor with distlock's work: cannot connect to Redis");
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "unknown".to_owned(), |name| name.trim().to_owned());
+        WorkFloor {
+            connection,
+            release: redis::Script::new(distlock_release_source()),
+            holder: Arc::from(format!(";h={host};p={};t=", std::process::id())),
+            taken: Arc::default(),
+        }
+    }
+
+    /// `SET key value NX PX 30000`, then distlock's release of a lock held alone, with the
+    /// work above around them.
+    pub(crate) async fn cycle(&mut self, n: u64) {
+        let key: Arc<str> = Arc::from(format!("{PREFIX}bench:{n}"));
+        std::hint::black_box(std::process::id());
+        let mut uuid = uuid::Uuid::encode_buffer();
+        let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid);
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        let value = format!("{uuid}{}{since}", self.holder);
+        let entered = self
+            .taken
+            .lock()
+            .expect("floor with distlock's work: table poisoned")
+            .insert(Arc::clone(&key));
+        assert!(entered, "floor with distlock's work: {key} taken twice");
+        let set: redis::Value = redis::cmd("SET")
+            .arg(&*key)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut self.connection)
+            .await
+            .expect("floor with distlock's work: SET failed");
+        assert_eq!(
+            set,
+            redis::Value::Okay,
+            "floor with distlock's work: {key} was taken"
+        );
+
+        std::hint::black_box(std::process::id());
+        let deleted: i64 = self
+            .release
+            .key(&*key)
+            .key(format!("{{{key}}}:distlock:line"))
+            .arg(&value)
+            .invoke_async(&mut self.connection)
+            .await
+            .expect("floor with distlock's work: release failed");
+        assert_eq!(
+            deleted, 1,
+            "floor with distlock's work: {key} was not ours at release"
+        );
+        self.taken
+            .lock()
+            .expect("floor with distlock's work: table poisoned")
+            .remove(&key);
+    }
+}
+
 pub(crate) async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {
     let guard = manager
         .acquire(&format!("bench:{n}"), options)
@@ -159,6 +258,7 @@ pub(crate) async fn rslock_cycle(manager: &Rslock, n: u64) {
 pub(crate) enum Cycler {
     Floor(Floor),
     FloorScripts(Floor),
+    FloorWork(WorkFloor),
     /// The floor with `WAIT 1` pipelined after its `SET` (workload 8).
     FloorWait(Floor),
     Manual(LockManager, LockOptions),
@@ -178,6 +278,11 @@ impl Cycler {
             Cycler::FloorScripts(floor) => {
                 for i in keys {
                     floor.cycle_with_distlock_commands(i).await;
+                }
+            }
+            Cycler::FloorWork(floor) => {
+                for i in keys {
+                    floor.cycle(i).await;
                 }
             }
             Cycler::FloorWait(floor) => {

@@ -35,6 +35,15 @@
 //!      alone, which also names the lock's line (it deletes only when nobody waits). A
 //!      diagnostic: the distance from it to distlock is client-side cost only, and from the
 //!      floor to it the cost of that extra key;
+//!    - `floor with distlock's work`: those same commands, with raw redis-rs and none of
+//!      distlock's structure, plus what distlock's promises make it do on every cycle, each in
+//!      its plainest form: a `ConnectionManager` (reconnects by itself) instead of a bare
+//!      multiplexed connection, a lock value naming its holder (UUID, host, pid, time), the key
+//!      entered in and taken out of an in-process table (the line that keeps a process's tasks
+//!      in order), and the process id read at the acquisition and at the release (the fork
+//!      check). A diagnostic too: rslock to it is what those promises cost, it to distlock what
+//!      distlock's structure (its acquisition machine, cancel-safe attempt, guard, meters)
+//!      costs;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that
@@ -169,6 +178,7 @@ const WORKERS: usize = 2;
 
 const FLOOR: &str = "floor";
 const FLOOR_SCRIPTS: &str = "floor with distlock's commands";
+const FLOOR_WORK: &str = "floor with distlock's work";
 const MANUAL: &str = "distlock manual";
 const ATTRIBUTE: &str = "distlock attribute";
 const DISTLOCK: &str = "distlock";

@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::fleet::FleetReport;
 use crate::statistics::{CycleRound, PickCycle, Summary, CYCLE_BLOCK};
 use crate::{
-    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, MANUAL, REDLOCK, RSLOCK, WORKERS,
+    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, FLOOR_WORK, MANUAL, REDLOCK, RSLOCK,
+    WORKERS,
 };
 
 /// What the workloads measured and checked; a workload that did not run leaves its part empty.
@@ -221,7 +222,7 @@ pub(crate) fn load_average() -> String {
 }
 
 /// The targets, each judged on the median over the rounds (the longest wait on the worst round).
-pub(crate) fn targets(rows: &[Row], config: &Config) -> [Target; 10] {
+pub(crate) fn targets(rows: &[Row], config: &Config) -> [Target; 12] {
     let ratio = |a: Option<&Summary>, b: Option<&Summary>| a.zip(b).map(|(a, b)| a.ratio_to(b));
     let cycle = |contender| summary(rows, "1 cycle", contender, "time per cycle");
     let parallel = |contender| summary(rows, "3 parallel", contender, "cycles/s");
@@ -248,6 +249,20 @@ pub(crate) fn targets(rows: &[Row], config: &Config) -> [Target; 10] {
             value: ratio(cycle(RSLOCK), cycle(MANUAL)),
             op: ">=",
             limit: 1.0,
+        },
+        Target {
+            // What distlock's structure costs: the floor does its per-cycle work without it.
+            name: "1 cycle: manual / floor with work (info)",
+            value: ratio(cycle(MANUAL), cycle(FLOOR_WORK)),
+            op: INFO,
+            limit: f64::NAN,
+        },
+        Target {
+            // What distlock's promises cost against rslock's, with no structure around them.
+            name: "1 cycle: rslock / floor with work (info)",
+            value: ratio(cycle(RSLOCK), cycle(FLOOR_WORK)),
+            op: INFO,
+            limit: f64::NAN,
         },
         Target {
             name: "2 contend: hand-off gap p50 (ms)",
@@ -366,6 +381,14 @@ pub(crate) fn render(
         "note: rslock sends the floor's own two commands for an uncontended cycle, so it can only \
          be ~1.0 x distlock there (a cycle is two round trips for any lock whose release is \
          awaited); the two differ under contention (workload 2)"
+    );
+    let _ = writeln!(
+        out,
+        "note: the floor with distlock's work does, with raw redis-rs and no structure, what \
+         distlock's promises make it do on every cycle (a reconnecting connection, a value naming \
+         the holder, the in-process line, the fork check, the release that reads the fleet's \
+         line): rslock / it is what those promises cost, distlock / it what distlock's structure \
+         costs"
     );
     let _ = writeln!(
         out,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockManager, LockManagerBuilder, LockOptions};
 
-use crate::contenders::{next_keys, Contender, Cycler, Floor, NEXT_KEY};
+use crate::contenders::{next_keys, Contender, Cycler, Floor, WorkFloor, NEXT_KEY};
 use crate::cpu::{client_cpu_seconds, redis_cpu_seconds, CpuMeter};
 use crate::fleet::{self, FleetReport};
 use crate::idle::IdleSpinners;
@@ -16,9 +16,9 @@ use crate::report::{push_cycle_rows, push_rows, Results, Row};
 use crate::rslock::Rslock;
 use crate::statistics::{analyse, interleaved_rounds, micros, rounds, PickContend, Summary};
 use crate::{
-    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, FLOOR_SCRIPTS, FLOOR_WAIT, IN_PROCESS,
-    MANUAL, REDLOCK, REPLICAS, REPLICAS_NO_WAIT, REPLICAS_WAIT, RESPONSE_TIMEOUT, RSLOCK,
-    RSLOCK_DEFAULT, RSLOCK_TUNED, STANDALONE, TTL, WORKERS,
+    Config, ATTRIBUTE, BACKENDS, CLUSTER, DISTLOCK, FLOOR, FLOOR_SCRIPTS, FLOOR_WAIT, FLOOR_WORK,
+    IN_PROCESS, MANUAL, REDLOCK, REPLICAS, REPLICAS_NO_WAIT, REPLICAS_WAIT, RESPONSE_TIMEOUT,
+    RSLOCK, RSLOCK_DEFAULT, RSLOCK_TUNED, STANDALONE, TTL, WORKERS,
 };
 
 /// What every workload runs against: the Redis server and a client of it, the two runtimes, the
@@ -192,9 +192,11 @@ pub(crate) fn cycle(bench: &mut Bench, config: &Config, results: &mut Results) {
         meter.spinners = Some(spinners);
     }
     let floor = single.block_on(Floor::connect(client));
+    let work_floor = single.block_on(WorkFloor::connect(client));
     let mut cyclers: Vec<(&'static str, Cycler)> = vec![
         (FLOOR, Cycler::Floor(floor.clone())),
         (FLOOR_SCRIPTS, Cycler::FloorScripts(floor)),
+        (FLOOR_WORK, Cycler::FloorWork(work_floor)),
         (MANUAL, Cycler::Manual(manager.clone(), options.clone())),
         (ATTRIBUTE, Cycler::Attribute),
     ];
