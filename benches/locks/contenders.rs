@@ -139,33 +139,60 @@ impl Floor {
 }
 
 /// The floor with distlock's work: the commands distlock sends for an uncontended cycle, and
-/// what distlock's promises make it do besides on every cycle, each in its plainest form, with
-/// none of distlock's structure (no acquisition machine, no cancel-safe attempt, no guard, no
-/// meters). Not a lock: nothing here survives cancellation or reports a lost lock. The distance
-/// from it to distlock is what distlock's structure costs; from rslock to it, what its
-/// promises cost:
+/// what distlock's promises make it do besides on every cycle, each in the plainest and
+/// cheapest form (as lock-runtime itself writes values and commands), with none of distlock's
+/// structure (no acquisition machine, no deadlock watch, no guard, no meters, no logging). Not
+/// a lock: it is never cancelled here, and would not clean up if it were. The distance from it
+/// to distlock is what distlock's structure costs:
 ///
 /// - a connection that reconnects by itself after Redis or the network drops it (redis-rs's
-///   `ConnectionManager`, as distlock's), rather than a bare multiplexed connection;
-/// - a lock value that says who holds it (`inspect`, the CLI): a UUID, the host, the process
-///   and the time, the part that stays the same in a process made once;
-/// - the in-process line: the key is entered in a table of keys this process holds or wants
-///   (under a lock, hashed with foldhash as lock-runtime does) and taken out at the release, so
-///   that tasks of one process wanting one key wait in order instead of racing;
+///   `ConnectionManager`, as distlock's), one per tokio runtime, looked up by the runtime's id
+///   for each command, as a connection's driver task lives on the runtime that made it;
+/// - a lock value that says who holds it (`inspect`, the CLI): a UUID, then the host, the
+///   process and the time, the part that stays the same in a process made once, written into a
+///   reused buffer;
+/// - the in-process line: the key entered, with the time its turn lapses (the lock's ttl), in a
+///   table of keys this process holds or wants (under a lock, hashed with foldhash as
+///   lock-runtime does) and taken out at the release, so that a process's tasks wanting one
+///   key wait in order instead of racing;
 /// - the fork check: the process id, read at the acquisition and at the release, so that a
 ///   forked child never releases its parent's lock;
+/// - cancel safety's bookkeeping: from the `SET` until the release has run, a value that would
+///   have to clean up if the cycle were dropped holds the key and the value;
 /// - the fleet line: distlock's release of a lock held alone, which also names the lock's line
-///   (as `floor with distlock's commands`).
+///   (as `floor with distlock's commands`), by `EVALSHA` (loaded once, on `NOSCRIPT`).
 #[derive(Clone)]
 pub(crate) struct WorkFloor {
-    connection: redis::aio::ConnectionManager,
+    connections: Arc<std::sync::Mutex<Vec<(tokio::runtime::Id, redis::aio::ConnectionManager)>>>,
     release: redis::Script,
     /// `;h=<host>;p=<pid>;t=`, as distlock writes it after the UUID.
     holder: Arc<str>,
-    taken: Arc<std::sync::Mutex<WorkFloorTable>>,
+    table: Arc<std::sync::Mutex<WorkFloorTable>>,
+    value: String,
+    line: String,
 }
 
-type WorkFloorTable = std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>;
+/// Keys this process holds or wants, each with the time its turn lapses.
+type WorkFloorTable = std::collections::HashMap<Arc<str>, Instant, foldhash::fast::RandomState>;
+
+/// Held from a cycle's `SET` until its release has run: a lock that cleans up after a
+/// cancelled acquisition needs at least this much. The floor is never cancelled.
+struct Armed {
+    key: Arc<str>,
+    value: Arc<str>,
+    live: bool,
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        assert!(
+            !self.live,
+            "floor with distlock's work: a cycle on {} ({}) was cancelled, and a floor does \
+             not clean up",
+            self.key, self.value
+        );
+    }
+}
 
 impl WorkFloor {
     pub(crate) async fn connect(client: &redis::Client) -> Self {
@@ -178,11 +205,28 @@ impl WorkFloor {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map_or_else(|_| "unknown".to_owned(), |name| name.trim().to_owned());
         WorkFloor {
-            connection,
+            connections: Arc::new(std::sync::Mutex::new(vec![(
+                tokio::runtime::Handle::current().id(),
+                connection,
+            )])),
             release: redis::Script::new(distlock_release_source()),
             holder: Arc::from(format!(";h={host};p={};t=", std::process::id())),
-            taken: Arc::default(),
+            table: Arc::default(),
+            value: String::with_capacity(128),
+            line: String::with_capacity(64),
         }
+    }
+
+    /// This runtime's connection.
+    fn connection(&self) -> redis::aio::ConnectionManager {
+        let runtime = tokio::runtime::Handle::current().id();
+        self.connections
+            .lock()
+            .expect("floor with distlock's work: connections poisoned")
+            .iter()
+            .find(|(id, _)| *id == runtime)
+            .map(|(_, connection)| connection.clone())
+            .expect("floor with distlock's work: used on the runtime it connected on")
     }
 
     /// `SET key value NX PX 30000`, then distlock's release of a lock held alone, with the
@@ -194,21 +238,39 @@ impl WorkFloor {
         let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid);
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis());
-        let value = format!("{uuid}{}{since}", self.holder);
+            .unwrap_or_default();
+        self.value.clear();
+        self.value.push_str(uuid);
+        self.value.push_str(&self.holder);
+        push_decimal(
+            &mut self.value,
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+        );
+        let value: Arc<str> = Arc::from(&*self.value);
+        let lapses = Instant::now() + TTL;
         let entered = self
-            .taken
+            .table
             .lock()
             .expect("floor with distlock's work: table poisoned")
-            .insert(Arc::clone(&key));
-        assert!(entered, "floor with distlock's work: {key} taken twice");
-        let set: redis::Value = redis::cmd("SET")
+            .insert(Arc::clone(&key), lapses);
+        assert!(
+            entered.is_none(),
+            "floor with distlock's work: {key} taken twice"
+        );
+        let mut armed = Armed {
+            key: Arc::clone(&key),
+            value: Arc::clone(&value),
+            live: true,
+        };
+        let mut set = redis::Cmd::with_capacity(6, 3 + 3 + key.len() + value.len() + 2 + 2 + 20);
+        set.arg("SET")
             .arg(&*key)
-            .arg(&value)
+            .arg(&*value)
             .arg("NX")
             .arg("PX")
-            .arg(30_000)
-            .query_async(&mut self.connection)
+            .arg(30_000u64);
+        let set: redis::Value = set
+            .query_async(&mut self.connection())
             .await
             .expect("floor with distlock's work: SET failed");
         assert_eq!(
@@ -218,23 +280,59 @@ impl WorkFloor {
         );
 
         std::hint::black_box(std::process::id());
-        let deleted: i64 = self
-            .release
-            .key(&*key)
-            .key(format!("{{{key}}}:distlock:line"))
-            .arg(&value)
-            .invoke_async(&mut self.connection)
-            .await
-            .expect("floor with distlock's work: release failed");
+        self.line.clear();
+        self.line.push('{');
+        self.line.push_str(&key);
+        self.line.push_str("}:distlock:line");
+        let mut release =
+            redis::Cmd::with_capacity(6, 7 + 40 + 1 + key.len() + self.line.len() + value.len());
+        release
+            .arg("EVALSHA")
+            .arg(self.release.get_hash())
+            .arg(2)
+            .arg(&*key)
+            .arg(&*self.line)
+            .arg(&*value);
+        let mut connection = self.connection();
+        let deleted: i64 = match release.query_async(&mut connection).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.release
+                    .load_async(&mut connection)
+                    .await
+                    .expect("floor with distlock's work: SCRIPT LOAD failed");
+                release.query_async(&mut connection).await
+            }
+            deleted => deleted,
+        }
+        .expect("floor with distlock's work: release failed");
         assert_eq!(
             deleted, 1,
             "floor with distlock's work: {key} was not ours at release"
         );
-        self.taken
+        armed.live = false;
+        self.table
             .lock()
             .expect("floor with distlock's work: table poisoned")
             .remove(&key);
     }
+}
+
+/// Appends `number` in decimal (a `u64`'s division is the CPU's; `format!` of a `u128` calls
+/// a library routine per digit).
+fn push_decimal(out: &mut String, mut number: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + u8::try_from(number % 10).unwrap_or(0);
+        number /= 10;
+        if number == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 pub(crate) async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {

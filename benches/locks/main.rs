@@ -35,15 +35,18 @@
 //!      alone, which also names the lock's line (it deletes only when nobody waits). A
 //!      diagnostic: the distance from it to distlock is client-side cost only, and from the
 //!      floor to it the cost of that extra key;
-//!    - `floor with distlock's work`: those same commands, with raw redis-rs and none of
-//!      distlock's structure, plus what distlock's promises make it do on every cycle, each in
-//!      its plainest form: a `ConnectionManager` (reconnects by itself) instead of a bare
-//!      multiplexed connection, a lock value naming its holder (UUID, host, pid, time), the key
-//!      entered in and taken out of an in-process table (the line that keeps a process's tasks
-//!      in order), and the process id read at the acquisition and at the release (the fork
-//!      check). A diagnostic too: rslock to it is what those promises cost, it to distlock what
-//!      distlock's structure (its acquisition machine, cancel-safe attempt, guard, meters)
-//!      costs;
+//!    - `floor with distlock's work`: those same commands, with raw redis-rs, built the
+//!      cheapest way (sized commands, `EVALSHA` by hash, the value in a reused buffer) and with
+//!      none of distlock's structure, plus what distlock's promises make it do on every cycle,
+//!      each in its plainest form: a `ConnectionManager` (reconnects by itself) per runtime,
+//!      looked up for each command; a lock value naming its holder (UUID, host, pid, time); the
+//!      key entered in and taken out of an in-process table with the time its turn lapses (the
+//!      line that keeps a process's tasks in order); the process id read at the acquisition and
+//!      at the release (the fork check); and a value that would clean up if the cycle were
+//!      dropped (cancel safety's bookkeeping). Not a lock: a diagnostic. Its distance to
+//!      distlock is what distlock's structure (acquisition machine, cancel-safe attempt,
+//!      guard, meters) costs; rslock's to it, whether any lock that keeps those promises could
+//!      be as fast as rslock on the machine;
 //!    - `distlock manual`: `manager.acquire(name, &options)` then `guard.release()`;
 //!    - `distlock attribute`: a `#[distributed_lock(key = "bench:{i}", ttl = 30)]` function
 //!      with an empty body, on the global client (`distlock::init_with`); the manual API uses that

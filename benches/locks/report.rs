@@ -258,7 +258,7 @@ pub(crate) fn targets(rows: &[Row], config: &Config) -> [Target; 12] {
             limit: f64::NAN,
         },
         Target {
-            // What distlock's promises cost against rslock's, with no structure around them.
+            // Whether a lock that keeps distlock's promises, with no structure, reaches rslock.
             name: "1 cycle: rslock / floor with work (info)",
             value: ratio(cycle(RSLOCK), cycle(FLOOR_WORK)),
             op: INFO,
@@ -384,11 +384,12 @@ pub(crate) fn render(
     );
     let _ = writeln!(
         out,
-        "note: the floor with distlock's work does, with raw redis-rs and no structure, what \
-         distlock's promises make it do on every cycle (a reconnecting connection, a value naming \
-         the holder, the in-process line, the fork check, the release that reads the fleet's \
-         line): rslock / it is what those promises cost, distlock / it what distlock's structure \
-         costs"
+        "note: the floor with distlock's work does, with raw redis-rs, the cheapest way and no \
+         structure, what distlock's promises make it do on every cycle (a reconnecting \
+         connection per runtime, a value naming the holder, the in-process line, the fork check, \
+         cancel safety's bookkeeping, the release that reads the fleet's line): distlock / it is \
+         what distlock's structure costs; rslock / it says whether any lock keeping those \
+         promises could be as fast as rslock here"
     );
     let _ = writeln!(
         out,
