@@ -165,7 +165,8 @@ impl Floor {
 pub(crate) struct WorkFloor {
     connections: Arc<std::sync::Mutex<Vec<(tokio::runtime::Id, redis::aio::ConnectionManager)>>>,
     release: redis::Script,
-    /// `;h=<host>;p=<pid>;t=`, as distlock writes it after the UUID.
+    /// `;h=<host>;p=<pid>;t=`, as distlock writes it after the UUID (the host unescaped: a
+    /// host name with `;` or `%` in it would make the value a little longer than distlock's).
     holder: Arc<str>,
     table: Arc<std::sync::Mutex<WorkFloorTable>>,
     value: String,
