@@ -1,6 +1,7 @@
 //! The contenders: distlock through the attribute and the manual API, rslock, the floor (the
 //! same commands sent by hand), and what workload 2 runs each as.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,9 +244,12 @@ impl WorkFloor {
         self.value.clear();
         self.value.push_str(uuid);
         self.value.push_str(&self.holder);
-        push_decimal(
-            &mut self.value,
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+        // A `u64`, not the `u128` of `as_millis`: its digits are the CPU's divisions, not a
+        // library call each.
+        let _ = write!(
+            self.value,
+            "{}",
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
         );
         let value: Arc<str> = Arc::from(&*self.value);
         let lapses = Instant::now() + TTL;
@@ -318,22 +322,6 @@ impl WorkFloor {
             .expect("floor with distlock's work: table poisoned")
             .remove(&key);
     }
-}
-
-/// Appends `number` in decimal (a `u64`'s division is the CPU's; `format!` of a `u128` calls
-/// a library routine per digit).
-fn push_decimal(out: &mut String, mut number: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + u8::try_from(number % 10).unwrap_or(0);
-        number /= 10;
-        if number == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 pub(crate) async fn manual_cycle(manager: &LockManager, options: &LockOptions, n: u64) {

@@ -338,9 +338,7 @@ fn key_expression(segments: &[Segment], literal: &LitStr) -> syn::Result<TokenSt
             Segment::Literal(_) => None,
         })
         .map(|placeholder| {
-            // A raw parameter (`r#type`) is named raw: `Ident::new` refuses the `r#`.
-            let mut root = Parser::parse_str(Ident::parse_any, &placeholder.root)?;
-            root.set_span(span);
+            let root = identifier(&placeholder.root, span)?;
             let fields = placeholder
                 .fields
                 .iter()
@@ -390,10 +388,16 @@ fn member(field: &str, span: Span) -> syn::Result<Member> {
     if let Ok(index) = field.parse::<u32>() {
         return Ok(Member::Unnamed(syn::Index { index, span }));
     }
-    let mut ident = Parser::parse_str(Ident::parse_any, field)
-        .map_err(|_| syn::Error::new(span, format!("`{field}` is not a field name")))?;
+    identifier(field, span).map(Member::Named)
+}
+
+/// The identifier written as `text` in a key template, at `span`. A raw one (`r#type`) stays
+/// raw: `Ident::new` refuses the `r#`.
+fn identifier(text: &str, span: Span) -> syn::Result<Ident> {
+    let mut ident = Parser::parse_str(Ident::parse_any, text)
+        .map_err(|_| syn::Error::new(span, format!("`{text}` is not an identifier")))?;
     ident.set_span(span);
-    Ok(Member::Named(ident))
+    Ok(ident)
 }
 
 /// `<crate>::__private::FromLockError::from_lock_error(value)`: `E::from(value)` through the

@@ -152,8 +152,9 @@ pub(super) fn check_return_type(sig: &Signature) -> syn::Result<()> {
     if is_result(ty) {
         return Ok(());
     }
-    let written = pretty_tokens(&ty.to_token_stream().to_string());
-    if sig.asyncness.is_none() && returns_a_future(ty) {
+    let text = ty.to_token_stream().to_string();
+    let written = pretty_tokens(&text);
+    if sig.asyncness.is_none() && names_a_future(&text) {
         // Wrapping the future in a `Result` would make this the blocking form, which holds the
         // lock only while the future is built, not while it runs.
         return Err(syn::Error::new_spanned(
@@ -183,10 +184,10 @@ pub(super) fn check_return_type(sig: &Signature) -> syn::Result<()> {
     ))
 }
 
-/// Whether `ty` is a future: `impl Future<..>` (or `impl .. + Future<..>`), or a path whose
-/// generic arguments contain one (`Pin<Box<dyn Future<..>>>`, `BoxFuture<'_, T>`).
-fn returns_a_future(ty: &Type) -> bool {
-    let text = ty.to_token_stream().to_string();
+/// Whether the return type written as `text` (its tokens) is a future: `impl Future<..>` (or
+/// `impl .. + Future<..>`), or a path whose generic arguments contain one
+/// (`Pin<Box<dyn Future<..>>>`, `BoxFuture<'_, T>`).
+fn names_a_future(text: &str) -> bool {
     text.split(|c: char| !c.is_alphanumeric() && c != '_')
         .any(|word| word == "Future" || word == "BoxFuture" || word == "LocalBoxFuture")
 }
