@@ -250,6 +250,11 @@ impl Acquisition {
         }
     }
 
+    /// When the acquisition gives up.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.terms.deadline
+    }
+
     /// Whether the waiter may hold a place in line: stopping now must leave it.
     pub(crate) fn holds_place(&self) -> bool {
         self.holds_place

@@ -51,17 +51,77 @@ impl LockManager {
             ),
         };
         let backend = &self.inner.backend;
-        let fencing = options.fencing_enabled();
         let mut machine = Acquisition::new(self.terms(&keys, deadline, options));
-        let mut token = new_token(options, self.inner.pid);
+        let token = new_token(options, self.inner.pid);
+        // Contended: handed over a moment ago, and subscribing works (a join waits for it).
+        let step = machine.start(turn_came, || {
+            backend.recently_contended(&keys.lock) && !backend.grants().subscription_failing()
+        });
+        // The usual case again: a first try, which takes a free lock. Its attempt is made here,
+        // and the rest of the acquisition (`wait_in_line`, with what a waiter keeps) boxed, so
+        // that an uncontended acquisition carries and runs no more than its one attempt.
+        let next = match step {
+            Step::Attempt => {
+                let sent = Instant::now();
+                let wait = machine.request(sent, || backend.grants().is_subscribed());
+                let first_try = matches!(wait, Wait::FirstTry);
+                let fencing = options.fencing_enabled();
+                match self.attempt(&keys, &token, ttl_millis, fencing, wait).await {
+                    Ok(Attempt::Acquired { fence, expires_in }) => {
+                        let outcome = Outcome::Acquired { fence, expires_in };
+                        Next::Step(machine.attempted(Instant::now(), outcome))
+                    }
+                    attempt => Next::Attempted { first_try, attempt },
+                }
+            }
+            step => Next::Step(step),
+        };
+        let holding = Holding {
+            keys,
+            token,
+            turn,
+            started,
+        };
+        match next {
+            // A first try's lock has nothing to tidy: no place, no hand-off.
+            Next::Step(Step::Acquired(won)) if won.via == Via::FirstTry => {
+                Ok(self.won(holding, &won, options))
+            }
+            next => {
+                cold::boxed(|| self.wait_in_line(ttl_millis, holding, machine, next, options)).await
+            }
+        }
+    }
+
+    /// The rest of an acquisition whose first step did not take the lock: the loop that performs
+    /// each step `machine` asks for, from `next`, until the lock is won or the acquisition ends.
+    async fn wait_in_line(
+        &self,
+        ttl_millis: u64,
+        holding: Holding,
+        mut machine: Acquisition,
+        next: Next,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let Holding {
+            keys,
+            mut token,
+            turn,
+            started,
+        } = holding;
+        let backend = &self.inner.backend;
+        let fencing = options.fencing_enabled();
         // Where this waiter listens, once it does; and its place in line, left if it gives up.
         let mut listener: Option<GrantWaiter> = None;
         let mut place = PlaceInLine::new(self, &keys);
         let mut last_error = None;
-        // Contended: handed over a moment ago, and subscribing works (a join waits for it).
-        let mut step = machine.start(turn_came, || {
-            backend.recently_contended(&keys.lock) && !backend.grants().subscription_failing()
-        });
+        let mut step = match next {
+            Next::Step(step) => step,
+            Next::Attempted { first_try, attempt } => {
+                let outcome = self.outcome(&keys, first_try, attempt, &mut last_error);
+                machine.attempted(Instant::now(), outcome)
+            }
+        };
         loop {
             step = match step {
                 Step::Attempt => {
@@ -97,15 +157,13 @@ impl LockManager {
                     next
                 }
                 Step::Sleep { until, spread } => {
-                    let until = (until + jitter(spread)).min(deadline);
-                    let message =
-                        cold::boxed(|| self.sleep(&keys, &token, listener.as_ref(), until)).await;
+                    let until = (until + jitter(spread)).min(machine.deadline());
+                    let message = self.sleep(&keys, &token, listener.as_ref(), until).await;
                     machine.woke(Instant::now(), message)
                 }
                 Step::Confirm => {
                     let sent = Instant::now();
-                    let confirmed =
-                        cold::boxed(|| backend.confirm_replicated(&keys, &token, ttl_millis)).await;
+                    let confirmed = backend.confirm_replicated(&keys, &token, ttl_millis).await;
                     let ours = confirmed.unwrap_or_else(|error| {
                         // Given back, place and all: the next look takes a new place at the
                         // end of the line.
@@ -120,21 +178,16 @@ impl LockManager {
                     if won.via != Via::FirstTry {
                         backend.handed_over(&keys.lock);
                         if keys.kind == Kind::Read {
-                            cold::boxed(|| self.let_readers_in(&keys, &token, ttl_millis)).await;
+                            self.let_readers_in(&keys, &token, ttl_millis).await;
                         }
                     }
-                    log_acquired(&keys, &won, started);
-                    let (fence, since, expires_in) = (won.fence, won.since, won.expires_in);
-                    let acquired = Acquired {
+                    let holding = Holding {
                         keys,
                         token,
-                        fence,
                         turn,
-                        since,
-                        expires_in,
-                        taken: taken_by(won.via),
+                        started,
                     };
-                    return Ok(LockGuard::acquired(&self.inner, acquired, options));
+                    return Ok(self.won(holding, &won, options));
                 }
                 Step::FenceFailed => {
                     place.give_up();
@@ -150,6 +203,27 @@ impl LockManager {
                 }
             };
         }
+    }
+
+    /// The guard of the lock `won` by the acquisition `holding`.
+    fn won(&self, holding: Holding, won: &Won, options: &LockOptions) -> LockGuard {
+        let Holding {
+            keys,
+            token,
+            turn,
+            started,
+        } = holding;
+        log_acquired(&keys, won, started);
+        let acquired = Acquired {
+            keys,
+            token,
+            fence: won.fence,
+            turn,
+            since: won.since,
+            expires_in: won.expires_in,
+            taken: taken_by(won.via),
+        };
+        LockGuard::acquired(&self.inner, acquired, options)
     }
 
     /// Waits for this acquisition's turn among the tasks of this process that want the key.
@@ -271,6 +345,25 @@ impl LockManager {
             }
         }
     }
+}
+
+/// What an acquisition carries from its first step to the guard: the keys it takes, the token
+/// it asks under, its turn in this process, and when it was called.
+struct Holding {
+    keys: LockKeys,
+    token: Arc<str>,
+    turn: Turn,
+    started: Instant,
+}
+
+/// Where an acquisition's loop starts: the step the machine asked for, or what the first try
+/// (sent as one when `first_try`) came back with.
+enum Next {
+    Step(Step),
+    Attempted {
+        first_try: bool,
+        attempt: crate::backend::failure::Result<Attempt>,
+    },
 }
 
 /// How a lock won `via` was taken, for its release: only a first try's writes nothing else.
