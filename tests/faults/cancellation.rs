@@ -381,3 +381,61 @@ async fn a_cancelled_join_after_a_hand_off_leaves_no_place_and_no_lock() {
         .await;
     }
 }
+
+/// A reader handed the whole lock by a writer's release makes one look of its own, which moves
+/// it into the readers' set and lets in the readers behind it. Cancelled while that look is in
+/// flight (the reader's link has 100 ms of latency each way, and the future is dropped once
+/// Redis shows the look has run), the acquisition leaves no read lock behind: the key is free
+/// again at once, not when the reader's 30 s ttl runs out.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reader_cancelled_during_its_look_after_a_hand_off_leaves_no_read_lock() {
+    const DELAY: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let proxy = test_support::FaultProxy::start(server.port());
+    let writer = LockManager::connect(&server.url()).await.unwrap();
+    let reader = LockManager::connect(&proxy.url()).await.unwrap();
+    proxy.set_delay(DELAY);
+    let name = "handed-reader";
+    let (lock, line) = (keys::default_key(name), keys::named(name).line());
+    let write = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(10));
+    let read = write.clone().mode(distlock::LockMode::Read);
+    let held = writer.acquire(name, &write).await.unwrap();
+    // Driven by hand, so that it can be dropped at the moment chosen: first into the line.
+    let mut acquisition = Box::pin(reader.acquire(name, &read));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.exists(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "the reader never joined the line"
+        );
+        let step = tokio::time::timeout(Duration::from_millis(2), acquisition.as_mut()).await;
+        assert!(
+            step.is_err(),
+            "the reader got the lock while the writer held it"
+        );
+    }
+    held.release().await.unwrap();
+    // Handed over, then the look: it has run once the key is the readers' set, and its answer
+    // is still on its way back through the proxy.
+    let key_type = |server: &RedisServer| -> String {
+        redis::cmd("TYPE")
+            .arg(&lock)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    while key_type(&server) != "zset" {
+        assert!(Instant::now() < deadline, "the reader's look never ran");
+        let step = tokio::time::timeout(Duration::from_millis(2), acquisition.as_mut()).await;
+        assert!(
+            step.is_err(),
+            "the look's answer came back within 2 ms, through a 100 ms link"
+        );
+    }
+    drop(acquisition);
+    test_support::eventually(
+        Duration::from_secs(2),
+        "the key free, and no line, after the reader's acquisition was dropped during its look",
+        || !server.exists(&lock) && !server.exists(&line),
+    )
+    .await;
+}

@@ -180,11 +180,12 @@ impl LockManager {
         }
     }
 
-    /// Releases whatever `token` was granted by an attempt that got no answer: retries until
+    /// Releases whatever `token` holds or was granted by an attempt that got no answer (also
+    /// the lock of a reader whose caller gave up, see `let_readers_in`): retries until
     /// Redis answers the release (it then runs after the attempt) or a grant would have expired
     /// anyway. An unanswered release is not enough: if the script is not cached yet, Redis
     /// answers it NOSCRIPT and only a caller still waiting loads the script and tries again.
-    async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
+    pub(super) async fn release_unanswered(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
         let give_up = Instant::now() + Duration::from_millis(ttl_millis);
         let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
         let mut rechecked = false;

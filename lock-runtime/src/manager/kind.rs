@@ -1,6 +1,9 @@
 //! What a lock is taken as — the mutex, a semaphore's permit, a reader — and where a
 //! deployment can give it.
 
+use std::sync::Arc;
+
+use crate::acquire::finish::FinishOnDrop;
 use crate::backend::keys::{Kind, LockKeys};
 use crate::{LockError, LockManager, LockOptions};
 
@@ -44,19 +47,31 @@ impl LockManager {
     /// into the readers' set and lets in the readers behind it (see `rw_acquire.lua`). A
     /// reader let in among readers finds its lease and nothing changes. Should it fail, the
     /// readers behind come in at this reader's release instead.
-    pub(super) async fn let_readers_in(&self, keys: &LockKeys, token: &str, ttl_millis: u64) {
-        let look = self
-            .inner
-            .backend
-            .try_lock(crate::backend::LockRequest {
-                keys,
-                token,
+    ///
+    /// The lock is the reader's already, and no guard has it yet: if the caller stops waiting
+    /// during the look, the look is finished in the background and the reader's lock then
+    /// released (see `acquire::finish`), after the look, which would otherwise take a lease
+    /// again for a token nobody holds.
+    pub(super) async fn let_readers_in(&self, keys: &LockKeys, token: &Arc<str>, ttl_millis: u64) {
+        let (manager, look_keys, look_token) = (self.clone(), keys.clone(), Arc::clone(token));
+        let look = move || async move {
+            let request = crate::backend::LockRequest {
+                keys: &look_keys,
+                token: &look_token,
                 ttl_millis,
                 fencing: false,
                 wait: crate::backend::Wait::FirstTry,
-            })
-            .await;
-        if let Err(error) = look {
+            };
+            manager.inner.backend.try_lock(request).await
+        };
+        let (manager, held_keys, held_token) = (self.clone(), keys.clone(), Arc::clone(token));
+        let release = move |_: Option<crate::backend::failure::Result<crate::backend::Attempt>>| async move {
+            tracing::debug!(target: "distlock", key = %held_keys.lock, "releasing a read lock handed to a cancelled acquire");
+            manager
+                .release_unanswered(&held_keys, &held_token, ttl_millis)
+                .await;
+        };
+        if let Err(error) = FinishOnDrop::new(look, release).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not let in the readers behind a reader handed the lock; they come in at its release");
         }
     }
