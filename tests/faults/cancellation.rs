@@ -439,3 +439,49 @@ async fn a_reader_cancelled_during_its_look_after_a_hand_off_leaves_no_read_lock
     )
     .await;
 }
+
+/// As above, with the reader's runtime shutting down while its look is in flight (a service
+/// stopping just as a reader is handed the lock): the look's clean-up runs on the background
+/// runtime instead, and the key is free again at once, not when the reader's claim runs out.
+#[test]
+fn a_reader_whose_runtime_stops_during_its_look_after_a_hand_off_leaves_no_read_lock() {
+    const DELAY: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let proxy = test_support::FaultProxy::start(server.port());
+    let main = test_support::runtime(1);
+    let reader_runtime = test_support::runtime(1);
+    let name = "handed-reader-shutdown";
+    let (lock, line) = (keys::default_key(name), keys::named(name).line());
+    let write = LockOptions::new().ttl(TTL).timeout(Duration::from_secs(10));
+    let read = write.clone().mode(distlock::LockMode::Read);
+    let writer = main.block_on(LockManager::connect(&server.url())).unwrap();
+    let reader = reader_runtime
+        .block_on(LockManager::connect(&proxy.url()))
+        .unwrap();
+    proxy.set_delay(DELAY);
+    let held = main.block_on(writer.acquire(name, &write)).unwrap();
+    reader_runtime.spawn(async move {
+        let guard = reader.acquire(name, &read).await;
+        // Held (should the look have come back already) until the runtime stops.
+        std::future::pending::<()>().await;
+        drop(guard);
+    });
+    test_support::wait_until(Duration::from_secs(10), "the reader in line", || {
+        server.exists(&line)
+    });
+    main.block_on(held.release()).unwrap();
+    // The look has run once the key is the readers' set; its answer is still on its way back.
+    test_support::wait_until(Duration::from_secs(10), "the reader's look", || {
+        redis::cmd("TYPE")
+            .arg(&lock)
+            .query::<String>(&mut server.conn())
+            .unwrap()
+            == "zset"
+    });
+    reader_runtime.shutdown_background();
+    test_support::wait_until(
+        Duration::from_secs(2),
+        "the key free, and no line, after the reader's runtime stopped during its look",
+        || !server.exists(&lock) && !server.exists(&line),
+    );
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::acquire::finish::FinishOnDrop;
 use crate::backend::keys::{Kind, LockKeys};
+use crate::backend::Attempt;
 use crate::{LockError, LockManager, LockOptions};
 
 /// What a lock taken with `options` is: the mutex unless permits or a read mode say otherwise.
@@ -65,11 +66,21 @@ impl LockManager {
             manager.inner.backend.try_lock(request).await
         };
         let (manager, held_keys, held_token) = (self.clone(), keys.clone(), Arc::clone(token));
-        let release = move |_: Option<crate::backend::failure::Result<crate::backend::Attempt>>| async move {
+        let release = move |look: Option<crate::backend::failure::Result<Attempt>>| async move {
             tracing::debug!(target: "distlock", key = %held_keys.lock, "releasing a read lock handed to a cancelled acquire");
-            manager
-                .release_unanswered(&held_keys, &held_token, ttl_millis)
-                .await;
+            let (keys, token) = (&held_keys, &held_token);
+            manager.release_unanswered(keys, token, ttl_millis).await;
+            // A look that got no answer (or none that will come: its runtime shut down) may
+            // still be on its way, and would take a lease again after this release, on another
+            // connection: look once more after it has surely landed.
+            let landed = match &look {
+                Some(Ok(_)) => true,
+                Some(Err(error)) => !error.may_have_run(),
+                None => false,
+            };
+            if !landed {
+                manager.release_unanswered(keys, token, ttl_millis).await;
+            }
         };
         if let Err(error) = FinishOnDrop::new(look, release).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not let in the readers behind a reader handed the lock; they come in at its release");
