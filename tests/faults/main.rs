@@ -12,6 +12,7 @@ mod holder_killed;
 mod line_faults;
 mod lost_cause;
 mod network;
+mod refused_resend;
 mod server;
 mod stale_holder;
 mod torture;

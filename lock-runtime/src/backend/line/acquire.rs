@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::{bad_fence, counts_receivers, flag, unexpected_reply, Node, Resend};
+use super::{after_resend, bad_fence, counts_receivers, flag, unexpected_reply, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
 use crate::backend::recent::{Entry, Written};
@@ -37,8 +37,7 @@ impl Node {
             fencing,
             ref wait,
         } = request;
-        let mut connection = self.connection().await?;
-        let mut sent_again = set_dropped;
+        let connection = self.connection().await?;
         let first_set = !fencing && *wait == Wait::FirstTry && !set_dropped;
         if let Some(replicas) = self.replicas.filter(|_| first_set) {
             let acked = set_nx_acked(&self.connections, keys, token, ttl_millis, replicas);
@@ -55,15 +54,19 @@ impl Node {
                 // the acquire script's first try below, which finds the lock ours if the `SET`
                 // ran after all.
                 Err(error) if self.sends_again(Resend::Idempotent, &error) => {
-                    connection = self.connection().await?;
-                    sent_again = true;
+                    let again = async {
+                        let connection = self.connection().await?;
+                        self.try_lock_by_script(request, entry, connection, true)
+                            .await
+                    };
+                    return after_resend(error, cold::boxed(|| again).await);
                 }
                 Err(error) => return Err(error),
             }
         }
         // Boxed: the script's future is many times the `SET`'s, and only a contended
         // acquisition (or one with fencing) runs it, while every acquisition carries this one.
-        cold::boxed(|| self.try_lock_by_script(request, entry, connection, sent_again)).await
+        cold::boxed(|| self.try_lock_by_script(request, entry, connection, set_dropped)).await
     }
 
     /// The acquire script's part of [`Node::try_lock`]: every attempt but a first try without
@@ -154,9 +157,12 @@ impl Node {
                 // The second run may find the lock the first took on the connection
                 // that dropped, whose write this one's `WAIT` does not count: with no
                 // `WAIT` here, it is confirmed below as a lock found handed over is.
-                Err(error) if self.sends_again(rule, &error) => {
-                    let mut connection = self.connection().await?;
-                    acquire_script(None, &cmd, &mut connection, &self.connections).await?
+                Err(first) if self.sends_again(rule, &first) => {
+                    let again = async {
+                        let mut connection = self.connection().await?;
+                        acquire_script(None, &cmd, &mut connection, &self.connections).await
+                    };
+                    after_resend(first, again.await)?
                 }
                 reply => reply?,
             };

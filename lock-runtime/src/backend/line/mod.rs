@@ -132,7 +132,7 @@ impl Node {
         F: std::future::Future<Output = failure::Result<T>>,
     {
         match operation().await {
-            Err(error) if self.sends_again(rule, &error) => operation().await,
+            Err(first) if self.sends_again(rule, &first) => after_resend(first, operation().await),
             other => other,
         }
     }
@@ -353,6 +353,17 @@ pub(crate) fn flag(on: bool) -> &'static str {
         "1"
     } else {
         "0"
+    }
+}
+
+/// The outcome of a request sent once more after its first send failed with `first` (its
+/// connection dropped, so it may have run): the second send's, except that a second failure
+/// which says the request did not run (its new connection refused) must not hide that the
+/// first may have: the caller cleans up after a request that may have run.
+pub(crate) fn after_resend<T>(first: Failure, second: failure::Result<T>) -> failure::Result<T> {
+    match second {
+        Err(second) if !second.may_have_run() => Err(first),
+        other => other,
     }
 }
 

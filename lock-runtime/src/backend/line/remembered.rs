@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::acquire::{set_answer, set_nx};
-use super::{Node, Resend};
+use super::{after_resend, Node, Resend};
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::{Kind, LockKeys};
 use crate::backend::recent::Written;
@@ -39,7 +39,7 @@ impl Node {
         request: LockRequest<'_>,
         retries: usize,
     ) -> failure::Result<Attempt> {
-        let mut set_dropped = false;
+        let mut set_dropped = None;
         if request.wait == Wait::FirstTry && !request.fencing && self.replicas.is_none() {
             let mut connection = self.connection().await?;
             let LockRequest {
@@ -52,12 +52,19 @@ impl Node {
                 Ok(taken) => return Ok(set_answer(taken, ttl_millis)),
                 // Sent once more, by the acquire script on a connection made anew (see
                 // `Node::try_lock`).
-                Err(error) if self.sends_again(Resend::Idempotent, &error) => set_dropped = true,
+                Err(error) if self.sends_again(Resend::Idempotent, &error) => {
+                    set_dropped = Some(error);
+                }
                 // A `SET`'s error names no key of another type: nothing below would change it.
                 Err(error) => return Err(error),
             }
         }
-        cold::boxed(|| self.attempt_in_full(request, retries, set_dropped)).await
+        let dropped = set_dropped.is_some();
+        let attempt = cold::boxed(|| self.attempt_in_full(request, retries, dropped)).await;
+        match set_dropped {
+            Some(first) => after_resend(first, attempt),
+            None => attempt,
+        }
     }
 
     /// [`attempt_within`](Self::attempt_within) past a first try's `SET`: the acquire script,

@@ -13,7 +13,7 @@ use redis::Value;
 
 use crate::backend::failure::{self, Failure};
 use crate::backend::keys::LockKeys;
-use crate::backend::line::{flag, set_nx, Look, Node, Resend, ScanTarget};
+use crate::backend::line::{after_resend, flag, set_nx, Look, Node, Resend, ScanTarget};
 use crate::backend::scripts;
 use crate::backend::Ownership;
 use crate::redis::connection::{Connection, Connections};
@@ -152,9 +152,10 @@ impl Master {
                 // Sent once more, as the script below (taking no place in the wake list),
                 // which finds the lock ours if the `SET` ran after all.
                 Err(error) if self.node.sends_again(Resend::Idempotent, &error) => {
-                    return self
+                    let again = self
                         .vote_by_script(keys, token, ttl_millis, None, false)
                         .await;
+                    return after_resend(error, again);
                 }
                 Err(error) => return Err(error),
             }
