@@ -762,3 +762,24 @@ async fn a_lock_handed_over_while_no_new_connection_opens_is_still_confirmed() {
     guard.release().await.expect("still ours");
     proxy.set_refuse(false);
 }
+
+/// `acquire` with a zero timeout (one attempt) on a cluster whose `SET NX` reply was lost: the
+/// connection sends it again, which finds the key held — by the first send, under the
+/// acquisition's own token. The attempt asks whose the lock is, and the caller gets the lock
+/// it took; it is not left held by nobody for the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_timeout_acquire_whose_set_reply_was_lost_gets_the_lock_it_took() {
+    let cluster = ProxiedCluster::start();
+    let node = cluster.node();
+    let manager = proxied_cluster_manager(&cluster).await;
+    let key = "lock:resend:zero";
+    let options = LockOptions::new().ttl(RESEND_TTL).timeout(Duration::ZERO);
+    node.reset_stats();
+    cluster.proxy().lose_next_reply_to(key);
+    let result = manager.acquire("resend:zero", &options).await;
+    assert_ran_twice(&cluster, "set");
+    let guard = result.expect("the lock its first send took");
+    assert_eq!(node.get(key).as_deref(), Some(guard.token()));
+    guard.release().await.expect("still ours");
+    assert!(!node.exists(key), "released");
+}

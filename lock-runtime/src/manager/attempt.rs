@@ -67,24 +67,6 @@ impl LockManager {
                 };
                 Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
             }
-            // A connection that sends a command again after a dropped reply may have been
-            // answered "held" by the lock its first send took: ask whose it is.
-            Attempt::Held { .. }
-                if self.inner.backend.capabilities().resends_commands
-                    && self.inner.backend.is_held(&keys, &token).await? =>
-            {
-                tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
-                let acquired = Acquired {
-                    keys,
-                    token,
-                    fence: None,
-                    turn,
-                    since: sent,
-                    expires_in: options.ttl_duration(),
-                    taken: Taken::FirstTry,
-                };
-                Ok(Some(LockGuard::acquired(&self.inner, acquired, options)))
-            }
             // A mutex's `SET NX` fails on a semaphore as on any held lock: told apart only
             // now, so an uncontended try stays one command. (With fencing, the acquire
             // script has already refused it.)
@@ -119,6 +101,7 @@ impl LockManager {
         // The request may finish on another task: it takes the acquisition's record of the
         // locks it holds meanwhile with it.
         let meanwhile = Meanwhile::current();
+        let first_try = matches!(wait, Wait::FirstTry);
         let request = move || async move {
             let request = crate::backend::LockRequest {
                 keys: &request_keys,
@@ -130,9 +113,22 @@ impl LockManager {
             // Boxed when scoped (a task that holds locks already): the scope's future beside
             // the plain one would double the future that every acquisition boxes and moves.
             let backend = &manager.inner.backend;
-            match meanwhile {
+            let attempt = match meanwhile {
                 Some(meanwhile) => cold::boxed(|| meanwhile.scope(backend.try_lock(request))).await,
                 None => backend.try_lock(request).await,
+            };
+            match attempt {
+                // A connection that sends a command again after a dropped reply may have been
+                // answered "held" by the lock its first send took: ask whose it is. Inside the
+                // request, so that a caller gone meanwhile still has that lock released.
+                Ok(Attempt::Held { remaining })
+                    if first_try && backend.capabilities().resends_commands =>
+                {
+                    let (keys, token) = (&request_keys, &request_token);
+                    cold::boxed(|| manager.own_after_a_resend(keys, token, ttl_millis, remaining))
+                        .await
+                }
+                attempt => attempt,
             }
         };
         let (manager, cleanup_keys, cleanup_token) =
@@ -171,6 +167,39 @@ impl LockManager {
             }
         }
         outcome
+    }
+
+    /// What a first try answered "held" on a connection that re-sends commands (a cluster's)
+    /// really found: the lock its own first send took (then `Acquired`, for the ttl asked), or
+    /// another holder's. If that cannot be asked, the lock may be `token`'s: it is released in
+    /// the background, and the error returned.
+    async fn own_after_a_resend(
+        &self,
+        keys: &LockKeys,
+        token: &Arc<str>,
+        ttl_millis: u64,
+        remaining: Option<Duration>,
+    ) -> crate::backend::failure::Result<Attempt> {
+        match self.inner.backend.is_held(keys, token).await {
+            Ok(true) => {
+                tracing::debug!(target: "distlock", key = %keys.lock, "acquired (a re-sent SET found its own grant)");
+                Ok(Attempt::Acquired {
+                    fence: None,
+                    expires_in: Duration::from_millis(ttl_millis),
+                })
+            }
+            Ok(false) => Ok(Attempt::Held { remaining }),
+            Err(error) => {
+                let (manager, keys, token) = (self.clone(), keys.clone(), Arc::clone(token));
+                crate::acquire::finish::spawn_clean_up(
+                    move |_: Option<()>| async move {
+                        manager.release_unanswered(&keys, &token, ttl_millis).await;
+                    },
+                    None,
+                );
+                Err(error)
+            }
+        }
     }
 
     /// Takes `token` out of the lock's line, passing on the lock if it was handed to it.
