@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock::{LockError, LockManager, LockOptions};
+use distlock::{LockError, LockManager, LockMode, LockOptions};
 use test_support::{eventually, keys, FaultProxy, RedisServer};
 
 /// An operator breaks `name`'s lock as `distlock release --force` does: looks at who holds it,
@@ -874,4 +874,108 @@ fn a_waiter_that_gives_up_after_its_connection_broke_leaves_the_line() {
         guard.release().await.unwrap();
         assert!(!server.exists(&key));
     });
+}
+
+// A first try whose reply was lost with its connection is sent once more; what that second
+// send answers — an error included — is the answer the caller gets, as without the fault.
+
+/// A mutex try on a name held as a semaphore: `Config`, the misuse. With the first `SET`'s
+/// reply lost, the resend (the acquire script) answers WRONGTYPE, made into `Config`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_mutex_try_on_a_semaphore_whose_reply_was_lost_is_still_refused_as_misuse() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let manager = LockManager::connect(&proxy.url()).await.unwrap();
+    let ttl = LockOptions::new().ttl(Duration::from_secs(30));
+    // Warm the scripts.
+    let warm = manager.acquire("resend-answer-warm", &ttl).await.unwrap();
+    warm.release().await.unwrap();
+    let _permit = manager
+        .acquire("resend-answer-sem", &ttl.clone().permits(3))
+        .await
+        .unwrap();
+    // Without a fault: Config.
+    let plain = manager.try_acquire("resend-answer-sem", &ttl).await;
+    assert!(matches!(plain, Err(LockError::Config(_))), "{plain:?}");
+    proxy.lose_next_reply_to("lock:resend-answer-sem");
+    let tried = manager.try_acquire("resend-answer-sem", &ttl).await;
+    assert_eq!(proxy.replies_lost(), 1);
+    assert!(
+        matches!(tried, Err(LockError::Config(_))),
+        "after a lost reply: {tried:?}"
+    );
+}
+
+/// A fenced writer's try on a name readers hold: `Ok(None)` (busy). With the first send's
+/// reply lost, the resend answers WRONGTYPE, which must still lead to the readers' line.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fenced_writer_try_on_readers_whose_reply_was_lost_is_still_busy() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let manager = LockManager::connect(&proxy.url()).await.unwrap();
+    let ttl = LockOptions::new().ttl(Duration::from_secs(30));
+    let warm = manager
+        .acquire("resend-answer-warm", &ttl.clone().fencing(true))
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    let _reader = manager
+        .acquire("resend-answer-rw", &ttl.clone().mode(LockMode::Read))
+        .await
+        .unwrap();
+    let fenced = ttl.clone().fencing(true);
+    let plain = manager.try_acquire("resend-answer-rw", &fenced).await;
+    assert!(
+        matches!(plain, Ok(None)),
+        "{:?}",
+        plain.map(|g| g.is_some())
+    );
+    proxy.lose_next_reply_to("lock:resend-answer-rw");
+    let tried = manager.try_acquire("resend-answer-rw", &fenced).await;
+    assert_eq!(proxy.replies_lost(), 1);
+    assert!(
+        matches!(tried, Ok(None)),
+        "after a lost reply: {:?}",
+        tried.map(|g| g.is_some())
+    );
+}
+
+/// A fenced try on a lock key of another type (a list): the WRONGTYPE that names the key.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fenced_try_on_a_key_of_another_type_whose_reply_was_lost_still_names_it() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let manager = LockManager::connect(&proxy.url()).await.unwrap();
+    let fenced = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .fencing(true);
+    let warm = manager
+        .acquire("resend-answer-warm", &fenced)
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("lock:resend-answer-list")
+        .arg("x")
+        .query(&mut server.conn())
+        .unwrap();
+    let plain = manager.try_acquire("resend-answer-list", &fenced).await;
+    assert!(
+        plain.is_err(),
+        "a list at the lock key: {:?}",
+        plain.map(|g| g.is_some())
+    );
+    proxy.lose_next_reply_to("lock:resend-answer-list");
+    let tried = manager.try_acquire("resend-answer-list", &fenced).await;
+    assert_eq!(proxy.replies_lost(), 1);
+    let same = match (&plain, &tried) {
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    };
+    assert!(
+        same,
+        "plain {:?} vs after a lost reply {:?}",
+        plain.map(|g| g.is_some()),
+        tried.map(|g| g.is_some())
+    );
 }

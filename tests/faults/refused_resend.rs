@@ -28,6 +28,8 @@ struct State {
     closed: AtomicBool,
     reopen: AtomicBool,
     fired: AtomicBool,
+    /// Set when the proxy is dropped: the accept thread ends.
+    stopped: AtomicBool,
 }
 
 /// A proxy that, once a request containing its armed needle went through, drops the reply,
@@ -47,6 +49,7 @@ impl RefusingProxy {
             closed: AtomicBool::new(false),
             reopen: AtomicBool::new(false),
             fired: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
         let s = Arc::clone(&state);
         std::thread::spawn(move || accept_loop(listener, &s));
@@ -66,9 +69,15 @@ impl RefusingProxy {
     }
 }
 
+impl Drop for RefusingProxy {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
 fn accept_loop(listener: TcpListener, state: &Arc<State>) {
     let mut listener = Some(listener);
-    loop {
+    while !state.stopped.load(Ordering::SeqCst) {
         match &listener {
             Some(l) => {
                 l.set_nonblocking(true).unwrap();

@@ -113,6 +113,16 @@ impl Failure {
         }
     }
 
+    /// Whether the request was never sent: its connection was refused, or no master was known
+    /// to send it to. (Any answer, an error included, says it was sent and ran.)
+    pub(crate) fn never_sent(&self) -> bool {
+        match self {
+            Failure::Redis(error) => crate::redis::classify::never_sent(error),
+            Failure::NoMaster(_) => true,
+            _ => false,
+        }
+    }
+
     /// Whether the request did not run because a Sentinel service's master is not where it
     /// was, or not known yet (see `sentinel::not_run_for_want_of_a_master`): trying again on
     /// the master the sentinels name next cannot run it twice.

@@ -101,7 +101,13 @@ impl LockManager {
         // The request may finish on another task: it takes the acquisition's record of the
         // locks it holds meanwhile with it.
         let meanwhile = Meanwhile::current();
-        let first_try = matches!(wait, Wait::FirstTry);
+        // Only a mutex's plain `SET` answers its own re-sent grant "held": every script (a
+        // fenced or contended attempt, a permit, a reader, locks taken together) finds the
+        // caller's own token and answers as the first run did.
+        let plain_set = matches!(wait, Wait::FirstTry)
+            && !fencing
+            && keys.kind == Kind::Mutex
+            && keys.together.is_none();
         let request = move || async move {
             let request = crate::backend::LockRequest {
                 keys: &request_keys,
@@ -122,7 +128,7 @@ impl LockManager {
                 // answered "held" by the lock its first send took: ask whose it is. Inside the
                 // request, so that a caller gone meanwhile still has that lock released.
                 Ok(Attempt::Held { remaining })
-                    if first_try && backend.capabilities().resends_commands =>
+                    if plain_set && backend.capabilities().resends_commands =>
                 {
                     let (keys, token) = (&request_keys, &request_token);
                     cold::boxed(|| manager.own_after_a_resend(keys, token, ttl_millis, remaining))

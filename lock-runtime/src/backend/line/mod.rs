@@ -357,12 +357,13 @@ pub(crate) fn flag(on: bool) -> &'static str {
 }
 
 /// The outcome of a request sent once more after its first send failed with `first` (its
-/// connection dropped, so it may have run): the second send's, except that a second failure
-/// which says the request did not run (its new connection refused) must not hide that the
-/// first may have: the caller cleans up after a request that may have run.
+/// connection dropped, so it may have run): the second send's, which ran where the first may
+/// have and answers for both — unless the second was never sent (its new connection refused,
+/// no master known), which must not hide that the first may have run: the caller cleans up
+/// after a request that may have run.
 pub(crate) fn after_resend<T>(first: Failure, second: failure::Result<T>) -> failure::Result<T> {
     match second {
-        Err(second) if !second.may_have_run() => Err(first),
+        Err(second) if second.never_sent() => Err(first),
         other => other,
     }
 }
