@@ -113,12 +113,16 @@ impl Failure {
         }
     }
 
-    /// Whether the request was never sent: its connection was refused, or no master was known
-    /// to send it to. (Any answer, an error included, says it was sent and ran.)
-    pub(crate) fn never_sent(&self) -> bool {
+    /// Whether the request ran and was refused for what it found at the lock's keys (a key of
+    /// another type, a name used another way): any send of it meets the same refusal, so an
+    /// earlier send of it took nothing either.
+    pub(crate) fn refused_for_what_it_found(&self) -> bool {
         match self {
-            Failure::Redis(error) => crate::redis::classify::never_sent(error),
-            Failure::NoMaster(_) => true,
+            Failure::Redis(error) => {
+                use crate::redis::classify::{classify, Meaning};
+                classify(error) == Meaning::WrongType
+            }
+            Failure::Usage(_) => true,
             _ => false,
         }
     }

@@ -156,11 +156,6 @@ pub(crate) fn may_have_run(error: &RedisError) -> bool {
     error.is_timeout() || connection_dropped(error)
 }
 
-/// Whether a request that failed with `error` was never sent: its connection was refused.
-pub(crate) fn never_sent(error: &RedisError) -> bool {
-    error.is_connection_refusal()
-}
-
 /// Whether a request failed with `error` because its connection dropped (a refused connection
 /// is no drop). An idle connection that a server's `timeout`, a proxy or a network blip closed
 /// is seen to be gone only by the next request sent on it, which fails so; the connection is

@@ -357,13 +357,14 @@ pub(crate) fn flag(on: bool) -> &'static str {
 }
 
 /// The outcome of a request sent once more after its first send failed with `first` (its
-/// connection dropped, so it may have run): the second send's, which ran where the first may
-/// have and answers for both — unless the second was never sent (its new connection refused,
-/// no master known), which must not hide that the first may have run: the caller cleans up
-/// after a request that may have run.
+/// connection dropped, so it may have run): the second send's when it took the lock, or was
+/// refused for what it found at the lock's keys (which the first would have met too). Any other
+/// failure of the second — its connection refused, no master, an error from the handshake or
+/// from a server not ready (`NOAUTH`, `LOADING`, `READONLY`) — says nothing of the first, which
+/// may have taken the lock: the first's error is returned, and the caller cleans up after it.
 pub(crate) fn after_resend<T>(first: Failure, second: failure::Result<T>) -> failure::Result<T> {
     match second {
-        Err(second) if second.never_sent() => Err(first),
+        Err(second) if !second.refused_for_what_it_found() && !second.may_have_run() => Err(first),
         other => other,
     }
 }
@@ -450,5 +451,72 @@ mod tests {
         // A release or hold on a connection in use is sent once: unmarked, a second run that
         // followed a first one that did reach Redis would find the lock gone.
         assert_eq!(node.release_rule(), Resend::AtMostOnce);
+    }
+
+    /// A second send that may not have run, for any reason but a refusal for what it found,
+    /// leaves the first send's error, which may have run: the caller cleans up after it.
+    #[test]
+    fn a_resend_that_says_nothing_of_the_first_keeps_the_first_sends_error() {
+        use redis::{ErrorKind, RedisError, ServerErrorKind};
+        let seconds: Vec<(&str, Failure)> = vec![
+            ("refused", io(std::io::ErrorKind::ConnectionRefused)),
+            (
+                "no master",
+                RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "no master")).into(),
+            ),
+            (
+                "DNS",
+                RedisError::from(std::io::Error::other(
+                    "failed to lookup address information",
+                ))
+                .into(),
+            ),
+            (
+                "AUTH in the handshake",
+                RedisError::from((ErrorKind::AuthenticationFailed, "auth failed")).into(),
+            ),
+            (
+                "READONLY",
+                RedisError::from((
+                    ErrorKind::Server(ServerErrorKind::ReadOnly),
+                    "read only replica",
+                ))
+                .into(),
+            ),
+        ];
+        for (what, second) in seconds {
+            let outcome = after_resend::<()>(io(std::io::ErrorKind::ConnectionReset), Err(second));
+            assert!(
+                matches!(&outcome, Err(error) if error.may_have_run()),
+                "after a second send failed ({what}): {outcome:?}"
+            );
+        }
+    }
+
+    /// A second send refused for what it found answers for the first too; one that took the
+    /// lock is the answer.
+    #[test]
+    fn a_resend_refused_for_what_it_found_or_answered_is_the_answer() {
+        let first = || io(std::io::ErrorKind::ConnectionReset);
+        // As Redis 7 and Valkey reply to a script meeting a key of another type, and Redis 6.2.
+        for reply in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "ERR Error running script (call to f_9e5f): @user_script:1: WRONGTYPE Operation \
+             against a key holding the wrong kind of value",
+        ] {
+            let wrong_type = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+                .expect("an error line parses")
+                .extract_error()
+                .expect_err("an error line is an error");
+            let outcome = after_resend::<()>(first(), Err(wrong_type.into()));
+            assert!(
+                matches!(&outcome, Err(error) if error.refused_for_what_it_found()),
+                "{reply}: {outcome:?}"
+            );
+        }
+        let usage = Failure::Usage("held as a semaphore".to_owned());
+        let outcome = after_resend::<()>(first(), Err(usage));
+        assert!(matches!(outcome, Err(Failure::Usage(_))), "{outcome:?}");
+        assert!(matches!(after_resend(first(), Ok(7)), Ok(7)));
     }
 }
