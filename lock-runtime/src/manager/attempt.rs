@@ -177,8 +177,9 @@ impl LockManager {
 
     /// What a first try answered "held" on a connection that re-sends commands (a cluster's)
     /// really found: the lock its own first send took (then `Acquired`, for the ttl asked), or
-    /// another holder's. If that cannot be asked, the lock may be `token`'s: it is released in
-    /// the background, and the error returned.
+    /// another holder's. If that cannot be asked, the lock may be `token`'s: the error is
+    /// returned, and the lock released in the background — here when the error says the check
+    /// did not run, for which `attempt` cleans up nothing; `attempt` releases after any other.
     async fn own_after_a_resend(
         &self,
         keys: &LockKeys,
@@ -195,6 +196,7 @@ impl LockManager {
                 })
             }
             Ok(false) => Ok(Attempt::Held { remaining }),
+            Err(error) if error.may_have_run() => Err(error),
             Err(error) => {
                 let (manager, keys, token) = (self.clone(), keys.clone(), Arc::clone(token));
                 crate::acquire::finish::spawn_clean_up(

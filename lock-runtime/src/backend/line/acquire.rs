@@ -54,12 +54,12 @@ impl Node {
                 // the acquire script's first try below, which finds the lock ours if the `SET`
                 // ran after all.
                 Err(error) if self.sends_again(Resend::Idempotent, &error) => {
-                    let again = async {
+                    let again = cold::boxed(|| async {
                         let connection = self.connection().await?;
                         self.try_lock_by_script(request, entry, connection, true)
                             .await
-                    };
-                    return after_resend(error, cold::boxed(|| again).await);
+                    });
+                    return after_resend(error, again.await);
                 }
                 Err(error) => return Err(error),
             }
