@@ -879,27 +879,51 @@ fn a_waiter_that_gives_up_after_its_connection_broke_leaves_the_line() {
 // A first try whose reply was lost with its connection is sent once more; what that second
 // send answers — an error included — is the answer the caller gets, as without the fault.
 
-/// A mutex try on a name held as a semaphore: `Config`, the misuse. With the first `SET`'s
-/// reply lost, the resend (the acquire script) answers WRONGTYPE, made into `Config`.
-#[tokio::test(flavor = "current_thread")]
-async fn a_mutex_try_on_a_semaphore_whose_reply_was_lost_is_still_refused_as_misuse() {
+/// A manager through a proxy to a server of its own, the scripts of plain and fenced locks
+/// loaded (an `EVALSHA` answered `NOSCRIPT` takes nothing).
+async fn proxied_with_scripts_loaded() -> (RedisServer, FaultProxy, LockManager) {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let manager = LockManager::connect(&proxy.url()).await.unwrap();
     let ttl = LockOptions::new().ttl(Duration::from_secs(30));
-    // Warm the scripts.
-    let warm = manager.acquire("resend-answer-warm", &ttl).await.unwrap();
-    warm.release().await.unwrap();
+    for options in [ttl.clone(), ttl.fencing(true)] {
+        let warm = manager
+            .acquire("resend-answer-warm", &options)
+            .await
+            .unwrap();
+        warm.release().await.unwrap();
+    }
+    (server, proxy, manager)
+}
+
+/// `try_acquire(name, options)` as it is, then once more with its first send's reply lost
+/// (which the proxy checks it was).
+async fn tried_then_tried_with_the_reply_lost(
+    proxy: &FaultProxy,
+    manager: &LockManager,
+    name: &str,
+    options: &LockOptions,
+) -> [Result<Option<distlock::LockGuard>, LockError>; 2] {
+    let plain = manager.try_acquire(name, options).await;
+    proxy.lose_next_reply_to(&keys::default_key(name));
+    let tried = manager.try_acquire(name, options).await;
+    assert_eq!(proxy.replies_lost(), 1);
+    [plain, tried]
+}
+
+/// A mutex try on a name held as a semaphore: `Config`, the misuse. With the first `SET`'s
+/// reply lost, the resend (the acquire script) answers WRONGTYPE, made into `Config`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_mutex_try_on_a_semaphore_whose_reply_was_lost_is_still_refused_as_misuse() {
+    let (_server, proxy, manager) = proxied_with_scripts_loaded().await;
+    let ttl = LockOptions::new().ttl(Duration::from_secs(30));
     let _permit = manager
         .acquire("resend-answer-sem", &ttl.clone().permits(3))
         .await
         .unwrap();
-    // Without a fault: Config.
-    let plain = manager.try_acquire("resend-answer-sem", &ttl).await;
+    let [plain, tried] =
+        tried_then_tried_with_the_reply_lost(&proxy, &manager, "resend-answer-sem", &ttl).await;
     assert!(matches!(plain, Err(LockError::Config(_))), "{plain:?}");
-    proxy.lose_next_reply_to("lock:resend-answer-sem");
-    let tried = manager.try_acquire("resend-answer-sem", &ttl).await;
-    assert_eq!(proxy.replies_lost(), 1);
     assert!(
         matches!(tried, Err(LockError::Config(_))),
         "after a lost reply: {tried:?}"
@@ -910,29 +934,20 @@ async fn a_mutex_try_on_a_semaphore_whose_reply_was_lost_is_still_refused_as_mis
 /// reply lost, the resend answers WRONGTYPE, which must still lead to the readers' line.
 #[tokio::test(flavor = "current_thread")]
 async fn a_fenced_writer_try_on_readers_whose_reply_was_lost_is_still_busy() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let manager = LockManager::connect(&proxy.url()).await.unwrap();
+    let (_server, proxy, manager) = proxied_with_scripts_loaded().await;
     let ttl = LockOptions::new().ttl(Duration::from_secs(30));
-    let warm = manager
-        .acquire("resend-answer-warm", &ttl.clone().fencing(true))
-        .await
-        .unwrap();
-    warm.release().await.unwrap();
     let _reader = manager
         .acquire("resend-answer-rw", &ttl.clone().mode(LockMode::Read))
         .await
         .unwrap();
-    let fenced = ttl.clone().fencing(true);
-    let plain = manager.try_acquire("resend-answer-rw", &fenced).await;
+    let fenced = ttl.fencing(true);
+    let [plain, tried] =
+        tried_then_tried_with_the_reply_lost(&proxy, &manager, "resend-answer-rw", &fenced).await;
     assert!(
         matches!(plain, Ok(None)),
         "{:?}",
         plain.map(|g| g.is_some())
     );
-    proxy.lose_next_reply_to("lock:resend-answer-rw");
-    let tried = manager.try_acquire("resend-answer-rw", &fenced).await;
-    assert_eq!(proxy.replies_lost(), 1);
     assert!(
         matches!(tried, Ok(None)),
         "after a lost reply: {:?}",
@@ -943,31 +958,22 @@ async fn a_fenced_writer_try_on_readers_whose_reply_was_lost_is_still_busy() {
 /// A fenced try on a lock key of another type (a list): the WRONGTYPE that names the key.
 #[tokio::test(flavor = "current_thread")]
 async fn a_fenced_try_on_a_key_of_another_type_whose_reply_was_lost_still_names_it() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let manager = LockManager::connect(&proxy.url()).await.unwrap();
+    let (server, proxy, manager) = proxied_with_scripts_loaded().await;
     let fenced = LockOptions::new()
         .ttl(Duration::from_secs(30))
         .fencing(true);
-    let warm = manager
-        .acquire("resend-answer-warm", &fenced)
-        .await
-        .unwrap();
-    warm.release().await.unwrap();
     let _: () = redis::cmd("RPUSH")
         .arg("lock:resend-answer-list")
         .arg("x")
         .query(&mut server.conn())
         .unwrap();
-    let plain = manager.try_acquire("resend-answer-list", &fenced).await;
+    let [plain, tried] =
+        tried_then_tried_with_the_reply_lost(&proxy, &manager, "resend-answer-list", &fenced).await;
     assert!(
-        plain.is_err(),
+        plain.as_ref().is_err(),
         "a list at the lock key: {:?}",
         plain.map(|g| g.is_some())
     );
-    proxy.lose_next_reply_to("lock:resend-answer-list");
-    let tried = manager.try_acquire("resend-answer-list", &fenced).await;
-    assert_eq!(proxy.replies_lost(), 1);
     let same = match (&plain, &tried) {
         (Err(a), Err(b)) => a.to_string() == b.to_string(),
         _ => false,
