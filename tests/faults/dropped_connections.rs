@@ -672,6 +672,51 @@ fn a_release_after_a_long_section_whose_reply_was_lost_is_not_reported_lost() {
     });
 }
 
+/// A release after a section of more than a second (so it leaves its `released` marker),
+/// whose reply is lost with its connection, while readers take the freed name before it is sent
+/// once more: the second run finds the name held to read, and its marker says its first run
+/// released the lock. It answers Ok: the lock was ours and was released, not a misuse of the
+/// name (`Config`). The link is slow (300 ms each way) so that the readers come in between.
+#[test]
+fn a_release_whose_reply_was_lost_then_readers_took_the_name_is_ok() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let main = test_support::runtime(2);
+    let name = "dropped:release-lost-then-readers";
+    let key = keys::default_key(name);
+    main.block_on(async {
+        let holder = LockManager::connect(&proxy.url()).await.unwrap();
+        let readers = test_support::connect(&server).await;
+        let write = LockOptions::new().ttl(Duration::from_secs(20));
+        let read = write.clone().mode(LockMode::Read);
+        // Both scripts cached: a first send answered NOSCRIPT would take nothing.
+        let warm = holder.acquire(name, &write).await.unwrap();
+        warm.release().await.unwrap();
+        let guard = holder.acquire(name, &write).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        proxy.set_delay(Duration::from_millis(300));
+        proxy.lose_next_reply_to(&key);
+        let releasing = tokio::spawn(async move { guard.release().await });
+        eventually(Duration::from_secs(5), "the release's first run", || {
+            !server.exists(&key)
+        })
+        .await;
+        let reader = readers.acquire(name, &read).await.unwrap();
+        let released = releasing.await.unwrap();
+        assert_eq!(proxy.replies_lost(), 1, "the release's reply was lost");
+        assert!(
+            released.is_ok(),
+            "a release that ran, whose reply was lost, found readers at its resend and \
+             answered {released:?}"
+        );
+        assert!(
+            reader.is_held().await.unwrap(),
+            "the readers' lock is untouched by the resent release"
+        );
+        reader.release().await.unwrap();
+    });
+}
+
 /// A lock handed over on a claim (ttl 10 s > the 3 s claim) is confirmed to its full ttl a
 /// third into the claim — on the background runtime's connection (`confirm.rs`), not the
 /// holder's. The holder's own connection has then carried nothing since the waiter joined the

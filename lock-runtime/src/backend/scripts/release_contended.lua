@@ -13,6 +13,11 @@ if ARGV[3] == '1' then
   end
 end
 if type(held) == 'table' then
+  -- This same release, re-sent after a lost reply, may find the name taken meanwhile as
+  -- another kind of lock (readers, a semaphore): its marker says the first run released ours.
+  if ARGV[4] ~= '' and redis.pcall('GET', KEYS[6]) == ARGV[1] then
+    return 1
+  end
   return redis.error_reply('WRONGTYPE the lock key holds a value of another type, not a lock')
 end
 -- A waiter leaving a key kept past a hold with nobody live behind it gives the key back the
