@@ -555,3 +555,97 @@ async fn a_waiter_dropped_while_confirming_its_hand_off_leaves_no_lock() {
         .expect("the lock handed to a dropped waiter is free again");
     next.release().await.unwrap();
 }
+
+/// On a cluster, where every release leaves its token in the lock's `released` marker (a
+/// second run of it must know the first), a waiter handed the lock whose confirmation the
+/// replica did not acknowledge gives the lock back — and goes on under a new token. Its lock
+/// taken later is its new token's: when that lock has expired, its release is told `Lost`, not
+/// `Ok` on the word of the marker its give-back left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gave_back_an_unacknowledged_hand_off_goes_on_under_a_new_token() {
+    let cluster = test_support::RedisCluster::start(3, 1);
+    let name = "given-back";
+    let helpers = test_support::keys::named(name);
+    let (key, line, marker) = (
+        helpers.lock().to_owned(),
+        helpers.line(),
+        helpers.released(),
+    );
+    let line_len = |cluster: &test_support::RedisCluster| -> i64 {
+        let mut conn = cluster.node_for_key(&line).conn();
+        redis::cmd("LLEN").arg(&line).query(&mut conn).unwrap()
+    };
+    let connect = |replicated: bool| {
+        let builder = LockManager::cluster_builder(&cluster.urls());
+        let builder = if replicated {
+            builder.wait_for_replicas(1, ACK)
+        } else {
+            builder
+        };
+        async move { builder.connect().await.unwrap() }
+    };
+    let (replicated, plain, other) = (
+        connect(true).await,
+        connect(false).await,
+        connect(false).await,
+    );
+    let replica = cluster.replicas_of(cluster.node_for_key(&key))[0];
+    let waiting = |ttl_ms: u64| {
+        LockOptions::new()
+            .ttl(Duration::from_millis(ttl_ms))
+            .timeout(Duration::from_secs(15))
+    };
+
+    let holder = plain.acquire(name, &waiting(20_000)).await.unwrap();
+    // The replicated waiter first in line, another behind it.
+    let first = tokio::spawn({
+        let (manager, options) = (replicated.clone(), waiting(1500));
+        async move { manager.acquire(name, &options).await }
+    });
+    test_support::eventually(Duration::from_secs(10), "the first waiter in line", || {
+        line_len(&cluster) == 1
+    })
+    .await;
+    let second = tokio::spawn({
+        let (manager, options) = (other.clone(), waiting(1000));
+        async move { manager.acquire(name, &options).await }
+    });
+    test_support::eventually(Duration::from_secs(10), "the second waiter in line", || {
+        line_len(&cluster) == 2
+    })
+    .await;
+
+    // The first waiter is handed the lock; its confirmation is not acknowledged, so it gives
+    // the lock back (to the second waiter), leaving its token in the marker, and looks again.
+    replica.pause();
+    holder.release().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    test_support::eventually(
+        Duration::from_secs(10),
+        "the first waiter back in line",
+        || line_len(&cluster) == 1,
+    )
+    .await;
+    replica.resume();
+    let given_back = cluster.get(&marker).expect("the give-back's marker");
+
+    // The second holder's lock runs out unreleased: the first waiter takes it.
+    std::mem::forget(second);
+    let first = first.await.unwrap().unwrap();
+    assert_ne!(
+        first.token(),
+        given_back,
+        "the lock the waiter took after giving one back is under the token it gave back"
+    );
+
+    test_support::eventually(Duration::from_secs(10), "the lock to expire", || {
+        !cluster.exists(&key)
+    })
+    .await;
+    assert_eq!(cluster.get(&marker).as_deref(), Some(given_back.as_str()));
+    let released = first.release().await;
+    assert!(
+        matches!(released, Err(LockError::Lost { .. })),
+        "a lock that expired was released: {released:?}"
+    );
+}

@@ -32,7 +32,9 @@
 //!   ([`Step::NewToken`]: the failed attempt may still run, and is cleaned up by its own
 //!   token), so the waiter subscribes again for it. Except an attempt in line whose connection
 //!   dropped ([`Outcome::Interrupted`]): the waiter keeps its token and its place, and its next
-//!   look, a renewal, finds whatever the interrupted one did.
+//!   look, a renewal, finds whatever the interrupted one did. A hand-off given back because
+//!   too few replicas acknowledged it ([`Confirmation::GivenBack`]) goes on under a new token
+//!   too: a token that gave its lock back never holds it again.
 //!
 //! The driver asks [`Acquisition::start`] for the first [`Step`], performs it, and feeds what
 //! happened back in; [`Acquisition::holds_place`] says whether a place in line must be left if
@@ -188,6 +190,20 @@ pub(crate) enum Via {
     Confirmed,
 }
 
+/// What the confirmation of a handed-over lock found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirmation {
+    /// Ours, its full ttl acknowledged by the replicas.
+    Ours,
+    /// Not ours, or not known to be (the confirmation failed): Redis is asked.
+    Doubtful,
+    /// Ours, but too few replicas acknowledged it, so it was given back under the token. A
+    /// release on a cluster leaves its token in the lock's `released` marker, which vouches
+    /// that a later release of the same token ran before: a token that gave its lock back
+    /// must never hold the lock again.
+    GivenBack,
+}
+
 /// What an attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -313,15 +329,7 @@ impl Acquisition {
             {
                 Step::Failed
             }
-            Outcome::Failed { permanent: false } => {
-                // A new token, so a new registration for its messages; and a new place in line.
-                self.subscription = Subscription::NotYet;
-                self.phase = Phase::FirstTry;
-                self.channel = None;
-                self.holds_place = false;
-                self.placed_at = None;
-                Step::NewToken
-            }
+            Outcome::Failed { permanent: false } => self.under_a_new_token(),
             Outcome::Interrupted => self.back_off(now),
             Outcome::Held { remaining } => {
                 self.placed_at = (self.asked == Asked::Join).then_some(self.sent);
@@ -410,14 +418,28 @@ impl Acquisition {
         }
     }
 
-    /// The confirmation asked for by [`Step::Confirm`], sent at `sent`, found the lock `ours`
-    /// (its full ttl acknowledged), or not: then Redis is asked, as after any doubt.
-    pub(crate) fn confirmed(&mut self, sent: Instant, ours: bool) -> Step {
-        if !ours {
-            return Step::Attempt;
+    /// The confirmation asked for by [`Step::Confirm`], sent at `sent`, found what
+    /// `confirmation` says. A lock not confirmed ours sends the waiter to ask Redis, as after
+    /// any doubt; one it gave back, under a new token (see [`Confirmation::GivenBack`]).
+    pub(crate) fn confirmed(&mut self, sent: Instant, confirmation: Confirmation) -> Step {
+        match confirmation {
+            Confirmation::Ours => {
+                let fence = self.terms.fencing.then_some(self.confirming);
+                self.won(fence, sent, self.terms.ttl, Via::Confirmed)
+            }
+            Confirmation::Doubtful => Step::Attempt,
+            Confirmation::GivenBack => self.under_a_new_token(),
         }
-        let fence = self.terms.fencing.then_some(self.confirming);
-        self.won(fence, sent, self.terms.ttl, Via::Confirmed)
+    }
+
+    /// Goes on under a new token: a new registration for its messages, a new place in line.
+    fn under_a_new_token(&mut self) -> Step {
+        self.subscription = Subscription::NotYet;
+        self.phase = Phase::FirstTry;
+        self.channel = None;
+        self.holds_place = false;
+        self.placed_at = None;
+        Step::NewToken
     }
 
     /// How long a hand-off is the waiter's at least.

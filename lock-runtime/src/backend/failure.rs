@@ -113,6 +113,12 @@ impl Failure {
         }
     }
 
+    /// Whether the lock was given back under the caller's token before this error returned:
+    /// too few replicas acknowledged it (see `Node::not_acknowledged`).
+    pub(crate) fn gave_the_lock_back(&self) -> bool {
+        matches!(self, Failure::NotReplicated { .. })
+    }
+
     /// Whether the request ran and was refused for what it found at the lock's keys (a key of
     /// another type, a name used another way): any send of it meets the same refusal, so an
     /// earlier send of it took nothing either.

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::acquire::machine::{Acquisition, Messages, Outcome, Step, Subscribed, Terms, Via, Won};
+use crate::acquire::machine::{
+    Acquisition, Confirmation, Messages, Outcome, Step, Subscribed, Terms, Via, Won,
+};
 use crate::acquire::queue::Turn;
 use crate::backend::grants::{Grant, GrantWaiter};
 use crate::backend::keys::{Kind, LockKeys};
@@ -164,14 +166,23 @@ impl LockManager {
                 Step::Confirm => {
                     let sent = Instant::now();
                     let confirmed = backend.confirm_replicated(&keys, &token, ttl_millis).await;
-                    let ours = confirmed.unwrap_or_else(|error| {
-                        // Given back, place and all: the next look takes a new place at the
-                        // end of the line.
-                        backend.place_may_be_gone(&keys.lock, &token);
-                        last_error = Some(error);
-                        false
-                    });
-                    machine.confirmed(sent, ours)
+                    let confirmation = match confirmed {
+                        Ok(true) => Confirmation::Ours,
+                        Ok(false) => Confirmation::Doubtful,
+                        Err(error) => {
+                            // Given back, place and all, or maybe not ours: the next look takes
+                            // a new place at the end of the line.
+                            backend.place_may_be_gone(&keys.lock, &token);
+                            let given_back = error.gave_the_lock_back();
+                            last_error = Some(error);
+                            if given_back {
+                                Confirmation::GivenBack
+                            } else {
+                                Confirmation::Doubtful
+                            }
+                        }
+                    };
+                    machine.confirmed(sent, confirmation)
                 }
                 Step::Acquired(won) => {
                     place.vacate();

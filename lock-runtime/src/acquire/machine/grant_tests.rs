@@ -213,7 +213,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
     assert!(acquisition.holds_place());
     let sent = now + Duration::from_millis(1);
     assert_eq!(
-        acquisition.confirmed(sent, true),
+        acquisition.confirmed(sent, Confirmation::Ours),
         Step::Acquired(Won {
             fence: Some(4),
             since: sent,
@@ -227,10 +227,34 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
         refused.woke(now, Some(Grant::Granted { fence: 4 })),
         Step::Confirm
     );
-    assert_eq!(refused.confirmed(now, false), Step::Attempt);
+    assert_eq!(
+        refused.confirmed(now, Confirmation::Doubtful),
+        Step::Attempt
+    );
 }
 
 // Token rotation.
+
+#[test]
+fn a_hand_off_given_back_for_want_of_replicas_goes_on_under_a_new_token() {
+    let now = Instant::now();
+    let mut acquisition = waiting(now);
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 4 })),
+        Step::Confirm
+    );
+    assert_eq!(
+        acquisition.confirmed(now, Confirmation::GivenBack),
+        Step::NewToken
+    );
+    assert!(!acquisition.holds_place(), "the place went with the lock");
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 5 })),
+        Step::Attempt,
+        "a message to the token that gave the lock back is not trusted"
+    );
+}
 
 #[test]
 fn a_new_token_joins_anew_and_its_messages_are_trusted_from_its_own_join() {

@@ -509,7 +509,10 @@ fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
         acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
         Step::Confirm
     );
-    assert_eq!(acquisition.confirmed(deadline, false), Step::Attempt);
+    assert_eq!(
+        acquisition.confirmed(deadline, Confirmation::Doubtful),
+        Step::Attempt
+    );
     look(&mut acquisition, deadline);
     assert_eq!(acquisition.attempted(deadline, held(5000)), Step::TimedOut);
 }
