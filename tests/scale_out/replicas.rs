@@ -649,3 +649,59 @@ async fn a_waiter_that_gave_back_an_unacknowledged_hand_off_goes_on_under_a_new_
         "a lock that expired was released: {released:?}"
     );
 }
+
+/// A waiter handed the lock whose confirmation the stopped replica does not acknowledge gives
+/// the lock back (to the waiter behind it); when that happens past its deadline (here its
+/// `WAIT` of 2 s outlasts its 1.2 s timeout), it fails with what happened, `NotReplicated`, as
+/// an attempt that fails so at the deadline does — not a `Timeout` after one more try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_given_back_past_the_deadline_says_not_replicated() {
+    let pair = Replicated::start();
+    let manager = LockManager::builder(pair.master().url())
+        .response_timeout(Duration::from_secs(5))
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let (plain, other) = (
+        test_support::connect(pair.master()).await,
+        test_support::connect(pair.master()).await,
+    );
+    let line = test_support::keys::named("past").line();
+    let line_len = || -> i64 {
+        let mut conn = pair.master().conn();
+        redis::cmd("LLEN").arg(&line).query(&mut conn).unwrap()
+    };
+    let held = LockOptions::new().ttl(Duration::from_secs(20));
+    let holder = plain.acquire("past", &held).await.unwrap();
+    let waiter = tokio::spawn({
+        let options = held.clone().timeout(Duration::from_millis(1200));
+        async move { manager.acquire("past", &options).await }
+    });
+    test_support::eventually(Duration::from_secs(1), "the waiter in line", || {
+        line_len() == 1
+    })
+    .await;
+    let behind = tokio::spawn({
+        let options = held.clone().timeout(Duration::from_secs(15));
+        async move { other.acquire("past", &options).await }
+    });
+    test_support::eventually(Duration::from_secs(1), "the second waiter in line", || {
+        line_len() == 2
+    })
+    .await;
+
+    pair.replica().pause();
+    holder.release().await.unwrap();
+    let result = waiter.await.unwrap();
+    pair.replica().resume();
+    let behind = behind
+        .await
+        .unwrap()
+        .expect("the lock given back went to the next");
+    behind.release().await.unwrap();
+    assert_not_replicated(
+        &result.expect_err("no lock without the replica"),
+        "lock:past",
+    );
+}

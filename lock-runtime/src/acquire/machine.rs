@@ -419,15 +419,23 @@ impl Acquisition {
     }
 
     /// The confirmation asked for by [`Step::Confirm`], sent at `sent`, found what
-    /// `confirmation` says. A lock not confirmed ours sends the waiter to ask Redis, as after
-    /// any doubt; one it gave back, under a new token (see [`Confirmation::GivenBack`]).
-    pub(crate) fn confirmed(&mut self, sent: Instant, confirmation: Confirmation) -> Step {
+    /// `confirmation` says by `now`. A lock not confirmed ours sends the waiter to ask Redis, as
+    /// after any doubt; one it gave back, under a new token (see [`Confirmation::GivenBack`]),
+    /// unless the deadline has passed: then it fails with the error that made it give the lock
+    /// back, as an attempt that fails at the deadline does.
+    pub(crate) fn confirmed(
+        &mut self,
+        sent: Instant,
+        now: Instant,
+        confirmation: Confirmation,
+    ) -> Step {
         match confirmation {
             Confirmation::Ours => {
                 let fence = self.terms.fencing.then_some(self.confirming);
                 self.won(fence, sent, self.terms.ttl, Via::Confirmed)
             }
             Confirmation::Doubtful => Step::Attempt,
+            Confirmation::GivenBack if now >= self.terms.deadline => Step::Failed,
             Confirmation::GivenBack => self.under_a_new_token(),
         }
     }

@@ -182,7 +182,7 @@ impl LockManager {
                             }
                         }
                     };
-                    machine.confirmed(sent, confirmation)
+                    machine.confirmed(sent, Instant::now(), confirmation)
                 }
                 Step::Acquired(won) => {
                     place.vacate();

@@ -213,7 +213,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
     assert!(acquisition.holds_place());
     let sent = now + Duration::from_millis(1);
     assert_eq!(
-        acquisition.confirmed(sent, Confirmation::Ours),
+        acquisition.confirmed(sent, sent, Confirmation::Ours),
         Step::Acquired(Won {
             fence: Some(4),
             since: sent,
@@ -228,7 +228,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
         Step::Confirm
     );
     assert_eq!(
-        refused.confirmed(now, Confirmation::Doubtful),
+        refused.confirmed(now, now, Confirmation::Doubtful),
         Step::Attempt
     );
 }
@@ -245,7 +245,7 @@ fn a_hand_off_given_back_for_want_of_replicas_goes_on_under_a_new_token() {
         Step::Confirm
     );
     assert_eq!(
-        acquisition.confirmed(now, Confirmation::GivenBack),
+        acquisition.confirmed(now, now, Confirmation::GivenBack),
         Step::NewToken
     );
     assert!(!acquisition.holds_place(), "the place went with the lock");

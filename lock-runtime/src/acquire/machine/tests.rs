@@ -510,9 +510,30 @@ fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
         Step::Confirm
     );
     assert_eq!(
-        acquisition.confirmed(deadline, Confirmation::Doubtful),
+        acquisition.confirmed(deadline, deadline, Confirmation::Doubtful),
         Step::Attempt
     );
     look(&mut acquisition, deadline);
     assert_eq!(acquisition.attempted(deadline, held(5000)), Step::TimedOut);
+}
+
+#[test]
+fn a_hand_off_given_back_at_the_deadline_fails_with_its_error() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_millis(100);
+    let mut acquisition = starting(deadline, Some(RENEW));
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
+    acquisition.start(now, || true);
+    acquisition.subscribed(Subscribed::Confirmed, channel());
+    look(&mut acquisition, now);
+    acquisition.attempted(now, held(5000));
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Confirm
+    );
+    assert_eq!(
+        acquisition.confirmed(now, deadline, Confirmation::GivenBack),
+        Step::Failed,
+        "given back at the deadline: no new token, the error that made it give the lock back"
+    );
 }
