@@ -298,10 +298,12 @@ impl Connections {
         let (attempt, start) = {
             let mut slots = self.slots();
             // A Sentinel master that may have failed over: connect anew, asking the sentinels.
-            slots.retain(|slot| {
-                slot.runtime != id
-                    || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
-            });
+            if self.is_sentinel() {
+                slots.retain(|slot| {
+                    slot.runtime != id
+                        || !matches!(&slot.state, State::Connected { connection: Connection::Sentinel(master), .. } if master.is_stale())
+                });
+            }
             match slots.iter_mut().find(|slot| slot.runtime == id) {
                 Some(slot) => {
                     slot.last_used = std::time::Instant::now();
