@@ -30,8 +30,24 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        self.watching(&[name], options, || self.acquire_waiting(name, options))
-            .await
+        let names = [name];
+        match self.held_to_watch(&names, options) {
+            // The usual case, nothing held: the acquisition itself, with no layer between it
+            // and this one (each would be polled, and its code fetched, at every wake).
+            None => {
+                let (ttl_millis, keys) = self.prepare(name, options)?;
+                self.acquire_keys(ttl_millis, keys, options).await
+            }
+            // Boxed: the watch's state does not enlarge every acquisition's future.
+            Some(held) => {
+                cold::boxed(|| {
+                    self.watched(&names, held, options, || {
+                        self.acquire_waiting(name, options)
+                    })
+                })
+                .await
+            }
+        }
     }
 
     /// The acquisition `acquire` makes of the locks `names`, watched for a deadlock while the
@@ -43,19 +59,41 @@ impl LockManager {
         options: &LockOptions,
         acquire: impl FnOnce() -> F,
     ) -> Result<T, LockError> {
-        // Outside a guard's scope this is one task-local read: nothing held, nothing to watch.
+        match self.held_to_watch(names, options) {
+            None => acquire().await,
+            Some(held) => self.watched(names, held, options, acquire).await,
+        }
+    }
+
+    /// The locks of this manager that the task holds, to be named in its wait records, when
+    /// an acquisition of `names` with `options` is watched for a deadlock; `None` when it is
+    /// not: nothing held (outside a guard's scope this is one task-local read), no waiting, or
+    /// a store that does not detect deadlocks.
+    fn held_to_watch(
+        &self,
+        names: &[&str],
+        options: &LockOptions,
+    ) -> Option<Vec<(LockKeys, Arc<str>)>> {
         let mut held = reentry::held_by_task(self);
         // A permit's holders are not followed (see `wait_look.lua`): its records would be
         // read by no walk.
         held.retain(|(keys, _)| !matches!(keys.kind, Kind::Permits(_)));
         // Several locks may be held meanwhile, as the acquisition takes them: then it is
         // watched from the start, though it walks only once it holds one.
-        if (held.is_empty() && names.len() < 2)
+        let unwatched = (held.is_empty() && names.len() < 2)
             || options.timeout_duration().is_zero()
-            || !self.inner.backend.capabilities().detects_deadlocks
-        {
-            return acquire().await;
-        }
+            || !self.inner.backend.capabilities().detects_deadlocks;
+        (!unwatched).then_some(held)
+    }
+
+    /// [`LockManager::watching`] of a task that holds `held`.
+    async fn watched<T, F: Future<Output = Result<T, LockError>>>(
+        &self,
+        names: &[&str],
+        held: Vec<(LockKeys, Arc<str>)>,
+        options: &LockOptions,
+        acquire: impl FnOnce() -> F,
+    ) -> Result<T, LockError> {
         let mut wanted = Vec::with_capacity(names.len());
         for name in names {
             match self.prepare(name, options) {
