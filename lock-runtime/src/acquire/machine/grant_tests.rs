@@ -2,7 +2,8 @@
 //! the token it goes on under after an error: time is passed in.
 
 use super::tests::{
-    channel, first_try, held, in_line, look, starting, terms, waiting, won, CLAIM, RENEW, TTL,
+    channel, confirming, first_try, held, in_line, look, starting, terms, waiting, won, CLAIM,
+    RENEW, TTL,
 };
 use super::*;
 
@@ -221,12 +222,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
             via: Via::Confirmed
         })
     );
-    let mut refused = waiting(now);
-    refused.terms.messages = Messages::ReplicatedHandOff;
-    assert_eq!(
-        refused.woke(now, Some(Grant::Granted { fence: 4 })),
-        Step::Confirm
-    );
+    let mut refused = confirming(now);
     assert_eq!(
         refused.confirmed(now, now, Confirmation::Doubtful),
         Step::Attempt
@@ -238,12 +234,7 @@ fn with_replicas_a_trusted_message_is_confirmed_first() {
 #[test]
 fn a_hand_off_given_back_for_want_of_replicas_goes_on_under_a_new_token() {
     let now = Instant::now();
-    let mut acquisition = waiting(now);
-    acquisition.terms.messages = Messages::ReplicatedHandOff;
-    assert_eq!(
-        acquisition.woke(now, Some(Grant::Granted { fence: 4 })),
-        Step::Confirm
-    );
+    let mut acquisition = confirming(now);
     assert_eq!(
         acquisition.confirmed(now, now, Confirmation::GivenBack),
         Step::NewToken

@@ -71,6 +71,34 @@ pub(super) fn waiting(now: Instant) -> Acquisition {
     acquisition
 }
 
+/// `waiting(now)` with replicas to satisfy, woken at `now` by a hand-off it must confirm.
+pub(super) fn confirming(now: Instant) -> Acquisition {
+    let mut acquisition = waiting(now);
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 4 })),
+        Step::Confirm
+    );
+    acquisition
+}
+
+/// An acquisition with replicas to satisfy and a deadline 100 ms from `now` (returned), woken
+/// at `now` by a hand-off it must confirm.
+fn confirming_before_a_close_deadline(now: Instant) -> (Acquisition, Instant) {
+    let deadline = now + Duration::from_millis(100);
+    let mut acquisition = starting(deadline, Some(RENEW));
+    acquisition.terms.messages = Messages::ReplicatedHandOff;
+    acquisition.start(now, || true);
+    acquisition.subscribed(Subscribed::Confirmed, channel());
+    look(&mut acquisition, now);
+    acquisition.attempted(now, held(5000));
+    assert_eq!(
+        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
+        Step::Confirm
+    );
+    (acquisition, deadline)
+}
+
 pub(super) fn won(step: Step) -> Won {
     let Step::Acquired(won) = step else {
         panic!("expected the lock, got {step:?}");
@@ -498,17 +526,7 @@ fn an_error_backoff_ends_at_the_deadline() {
 #[test]
 fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
     let now = Instant::now();
-    let deadline = now + Duration::from_millis(100);
-    let mut acquisition = starting(deadline, Some(RENEW));
-    acquisition.terms.messages = Messages::ReplicatedHandOff;
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
-    assert_eq!(
-        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
-        Step::Confirm
-    );
+    let (mut acquisition, deadline) = confirming_before_a_close_deadline(now);
     assert_eq!(
         acquisition.confirmed(deadline, deadline, Confirmation::Doubtful),
         Step::Attempt
@@ -520,17 +538,7 @@ fn an_unconfirmed_hand_off_at_the_deadline_looks_once_more() {
 #[test]
 fn a_hand_off_given_back_at_the_deadline_fails_with_its_error() {
     let now = Instant::now();
-    let deadline = now + Duration::from_millis(100);
-    let mut acquisition = starting(deadline, Some(RENEW));
-    acquisition.terms.messages = Messages::ReplicatedHandOff;
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
-    assert_eq!(
-        acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
-        Step::Confirm
-    );
+    let (mut acquisition, deadline) = confirming_before_a_close_deadline(now);
     assert_eq!(
         acquisition.confirmed(now, deadline, Confirmation::GivenBack),
         Step::Failed,
