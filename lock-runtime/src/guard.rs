@@ -486,19 +486,21 @@ impl LockGuard {
         self.stop_watchdog();
         let held = Arc::clone(&self.held);
         let mut unlock = pin!(held.unlock());
+        let turn = &mut self.turn;
         // Hand the turn to the next task of this process as soon as the release is on its way,
         // not when Redis answers: that task's `SET NX` travels on the same connection, behind
         // the release, so Redis runs them in that order and the hand-over saves a round trip.
         // (Should it overtake anyway — another runtime's connection — it finds the lock held
-        // and waits for the release's wake-up as any waiter does.)
-        let sent = poll_fn(|cx| Poll::Ready(unlock.as_mut().poll(cx))).await;
-        let result = match sent {
-            Poll::Ready(result) => result,
-            Poll::Pending => {
-                drop(self.turn.take());
-                unlock.await
+        // and waits for the release's wake-up as any waiter does.) One place polls the release,
+        // so its code is laid out once.
+        let result = poll_fn(|cx| {
+            let polled = unlock.as_mut().poll(cx);
+            if polled.is_pending() {
+                drop(turn.take());
             }
-        };
+            polled
+        })
+        .await;
         // Only now: if this future is dropped mid-call, `Drop` still releases in the background.
         self.released = true;
         drop(self.turn.take());
