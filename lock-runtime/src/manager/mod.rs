@@ -229,8 +229,8 @@ impl LockManager {
     /// ```
     pub async fn acquire(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         // A lock this task holds already is re-entered at once (see `reentry`).
-        if let Some(reentered) = reentry::reenter(self, name, options).await {
-            return reentered;
+        if let Some(reentry) = reentry::reenter(self, name, options) {
+            return reentry.await;
         }
         let started = Stopwatch::start();
         let result = match self.here() {
@@ -265,8 +265,8 @@ impl LockManager {
         name: &str,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        if let Some(reentered) = reentry::reenter(self, name, options).await {
-            return reentered.map(Some);
+        if let Some(reentry) = reentry::reenter(self, name, options) {
+            return reentry.await.map(Some);
         }
         let started = Stopwatch::start();
         let result = match self.here() {

@@ -212,26 +212,27 @@ fn opened(entry: Entry) -> HeldSet {
     }
 }
 
-/// The re-entered guard of `name`, if the current task holds that lock of `manager`;
-/// `None` (go and acquire it) otherwise. Outside any scope this is one task-local read.
-pub(crate) async fn reenter(
+/// The re-entry of `name` if the current task holds that lock of `manager`: the future of its
+/// re-entered guard, boxed apart (re-entering is rare beside a first acquisition, whose future
+/// it would otherwise enlarge, see `support::cold`); `None` (go and acquire it) otherwise.
+/// Outside any scope this is one task-local read, and no future is made.
+pub(crate) fn reenter(
     manager: &LockManager,
     name: &str,
     options: &crate::LockOptions,
-) -> Option<Result<LockGuard, LockError>> {
+) -> Option<impl Future<Output = Result<LockGuard, LockError>>> {
     // Any lock of a guard: its own, one taken together with it by one script, or a part's.
     let (entry, key) = HELD
         .try_with(|set| held_lock(set, manager, name))
         .ok()
         .flatten()?;
     let wanted = Mode::of(super::kind_of(options));
-    // Boxed apart: re-entering is rare beside a first acquisition, whose future it would
-    // otherwise enlarge (see `support::cold`).
-    Some(
-        cold::boxed(|| entry.reenter(wanted, &key))
+    Some(cold::boxed(move || async move {
+        entry
+            .reenter(wanted, &key)
             .await
-            .map(|guard| guard.showing(key)),
-    )
+            .map(|guard| guard.showing(key))
+    }))
 }
 
 /// The re-entered guards of those of `names` (distinct, taken as mutexes by `acquire_all`)

@@ -20,6 +20,7 @@ mod remembered;
 mod together;
 mod waits;
 
+use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,8 +85,10 @@ impl Node {
         self.replicas = Some(replicas);
     }
 
-    pub(crate) async fn connection(&self) -> Result<Connection, ConnectError> {
-        self.connections.get().await
+    /// This runtime's connection to the endpoint (see [`Connections::get`]); not an `async fn`
+    /// of its own, which would add a layer to every command's future.
+    pub(crate) fn connection(&self) -> impl Future<Output = Result<Connection, ConnectError>> + '_ {
+        self.connections.get()
     }
 
     #[cfg(feature = "resource-counts")]

@@ -2,6 +2,7 @@
 //! place in a line, Redis's clock (`recent::Contended`), whether Redis refused the one-command
 //! join — and the lock operations that use it: the ones the backend's dispatch calls.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -24,8 +25,13 @@ const READERS_GONE_RETRIES: usize = 8;
 impl Node {
     /// One attempt to take the lock; `wait` says what else it must find out or mark (see
     /// `Backend::try_lock`).
-    pub(crate) async fn attempt(&self, request: LockRequest<'_>) -> failure::Result<Attempt> {
-        self.attempt_within(request, READERS_GONE_RETRIES).await
+    /// Not an `async fn` of its own: that would wrap the attempt's future in one more layer,
+    /// polled and dropped on every acquisition.
+    pub(crate) fn attempt<'a>(
+        &'a self,
+        request: LockRequest<'a>,
+    ) -> impl Future<Output = failure::Result<Attempt>> + 'a {
+        self.attempt_within(request, READERS_GONE_RETRIES)
     }
 
     /// [`attempt`](Self::attempt), trying again up to `retries` times when the mutex's script
