@@ -2,6 +2,7 @@
 //! each attempt of an acquisition that waits (see `driver`), with what cleans up after an
 //! attempt whose caller stopped waiting or that got no answer.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,15 +87,19 @@ impl LockManager {
     /// still have reached Redis: a stopped or overloaded server runs it later and grants the
     /// lock to a caller that has given up, for the whole ttl. So its token is then released too,
     /// in the background, once Redis answers again (on the same connection, so after the
-    /// attempt).
-    pub(crate) async fn attempt(
+    /// attempt) — unless a waiter keeps its place through the error: it goes on under this
+    /// token, its next look finds what this attempt did, and its place is left if it gives up.
+    ///
+    /// Not an `async fn`: the future it returns is the cancel-safe attempt itself, with no
+    /// layer around it to poll and drop on every acquisition.
+    pub(crate) fn attempt(
         &self,
         keys: &LockKeys,
         token: &Arc<str>,
         ttl_millis: u64,
         fencing: bool,
         wait: Wait,
-    ) -> crate::backend::failure::Result<Attempt> {
+    ) -> impl Future<Output = crate::backend::failure::Result<Attempt>> + Send + 'static {
         let in_line = matches!(wait, Wait::InLine { .. });
         let (manager, request_keys, request_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
@@ -123,7 +128,7 @@ impl LockManager {
                 Some(meanwhile) => cold::boxed(|| meanwhile.scope(backend.try_lock(request))).await,
                 None => backend.try_lock(request).await,
             };
-            match attempt {
+            let attempt = match attempt {
                 // A connection that sends a command again after a dropped reply may have been
                 // answered "held" by the lock its first send took: ask whose it is. Inside the
                 // request, so that a caller gone meanwhile still has that lock released.
@@ -135,7 +140,19 @@ impl LockManager {
                         .await
                 }
                 attempt => attempt,
+            };
+            if let Err(error) = &attempt {
+                if error.may_have_run() && !manager.keeps_place(in_line, error) {
+                    let (manager, keys, token) = (manager.clone(), request_keys, request_token);
+                    crate::acquire::finish::spawn_clean_up(
+                        move |_: Option<()>| async move {
+                            manager.release_unanswered(&keys, &token, ttl_millis).await;
+                        },
+                        None,
+                    );
+                }
             }
+            attempt
         };
         let (manager, cleanup_keys, cleanup_token) =
             (self.clone(), keys.clone(), Arc::clone(token));
@@ -153,7 +170,10 @@ impl LockManager {
                         manager.leave_line(&cleanup_keys, &cleanup_token).await;
                     }
                 }
-                Some(Err(error)) if !error.may_have_run() => {}
+                // An error that may have run: the request released its token already, unless
+                // it left that to a waiter keeping its place, which is gone now.
+                Some(Err(error))
+                    if !error.may_have_run() || !manager.keeps_place(in_line, &error) => {}
                 // No answer, or none that will ever come (the runtime that drove the attempt
                 // shut down): it may have been granted.
                 Some(Err(_)) | None => {
@@ -163,16 +183,13 @@ impl LockManager {
                 }
             }
         };
-        let outcome = FinishOnDrop::new(request, clean_up.clone()).await;
-        if let Err(error) = &outcome {
-            // A waiter that keeps its place goes on under this token: its next look finds what
-            // this attempt did, and its place is left if it gives up.
-            let kept = in_line && self.inner.backend.capabilities().keeps_place_through(error);
-            if error.may_have_run() && !kept {
-                crate::acquire::finish::spawn_clean_up(clean_up, None);
-            }
-        }
-        outcome
+        FinishOnDrop::new(request, clean_up)
+    }
+
+    /// Whether a waiter (`in_line`) goes on under its token after `error`, keeping its place:
+    /// then what the failed attempt may have done is found by its next look, not released.
+    fn keeps_place(&self, in_line: bool, error: &crate::backend::Failure) -> bool {
+        in_line && self.inner.backend.capabilities().keeps_place_through(error)
     }
 
     /// What a first try answered "held" on a connection that re-sends commands (a cluster's)
