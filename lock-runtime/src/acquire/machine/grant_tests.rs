@@ -2,8 +2,8 @@
 //! the token it goes on under after an error: time is passed in.
 
 use super::tests::{
-    channel, confirming, first_try, held, in_line, look, starting, terms, waiting, won, CLAIM,
-    RENEW, TTL,
+    asleep_in_line, channel, confirming, first_try, held, in_line, look, starting, terms, waiting,
+    won, CLAIM, RENEW, TTL,
 };
 use super::*;
 
@@ -30,14 +30,13 @@ fn a_message_after_the_join_is_trusted_for_the_claim_from_the_join() {
 #[test]
 fn a_trusted_message_carries_the_fence_when_one_was_asked_for() {
     let now = Instant::now();
-    let mut acquisition = Acquisition::new(Terms {
-        fencing: true,
-        ..terms(now + Duration::from_secs(10), Some(RENEW))
-    });
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
+    let mut acquisition = asleep_in_line(
+        Terms {
+            fencing: true,
+            ..terms(now + Duration::from_secs(10), Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         won(acquisition.woke(now, Some(Grant::Granted { fence: 9 }))).fence,
         Some(9)
@@ -48,26 +47,24 @@ fn a_trusted_message_carries_the_fence_when_one_was_asked_for() {
 fn the_claim_is_the_ttl_when_that_is_shorter() {
     let now = Instant::now();
     let ttl = Duration::from_secs(1);
-    let mut acquisition = Acquisition::new(Terms {
-        ttl,
-        ..terms(now + Duration::from_secs(10), Some(RENEW))
-    });
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
+    let mut acquisition = asleep_in_line(
+        Terms {
+            ttl,
+            ..terms(now + Duration::from_secs(10), Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         won(acquisition.woke(now, Some(Grant::Granted { fence: 1 }))).expires_in,
         ttl
     );
-    let mut late = Acquisition::new(Terms {
-        ttl,
-        ..terms(now + Duration::from_secs(10), Some(RENEW))
-    });
-    late.start(now, || true);
-    late.subscribed(Subscribed::Confirmed, channel());
-    look(&mut late, now);
-    late.attempted(now, held(5000));
+    let mut late = asleep_in_line(
+        Terms {
+            ttl,
+            ..terms(now + Duration::from_secs(10), Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         late.woke(now + ttl - GRANT_MARGIN, Some(Grant::Granted { fence: 1 })),
         Step::Attempt,
@@ -167,14 +164,13 @@ fn a_message_without_a_join_is_never_trusted() {
 #[test]
 fn on_redlock_a_message_only_wakes() {
     let now = Instant::now();
-    let mut acquisition = Acquisition::new(Terms {
-        messages: Messages::WakeUp,
-        ..terms(now + Duration::from_secs(10), Some(RENEW))
-    });
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
+    let mut acquisition = asleep_in_line(
+        Terms {
+            messages: Messages::WakeUp,
+            ..terms(now + Duration::from_secs(10), Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
         Step::Attempt
@@ -198,15 +194,14 @@ fn a_failed_fence_fails_the_acquisition() {
 #[test]
 fn with_replicas_a_trusted_message_is_confirmed_first() {
     let now = Instant::now();
-    let mut acquisition = Acquisition::new(Terms {
-        messages: Messages::ReplicatedHandOff,
-        fencing: true,
-        ..terms(now + Duration::from_secs(10), Some(RENEW))
-    });
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
+    let mut acquisition = asleep_in_line(
+        Terms {
+            messages: Messages::ReplicatedHandOff,
+            fencing: true,
+            ..terms(now + Duration::from_secs(10), Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         acquisition.woke(now, Some(Grant::Granted { fence: 4 })),
         Step::Confirm

@@ -71,6 +71,17 @@ pub(super) fn waiting(now: Instant) -> Acquisition {
     acquisition
 }
 
+/// An acquisition on `terms`, started at `now` as contended (it joins the line at once),
+/// subscribed, and its join sent at `now` and answered "held": asleep in line.
+pub(super) fn asleep_in_line(terms: Terms, now: Instant) -> Acquisition {
+    let mut acquisition = Acquisition::new(terms);
+    acquisition.start(now, || true);
+    acquisition.subscribed(Subscribed::Confirmed, channel());
+    look(&mut acquisition, now);
+    acquisition.attempted(now, held(5000));
+    acquisition
+}
+
 /// `waiting(now)` with replicas to satisfy, woken at `now` by a hand-off it must confirm.
 pub(super) fn confirming(now: Instant) -> Acquisition {
     let mut acquisition = waiting(now);
@@ -86,12 +97,13 @@ pub(super) fn confirming(now: Instant) -> Acquisition {
 /// at `now` by a hand-off it must confirm.
 fn confirming_before_a_close_deadline(now: Instant) -> (Acquisition, Instant) {
     let deadline = now + Duration::from_millis(100);
-    let mut acquisition = starting(deadline, Some(RENEW));
-    acquisition.terms.messages = Messages::ReplicatedHandOff;
-    acquisition.start(now, || true);
-    acquisition.subscribed(Subscribed::Confirmed, channel());
-    look(&mut acquisition, now);
-    acquisition.attempted(now, held(5000));
+    let mut acquisition = asleep_in_line(
+        Terms {
+            messages: Messages::ReplicatedHandOff,
+            ..terms(deadline, Some(RENEW))
+        },
+        now,
+    );
     assert_eq!(
         acquisition.woke(now, Some(Grant::Granted { fence: 1 })),
         Step::Confirm
