@@ -143,12 +143,10 @@ impl LockManager {
             };
             if let Err(error) = &attempt {
                 if error.may_have_run() && !manager.keeps_place(in_line, error) {
-                    let (manager, keys, token) = (manager.clone(), request_keys, request_token);
-                    crate::acquire::finish::spawn_clean_up(
-                        move |_: Option<()>| async move {
-                            manager.release_unanswered(&keys, &token, ttl_millis).await;
-                        },
-                        None,
+                    manager.release_unanswered_in_background(
+                        request_keys,
+                        request_token,
+                        ttl_millis,
                     );
                 }
             }
@@ -215,13 +213,7 @@ impl LockManager {
             Ok(false) => Ok(Attempt::Held { remaining }),
             Err(error) if error.may_have_run() => Err(error),
             Err(error) => {
-                let (manager, keys, token) = (self.clone(), keys.clone(), Arc::clone(token));
-                crate::acquire::finish::spawn_clean_up(
-                    move |_: Option<()>| async move {
-                        manager.release_unanswered(&keys, &token, ttl_millis).await;
-                    },
-                    None,
-                );
+                self.release_unanswered_in_background(keys.clone(), Arc::clone(token), ttl_millis);
                 Err(error)
             }
         }
@@ -232,6 +224,19 @@ impl LockManager {
         if let Err(error) = self.inner.backend.leave(keys, token).await {
             tracing::debug!(target: "distlock", key = %keys.lock, %error, "could not leave the line; the place lapses with its lease");
         }
+    }
+
+    /// [`release_unanswered`](Self::release_unanswered) in a task of its own (on this runtime,
+    /// after what its connection has sent; again on the background runtime should this one
+    /// shut down first).
+    fn release_unanswered_in_background(&self, keys: LockKeys, token: Arc<str>, ttl_millis: u64) {
+        let manager = self.clone();
+        crate::acquire::finish::spawn_clean_up(
+            move |_: Option<()>| async move {
+                manager.release_unanswered(&keys, &token, ttl_millis).await;
+            },
+            None,
+        );
     }
 
     /// Releases whatever `token` holds or was granted by an attempt that got no answer (also
